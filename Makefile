@@ -1,0 +1,37 @@
+# msgstream-spark: `make demo` runs the main job on the embedded backend, `make test` runs the tests.
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV := .venv
+VPY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+export PYSPARK_PYTHON := $(abspath $(VPY))
+export PYSPARK_DRIVER_PYTHON := $(abspath $(VPY))
+
+.PHONY: test demo lint bench check-java install clean
+
+check-java:
+	@command -v java >/dev/null 2>&1 || { echo "error: Java 17+ is required by Spark but 'java' was not found on PATH (install a JDK 17+, e.g. apt-get install openjdk-17-jre-headless)" >&2; exit 1; }
+
+$(STAMP): pyproject.toml
+	@test -x $(VPY) || $(PYTHON) -m venv $(VENV)
+	$(VPY) -m pip install -q --upgrade pip
+	$(VPY) -m pip install -q -e '.[dev]'
+	@touch $(STAMP)
+
+install: check-java $(STAMP)
+
+lint: $(STAMP)
+	$(VENV)/bin/ruff check .
+
+test: check-java $(STAMP)
+	$(VENV)/bin/ruff check .
+	$(VPY) -m pytest -q $(PYTEST_ARGS)
+
+demo: check-java $(STAMP)
+	$(VPY) -m jobs.demo $(DEMO_ARGS)
+
+bench: check-java $(STAMP)
+	$(VPY) -m bench.run_all
+
+clean:
+	rm -rf $(VENV) msgstream-data demo-output .pytest_cache

@@ -1,0 +1,301 @@
+"""The backend SPI, modelled on Milvus's ``mqwrapper`` (Client, Producer, Consumer, MessageID).
+
+Every backend (``local``, ``kafka``, ``pulsar``) implements these classes in its own
+subpackage with the same file names. The stream layer above only ever sees this API.
+
+Conventions shared by every backend:
+
+* A *channel* is one topic (Kafka partition 0, one Pulsar topic, one embedded log).
+* ``MessageID.serialize()`` yields exactly the bytes Milvus stores in ``MsgPosition.msgID``.
+* ``Consumer.seek(id, inclusive=False)`` positions at ``id`` and skips exactly that message.
+* No call blocks forever: every blocking call takes or inherits a bounded timeout and
+  raises :class:`~msgstream_spark.errors.TimeoutError` (or returns ``None`` for receive).
+* Seeking to a position that retention removed raises
+  :class:`~msgstream_spark.errors.DataLossError`, never silently jumps.
+"""
+
+from __future__ import annotations
+
+import abc
+import enum
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+
+
+class SubscriptionInitialPosition(enum.IntEnum):
+    """Where a new subscription starts (Milvus's enum values)."""
+
+    LATEST = 0
+    EARLIEST = 1
+    UNKNOWN = 2  # do not position: a seek follows
+
+    @classmethod
+    def parse(cls, value: str | int | SubscriptionInitialPosition) -> SubscriptionInitialPosition:
+        if isinstance(value, SubscriptionInitialPosition):
+            return value
+        if isinstance(value, int):
+            return cls(value)
+        try:
+            return cls[str(value).strip().upper()]
+        except KeyError:
+            from msgstream_spark.errors import ConfigError
+
+            raise ConfigError(
+                f"unknown initial position {value!r}; expected one of: earliest, latest, unknown"
+            ) from None
+
+
+class MessageID(abc.ABC):
+    """A backend message id. Ordered within one channel."""
+
+    @abc.abstractmethod
+    def serialize(self) -> bytes:
+        """The Milvus byte encoding (what goes into ``MsgPosition.msgID``)."""
+
+    @abc.abstractmethod
+    def at_earliest_position(self) -> bool:
+        """True when this id denotes the start of the channel."""
+
+    @abc.abstractmethod
+    def sort_key(self) -> tuple:
+        """A tuple that orders ids of one channel (used by comparisons)."""
+
+    def less_or_equal(self, other: MessageID) -> bool:
+        return self.sort_key() <= other.sort_key()
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, MessageID):
+            return NotImplemented
+        return type(self) is type(other) and self.sort_key() == other.sort_key()
+
+    def __lt__(self, other: MessageID) -> bool:
+        return self.sort_key() < other.sort_key()
+
+    def __le__(self, other: MessageID) -> bool:
+        return self.sort_key() <= other.sort_key()
+
+    def __gt__(self, other: MessageID) -> bool:
+        return self.sort_key() > other.sort_key()
+
+    def __ge__(self, other: MessageID) -> bool:
+        return self.sort_key() >= other.sort_key()
+
+    def __hash__(self) -> int:
+        return hash((type(self).__name__, self.sort_key()))
+
+
+@dataclass(frozen=True)
+class ProducerMessage:
+    """A payload and its properties (Kafka headers / Pulsar properties)."""
+
+    payload: bytes
+    properties: Mapping[str, str] = field(default_factory=dict)
+    # Hybrid timestamp of the message, when known: backends that index by time
+    # (Kafka record timestamps, the embedded log) use it for timestamp lookups.
+    timestamp: int | None = None
+
+
+@dataclass(frozen=True)
+class Message:
+    """A message as read from a channel."""
+
+    channel: str
+    payload: bytes
+    properties: Mapping[str, str]
+    id: MessageID
+    # Hybrid timestamp recorded by the producer, if the backend keeps one.
+    timestamp: int | None = None
+
+
+class Producer(abc.ABC):
+    """Writes to one channel."""
+
+    channel: str
+
+    @abc.abstractmethod
+    def send(self, message: ProducerMessage) -> MessageID:
+        """Send one message and wait for the broker's ack; return its id."""
+
+    def send_batch(self, messages: Sequence[ProducerMessage]) -> list[MessageID]:
+        """Send many messages, keeping their order, and wait for all acks.
+
+        Raises :class:`~msgstream_spark.errors.ProduceError` listing every failed
+        message (``failures``) and the ids of those written (``ids``).
+        Backends override this with a pipelined implementation.
+        """
+        from msgstream_spark.errors import ProduceError
+
+        ids: list[MessageID | None] = []
+        failures: list[tuple[int, str]] = []
+        for i, m in enumerate(messages):
+            if failures:  # keep order: nothing after a failure is sent
+                failures.append((i, "not sent: an earlier message of the batch failed"))
+                ids.append(None)
+                continue
+            try:
+                ids.append(self.send(m))
+            except Exception as exc:  # noqa: BLE001 - reported per message below
+                failures.append((i, str(exc)))
+                ids.append(None)
+        if failures:
+            raise ProduceError(
+                f"{len(failures)} of {len(messages)} messages failed on channel {self.channel}: "
+                f"first error: {failures[0][1]}",
+                channel=self.channel, failures=failures, ids=ids,
+            )
+        return ids  # type: ignore[return-value]
+
+    def flush(self, timeout: float | None = None) -> None:  # noqa: B027 - optional hook
+        """Wait until everything sent has been acknowledged."""
+
+    @abc.abstractmethod
+    def close(self) -> None:
+        """Flush and release resources."""
+
+    def __enter__(self) -> Producer:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+class Consumer(abc.ABC):
+    """Reads one channel under a subscription."""
+
+    channel: str
+
+    @property
+    @abc.abstractmethod
+    def subscription(self) -> str:
+        """The subscription (Kafka ``group.id`` / Pulsar subscription) name."""
+
+    @abc.abstractmethod
+    def receive(self, timeout: float) -> Message | None:
+        """The next message, or ``None`` when none arrives within ``timeout`` seconds."""
+
+    def receive_batch(self, max_messages: int, timeout: float) -> list[Message]:
+        """Up to ``max_messages`` messages; waits at most ``timeout`` for the first one.
+
+        Returns early (possibly empty) when no more messages are immediately available.
+        Backends override this with a vectorised fetch.
+        """
+        out: list[Message] = []
+        first = self.receive(timeout)
+        if first is None:
+            return out
+        out.append(first)
+        while len(out) < max_messages:
+            m = self.receive(0.0)
+            if m is None:
+                break
+            out.append(m)
+        return out
+
+    def iterate(self, timeout: float) -> Iterator[Message]:
+        """Yield messages until none arrives for ``timeout`` seconds."""
+        while True:
+            m = self.receive(timeout)
+            if m is None:
+                return
+            yield m
+
+    @abc.abstractmethod
+    def seek(self, msg_id: MessageID, inclusive: bool = True) -> None:
+        """Position at ``msg_id``; when not inclusive, skip exactly that message.
+
+        Raises :class:`~msgstream_spark.errors.DataLossError` when ``msg_id`` was
+        removed by retention.
+        """
+
+    @abc.abstractmethod
+    def ack(self, message: Message) -> None:
+        """Acknowledge a message (advances the subscription where the backend keeps one)."""
+
+    @abc.abstractmethod
+    def latest_message_id(self) -> MessageID | None:
+        """Id of the last message in the channel, or ``None`` when it is empty."""
+
+    @abc.abstractmethod
+    def close(self) -> None:
+        """Release resources. A named subscription keeps its cursor."""
+
+    def __enter__(self) -> Consumer:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+class Client(abc.ABC):
+    """Entry point of a backend: creates producers and consumers.
+
+    Constructors store configuration only; connections open lazily.
+    """
+
+    name: str = "?"
+
+    @abc.abstractmethod
+    def create_producer(self, channel: str) -> Producer:
+        """A producer for ``channel`` (created if the backend needs it)."""
+
+    @abc.abstractmethod
+    def subscribe(
+        self,
+        channel: str,
+        subscription: str,
+        initial_position: SubscriptionInitialPosition = SubscriptionInitialPosition.EARLIEST,
+    ) -> Consumer:
+        """A consumer on ``channel``. An existing subscription resumes at its cursor."""
+
+    @abc.abstractmethod
+    def earliest_message_id(self) -> MessageID:
+        """The sentinel id that means "from the beginning" (Milvus's EarliestMessageID)."""
+
+    @abc.abstractmethod
+    def bytes_to_message_id(self, data: bytes) -> MessageID:
+        """Inverse of ``MessageID.serialize`` (raises DecodeError on malformed bytes)."""
+
+    @abc.abstractmethod
+    def latest_message_id(self, channel: str) -> MessageID | None:
+        """Id of the last message of ``channel``, ``None`` if empty."""
+
+    @abc.abstractmethod
+    def first_message_id(self, channel: str) -> MessageID | None:
+        """Id of the oldest retained message of ``channel``, ``None`` if empty."""
+
+    @abc.abstractmethod
+    def message_id_at_timestamp(self, channel: str, hybrid_ts: int) -> MessageID | None:
+        """Id of the first message whose timestamp is >= ``hybrid_ts``; ``None`` if none."""
+
+    @abc.abstractmethod
+    def list_channels(self) -> list[str]:
+        """Channels known to the backend (for pattern subscriptions and tooling)."""
+
+    def channel_exists(self, channel: str) -> bool:
+        return channel in self.list_channels()
+
+    # Small key/value store kept in the backend, used by the Spark source to record
+    # resolved start positions under its subscription (deterministic initialOffset).
+    @abc.abstractmethod
+    def put_metadata(self, key: str, value: str) -> None:
+        """Store ``value`` under ``key`` durably in the backend."""
+
+    @abc.abstractmethod
+    def get_metadata(self, key: str) -> str | None:
+        """The value last stored under ``key``, or ``None``."""
+
+    def commit_position(self, channel: str, subscription: str, msg_id: MessageID) -> None:  # noqa: B027
+        """Record progress of ``subscription`` on ``channel`` so lag tools see it.
+
+        Best effort and optional: correctness never depends on it.
+        """
+
+    @abc.abstractmethod
+    def close(self) -> None:
+        """Release connections."""
+
+    def __enter__(self) -> Client:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

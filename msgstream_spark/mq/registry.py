@@ -1,0 +1,53 @@
+"""Backend name -> builder registry with lazy imports.
+
+A backend's client library is imported only when that backend is built, so a
+missing optional client breaks only that backend, with an error naming the extra.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING
+
+from msgstream_spark.errors import BackendUnavailableError
+
+if TYPE_CHECKING:
+    from msgstream_spark.config import Config
+    from msgstream_spark.mq.base import Client
+
+# name -> (module path of the backend's client module, class name, pip extra, client module)
+_BACKENDS: dict[str, tuple[str, str, str | None, str | None]] = {
+    "local": ("msgstream_spark.mq.local.client", "LocalClient", None, None),
+    "kafka": ("msgstream_spark.mq.kafka.client", "KafkaClient", "kafka", "confluent_kafka"),
+    "pulsar": ("msgstream_spark.mq.pulsar.client", "PulsarClient", "pulsar", "pulsar"),
+}
+
+
+def available_backends() -> list[str]:
+    return sorted(_BACKENDS)
+
+
+def register_backend(name: str, module: str, cls: str, extra: str | None = None,
+                     client_module: str | None = None) -> None:
+    """Register another backend (plugins, tests)."""
+    _BACKENDS[name] = (module, cls, extra, client_module)
+
+
+def build_client(name: str, config: Config) -> Client:
+    """Create the :class:`Client` of backend ``name`` from ``config`` (no I/O yet)."""
+    try:
+        module, cls, extra, client_module = _BACKENDS[name]
+    except KeyError:
+        raise BackendUnavailableError(
+            f"unknown backend {name!r}; valid backends: {', '.join(available_backends())}"
+        ) from None
+    if client_module is not None:
+        try:
+            importlib.import_module(client_module)
+        except ImportError as exc:
+            raise BackendUnavailableError(
+                f"backend {name!r} needs the Python package {client_module!r}: "
+                f"pip install 'msgstream-spark[{extra}]'"
+            ) from exc
+    mod = importlib.import_module(module)
+    return getattr(mod, cls)(config)
