@@ -1,0 +1,274 @@
+"""MsgStream: produce MsgPacks with Milvus's hash repack, broadcast, consume and seek.
+
+This is the plain ``MqMsgStream`` of Milvus (wire doc §5.1-5.2, §7.3): on the consumer
+side every message becomes its own pack. :class:`TtMsgStream` builds on it.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+
+from msgstream_spark.errors import ConfigError, ConsumeError, DecodeError, MsgStreamError, ProduceError
+from msgstream_spark.mq.base import (
+    Client,
+    Consumer,
+    Message,
+    MessageID,
+    Producer,
+    ProducerMessage,
+    SubscriptionInitialPosition,
+)
+from msgstream_spark.msg import codec
+from msgstream_spark.msg.position import MsgPosition
+from msgstream_spark.msg.types import MsgPack, TsMsg
+
+log = logging.getLogger(__name__)
+
+# A repack function maps (messages, hash-derived channel indices per message) to
+# {channel index: [messages]}; see default_repack.
+RepackFunc = Callable[[Sequence[TsMsg], Sequence[Sequence[int]]], dict[int, list[TsMsg]]]
+
+ON_DECODE_ERROR = ("fail", "skip")
+
+
+def default_repack(msgs: Sequence[TsMsg], keys: Sequence[Sequence[int]]) -> dict[int, list[TsMsg]]:
+    """Whole message to the channel of its first hash value (Milvus's proxy repack)."""
+    out: dict[int, list[TsMsg]] = {}
+    for m, k in zip(msgs, keys):
+        if len(k) == 0:
+            raise ProduceError(f"{type(m).__name__} has no hash values: cannot choose a channel")
+        out.setdefault(int(k[0]), []).append(m)
+    return out
+
+
+class MsgStream:
+    """Producer and/or consumer over a set of channels of one backend.
+
+    Use as a context manager; ``close()`` releases producers, consumers and the client
+    (when ``own_client`` is true).
+    """
+
+    def __init__(self, client: Client, *, repack: RepackFunc | None = None,
+                 on_decode_error: str = "fail", own_client: bool = True) -> None:
+        if on_decode_error not in ON_DECODE_ERROR:
+            raise ConfigError(f"on_decode_error must be one of {ON_DECODE_ERROR}, got {on_decode_error!r}")
+        self.client = client
+        self.repack = repack or default_repack
+        self.on_decode_error = on_decode_error
+        self.own_client = own_client
+        self.producer_channels: list[str] = []
+        self._producers: dict[str, Producer] = {}
+        self.consumer_channels: list[str] = []
+        self.subscription: str | None = None
+        self._consumers: dict[str, Consumer] = {}
+        self._rr = 0  # round-robin cursor over consumers
+        self._closed = False
+        self.skipped: list[DecodeError] = []  # decode errors skipped with on_decode_error="skip"
+
+    # -- producing -------------------------------------------------------------------
+    def as_producer(self, channels: Sequence[str]) -> None:
+        """Open a producer per channel (in this order: hash % len(channels) picks one)."""
+        self._check_open()
+        for ch in channels:
+            if ch not in self._producers:
+                self._producers[ch] = self.client.create_producer(ch)
+                self.producer_channels.append(ch)
+
+    def produce(self, pack: MsgPack | Sequence[TsMsg]) -> dict[str, list[MessageID]]:
+        """Route every message by its hash values and send; returns ids per channel.
+
+        Messages for one channel are sent in one ordered batch; channels in parallel.
+        """
+        msgs = list(pack.msgs if isinstance(pack, MsgPack) else pack)
+        if not msgs:
+            return {}
+        n = self._n_producers()
+        keys = [[int(h) % n for h in (m.hash_values if len(m.hash_values) else [0])] for m in msgs]
+        groups = self.repack(msgs, keys)
+        per_channel = {self.producer_channels[i]: ms for i, ms in groups.items()}
+        return self._send_groups(per_channel, with_type=True)
+
+    def broadcast(self, pack: MsgPack | Sequence[TsMsg]) -> dict[str, list[MessageID]]:
+        """Send every message, unchanged, to every producer channel."""
+        msgs = list(pack.msgs if isinstance(pack, MsgPack) else pack)
+        self._n_producers()
+        if not msgs:
+            return {}
+        return self._send_groups({ch: msgs for ch in self.producer_channels}, with_type=True)
+
+    def _send_groups(self, per_channel: Mapping[str, list[TsMsg]], *, with_type: bool) -> dict[str, list[MessageID]]:
+        encoded = {ch: [self._encode(m, with_type) for m in ms] for ch, ms in per_channel.items()}
+        if len(encoded) == 1:
+            ch, batch = next(iter(encoded.items()))
+            return {ch: self._producers[ch].send_batch(batch)}
+        results: dict[str, list[MessageID]] = {}
+        errors: list[ProduceError] = []
+        with ThreadPoolExecutor(max_workers=min(8, len(encoded))) as pool:
+            futs = {ch: pool.submit(self._producers[ch].send_batch, batch) for ch, batch in encoded.items()}
+            for ch, fut in futs.items():
+                try:
+                    results[ch] = fut.result()
+                except ProduceError as exc:
+                    errors.append(exc)
+        if errors:
+            chans = ", ".join(str(e.channel) for e in errors)
+            first = errors[0]
+            err = ProduceError(f"produce failed on channel(s) {chans}: {first}", channel=first.channel,
+                               failures=first.failures, ids=first.ids)
+            err.results = results  # type: ignore[attr-defined]  # what was written elsewhere
+            raise err from first
+        return results
+
+    @staticmethod
+    def _encode(m: TsMsg, with_type: bool) -> ProducerMessage:
+        payload, props = codec.marshal(m)
+        if not with_type:
+            props = {k: v for k, v in props.items() if k != "msg_type"}
+        return ProducerMessage(payload, props, timestamp=int(m.end_ts))
+
+    def _n_producers(self) -> int:
+        self._check_open()
+        if not self.producer_channels:
+            raise ConfigError("this MsgStream has no producer channels: call as_producer(channels) first")
+        return len(self.producer_channels)
+
+    # -- consuming -------------------------------------------------------------------
+    def as_consumer(self, channels: Sequence[str], subscription: str,
+                    initial_position: SubscriptionInitialPosition | str = SubscriptionInitialPosition.EARLIEST,
+                    ) -> None:
+        """Subscribe to each channel under ``subscription``."""
+        self._check_open()
+        pos = SubscriptionInitialPosition.parse(initial_position)
+        if self.subscription is not None and subscription != self.subscription:
+            raise ConfigError(f"MsgStream already consumes as {self.subscription!r}, not {subscription!r}")
+        self.subscription = subscription
+        for ch in channels:
+            if ch not in self._consumers:
+                self._consumers[ch] = self.client.subscribe(ch, subscription, pos)
+                self.consumer_channels.append(ch)
+
+    def seek(self, positions: Sequence[MsgPosition], inclusive: bool = False) -> None:
+        """Position each named channel at its MsgPosition's message id."""
+        for p in positions:
+            consumer = self._consumer_for(p.channel_name)
+            if not p.msg_id:
+                raise ConsumeError(f"cannot seek channel {p.channel_name}: the position has an empty msgID")
+            consumer.seek(self.client.bytes_to_message_id(p.msg_id), inclusive=inclusive)
+
+    def _consumer_for(self, channel: str) -> Consumer:
+        try:
+            return self._consumers[channel]
+        except KeyError:
+            # Milvus positions may name a vchannel; map it to its pchannel.
+            from msgstream_spark.stream.names import to_physical_channel
+
+            phys = to_physical_channel(channel)
+            if phys in self._consumers:
+                return self._consumers[phys]
+            raise ConsumeError(
+                f"position names channel {channel!r}, which this stream does not consume "
+                f"(consumed: {', '.join(self.consumer_channels) or 'none'})"
+            ) from None
+
+    def decode(self, message: Message) -> TsMsg | None:
+        """Decode one backend message and attach its position; None when skipped."""
+        try:
+            msg = codec.unmarshal(message.payload, message.properties,
+                                  channel=message.channel, msg_id=message.id.serialize())
+        except DecodeError as exc:
+            if self.on_decode_error == "skip":
+                log.warning("skipping undecodable message: %s", exc)
+                self.skipped.append(exc)
+                return None
+            raise
+        msg.position = MsgPosition(message.channel, message.id.serialize(), self.subscription or "",
+                                   int(msg.begin_ts))
+        return msg
+
+    def receive(self, timeout: float) -> tuple[Consumer, Message] | None:
+        """The next raw message from any channel (round robin), or None after ``timeout``."""
+        if not self._consumers:
+            raise ConfigError("this MsgStream has no consumers: call as_consumer(...) first")
+        consumers = [self._consumers[c] for c in self.consumer_channels]
+        deadline = time.monotonic() + max(0.0, timeout)
+        while True:
+            for _ in range(len(consumers)):
+                c = consumers[self._rr % len(consumers)]
+                self._rr += 1
+                m = c.receive(0.0)
+                if m is not None:
+                    return c, m
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                return None
+            # block briefly on one consumer so we do not spin
+            c = consumers[self._rr % len(consumers)]
+            self._rr += 1
+            m = c.receive(min(remaining, 0.05))
+            if m is not None:
+                return c, m
+
+    def consume(self, timeout: float = 1.0) -> MsgPack | None:
+        """One message as its own pack (Milvus's plain stream), or None after ``timeout``."""
+        deadline = time.monotonic() + max(0.0, timeout)
+        while True:
+            got = self.receive(max(0.0, deadline - time.monotonic()))
+            if got is None:
+                return None
+            consumer, raw = got
+            consumer.ack(raw)
+            msg = self.decode(raw)
+            if msg is None:
+                continue
+            pos = msg.position
+            return MsgPack([msg], msg.begin_ts, msg.end_ts, [pos], [pos])
+
+    def iterate(self, timeout: float = 1.0) -> Iterator[MsgPack]:
+        """Yield packs until none arrives for ``timeout`` seconds."""
+        while True:
+            pack = self.consume(timeout)
+            if pack is None:
+                return
+            yield pack
+
+    def latest_positions(self) -> list[MsgPosition]:
+        """Latest message position of every consumed channel (timestamp 0 = unknown)."""
+        out = []
+        for ch in self.consumer_channels:
+            mid = self._consumers[ch].latest_message_id()
+            if mid is not None:
+                out.append(MsgPosition(ch, mid.serialize(), self.subscription or "", 0))
+        return out
+
+    # -- lifecycle ---------------------------------------------------------------------
+    def _check_open(self) -> None:
+        if self._closed:
+            raise MsgStreamError("this MsgStream is closed")
+
+    def close(self) -> None:
+        """Close producers (flushing), consumers and, if owned, the client. Idempotent."""
+        if self._closed:
+            return
+        self._closed = True
+        first: BaseException | None = None
+        for res in [*self._producers.values(), *self._consumers.values()]:
+            try:
+                res.close()
+            except Exception as exc:  # noqa: BLE001 - close everything, re-raise the first
+                first = first or exc
+        if self.own_client:
+            try:
+                self.client.close()
+            except Exception as exc:  # noqa: BLE001
+                first = first or exc
+        if first is not None:
+            raise first
+
+    def __enter__(self) -> MsgStream:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

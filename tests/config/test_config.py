@@ -1,0 +1,144 @@
+"""Config loading, Milvus-style backend selection, env overrides, validation and masking."""
+
+from __future__ import annotations
+
+import textwrap
+
+import pytest
+
+from msgstream_spark.config import Config, Factory
+from msgstream_spark.errors import BackendUnavailableError, ConfigError
+from msgstream_spark.mq.registry import build_client
+
+
+def write(tmp_path, text: str, name: str = "milvus.yaml"):
+    p = tmp_path / name
+    p.write_text(textwrap.dedent(text))
+    return p
+
+
+def test_packaged_default_is_embedded_log(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    cfg = Config.load(env={})
+    assert cfg.mq_type == "local"
+    assert cfg.get("local.path") == str(tmp_path / "msgstream-data" / "msgstream.db")
+
+
+def test_repo_conf_files_select_their_backend():
+    assert Config.load("conf/msgstream.yaml", env={}).mq_type == "local"
+    assert Config.load("conf/kafka.yaml", env={}).mq_type == "kafka"
+    assert Config.load("conf/pulsar.yaml", env={}).mq_type == "pulsar"
+
+
+def test_milvus_yaml_cluster_prefers_pulsar_over_kafka(tmp_path):
+    p = write(tmp_path, """
+        mq: {type: default}
+        pulsar: {address: pulsar.example, port: 6650}
+        kafka: {brokerList: kafka.example:9092}
+        etcd: {endpoints: [localhost:2379]}   # foreign sections are ignored
+        """)
+    assert Config.load(p, env={}).mq_type == "pulsar"
+
+
+def test_default_falls_back_to_kafka_then_errors(tmp_path):
+    p = write(tmp_path, "kafka: {brokerList: 'k:9092'}\n")
+    assert Config.load(p, env={}).mq_type == "kafka"
+    empty = write(tmp_path, "mq: {type: default}\n", "empty.yaml")
+    with pytest.raises(ConfigError, match="no backend is configured"):
+        _ = Config.load(empty, env={}).mq_type
+
+
+def test_standalone_local_path_wins_cluster_mode_skips_it(tmp_path):
+    p = write(tmp_path, """
+        local: {path: data/log.db}
+        pulsar: {address: localhost}
+        """)
+    cfg = Config.load(p, env={})
+    assert cfg.mq_type == "local"
+    assert cfg.get("local.path") == str(tmp_path / "data" / "log.db")  # relative to the file
+    cluster = cfg.with_overrides({"msgstream.mode": "cluster"})
+    assert cluster.mq_type == "pulsar"
+
+
+def test_explicit_type_wins_and_rocksmq_maps_to_local(tmp_path):
+    p = write(tmp_path, "mq: {type: kafka}\npulsar: {address: localhost}\n")
+    assert Config.load(p, env={}).mq_type == "kafka"
+    p2 = write(tmp_path, "mq: {type: rocksmq}\nlocal: {path: x.db}\n", "r.yaml")
+    assert Config.load(p2, env={}).mq_type == "local"
+
+
+def test_keys_are_case_insensitive(tmp_path):
+    p = write(tmp_path, "kafka: {BrokerList: 'a:1', readTimeout: 3}\n")
+    cfg = Config.load(p, env={})
+    assert cfg.get("kafka.brokerList") == "a:1"
+    assert cfg.get_int("KAFKA.READTIMEOUT") == 3
+
+
+def test_environment_overrides_like_milvus(tmp_path):
+    p = write(tmp_path, "mq: {type: kafka}\nkafka: {brokerList: 'file:9092'}\n")
+    cfg = Config.load(p, env={"KAFKA_BROKERLIST": "env:9092", "MQ_TYPE": "kafka", "UNRELATED": "x"})
+    assert cfg.get("kafka.brokerlist") == "env:9092"
+    # explicit overrides (e.g. Spark options) beat the environment
+    cfg2 = Config.load(p, overrides={"kafka.brokerList": "opt:9092"}, env={"KAFKA_BROKERLIST": "env:9092"})
+    assert cfg2.get("kafka.brokerlist") == "opt:9092"
+
+
+def test_unknown_key_in_own_section_names_key_and_file(tmp_path):
+    p = write(tmp_path, "local: {path: x.db, retentionTimeInMinute: 5}\n")
+    with pytest.raises(ConfigError) as ei:
+        Config.load(p, env={})
+    assert "local.retentiontimeinminute" in str(ei.value)
+    assert str(p) in str(ei.value)
+
+
+def test_bad_values_are_config_errors(tmp_path):
+    with pytest.raises(ConfigError, match="mq.type"):
+        Config.load(write(tmp_path, "mq: {type: nats}\n"), env={})
+    with pytest.raises(ConfigError, match="local.busytimeout"):
+        Config.load(write(tmp_path, "local: {busyTimeout: soon}\n", "b.yaml"), env={})
+    with pytest.raises(ConfigError, match="not valid YAML"):
+        Config.load(write(tmp_path, "mq: [unclosed\n", "c.yaml"), env={})
+    with pytest.raises(ConfigError, match="not found"):
+        Config.load(tmp_path / "missing.yaml", env={})
+
+
+def test_secrets_are_masked_when_printed(tmp_path):
+    p = write(tmp_path, """
+        mq: {type: kafka}
+        kafka: {brokerList: 'k:1', saslUsername: alice, saslPassword: s3cr3t-pw}
+        pulsar: {authParams: 'token:abc.def.ghi'}
+        """)
+    cfg = Config.load(p, env={})
+    shown = repr(cfg.masked()) + repr(cfg)
+    assert "s3cr3t-pw" not in shown and "abc.def.ghi" not in shown
+    assert cfg.masked()["kafka.saslpassword"] == "******"
+    assert cfg.masked()["kafka.saslusername"] == "alice"
+
+
+def test_passthrough_maps_are_flattened(tmp_path):
+    p = write(tmp_path, "kafka: {producer: {linger.ms: 7}, consumer: {fetch.min.bytes: 2}}\n")
+    cfg = Config.load(p, env={})
+    assert cfg.section("kafka.producer") == {"linger.ms": 7}
+    assert cfg.section("kafka.consumer") == {"fetch.min.bytes": 2}
+
+
+def test_dml_channel_names_follow_milvus():
+    cfg = Config.from_dict({"local": {"path": "x.db"}})
+    assert cfg.dml_channel_names(2) == ["by-dev-rootcoord-dml_0", "by-dev-rootcoord-dml_1"]
+    assert len(cfg.dml_channel_names()) == 16
+
+
+def test_unknown_backend_lists_valid_ones():
+    cfg = Config.from_dict({"local": {"path": "x.db"}})
+    with pytest.raises(BackendUnavailableError) as ei:
+        build_client("nats", cfg)
+    for name in ("local", "kafka", "pulsar"):
+        assert name in str(ei.value)
+
+
+def test_factory_builds_from_path_mapping_and_config(tmp_path):
+    f = Factory({"mq": {"type": "local"}, "local": {"path": str(tmp_path / "a.db")}})
+    assert f.backend == "local"
+    f2 = Factory("conf/kafka.yaml", **{"kafka.brokerList": "x:1"})
+    assert f2.backend == "kafka" and f2.config.get("kafka.brokerlist") == "x:1"
+    assert "******" not in repr(f2) and "x:1" not in repr(f2)
