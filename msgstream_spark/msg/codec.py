@@ -1,0 +1,206 @@
+"""Marshal / unmarshal TsMsgs exactly as Milvus 2.5's msgstream does (wire doc §5.3, §6.1).
+
+Payload = the serialized request protobuf; properties = ``{"msg_type": <enum name>}``.
+Decoding takes the type from the ``msg_type`` property and falls back to the payload's
+``MsgBase`` header when the property is absent or unknown (Broadcast, older Milvus).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from msgstream_spark.errors import DecodeError, UnknownMessageTypeError
+from msgstream_spark.msg.types import (
+    CreateCollectionMsg,
+    CreatePartitionMsg,
+    DeleteMsg,
+    DropCollectionMsg,
+    DropPartitionMsg,
+    InsertMsg,
+    MsgType,
+    TimeTickMsg,
+    TsMsg,
+)
+
+MSG_TYPE_KEY = "msg_type"
+WAL_VERSION_KEY = "_v"
+
+_CLASSES: dict[int, type[TsMsg]] = {
+    MsgType.Insert: InsertMsg,
+    MsgType.Delete: DeleteMsg,
+    MsgType.TimeTick: TimeTickMsg,
+    MsgType.CreateCollection: CreateCollectionMsg,
+    MsgType.DropCollection: DropCollectionMsg,
+    MsgType.CreatePartition: CreatePartitionMsg,
+    MsgType.DropPartition: DropPartitionMsg,
+}
+
+
+def _proto_class(t: int):
+    from pymilvus.grpc_gen import msg_pb2
+
+    return {
+        MsgType.Insert: msg_pb2.InsertRequest,
+        MsgType.Delete: msg_pb2.DeleteRequest,
+        MsgType.TimeTick: msg_pb2.TimeTickMsg,
+        MsgType.CreateCollection: msg_pb2.CreateCollectionRequest,
+        MsgType.DropCollection: msg_pb2.DropCollectionRequest,
+        MsgType.CreatePartition: msg_pb2.CreatePartitionRequest,
+        MsgType.DropPartition: msg_pb2.DropPartitionRequest,
+    }[t]
+
+
+def _type_names() -> dict[str, int]:
+    from pymilvus.grpc_gen import common_pb2
+
+    return {v.name: v.number for v in common_pb2.MsgType.DESCRIPTOR.values}
+
+
+_NAMES: dict[str, int] | None = None
+
+
+def msg_type_name(t: int) -> str:
+    from pymilvus.grpc_gen import common_pb2
+
+    try:
+        return common_pb2.MsgType.Name(int(t))
+    except ValueError:
+        return str(int(t))
+
+
+def _read_varint(buf: bytes, i: int) -> tuple[int, int]:
+    shift = result = 0
+    while True:
+        if i >= len(buf) or shift > 63:
+            raise ValueError("truncated varint")
+        b = buf[i]
+        i += 1
+        result |= (b & 0x7F) << shift
+        if not b & 0x80:
+            return result, i
+        shift += 7
+
+
+def header_msg_type(payload: bytes) -> int:
+    """``base.msg_type`` read straight from the bytes (field 1 must come first, as Go and
+    Python serializers emit it), without parsing the rest of a possibly large payload."""
+    if not payload or payload[0] != 0x0A:
+        raise ValueError("payload does not start with a MsgBase header (field 1)")
+    length, i = _read_varint(payload, 1)
+    end = i + length
+    if end > len(payload):
+        raise ValueError("MsgBase header runs past the payload")
+    while i < end:
+        tag, i = _read_varint(payload, i)
+        field_no, wire = tag >> 3, tag & 7
+        if field_no == 1 and wire == 0:
+            return _read_varint(payload, i)[0]
+        if wire == 0:
+            _, i = _read_varint(payload, i)
+        elif wire == 2:
+            n, i = _read_varint(payload, i)
+            i += n
+        elif wire == 1:
+            i += 8
+        elif wire == 5:
+            i += 4
+        else:
+            raise ValueError(f"unexpected wire type {wire} in MsgBase")
+    return 0
+
+
+def peek_msg_type(payload: bytes, properties: Mapping[str, str] | None = None) -> int:
+    """The message type from the ``msg_type`` property, else from the payload header."""
+    global _NAMES
+    if properties:
+        name = properties.get(MSG_TYPE_KEY)
+        if name:
+            if _NAMES is None:
+                _NAMES = _type_names()
+            t = _NAMES.get(name)
+            if t is not None:
+                return t
+    try:
+        return header_msg_type(payload)
+    except ValueError as exc:
+        raise DecodeError(f"cannot read the message type: {exc}", payload=payload) from exc
+
+
+def marshal(msg: TsMsg) -> tuple[bytes, dict[str, str]]:
+    """Payload bytes and properties, as Milvus 2.5's Produce writes them."""
+    return msg.proto.SerializeToString(), {MSG_TYPE_KEY: msg_type_name(msg.msg_type)}
+
+
+def unmarshal(payload: bytes, properties: Mapping[str, str] | None = None, *, channel: str | None = None,
+              msg_id: bytes | None = None) -> TsMsg:
+    """Decode one MQ message into its TsMsg.
+
+    Raises DecodeError (with channel, position and raw payload) for empty or malformed
+    payloads and inconsistent row counts, and UnknownMessageTypeError for types this
+    library does not decode and for Milvus 2.6 streaming-WAL messages (``_v`` property),
+    which the classic msgstream skips too.
+    """
+    props = properties or {}
+    if not payload:
+        raise DecodeError("empty payload", channel=channel, msg_id=msg_id, payload=payload)
+    if WAL_VERSION_KEY in props and props[WAL_VERSION_KEY] not in ("", "0"):
+        raise UnknownMessageTypeError(
+            f"Milvus 2.6 streaming-service message (_v={props[WAL_VERSION_KEY]}) is not a classic msgstream "
+            "message", channel=channel, msg_id=msg_id, payload=payload)
+    try:
+        t = peek_msg_type(payload, props)
+    except DecodeError as exc:
+        raise exc.with_location(channel, msg_id) from exc.__cause__
+    cls = _CLASSES.get(t)
+    if cls is None:
+        raise UnknownMessageTypeError(f"message type {msg_type_name(t)} ({t}) is not decoded by this library",
+                                      channel=channel, msg_id=msg_id, payload=payload)
+    from google.protobuf.message import DecodeError as PbDecodeError
+
+    proto = _proto_class(t)()
+    try:
+        proto.ParseFromString(payload)
+    except (PbDecodeError, ValueError, RuntimeError) as exc:
+        raise DecodeError(f"malformed {msg_type_name(t)} payload: {exc}", channel=channel, msg_id=msg_id,
+                          payload=payload) from exc
+    msg = cls(proto, properties=props)
+    if t == MsgType.Insert:
+        _check_insert(proto, channel, msg_id, payload)
+    elif t == MsgType.Delete:
+        _fix_delete(proto, channel, msg_id, payload)
+    return msg
+
+
+def _field_rows(fd) -> int:
+    from msgstream_spark.msg.columns import field_data_rows
+
+    return field_data_rows(fd)
+
+
+def _check_insert(req, channel, msg_id, payload) -> None:
+    n = int(req.num_rows)
+    if len(req.timestamps) != n or len(req.rowIDs) != n:
+        raise DecodeError(
+            f"inconsistent Insert: num_rows={n}, timestamps={len(req.timestamps)}, rowIDs={len(req.rowIDs)}",
+            channel=channel, msg_id=msg_id, payload=payload)
+    if req.version != 1 and len(req.row_data):
+        raise DecodeError("row-based (legacy 2.0) Insert messages are not supported", channel=channel,
+                          msg_id=msg_id, payload=payload)
+    for fd in req.fields_data:
+        rows = _field_rows(fd)
+        if rows != n:
+            raise DecodeError(f"inconsistent Insert: field {fd.field_name!r} has {rows} rows, num_rows={n}",
+                              channel=channel, msg_id=msg_id, payload=payload)
+
+
+def _fix_delete(req, channel, msg_id, payload) -> None:
+    if not req.HasField("primary_keys") and len(req.int64_primary_keys):
+        req.primary_keys.int_id.data.extend(req.int64_primary_keys)
+        req.num_rows = len(req.int64_primary_keys)
+    ids = req.primary_keys
+    which = ids.WhichOneof("id_field")
+    npk = len(ids.int_id.data) if which == "int_id" else len(ids.str_id.data) if which == "str_id" else 0
+    if not (int(req.num_rows) == len(req.timestamps) == npk):
+        raise DecodeError(
+            f"inconsistent Delete: num_rows={req.num_rows}, timestamps={len(req.timestamps)}, pks={npk}",
+            channel=channel, msg_id=msg_id, payload=payload)

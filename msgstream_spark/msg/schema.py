@@ -1,0 +1,135 @@
+"""Collection schemas: Milvus ``CollectionSchema`` <-> Arrow, and inference from inserts."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pyarrow as pa
+
+from msgstream_spark.errors import SchemaError
+from msgstream_spark.msg import columns as C
+
+PK_NAMES = ("pk", "id", "primary_key", "_id")
+
+
+def user_fields(schema: Any) -> list[Any]:
+    """Fields with ids >= 100 (RowID 0 and Timestamp 1 are system fields)."""
+    return [f for f in schema.fields if int(f.fieldID) >= 100 or int(f.fieldID) == 0 and f.name not in
+            ("RowID", "Timestamp")]
+
+
+def primary_field(schema: Any) -> Any:
+    for f in schema.fields:
+        if f.is_primary_key:
+            return f
+    raise SchemaError(f"collection schema {schema.name!r} has no primary key field")
+
+
+def collection_arrow_schema(schema: Any) -> pa.Schema:
+    """Arrow schema of the user fields (every column nullable on the Arrow side)."""
+    return pa.schema([pa.field(f.name, C.arrow_type_for(f), nullable=True) for f in user_fields(schema)])
+
+
+def field_schema_for_data(fd: Any, *, is_primary_key: bool = False) -> Any:
+    """The FieldSchema a FieldData implies (type, dim, element type, nullable)."""
+    from pymilvus.grpc_gen import common_pb2, schema_pb2
+
+    fs = schema_pb2.FieldSchema(fieldID=int(fd.field_id), name=fd.field_name, data_type=int(fd.type),
+                                is_primary_key=is_primary_key, nullable=len(fd.valid_data) > 0,
+                                is_dynamic=bool(fd.is_dynamic))
+    if fd.WhichOneof("field") == "vectors" and int(fd.type) != C.SPARSE_VECTOR:
+        fs.type_params.append(common_pb2.KeyValuePair(key="dim", value=str(int(fd.vectors.dim))))
+    if int(fd.type) == C.ARRAY:
+        fs.element_type = int(fd.scalars.array_data.element_type)
+    return fs
+
+
+def infer_collection_schema(insert: Any, name: str = "") -> Any:
+    """A CollectionSchema from an InsertRequest's FieldData.
+
+    FieldData does not say which field is the primary key. Rule: an Int64/VarChar field
+    named pk, id, primary_key or _id; else the first Int64 or VarChar field by field id.
+    """
+    from pymilvus.grpc_gen import schema_pb2
+
+    fds = sorted(insert.fields_data, key=lambda f: int(f.field_id))
+    keyable = [f for f in fds if int(f.type) in (C.INT64, C.VARCHAR)]
+    pk = next((f for f in keyable if f.field_name.lower() in PK_NAMES), keyable[0] if keyable else None)
+    schema = schema_pb2.CollectionSchema(name=name or insert.collection_name)
+    for fd in fds:
+        schema.fields.append(field_schema_for_data(fd, is_primary_key=pk is not None and fd is pk))
+    return schema
+
+
+_ARROW_TO_MILVUS = [
+    (pa.types.is_boolean, C.BOOL), (pa.types.is_int8, C.INT8), (pa.types.is_int16, C.INT16),
+    (pa.types.is_int32, C.INT32), (pa.types.is_int64, C.INT64), (pa.types.is_float32, C.FLOAT),
+    (pa.types.is_float64, C.DOUBLE), (pa.types.is_string, C.VARCHAR), (pa.types.is_large_string, C.VARCHAR),
+    (pa.types.is_binary, C.BINARY_VECTOR), (pa.types.is_large_binary, C.BINARY_VECTOR),
+    (pa.types.is_fixed_size_binary, C.BINARY_VECTOR), (pa.types.is_map, C.SPARSE_VECTOR),
+]
+_UNSIGNED_OK = (pa.types.is_uint8, pa.types.is_uint16)
+
+
+def _parse_type_name(name: str) -> int:
+    from pymilvus.grpc_gen import schema_pb2
+
+    lookup = {n.lower(): v for n, v in schema_pb2.DataType.items()}
+    t = lookup.get(name.strip().lower())
+    if t is None:
+        raise SchemaError(f"unknown Milvus type {name!r}; e.g. FloatVector, Float16Vector, BFloat16Vector, "
+                          "Int8Vector, BinaryVector, SparseFloatVector, JSON, VarChar, Int64")
+    return int(t)
+
+
+def field_schema_from_arrow(name: str, pa_type: pa.DataType, *, field_id: int, is_primary_key: bool = False,
+                            nullable: bool = False, dim: int | None = None, milvus_type: str | int | None = None,
+                            max_length: int = 65535) -> Any:
+    """A FieldSchema for an Arrow (Spark) column.
+
+    list<float|double> -> FloatVector, list<other> -> Array, binary -> BinaryVector,
+    map<int, float> -> SparseFloatVector, string -> VarChar. ``milvus_type`` overrides
+    (e.g. "Float16Vector", "JSON", "Int8Vector"). ``dim`` may be omitted for vectors:
+    it is then taken from the data (fixed_size_list gives it directly).
+    """
+    from pymilvus.grpc_gen import common_pb2, schema_pb2
+
+    elem = 0
+    if milvus_type is not None:
+        t = milvus_type if isinstance(milvus_type, int) else _parse_type_name(milvus_type)
+    elif pa.types.is_list(pa_type) or pa.types.is_large_list(pa_type) or pa.types.is_fixed_size_list(pa_type):
+        vt = pa_type.value_type
+        if pa.types.is_floating(vt):
+            t = C.FLOAT_VECTOR
+        else:
+            t = C.ARRAY
+    else:
+        t = next((m for pred, m in _ARROW_TO_MILVUS if pred(pa_type)), None)
+        if t is None and any(p(pa_type) for p in _UNSIGNED_OK):
+            t = C.INT32
+        if t is None:
+            raise SchemaError(f"column {name!r}: Arrow type {pa_type} has no Milvus equivalent")
+    if t == C.ARRAY:
+        if not (pa.types.is_list(pa_type) or pa.types.is_large_list(pa_type) or pa.types.is_fixed_size_list(pa_type)):
+            raise SchemaError(f"column {name!r}: an Array field needs a list column, got {pa_type}")
+        inner = field_schema_from_arrow(name, pa_type.value_type, field_id=field_id)
+        elem = int(inner.data_type)
+        if elem >= 100 or elem in (C.ARRAY, C.JSON):
+            raise SchemaError(f"column {name!r}: Array of {pa_type.value_type} is not supported")
+    if is_primary_key and t not in (C.INT64, C.VARCHAR):
+        raise SchemaError(f"primary key column {name!r} must be Int64 or VarChar, got {pa_type}")
+    if is_primary_key and nullable:
+        raise SchemaError(f"primary key column {name!r} cannot be nullable")
+    fs = schema_pb2.FieldSchema(fieldID=int(field_id), name=name, data_type=int(t), is_primary_key=is_primary_key,
+                                nullable=bool(nullable) and t < 100, element_type=elem)
+    if dim is None and pa.types.is_fixed_size_list(pa_type):
+        dim = pa_type.list_size
+    if dim is None and pa.types.is_fixed_size_binary(pa_type):
+        dim = pa_type.byte_width * 8
+    if t in (C.FLOAT_VECTOR, C.FLOAT16_VECTOR, C.BFLOAT16_VECTOR, C.INT8_VECTOR, C.BINARY_VECTOR) and dim:
+        if t == C.BINARY_VECTOR and dim % 8:
+            raise SchemaError(f"column {name!r}: BinaryVector dim must be a multiple of 8, got {dim}")
+        fs.type_params.append(common_pb2.KeyValuePair(key="dim", value=str(int(dim))))
+    if t in (C.VARCHAR, C.STRING) or elem == C.VARCHAR:
+        fs.type_params.append(common_pb2.KeyValuePair(key="max_length", value=str(max_length)))
+    return fs

@@ -1,0 +1,308 @@
+"""The TsMsg model: Milvus request protobufs with the msgstream metadata around them.
+
+Each class keeps the request protobuf from ``pymilvus.grpc_gen`` as ``proto`` and exposes
+what readers and writers need (ids, timestamps, primary keys) as numpy arrays.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from msgstream_spark.msg.position import MsgPosition
+
+
+class MsgType(enum.IntEnum):
+    """``commonpb.MsgType`` values used on DML channels."""
+
+    CreateCollection = 100
+    DropCollection = 101
+    CreatePartition = 200
+    DropPartition = 201
+    Insert = 400
+    Delete = 401
+    TimeTick = 1200
+    Replicate = 1212
+
+
+class TsMsg:
+    """Base of every message. ``hash_values`` route it on produce (not on the wire)."""
+
+    msg_type: MsgType
+
+    def __init__(self, proto: Any, *, hash_values: Sequence[int] | np.ndarray = (),
+                 position: MsgPosition | None = None, properties: Mapping[str, str] | None = None) -> None:
+        self.proto = proto
+        self.hash_values = hash_values
+        self.position = position
+        self.properties = dict(properties or {})
+
+    @property
+    def base_msg_id(self) -> int:
+        return int(self.proto.base.msgID)
+
+    @property
+    def timestamp(self) -> int:
+        return int(self.proto.base.timestamp)
+
+    @property
+    def begin_ts(self) -> int:
+        return self.timestamp
+
+    @property
+    def end_ts(self) -> int:
+        return self.timestamp
+
+    @property
+    def collection_id(self) -> int:
+        return int(getattr(self.proto, "collectionID", 0))
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(msgID={self.base_msg_id}, ts={self.timestamp})"
+
+
+def _base(msg_type: MsgType, ts: int, msg_id: int = 0, source_id: int = 0):
+    from pymilvus.grpc_gen import common_pb2
+
+    return common_pb2.MsgBase(msg_type=int(msg_type), msgID=int(msg_id), timestamp=int(ts), sourceID=int(source_id))
+
+
+class _DmlMsg(TsMsg):
+    """Insert and delete: per-row timestamps decide begin/end ts."""
+
+    @property
+    def timestamps(self) -> np.ndarray:
+        return np.fromiter(self.proto.timestamps, dtype=np.uint64, count=len(self.proto.timestamps))
+
+    @property
+    def begin_ts(self) -> int:
+        ts = self.proto.timestamps
+        return int(min(ts)) if len(ts) else self.timestamp
+
+    @property
+    def end_ts(self) -> int:
+        ts = self.proto.timestamps
+        return int(max(ts)) if len(ts) else self.timestamp
+
+    @property
+    def shard_name(self) -> str:
+        return self.proto.shardName
+
+    @property
+    def partition_id(self) -> int:
+        return int(self.proto.partitionID)
+
+    @property
+    def collection_name(self) -> str:
+        return self.proto.collection_name
+
+    @property
+    def partition_name(self) -> str:
+        return self.proto.partition_name
+
+
+class InsertMsg(_DmlMsg):
+    msg_type = MsgType.Insert
+
+    @property
+    def num_rows(self) -> int:
+        return int(self.proto.num_rows)
+
+    @property
+    def row_ids(self) -> np.ndarray:
+        return np.fromiter(self.proto.rowIDs, dtype=np.int64, count=len(self.proto.rowIDs))
+
+    @property
+    def segment_id(self) -> int:
+        return int(self.proto.segmentID)
+
+    @property
+    def fields_data(self):
+        return self.proto.fields_data
+
+    def to_arrow(self):
+        """The user fields as a ``pyarrow.RecordBatch`` (column per FieldData, by name)."""
+        import pyarrow as pa
+
+        from msgstream_spark.msg.columns import field_data_to_arrow
+
+        arrays = [field_data_to_arrow(fd) for fd in self.proto.fields_data]
+        names = [fd.field_name for fd in self.proto.fields_data]
+        return pa.RecordBatch.from_arrays(arrays, names=names)
+
+    @classmethod
+    def build(cls, *, fields_data: Sequence[Any], num_rows: int, timestamp: int | Sequence[int],
+              collection_id: int = 0, partition_id: int = 0, segment_id: int = 0, shard_name: str = "",
+              msg_id: int = 0, source_id: int = 0, row_ids: Sequence[int] | np.ndarray | None = None,
+              collection_name: str = "", partition_name: str = "", db_name: str = "",
+              hash_values: Sequence[int] | np.ndarray = ()) -> InsertMsg:
+        """An InsertMsg from ready FieldData (see ``columns.arrow_to_field_data``)."""
+        from pymilvus.grpc_gen import msg_pb2
+
+        if np.ndim(timestamp) == 0:
+            ts = np.full(num_rows, int(timestamp), dtype=np.uint64)
+        else:
+            ts = np.asarray(timestamp, dtype=np.uint64)
+        base_ts = int(ts.max()) if len(ts) else int(np.asarray(timestamp).max(initial=0))
+        rid = np.arange(num_rows, dtype=np.int64) if row_ids is None else np.asarray(row_ids, np.int64)
+        req = msg_pb2.InsertRequest(
+            base=_base(MsgType.Insert, base_ts, msg_id, source_id), shardName=shard_name, db_name=db_name,
+            collection_name=collection_name, partition_name=partition_name, collectionID=collection_id,
+            partitionID=partition_id, segmentID=segment_id, num_rows=num_rows,
+            version=msg_pb2.InsertDataVersion.ColumnBased)
+        req.timestamps.extend(ts.tolist())
+        req.rowIDs.extend(rid.tolist())
+        req.fields_data.extend(fields_data)
+        return cls(req, hash_values=hash_values)
+
+
+class DeleteMsg(_DmlMsg):
+    msg_type = MsgType.Delete
+
+    @property
+    def num_rows(self) -> int:
+        return int(self.proto.num_rows)
+
+    @property
+    def primary_keys(self) -> np.ndarray | list[str]:
+        ids = self.proto.primary_keys
+        which = ids.WhichOneof("id_field")
+        if which == "str_id":
+            return list(ids.str_id.data)
+        if which == "int_id":
+            return np.fromiter(ids.int_id.data, dtype=np.int64, count=len(ids.int_id.data))
+        return np.fromiter(self.proto.int64_primary_keys, dtype=np.int64,
+                           count=len(self.proto.int64_primary_keys))
+
+    @classmethod
+    def build(cls, *, primary_keys: np.ndarray | Sequence[int] | Sequence[str], timestamp: int,
+              collection_id: int = 0, partition_id: int = -1, shard_name: str = "", msg_id: int = 0,
+              source_id: int = 0, collection_name: str = "", partition_name: str = "", db_name: str = "",
+              hash_values: Sequence[int] | np.ndarray = ()) -> DeleteMsg:
+        from pymilvus.grpc_gen import msg_pb2, schema_pb2
+
+        keys = primary_keys
+        n = len(keys)
+        ids = schema_pb2.IDs()
+        if n and isinstance(keys[0], str):
+            ids.str_id.data.extend(list(keys))
+        else:
+            ids.int_id.data.extend(np.asarray(keys, dtype=np.int64).tolist())
+        req = msg_pb2.DeleteRequest(
+            base=_base(MsgType.Delete, timestamp, msg_id, source_id), shardName=shard_name, db_name=db_name,
+            collection_name=collection_name, partition_name=partition_name, collectionID=collection_id,
+            partitionID=partition_id, num_rows=n, primary_keys=ids)
+        req.timestamps.extend([int(timestamp)] * n)
+        return cls(req, hash_values=hash_values)
+
+
+class TimeTickMsg(TsMsg):
+    msg_type = MsgType.TimeTick
+
+    @classmethod
+    def build(cls, ts: int, *, source_id: int = 0, msg_id: int = 0) -> TimeTickMsg:
+        from pymilvus.grpc_gen import msg_pb2
+
+        return cls(msg_pb2.TimeTickMsg(base=_base(MsgType.TimeTick, ts, msg_id, source_id)), hash_values=[0])
+
+
+class CreateCollectionMsg(TsMsg):
+    msg_type = MsgType.CreateCollection
+
+    @property
+    def collection_id(self) -> int:
+        return int(self.proto.collectionID)
+
+    @property
+    def collection_name(self) -> str:
+        return self.proto.collectionName
+
+    @property
+    def schema(self):
+        """The parsed ``schema.CollectionSchema`` (from the bytes field or field 13)."""
+        from pymilvus.grpc_gen import schema_pb2
+
+        if self.proto.schema:
+            s = schema_pb2.CollectionSchema()
+            s.ParseFromString(self.proto.schema)
+            return s
+        if self.proto.HasField("collection_schema"):
+            return self.proto.collection_schema
+        return None
+
+    @classmethod
+    def build(cls, *, collection_id: int, collection_name: str, schema: Any, timestamp: int,
+              virtual_channels: Sequence[str] = (), physical_channels: Sequence[str] = (),
+              partition_ids: Sequence[int] = (), msg_id: int = 0) -> CreateCollectionMsg:
+        from pymilvus.grpc_gen import msg_pb2
+
+        req = msg_pb2.CreateCollectionRequest(
+            base=_base(MsgType.CreateCollection, timestamp, msg_id), collectionName=collection_name,
+            collectionID=collection_id, schema=schema.SerializeToString())
+        req.virtualChannelNames.extend(virtual_channels)
+        req.physicalChannelNames.extend(physical_channels)
+        req.partitionIDs.extend(partition_ids)
+        return cls(req, hash_values=[0])
+
+
+class DropCollectionMsg(TsMsg):
+    msg_type = MsgType.DropCollection
+
+    @property
+    def collection_id(self) -> int:
+        return int(self.proto.collectionID)
+
+    @classmethod
+    def build(cls, *, collection_id: int, collection_name: str, timestamp: int, msg_id: int = 0):
+        from pymilvus.grpc_gen import msg_pb2
+
+        return cls(msg_pb2.DropCollectionRequest(base=_base(MsgType.DropCollection, timestamp, msg_id),
+                                                 collectionName=collection_name, collectionID=collection_id),
+                   hash_values=[0])
+
+
+class _PartitionMsg(TsMsg):
+    @property
+    def collection_id(self) -> int:
+        return int(self.proto.collectionID)
+
+    @property
+    def partition_id(self) -> int:
+        return int(self.proto.partitionID)
+
+    @classmethod
+    def build(cls, *, collection_id: int, partition_id: int, timestamp: int, collection_name: str = "",
+              partition_name: str = "", msg_id: int = 0):
+        from pymilvus.grpc_gen import msg_pb2
+
+        proto_cls = (msg_pb2.CreatePartitionRequest if cls.msg_type == MsgType.CreatePartition
+                     else msg_pb2.DropPartitionRequest)
+        return cls(proto_cls(base=_base(cls.msg_type, timestamp, msg_id), collection_name=collection_name,
+                             partition_name=partition_name, collectionID=collection_id,
+                             partitionID=partition_id), hash_values=[0])
+
+
+class CreatePartitionMsg(_PartitionMsg):
+    msg_type = MsgType.CreatePartition
+
+
+class DropPartitionMsg(_PartitionMsg):
+    msg_type = MsgType.DropPartition
+
+
+@dataclass
+class MsgPack:
+    """A batch of messages with its time range and per-channel start/end positions."""
+
+    msgs: list[TsMsg] = field(default_factory=list)
+    begin_ts: int = 0
+    end_ts: int = 0
+    start_positions: list[MsgPosition] = field(default_factory=list)
+    end_positions: list[MsgPosition] = field(default_factory=list)
+
+    def __len__(self) -> int:
+        return len(self.msgs)
