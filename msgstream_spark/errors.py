@@ -55,8 +55,12 @@ class ConsumeError(BackendError):
     """Consuming or seeking failed."""
 
 
-class TimeoutError(BackendError):  # noqa: A001 - deliberately shadows the builtin inside this package
+class BackendTimeoutError(BackendError):
     """A backend call did not finish within its configured timeout."""
+
+
+# Short alias; import it as ``errors.TimeoutError`` or use BackendTimeoutError.
+TimeoutError = BackendTimeoutError  # noqa: A001
 
 
 class DataLossError(MsgStreamError):

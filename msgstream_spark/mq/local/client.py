@@ -1,0 +1,126 @@
+"""LocalClient: the embedded log's entry point (config key ``local.path``)."""
+
+from __future__ import annotations
+
+from msgstream_spark.config import Config
+from msgstream_spark.errors import ConsumeError
+from msgstream_spark.mq.base import Client, Consumer, MessageID, Producer, SubscriptionInitialPosition
+from msgstream_spark.mq.local.consumer import LocalConsumer
+from msgstream_spark.mq.local.message_id import EARLIEST, LocalMessageID
+from msgstream_spark.mq.local.producer import LocalProducer
+from msgstream_spark.mq.local.store import Connection, LocalSettings, apply_retention, ensure_channel, write_txn
+
+
+class LocalClient(Client):
+    name = "local"
+
+    def __init__(self, config: Config) -> None:
+        self.settings = LocalSettings(config)
+        self._db = Connection(self.settings)
+        self._closed = False
+
+    def _conn(self):
+        if self._closed:
+            raise ConsumeError("the embedded-log client is closed")
+        return self._db.get()
+
+    def create_producer(self, channel: str) -> Producer:
+        self._check_name(channel)
+        return LocalProducer(self.settings, channel)
+
+    def subscribe(self, channel: str, subscription: str,
+                  initial_position: SubscriptionInitialPosition = SubscriptionInitialPosition.EARLIEST) -> Consumer:
+        self._check_name(channel)
+        pos = SubscriptionInitialPosition.parse(initial_position)
+        with self._db.lock:
+            conn = self._conn()
+            with write_txn(conn, channel):
+                ensure_channel(conn, channel)
+                row = conn.execute("SELECT cursor FROM subscriptions WHERE sub = ? AND channel = ?",
+                                   (subscription, channel)).fetchone()
+                if row is not None:
+                    after: int | None = row[0]
+                elif pos == SubscriptionInitialPosition.UNKNOWN:
+                    after = None
+                else:
+                    if pos == SubscriptionInitialPosition.LATEST:
+                        after = conn.execute("SELECT last_id FROM channels WHERE name = ?", (channel,)).fetchone()[0]
+                    else:
+                        after = -1
+                    conn.execute("INSERT INTO subscriptions (sub, channel, cursor) VALUES (?, ?, ?)",
+                                 (subscription, channel, after))
+        return LocalConsumer(self.settings, channel, subscription, after)
+
+    @staticmethod
+    def _check_name(channel: str) -> None:
+        if not channel or not isinstance(channel, str):
+            from msgstream_spark.errors import ConfigError
+
+            raise ConfigError(f"invalid channel name {channel!r}")
+
+    def earliest_message_id(self) -> MessageID:
+        return LocalMessageID(EARLIEST)
+
+    def bytes_to_message_id(self, data: bytes) -> MessageID:
+        return LocalMessageID.deserialize(data)
+
+    def _one(self, sql: str, *args) -> int | None:
+        with self._db.lock:
+            row = self._conn().execute(sql, args).fetchone()
+        return None if row is None or row[0] is None else int(row[0])
+
+    def latest_message_id(self, channel: str) -> MessageID | None:
+        v = self._one("SELECT last_id FROM channels WHERE name = ?", channel)
+        return LocalMessageID(v) if v else None
+
+    def first_message_id(self, channel: str) -> MessageID | None:
+        v = self._one("SELECT MIN(id) FROM messages WHERE channel = ?", channel)
+        return LocalMessageID(v) if v is not None else None
+
+    def message_id_at_timestamp(self, channel: str, hybrid_ts: int) -> MessageID | None:
+        v = self._one("SELECT MIN(id) FROM messages WHERE channel = ? AND ts >= ?", channel, int(hybrid_ts))
+        return LocalMessageID(v) if v is not None else None
+
+    def removed_upto(self, channel: str) -> int:
+        """Highest id retention removed from ``channel`` (0: none)."""
+        return self._one("SELECT removed_upto FROM channels WHERE name = ?", channel) or 0
+
+    def list_channels(self) -> list[str]:
+        with self._db.lock:
+            return [r[0] for r in self._conn().execute("SELECT name FROM channels ORDER BY name")]
+
+    def channel_exists(self, channel: str) -> bool:
+        return self._one("SELECT 1 FROM channels WHERE name = ?", channel) is not None
+
+    def message_count(self, channel: str) -> int:
+        return self._one("SELECT COUNT(*) FROM messages WHERE channel = ?", channel) or 0
+
+    def put_metadata(self, key: str, value: str) -> None:
+        with self._db.lock:
+            conn = self._conn()
+            with write_txn(conn, "<metadata>"):
+                conn.execute("INSERT INTO metadata (key, value) VALUES (?, ?) ON CONFLICT (key) "
+                             "DO UPDATE SET value = excluded.value", (key, value))
+
+    def get_metadata(self, key: str) -> str | None:
+        with self._db.lock:
+            row = self._conn().execute("SELECT value FROM metadata WHERE key = ?", (key,)).fetchone()
+        return None if row is None else row[0]
+
+    def commit_position(self, channel: str, subscription: str, msg_id: MessageID) -> None:
+        with self._db.lock:
+            conn = self._conn()
+            with write_txn(conn, channel):
+                conn.execute("INSERT INTO subscriptions (sub, channel, cursor) VALUES (?, ?, ?) "
+                             "ON CONFLICT (sub, channel) DO UPDATE SET cursor = excluded.cursor",
+                             (subscription, channel, msg_id.sort_key()[0]))
+
+    def apply_retention(self, channel: str | None = None) -> int:
+        """Apply age and size retention now; returns the number of messages removed."""
+        with self._db.lock:
+            return apply_retention(self._conn(), self.settings, channel)
+
+    def close(self) -> None:
+        if not self._closed:
+            self._closed = True
+            self._db.close()

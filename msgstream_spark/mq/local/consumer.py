@@ -1,0 +1,126 @@
+"""Embedded-log consumer: reads by id range, cursor persisted per subscription."""
+
+from __future__ import annotations
+
+import json
+import time
+
+from msgstream_spark.errors import ConsumeError, DataLossError
+from msgstream_spark.mq.base import Consumer, Message, MessageID
+from msgstream_spark.mq.local.message_id import LocalMessageID
+from msgstream_spark.mq.local.store import Connection, LocalSettings, write_txn
+
+_FLUSH_EVERY_ACKS = 1000
+_FLUSH_EVERY_S = 1.0
+_POLL_MIN, _POLL_MAX = 0.002, 0.05
+
+
+class LocalConsumer(Consumer):
+    def __init__(self, settings: LocalSettings, channel: str, subscription: str, after: int | None) -> None:
+        self.channel = channel
+        self._sub = subscription
+        self._db = Connection(settings)
+        self._after = after  # read ids > _after; None: a seek must come first
+        self._acked: int | None = None
+        self._acks_since_flush = 0
+        self._last_flush = time.monotonic()
+        self._closed = False
+
+    @property
+    def subscription(self) -> str:
+        return self._sub
+
+    def _check(self) -> None:
+        if self._closed:
+            raise ConsumeError(f"consumer of channel {self.channel} ({self._sub}) is closed")
+        if self._after is None:
+            raise ConsumeError(f"consumer of channel {self.channel} was subscribed with initial position "
+                               "unknown: seek before receiving")
+
+    def _fetch(self, limit: int) -> list[Message]:
+        with self._db.lock:
+            conn = self._db.get()
+            rows = conn.execute("SELECT id, ts, props, payload FROM messages WHERE channel = ? AND id > ? "
+                                "ORDER BY id LIMIT ?", (self.channel, self._after, limit)).fetchall()
+            if rows and self._after > 0 and rows[0][0] > self._after + 1:
+                removed = conn.execute("SELECT removed_upto FROM channels WHERE name = ?",
+                                       (self.channel,)).fetchone()
+                if removed and removed[0] > self._after:
+                    raise DataLossError(
+                        f"channel {self.channel}: messages {self._after + 1}..{rows[0][0] - 1} were removed by "
+                        f"retention before subscription {self._sub} read them", channel=self.channel)
+        ch = self.channel
+        out = [Message(ch, payload, json.loads(props) if props != "{}" else {}, LocalMessageID(mid), ts)
+               for mid, ts, props, payload in rows]
+        if rows:
+            self._after = rows[-1][0]
+        return out
+
+    def receive_batch(self, max_messages: int, timeout: float) -> list[Message]:
+        self._check()
+        deadline = time.monotonic() + max(0.0, timeout)
+        delay = _POLL_MIN
+        while True:
+            out = self._fetch(max_messages)
+            if out:
+                return out
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                return []
+            time.sleep(min(delay, remaining))
+            delay = min(delay * 2, _POLL_MAX)
+
+    def receive(self, timeout: float) -> Message | None:
+        got = self.receive_batch(1, timeout)
+        return got[0] if got else None
+
+    def seek(self, msg_id: MessageID, inclusive: bool = True) -> None:
+        if self._closed:
+            raise ConsumeError(f"consumer of channel {self.channel} ({self._sub}) is closed")
+        target = msg_id.sort_key()[0]
+        if target <= 0:  # earliest sentinel
+            self._after = -1
+            return
+        with self._db.lock:
+            row = self._db.get().execute("SELECT removed_upto FROM channels WHERE name = ?",
+                                         (self.channel,)).fetchone()
+        removed = row[0] if row else 0
+        if target < removed or (inclusive and target == removed):
+            raise DataLossError(f"channel {self.channel}: position {target} was removed by retention "
+                                f"(messages up to {removed} are gone)", channel=self.channel)
+        # ids are contiguous per channel: "after target-1" includes target, "after target" skips it
+        self._after = target - 1 if inclusive else target
+
+    def ack(self, message: Message) -> None:
+        mid = message.id.sort_key()[0]
+        if self._acked is None or mid > self._acked:
+            self._acked = mid
+        self._acks_since_flush += 1
+        if self._acks_since_flush >= _FLUSH_EVERY_ACKS or time.monotonic() - self._last_flush > _FLUSH_EVERY_S:
+            self._flush()
+
+    def _flush(self) -> None:
+        self._acks_since_flush = 0
+        self._last_flush = time.monotonic()
+        if self._acked is None:
+            return
+        with self._db.lock:
+            conn = self._db.get()
+            with write_txn(conn, self.channel):
+                conn.execute("INSERT INTO subscriptions (sub, channel, cursor) VALUES (?, ?, ?) "
+                             "ON CONFLICT (sub, channel) DO UPDATE SET cursor = MAX(cursor, excluded.cursor)",
+                             (self._sub, self.channel, self._acked))
+
+    def latest_message_id(self) -> MessageID | None:
+        with self._db.lock:
+            row = self._db.get().execute("SELECT last_id FROM channels WHERE name = ?", (self.channel,)).fetchone()
+        return LocalMessageID(row[0]) if row and row[0] > 0 else None
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        try:
+            self._flush()
+        finally:
+            self._closed = True
+            self._db.close()
