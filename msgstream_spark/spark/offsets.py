@@ -1,0 +1,154 @@
+"""Spark offsets of the msgstream source and how start/end positions resolve to them.
+
+An offset is ``{channel: {"msgID": base64, "ts": hybrid ts}}`` with sorted keys (Spark
+compares offsets as JSON strings). ``msgID`` is the id of the last message a batch
+included; the next batch starts after it (start exclusive, end inclusive). ``""`` means
+"nothing read yet: from the start of the channel". Two flags appear only where users
+give positions:
+
+* ``"inclusive": true`` on a start: Milvus's seek semantics (wire doc §7.5) — start AT
+  ``msgID`` and drop messages with BeginTs <= ``ts`` until the first time tick >= ``ts``.
+  Milvus channel checkpoints and this source's ``_position`` column resume this way.
+* ``"exclusive": true`` on an end: stop BEFORE ``msgID`` (a saved ``_position`` as end).
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import logging
+from typing import Any
+
+from msgstream_spark.errors import DataLossError, OptionError
+from msgstream_spark.msg.position import MsgPosition, parse_positions
+from msgstream_spark.stream.names import to_physical_channel
+
+log = logging.getLogger(__name__)
+
+Entry = dict[str, Any]
+Offset = dict[str, Entry]
+
+
+def b64(data: bytes) -> str:
+    return base64.b64encode(data).decode("ascii") if data else ""
+
+
+def unb64(text: str) -> bytes:
+    return base64.b64decode(text) if text else b""
+
+
+def entry(msg_id: bytes, ts: int, **flags: bool) -> Entry:
+    e: Entry = {"msgID": b64(msg_id), "ts": int(ts)}
+    e.update({k: True for k, v in flags.items() if v})
+    return e
+
+
+def dumps(offset: Offset) -> str:
+    return json.dumps(offset, sort_keys=True)
+
+
+def normalize(offset: Offset) -> Offset:
+    """Sorted keys at both levels (JSON string equality is what Spark compares)."""
+    return json.loads(dumps(offset))
+
+
+def _parse_json_positions(text: str, channels: list[str]) -> dict[str, Any]:
+    """{channel: "earliest" | "latest" | MsgPosition} from the JSON/base64 forms."""
+    t = text.strip()
+    out: dict[str, Any] = {}
+    if t.startswith("{"):
+        try:
+            data = json.loads(t)
+        except json.JSONDecodeError as exc:
+            raise OptionError(f"positions are not valid JSON: {exc}") from None
+        if isinstance(data, dict) and not ("channel_name" in data or "msgID" in data):
+            rest = {}
+            for ch, v in data.items():
+                if isinstance(v, str) and v.strip().lower() in ("earliest", "latest"):
+                    out[to_physical_channel(ch)] = v.strip().lower()
+                else:
+                    rest[ch] = v
+            t = json.dumps(rest) if rest else ""
+    if t:
+        try:
+            for p in parse_positions(t):
+                out[to_physical_channel(p.channel_name)] = p
+        except ValueError as exc:
+            raise OptionError(f"bad position: {exc}") from None
+    unknown = sorted(set(out) - set(channels))
+    if unknown:
+        raise OptionError(f"positions name channel(s) {', '.join(unknown)} that are not read "
+                          f"(channels: {', '.join(channels)})")
+    return out
+
+
+def resolve_start(client: Any, channels: list[str], spec: str | None, starting_ts: int | None,
+                  fail_on_data_loss: bool, subscription: str = "") -> Offset:
+    """The initial offset for ``channels`` from startingPositions / startingTimestamp."""
+    out: Offset = {}
+    per: dict[str, Any] = {}
+    default = "earliest"
+    if spec and spec.strip().lower() in ("earliest", "latest"):
+        default = spec.strip().lower()
+    elif spec:
+        per = _parse_json_positions(spec, channels)
+        missing = [c for c in channels if c not in per]
+        if missing:
+            raise OptionError(f"option startingPositions must cover every channel; missing: {', '.join(missing)}")
+    for ch in channels:
+        how = per.get(ch, default)
+        if starting_ts is not None:
+            mid = client.message_id_at_timestamp(ch, starting_ts)
+            if mid is None:
+                latest = client.latest_message_id(ch)
+                out[ch] = entry(latest.serialize() if latest else b"", starting_ts)
+            else:
+                out[ch] = entry(mid.serialize(), max(0, starting_ts - 1), inclusive=True)
+        elif how == "earliest":
+            out[ch] = entry(b"", 0)
+        elif how == "latest":
+            latest = client.latest_message_id(ch)
+            out[ch] = entry(latest.serialize() if latest else b"", 0)
+        else:
+            pos: MsgPosition = how
+            if not pos.msg_id:
+                raise OptionError(f"startingPositions: the position of channel {ch} has an empty msgID")
+            mid = client.bytes_to_message_id(pos.msg_id)
+            first = client.first_message_id(ch)
+            if first is not None and mid < first and not mid.at_earliest_position():
+                msg = (f"channel {ch}: start position {b64(pos.msg_id)} was removed by retention "
+                       f"(first retained message: {b64(first.serialize())})")
+                if fail_on_data_loss:
+                    raise DataLossError(msg + "; set failOnDataLoss=false to start at the first retained message",
+                                        channel=ch)
+                log.warning("%s; starting at the first retained message (failOnDataLoss=false)", msg)
+                out[ch] = entry(first.serialize(), 0, inclusive=True)
+                continue
+            out[ch] = entry(pos.msg_id, pos.timestamp, inclusive=True)
+    return normalize(out)
+
+
+def resolve_end(client: Any, channels: list[str], spec: str | None, ending_ts: int | None) -> Offset:
+    """The end offset of a batch read from endingPositions / endingTimestamp (default latest)."""
+    out: Offset = {}
+    per: dict[str, Any] = {}
+    if spec and spec.strip().lower() == "earliest":
+        raise OptionError("option endingPositions=earliest is not allowed (nothing to read)")
+    if spec and spec.strip().lower() != "latest":
+        per = _parse_json_positions(spec, channels)
+    for ch in channels:
+        how = per.get(ch, "latest")
+        if ending_ts is not None:
+            mid = client.message_id_at_timestamp(ch, ending_ts + 1)
+            if mid is not None:
+                out[ch] = entry(mid.serialize(), ending_ts, exclusive=True)
+                continue
+            how = "latest"
+        if how == "latest":
+            latest = client.latest_message_id(ch)
+            out[ch] = entry(latest.serialize() if latest else b"", 0)
+        elif how == "earliest":
+            raise OptionError(f"endingPositions: earliest is not a valid end (channel {ch})")
+        else:
+            out[ch] = entry(how.msg_id, how.timestamp, exclusive=True)
+    return normalize(out)

@@ -1,0 +1,228 @@
+"""Options of the ``msgstream`` source: parsed and validated on the driver at ``load()``.
+
+Every error names the option and what it accepts. The result is plain data
+(:class:`ReadOptions`), pickled into partitions and readers.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from msgstream_spark.errors import ConfigError, OptionError
+
+log = logging.getLogger(__name__)
+
+CONFIG_PREFIXES = ("mq.", "kafka.", "pulsar.", "local.", "msgchannel.", "rootcoord.", "msgstream.")
+OUTPUTS = ("rows", "messages")
+DECODE_ERROR_POLICIES = ("fail", "skip")
+MESSAGE_TYPES = ("insert", "delete", "timetick", "createcollection", "dropcollection", "createpartition",
+                 "droppartition")
+ROW_TYPES = ("insert", "delete")
+
+READ_OPTIONS = {
+    "config": "path of a msgstream.yaml / milvus.yaml",
+    "channels": "comma-separated channel names",
+    "channelpattern": "regex of channel names (new matches are picked up)",
+    "subscription": "subscription name (records start positions and progress)",
+    "startingpositions": "earliest | latest | JSON per channel | base64 MsgPosition list",
+    "endingpositions": "latest | JSON per channel | base64 MsgPosition list (batch only)",
+    "startingtimestamp": "hybrid timestamp or ISO-8601",
+    "endingtimestamp": "hybrid timestamp or ISO-8601 (batch only)",
+    "maxrowspertrigger": "positive integer",
+    "maxbytespertrigger": "positive integer",
+    "minrowspertrigger": "positive integer",
+    "aligntotimetick": "true | false (default: true for streams when the channels carry time ticks)",
+    "failondataloss": "true | false (default true)",
+    "output": "rows | messages",
+    "messagetypes": "comma-separated: insert, delete, timetick, createcollection, dropcollection, ...",
+    "collection": "collection name or id",
+    "ondecodeerror": "fail | skip",
+    "minpartitions": "positive integer",
+    "dedupe": "true | false: drop replayed sink batches (exactly-once with the msgstream sink)",
+    "schema": "Spark DDL of the collection's fields (else inferred)",
+    "readtimeout": "seconds a task waits for a message it knows exists (default 60)",
+    "maxbatchrows": "rows per Arrow batch yielded by a task (default 8192)",
+    "path": "alias of channels",
+}
+
+
+def _bool(opts: Mapping[str, str], key: str, default: bool | None) -> bool | None:
+    raw = opts.get(key)
+    if raw is None or str(raw).strip() == "":
+        return default
+    s = str(raw).strip().lower()
+    if s in ("true", "1", "yes"):
+        return True
+    if s in ("false", "0", "no"):
+        return False
+    raise OptionError(f"option {key} must be true or false, got {raw!r}")
+
+
+def _pos_int(opts: Mapping[str, str], key: str) -> int | None:
+    raw = opts.get(key)
+    if raw is None or str(raw).strip() == "":
+        return None
+    try:
+        v = int(str(raw).strip())
+    except ValueError:
+        raise OptionError(f"option {key} must be a positive integer, got {raw!r}") from None
+    if v <= 0:
+        raise OptionError(f"option {key} must be a positive integer, got {raw!r}")
+    return v
+
+
+def _choice(opts: Mapping[str, str], key: str, choices: tuple[str, ...], default: str) -> str:
+    raw = opts.get(key)
+    if raw is None or str(raw).strip() == "":
+        return default
+    v = str(raw).strip().lower()
+    if v not in choices:
+        raise OptionError(f"option {key} must be one of {', '.join(choices)}, got {raw!r}")
+    return v
+
+
+def _timestamp(opts: Mapping[str, str], key: str) -> int | None:
+    raw = opts.get(key)
+    if raw is None or str(raw).strip() == "":
+        return None
+    from msgstream_spark.msg import tso
+
+    try:
+        return tso.parse_timestamp(str(raw))
+    except ValueError as exc:
+        raise OptionError(f"option {key}: {exc}") from None
+
+
+@dataclass
+class ReadOptions:
+    """Validated source options (plain data)."""
+
+    config: dict[str, Any]
+    channels: tuple[str, ...] = ()
+    channel_pattern: str | None = None
+    subscription: str = ""
+    starting: str | None = None
+    ending: str | None = None
+    starting_ts: int | None = None
+    ending_ts: int | None = None
+    max_rows: int | None = None
+    max_bytes: int | None = None
+    min_rows: int | None = None
+    align: bool | None = None
+    fail_on_data_loss: bool = True
+    output: str = "rows"
+    message_types: tuple[str, ...] | None = None
+    collection: str | None = None
+    on_decode_error: str = "fail"
+    min_partitions: int | None = None
+    dedupe: bool = False
+    schema_ddl: str | None = None
+    read_timeout: float = 60.0
+    batch_rows: int = 8192
+    extra: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def mq_type(self) -> str:
+        from msgstream_spark.config import Config
+
+        return Config(dict(self.config)).mq_type
+
+    def client(self):
+        """A new backend client (the caller closes it)."""
+        from msgstream_spark.config import Config
+        from msgstream_spark.mq.registry import build_client
+
+        cfg = Config(dict(self.config), source="<spark options>")
+        return build_client(cfg.mq_type, cfg)
+
+
+def parse_read_options(options: Mapping[str, Any], *, streaming: bool | None) -> ReadOptions:
+    """Validate every option; unknown ones are errors listing the known options."""
+    from msgstream_spark.config import Config
+
+    opts = {str(k).lower(): ("" if v is None else str(v)) for k, v in options.items()}
+    overrides = {k: v for k, v in opts.items() if k.startswith(CONFIG_PREFIXES)}
+    unknown = sorted(k for k in opts if k not in READ_OPTIONS and k not in overrides)
+    if unknown:
+        raise OptionError(f"unknown option(s) {', '.join(unknown)}; known options: "
+                          f"{', '.join(sorted(READ_OPTIONS))}, and config keys such as kafka.brokerList")
+    try:
+        cfg = Config.load(opts.get("config") or None, overrides=overrides or None)
+        _ = cfg.mq_type
+    except ConfigError as exc:
+        raise OptionError(f"option config: {exc}") from exc
+
+    channels = tuple(c.strip() for c in (opts.get("channels") or opts.get("path") or "").split(",") if c.strip())
+    pattern = opts.get("channelpattern") or None
+    if bool(channels) == bool(pattern):
+        raise OptionError("exactly one of the options channels or channelPattern must be set "
+                          f"(channels={opts.get('channels')!r}, channelPattern={pattern!r})")
+    if pattern:
+        try:
+            re.compile(pattern)
+        except re.error as exc:
+            raise OptionError(f"option channelPattern is not a valid regex: {exc}") from None
+    if len(set(channels)) != len(channels):
+        raise OptionError(f"option channels lists a channel twice: {opts.get('channels')}")
+
+    starting = opts.get("startingpositions") or None
+    ending = opts.get("endingpositions") or None
+    r = ReadOptions(
+        config=cfg.to_dict(), channels=channels, channel_pattern=pattern,
+        subscription=opts.get("subscription") or "",
+        starting=starting, ending=ending,
+        starting_ts=_timestamp(opts, "startingtimestamp"), ending_ts=_timestamp(opts, "endingtimestamp"),
+        max_rows=_pos_int(opts, "maxrowspertrigger"), max_bytes=_pos_int(opts, "maxbytespertrigger"),
+        min_rows=_pos_int(opts, "minrowspertrigger"), align=_bool(opts, "aligntotimetick", None),
+        fail_on_data_loss=bool(_bool(opts, "failondataloss", True)),
+        output=_choice(opts, "output", OUTPUTS, "rows"),
+        collection=(opts.get("collection") or None),
+        on_decode_error=_choice(opts, "ondecodeerror", DECODE_ERROR_POLICIES, "fail"),
+        min_partitions=_pos_int(opts, "minpartitions"), dedupe=bool(_bool(opts, "dedupe", False)),
+        schema_ddl=opts.get("schema") or None,
+    )
+    types = opts.get("messagetypes")
+    if types:
+        parsed = tuple(t.strip().lower() for t in types.split(",") if t.strip())
+        bad = [t for t in parsed if t not in MESSAGE_TYPES]
+        if bad:
+            raise OptionError(f"option messageTypes has unknown type(s) {', '.join(bad)}; "
+                              f"accepted: {', '.join(MESSAGE_TYPES)}")
+        if r.output == "rows" and not set(parsed) & set(ROW_TYPES):
+            raise OptionError("option messageTypes must include insert or delete with output=rows "
+                              "(other types produce no rows; use output=messages)")
+        r.message_types = parsed
+    rt = opts.get("readtimeout")
+    if rt:
+        try:
+            r.read_timeout = float(rt)
+            assert r.read_timeout > 0
+        except (ValueError, AssertionError):
+            raise OptionError(f"option readTimeout must be a positive number of seconds, got {rt!r}") from None
+    r.batch_rows = _pos_int(opts, "maxbatchrows") or r.batch_rows
+    if r.min_rows and r.max_rows and r.min_rows > r.max_rows:
+        raise OptionError(f"option minRowsPerTrigger ({r.min_rows}) must not exceed maxRowsPerTrigger ({r.max_rows})")
+    if starting and r.starting_ts is not None:
+        raise OptionError("set only one of startingPositions and startingTimestamp")
+    if ending and r.ending_ts is not None:
+        raise OptionError("set only one of endingPositions and endingTimestamp")
+    if streaming is None:  # schema(): the mode is not known yet
+        return r
+    if streaming:
+        for key, val in (("endingPositions", ending), ("endingTimestamp", r.ending_ts)):
+            if val is not None:
+                raise OptionError(f"option {key} is for batch reads only (spark.read), not for readStream")
+        if not r.subscription:
+            raise OptionError("option subscription is required for readStream: it names where the query's "
+                              "start positions and progress are recorded in the backend")
+    else:
+        if starting and starting.strip().lower() == "latest":
+            raise OptionError("option startingPositions=latest is not allowed for batch reads (nothing to read)")
+        for key in ("maxrowspertrigger", "maxbytespertrigger", "minrowspertrigger"):
+            if opts.get(key):
+                log.warning("option %s only applies to streaming reads; ignored for spark.read", key)
+    return r

@@ -1,0 +1,252 @@
+"""Partitions of the msgstream source and the executor-side read of one partition.
+
+A partition is one id range of one channel: after ``start`` (or at it, with Milvus's
+seek filter when ``inclusive``) up to ``end`` inclusive (or exclusive). ``read_partition``
+is stateless: everything it needs is inside the pickled partition.
+"""
+
+from __future__ import annotations
+
+import logging
+import struct
+import time
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import pyarrow as pa
+from pyspark.sql.datasource import InputPartition
+
+from msgstream_spark.errors import ConsumeError, DataLossError, DecodeError, UnknownMessageTypeError
+from msgstream_spark.mq.base import SubscriptionInitialPosition
+from msgstream_spark.msg import codec
+from msgstream_spark.msg.types import MsgType
+from msgstream_spark.spark.offsets import Entry, Offset, unb64
+from msgstream_spark.spark.options import ReadOptions
+from msgstream_spark.spark.rows import MessagesBuilder, RowsBuilder, wanted_type
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class ChannelPartition(InputPartition):
+    """Plain data: the range of one channel and what is needed to read and convert it."""
+
+    channel: str
+    start: Entry
+    end: Entry
+    opts: ReadOptions
+    schema_json: str
+    pk_name: str | None = None
+    collection_id: int | None = None
+    collection_name: str | None = None
+
+    def __post_init__(self) -> None:
+        InputPartition.__init__(self, self.channel)
+
+
+def _as_int(data: bytes) -> int | None:
+    return struct.unpack("<q", data)[0] if len(data) == 8 else None
+
+
+def plan_partitions(start: Offset, end: Offset, opts: ReadOptions, schema_json: str, pk_name: str | None,
+                    collection: tuple[int | None, str | None] = (None, None)) -> list[ChannelPartition]:
+    """One partition per channel with data in (start, end]; split by ``minPartitions`` when
+    the backend's ids are contiguous integers (embedded log, Kafka offsets)."""
+    ranges = []
+    for ch in sorted(end):
+        s, e = start.get(ch, {"msgID": "", "ts": 0}), end[ch]
+        if not e.get("msgID"):
+            continue
+        if s.get("msgID") == e.get("msgID") and not s.get("inclusive"):
+            continue
+        ranges.append((ch, s, e))
+    if not ranges:
+        return []
+    parts: list[ChannelPartition] = []
+    want = opts.min_partitions or 0
+    splittable = opts.mq_type in ("local", "kafka")
+    sizes = {}
+    for ch, s, e in ranges:
+        a, b = _as_int(unb64(s.get("msgID", ""))), _as_int(unb64(e["msgID"]))
+        if splittable and a is not None and b is not None and not s.get("inclusive") and not e.get("exclusive"):
+            sizes[ch] = max(0, b - a)
+    total = sum(sizes.values()) or 1
+    cid, cname = collection
+    for ch, s, e in ranges:
+        pieces = 1
+        if want > len(ranges) and ch in sizes and sizes[ch] > 1:
+            pieces = max(1, min(sizes[ch], round(want * sizes[ch] / total)))
+        if pieces == 1:
+            parts.append(ChannelPartition(ch, s, e, opts, schema_json, pk_name, cid, cname))
+            continue
+        a, b = _as_int(unb64(s["msgID"])), _as_int(unb64(e["msgID"]))
+        bounds = [a + (b - a) * k // pieces for k in range(pieces + 1)]
+        for lo, hi in zip(bounds, bounds[1:]):
+            if hi > lo:
+                ps = {"msgID": _b64int(lo), "ts": 0}
+                pe = {"msgID": _b64int(hi), "ts": e["ts"] if hi == b else 0}
+                parts.append(ChannelPartition(ch, ps, pe, opts, schema_json, pk_name, cid, cname))
+    return parts
+
+
+def _b64int(v: int) -> str:
+    import base64
+
+    return base64.b64encode(struct.pack("<q", v)).decode()
+
+
+def _spark_arrow_schema(schema_json: str) -> pa.Schema:
+    from pyspark.sql.pandas.types import to_arrow_schema
+    from pyspark.sql.types import StructType
+
+    return to_arrow_schema(StructType.fromJson(__import__("json").loads(schema_json)), timezone="UTC")
+
+
+def _collection_matches(msg: Any, part: ChannelPartition) -> bool:
+    if part.collection_id is None and part.collection_name is None:
+        return True
+    if msg.msg_type not in (MsgType.Insert, MsgType.Delete):
+        return True
+    if part.collection_id is not None and msg.collection_id == part.collection_id:
+        return True
+    return part.collection_name is not None and msg.proto.collection_name == part.collection_name
+
+
+def read_partition(part: ChannelPartition) -> Iterator[pa.RecordBatch]:
+    """Read one partition and yield RecordBatches of the exact Spark Arrow schema."""
+    opts = part.opts
+    schema = _spark_arrow_schema(part.schema_json)
+    group = opts.subscription
+    builder: Any = (MessagesBuilder(schema, group) if opts.output == "messages"
+                    else RowsBuilder(schema, group, part.pk_name))
+    dedupe = None
+    if opts.dedupe:
+        from msgstream_spark.spark.writer_dedupe import ReplayFilter
+
+        dedupe = ReplayFilter()
+    client = opts.client()
+    consumer = None
+    try:
+        consumer = client.subscribe(part.channel, f"__msgstream-read-{uuid.uuid4().hex[:12]}",
+                                    SubscriptionInitialPosition.UNKNOWN)
+        start_id = unb64(part.start.get("msgID", ""))
+        inclusive = bool(part.start.get("inclusive"))
+        seek_ts = int(part.start.get("ts", 0)) if inclusive else None
+        _seek(client, consumer, part.channel, start_id, inclusive, opts.fail_on_data_loss)
+        end_id = client.bytes_to_message_id(unb64(part.end["msgID"]))
+        end_exclusive = bool(part.end.get("exclusive"))
+        done = False
+        last_progress = time.monotonic()
+        while not done:
+            try:
+                batch = consumer.receive_batch(1024, 1.0)
+            except DataLossError as exc:
+                if opts.fail_on_data_loss:
+                    raise
+                log.warning("%s; continuing at the first retained message (failOnDataLoss=false)", exc)
+                consumer.seek(client.earliest_message_id(), inclusive=True)
+                continue
+            if not batch:
+                if time.monotonic() - last_progress > opts.read_timeout:
+                    raise ConsumeError(
+                        f"channel {part.channel}: no message arrived for {opts.read_timeout:.0f}s although the batch "
+                        f"ends at msgID {part.end['msgID']} (option readTimeout); was the channel deleted?")
+                continue
+            last_progress = time.monotonic()
+            for m in batch:
+                if m.id > end_id or (end_exclusive and m.id >= end_id):
+                    done = True
+                    break
+                seek_ts = _handle(m, part, builder, dedupe, seek_ts)
+                if m.id == end_id:
+                    done = True
+                    break
+            if builder.rows >= opts.batch_rows:
+                yield from builder.flush()
+        yield from builder.flush()
+    finally:
+        if consumer is not None:
+            _drop(consumer)
+        client.close()
+
+
+def _seek(client: Any, consumer: Any, channel: str, start_id: bytes, inclusive: bool, fail: bool) -> None:
+    try:
+        if start_id:
+            consumer.seek(client.bytes_to_message_id(start_id), inclusive=inclusive)
+        else:
+            consumer.seek(client.earliest_message_id(), inclusive=True)
+    except DataLossError as exc:
+        if fail:
+            raise DataLossError(f"{exc}; set failOnDataLoss=false to skip to the first retained message",
+                                channel=channel) from exc
+        log.warning("%s; skipping to the first retained message (failOnDataLoss=false)", exc)
+        consumer.seek(client.earliest_message_id(), inclusive=True)
+
+
+def _drop(consumer: Any) -> None:
+    try:
+        unsub = getattr(consumer, "unsubscribe", None)
+        (unsub or consumer.close)()
+    except Exception:  # noqa: BLE001 - a throw-away reader; nothing to lose
+        log.debug("closing a read consumer failed", exc_info=True)
+    try:
+        consumer.close()
+    except Exception:  # noqa: BLE001
+        log.debug("closing a read consumer failed", exc_info=True)
+
+
+def _handle(m: Any, part: ChannelPartition, builder: Any, dedupe: Any, seek_ts: int | None) -> int | None:
+    """Filter, decode and add one message; returns the seek filter still in force."""
+    opts = part.opts
+    mid = m.id.serialize()
+    try:
+        t = codec.peek_msg_type(m.payload, m.properties)
+    except DecodeError as exc:
+        return _decode_failed(exc.with_location(part.channel, mid), opts, builder, m, seek_ts)
+    if seek_ts is not None:
+        if t == MsgType.TimeTick:
+            # Milvus: the first tick >= the position's ts ends the seek (and is dropped)
+            ts = _header_ts(m)
+            return None if ts >= seek_ts else seek_ts
+    if not wanted_type(t, opts.message_types):
+        return seek_ts
+    if opts.output == "rows" and t not in (MsgType.Insert, MsgType.Delete):
+        return seek_ts
+    if dedupe is not None and not dedupe.keep(part.channel, m.properties):
+        return seek_ts
+    try:
+        msg = codec.unmarshal(m.payload, m.properties, channel=part.channel, msg_id=mid)
+    except UnknownMessageTypeError:
+        if opts.output == "messages":  # tooling output keeps types we do not decode
+            builder.add_raw(m, None)
+        return seek_ts
+    except DecodeError as exc:
+        return _decode_failed(exc, opts, builder, m, seek_ts)
+    if seek_ts is not None and msg.begin_ts <= seek_ts:
+        return seek_ts
+    if not _collection_matches(msg, part):
+        return seek_ts
+    if opts.output == "messages":
+        builder.add_raw(m, msg)
+    else:
+        builder.add(msg, part.channel, mid)
+    return seek_ts
+
+
+def _header_ts(m: Any) -> int:
+    from msgstream_spark.spark.scan import peek_counts
+
+    return peek_counts(m.payload, MsgType.TimeTick)[1]
+
+
+def _decode_failed(exc: DecodeError, opts: ReadOptions, builder: Any, m: Any, seek_ts: int | None) -> int | None:
+    if opts.on_decode_error == "fail":
+        raise DecodeError(f"{exc.reason} (set onDecodeError=skip to skip such messages)", channel=exc.channel,
+                          msg_id=exc.msg_id, payload=exc.payload) from exc
+    log.warning("skipping undecodable message (onDecodeError=skip): %s", exc)
+    if opts.output == "messages":
+        builder.add_raw(m, None)
+    return seek_ts

@@ -1,0 +1,267 @@
+"""Driver-side channel scanning: where time ticks are, how many rows and bytes lie ahead.
+
+The streaming source plans each micro-batch from this index: it never decodes inserts on
+the driver (the type comes from the ``msg_type`` property or the header bytes, the row
+count from a walk over the payload's top-level fields).
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+from msgstream_spark.errors import DataLossError, DecodeError
+from msgstream_spark.mq.base import MessageID, SubscriptionInitialPosition
+from msgstream_spark.msg import codec
+from msgstream_spark.msg.types import MsgType
+from msgstream_spark.spark.offsets import Entry, Offset, entry, normalize, unb64
+
+log = logging.getLogger(__name__)
+
+# InsertRequest.num_rows = 14, DeleteRequest.num_rows = 11; timestamps = 10 in both
+_NUM_ROWS_FIELD = {MsgType.Insert: 14, MsgType.Delete: 11}
+SCAN_BATCH = 2048
+MAX_SCAN_PER_CALL = 200_000
+
+
+def _varint(buf: bytes, i: int) -> tuple[int, int]:
+    shift = result = 0
+    while True:
+        b = buf[i]
+        i += 1
+        result |= (b & 0x7F) << shift
+        if not b & 0x80:
+            return result, i
+        shift += 7
+
+
+def peek_counts(payload: bytes, msg_type: int) -> tuple[int, int]:
+    """(rows, base timestamp) of an insert/delete by walking top-level fields only."""
+    want = _NUM_ROWS_FIELD.get(msg_type)
+    rows = ts = 0
+    i, n = 0, len(payload)
+    try:
+        while i < n:
+            tag, i = _varint(payload, i)
+            fno, wire = tag >> 3, tag & 7
+            if wire == 0:
+                v, i = _varint(payload, i)
+                if fno == want:
+                    rows = v
+            elif wire == 2:
+                ln, i = _varint(payload, i)
+                if fno == 1:  # MsgBase: timestamp = field 3
+                    j, end = i, i + ln
+                    while j < end:
+                        t2, j = _varint(payload, j)
+                        if t2 & 7 == 0:
+                            v, j = _varint(payload, j)
+                            if t2 >> 3 == 3:
+                                ts = v
+                        elif t2 & 7 == 2:
+                            l2, j = _varint(payload, j)
+                            j += l2
+                        else:
+                            j += 8 if t2 & 7 == 1 else 4
+                i += ln
+            elif wire == 1:
+                i += 8
+            elif wire == 5:
+                i += 4
+            else:
+                break
+    except IndexError:
+        pass
+    return rows, ts
+
+
+@dataclass
+class Item:
+    """One scanned message: id, timestamp, tick flag, rows and bytes it contributes."""
+
+    id: MessageID
+    ts: int
+    tick: bool
+    rows: int
+    size: int
+
+
+@dataclass
+class ChannelScan:
+    channel: str
+    items: list[Item] = field(default_factory=list)
+    consumer: Any = None
+    has_ticks: bool = False
+
+
+class Scanner:
+    """Per-channel index of messages after the committed start, kept across micro-batches."""
+
+    def __init__(self, client: Any, output: str, fail_on_data_loss: bool) -> None:
+        self.client = client
+        self.output = output
+        self.fail_on_data_loss = fail_on_data_loss
+        self.chans: dict[str, ChannelScan] = {}
+
+    def _open(self, ch: str, start: Entry) -> ChannelScan:
+        cs = ChannelScan(ch)
+        cons = self.client.subscribe(ch, f"__msgstream-scan-{id(self)}", SubscriptionInitialPosition.UNKNOWN)
+        mid = unb64(start.get("msgID", ""))
+        try:
+            if mid:
+                cons.seek(self.client.bytes_to_message_id(mid), inclusive=bool(start.get("inclusive")))
+            else:
+                cons.seek(self.client.earliest_message_id(), inclusive=True)
+        except DataLossError as exc:
+            if self.fail_on_data_loss:
+                raise
+            log.warning("%s; scanning from the first retained message (failOnDataLoss=false)", exc)
+            cons.seek(self.client.earliest_message_id(), inclusive=True)
+        cs.consumer = cons
+        if int(start.get("ts", 0)) > 0 and not start.get("inclusive"):
+            cs.has_ticks = True  # a previous batch ended at a tick
+        self.chans[ch] = cs
+        return cs
+
+    def refresh(self, start: Offset) -> None:
+        """Drop items at or before ``start`` and read what arrived since the last call."""
+        for ch, st in start.items():
+            cs = self.chans.get(ch) or self._open(ch, st)
+            mid = unb64(st.get("msgID", ""))
+            if mid and not st.get("inclusive"):
+                sid = self.client.bytes_to_message_id(mid)
+                cs.items = [it for it in cs.items if it.id > sid]
+            budget = MAX_SCAN_PER_CALL
+            while budget > 0:
+                batch = cs.consumer.receive_batch(min(SCAN_BATCH, budget), 0.05)
+                if not batch:
+                    break
+                budget -= len(batch)
+                for m in batch:
+                    cs.items.append(self._item(m))
+            if any(it.tick for it in cs.items):
+                cs.has_ticks = True
+
+    def _item(self, m: Any) -> Item:
+        try:
+            t = codec.peek_msg_type(m.payload, m.properties)
+        except DecodeError:
+            return Item(m.id, 0, False, 1 if self.output == "messages" else 0, len(m.payload))
+        tick = t == MsgType.TimeTick
+        if t in _NUM_ROWS_FIELD:
+            rows, ts = peek_counts(m.payload, t)
+        else:
+            rows = 0
+            _, ts = peek_counts(m.payload, t)
+        if self.output == "messages":
+            rows = 1
+        return Item(m.id, ts, tick, rows, len(m.payload))
+
+    def close(self) -> None:
+        for cs in self.chans.values():
+            if cs.consumer is not None:
+                try:
+                    cs.consumer.close()
+                except Exception:  # noqa: BLE001 - best effort
+                    log.debug("closing scan consumer of %s failed", cs.channel, exc_info=True)
+        self.chans.clear()
+
+    # -- planning ------------------------------------------------------------------------
+    def plan_end(self, start: Offset, *, align: bool | None, max_rows: int | None = None,
+                 max_bytes: int | None = None, cap: Offset | None = None) -> tuple[Offset, int]:
+        """The end offset of the next batch and the rows it holds.
+
+        Aligned channels (those carrying time ticks, or all when ``align`` is true) end at
+        the last tick with ts <= T, T being the lowest tick every aligned channel with
+        pending data has reached. Row/byte caps pick the largest such cut within budget
+        (always at least one step of progress). ``cap`` (Trigger.AvailableNow) bounds it.
+        """
+        views: dict[str, list[Item]] = {}
+        for ch in start:
+            items = self.chans[ch].items if ch in self.chans else []
+            if cap is not None:  # Trigger.AvailableNow: nothing past the target
+                cmid = cap.get(ch, {}).get("msgID", "")
+                if not cmid:
+                    items = []
+                else:
+                    cid = self.client.bytes_to_message_id(unb64(cmid))
+                    items = [it for it in items if it.id <= cid]
+            views[ch] = items
+        aligned = {ch for ch in start if align is True or (align is None and self.chans.get(ch) and
+                                                          self.chans[ch].has_ticks)}
+        # T: the highest tick every aligned channel with pending data reached
+        bound = math.inf
+        for ch in aligned:
+            items = views[ch]
+            ticks = [it for it in items if it.tick]
+            pending = items and not items[-1].tick
+            if pending:
+                bound = min(bound, ticks[-1].ts if ticks else int(start[ch].get("ts", 0)))
+        candidates = sorted({it.ts for ch in aligned for it in views[ch] if it.tick and it.ts <= bound})
+
+        def cut(t: float) -> dict[str, int]:
+            """Index (exclusive) of items included per aligned channel for tick cut ``t``."""
+            out = {}
+            for ch in aligned:
+                last = -1
+                for i, it in enumerate(views[ch]):
+                    if it.tick and it.ts <= t:
+                        last = i
+                out[ch] = last + 1
+            return out
+
+        def totals(idx: dict[str, int]) -> tuple[int, int]:
+            rows = sum(it.rows for ch, n in idx.items() for it in views[ch][:n])
+            size = sum(it.size for ch, n in idx.items() for it in views[ch][:n])
+            return rows, size
+
+        chosen = cut(candidates[-1]) if candidates else {ch: 0 for ch in aligned}
+        if (max_rows or max_bytes) and candidates:
+            for i, t in enumerate(candidates):
+                idx = cut(t)
+                r, b = totals(idx)
+                if i > 0 and ((max_rows and r > max_rows) or (max_bytes and b > max_bytes)):
+                    break
+                chosen = idx
+        used_rows, used_bytes = totals(chosen)
+        # unaligned channels: message granularity, sharing what is left of the budget
+        free = [ch for ch in start if ch not in aligned and views[ch]]
+        for n, ch in enumerate(free):
+            items = views[ch]
+            take = len(items)
+            if max_rows or max_bytes:
+                share_r = None if not max_rows else max(0, (max_rows - used_rows)) // (len(free) - n)
+                share_b = None if not max_bytes else max(0, (max_bytes - used_bytes)) // (len(free) - n)
+                r = b = 0
+                take = 0
+                for it in items:
+                    if take > 0 and ((share_r is not None and r + it.rows > share_r) or
+                                     (share_b is not None and b + it.size > share_b)):
+                        break
+                    r += it.rows
+                    b += it.size
+                    take += 1
+                used_rows += r
+                used_bytes += b
+            else:
+                used_rows += sum(it.rows for it in items)
+            chosen[ch] = take
+        end: Offset = {}
+        for ch, st in start.items():
+            n = chosen.get(ch, 0)
+            if n == 0:
+                end[ch] = dict(st)
+            else:
+                last = views[ch][n - 1]
+                end[ch] = entry(last.id.serialize(), last.ts)
+        return normalize(end), used_rows
+
+    def latest(self, start: Offset) -> Offset:
+        """Uncapped end: every scanned message (for reportLatestOffset / AvailableNow targets)."""
+        end: Offset = {}
+        for ch, st in start.items():
+            items = self.chans[ch].items if ch in self.chans else []
+            end[ch] = entry(items[-1].id.serialize(), items[-1].ts) if items else dict(st)
+        return normalize(end)
