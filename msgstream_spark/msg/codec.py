@@ -8,6 +8,7 @@ Decoding takes the type from the ``msg_type`` property and falls back to the pay
 from __future__ import annotations
 
 from collections.abc import Mapping
+from typing import Any
 
 from msgstream_spark.errors import DecodeError, UnknownMessageTypeError
 from msgstream_spark.msg.types import (
@@ -36,10 +37,15 @@ _CLASSES: dict[int, type[TsMsg]] = {
 }
 
 
+_PROTOS: dict[int, Any] = {}
+
+
 def _proto_class(t: int):
+    if _PROTOS:
+        return _PROTOS[t]
     from pymilvus.grpc_gen import msg_pb2
 
-    return {
+    _PROTOS.update({
         MsgType.Insert: msg_pb2.InsertRequest,
         MsgType.Delete: msg_pb2.DeleteRequest,
         MsgType.TimeTick: msg_pb2.TimeTickMsg,
@@ -47,7 +53,8 @@ def _proto_class(t: int):
         MsgType.DropCollection: msg_pb2.DropCollectionRequest,
         MsgType.CreatePartition: msg_pb2.CreatePartitionRequest,
         MsgType.DropPartition: msg_pb2.DropPartitionRequest,
-    }[t]
+    })
+    return _PROTOS[t]
 
 
 def _type_names() -> dict[str, int]:

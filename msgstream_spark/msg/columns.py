@@ -65,6 +65,35 @@ def arrow_type_for(field_schema: Any) -> pa.DataType:
 
 
 # -- FieldData -> Arrow ---------------------------------------------------------------------
+def _varint_len(n: int) -> bytes:
+    out = bytearray()
+    while True:
+        b = n & 0x7F
+        n >>= 7
+        if n:
+            out.append(b | 0x80)
+        else:
+            out.append(b)
+            return bytes(out)
+
+
+def packed_to_numpy(array_msg: Any, dtype: Any) -> np.ndarray:
+    """The ``data`` of a FloatArray/DoubleArray as numpy, via its packed bytes (no Python floats)."""
+    raw = array_msg.SerializeToString()
+    if not raw:
+        return np.zeros(0, dtype=dtype)
+    i = 1  # tag of field 1, wire type 2
+    while raw[i] & 0x80:
+        i += 1
+    return np.frombuffer(raw, dtype=dtype, offset=i + 1)
+
+
+def numpy_to_packed(target: Any, values: np.ndarray) -> None:
+    """Fill a FloatArray/DoubleArray from numpy by parsing packed bytes (no Python floats)."""
+    data = np.ascontiguousarray(values).astype(values.dtype.newbyteorder("<"), copy=False).tobytes()
+    target.MergeFromString(b"\x0a" + _varint_len(len(data)) + data if data else b"")
+
+
 def _np(container: Any, dtype: Any) -> np.ndarray:
     return np.array(container, dtype=dtype) if len(container) else np.zeros(0, dtype=dtype)
 
@@ -74,8 +103,9 @@ def _list_from_flat(values: np.ndarray, n: int, dim: int) -> pa.Array:
         return pa.array([], pa.list_(pa.from_numpy_dtype(values.dtype)))
     if dim <= 0 or values.size != n * dim:
         raise ValueError(f"vector data has {values.size} values, not {n} rows x dim {dim}")
-    offsets = pa.array(np.arange(0, (n + 1) * dim, dim, dtype=np.int32))
-    return pa.ListArray.from_arrays(offsets, pa.array(values))
+    offsets = pa.py_buffer(np.arange(0, (n + 1) * dim, dim, dtype=np.int32))
+    child = pa.array(values)
+    return pa.Array.from_buffers(pa.list_(child.type), n, [None, offsets], children=[child])
 
 
 def _scalar_to_arrow(t: int, sf: Any) -> pa.Array:
@@ -252,7 +282,10 @@ def arrow_to_field_data(arr: pa.Array | pa.ChunkedArray, field_schema: Any) -> A
         except pa.ArrowInvalid as exc:
             raise SchemaError(f"column {name!r}: values do not fit {type_name(t)}: {exc}") from exc
         values = col.fill_null(zero).to_numpy(zero_copy_only=False)
-        getattr(fd.scalars, _SCALAR_SLOT[t]).data.extend(values.tolist())
+        if t in (FLOAT, DOUBLE):
+            numpy_to_packed(getattr(fd.scalars, _SCALAR_SLOT[t]), values)
+        else:
+            getattr(fd.scalars, _SCALAR_SLOT[t]).data.extend(values.tolist())
     elif t in (STRING, VARCHAR):
         fd.scalars.string_data.data.extend(arr.cast(pa.string()).fill_null("").to_pylist())
     elif t == JSON:
@@ -269,7 +302,7 @@ def arrow_to_field_data(arr: pa.Array | pa.ChunkedArray, field_schema: Any) -> A
         else:
             f32 = flat.cast(pa.float32()).to_numpy(zero_copy_only=False)
             if t == FLOAT_VECTOR:
-                fd.vectors.float_vector.data.extend(f32.tolist())
+                numpy_to_packed(fd.vectors.float_vector, f32)
             elif t == FLOAT16_VECTOR:
                 fd.vectors.float16_vector = f32.astype("<f2").tobytes()
             else:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import time
+from types import MappingProxyType
 
 from msgstream_spark.errors import ConsumeError, DataLossError
 from msgstream_spark.mq.base import Consumer, Message, MessageID
@@ -25,6 +26,7 @@ class LocalConsumer(Consumer):
         self._acks_since_flush = 0
         self._last_flush = time.monotonic()
         self._closed = False
+        self._props: dict[str, MappingProxyType] = {}
 
     @property
     def subscription(self) -> str:
@@ -50,8 +52,15 @@ class LocalConsumer(Consumer):
                         f"channel {self.channel}: messages {self._after + 1}..{rows[0][0] - 1} were removed by "
                         f"retention before subscription {self._sub} read them", channel=self.channel)
         ch = self.channel
-        out = [Message(ch, payload, json.loads(props) if props != "{}" else {}, LocalMessageID(mid), ts)
-               for mid, ts, props, payload in rows]
+        cache = self._props
+        out = []
+        for mid, ts, props, payload in rows:
+            parsed = cache.get(props)
+            if parsed is None:
+                parsed = MappingProxyType(json.loads(props))  # shared: read-only
+                if len(cache) < 256:  # properties repeat ({"msg_type": "Insert"}): parse once
+                    cache[props] = parsed
+            out.append(Message(ch, payload, parsed, LocalMessageID(mid), ts))
         if rows:
             self._after = rows[-1][0]
         return out
