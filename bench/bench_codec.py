@@ -46,7 +46,7 @@ def run() -> dict:
             codec.unmarshal(payload, props).to_arrow()
 
     def baseline():
-        from pymilvus.grpc_gen import msg_pb2
+        from msgstream_spark.msg.pb import msg_pb2
 
         for _ in range(LOOPS):
             req = msg_pb2.InsertRequest()

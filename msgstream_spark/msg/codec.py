@@ -43,7 +43,7 @@ _PROTOS: dict[int, Any] = {}
 def _proto_class(t: int):
     if _PROTOS:
         return _PROTOS[t]
-    from pymilvus.grpc_gen import msg_pb2
+    from msgstream_spark.msg.pb import msg_pb2
 
     _PROTOS.update({
         MsgType.Insert: msg_pb2.InsertRequest,
@@ -58,7 +58,7 @@ def _proto_class(t: int):
 
 
 def _type_names() -> dict[str, int]:
-    from pymilvus.grpc_gen import common_pb2
+    from msgstream_spark.msg.pb import common_pb2
 
     return {v.name: v.number for v in common_pb2.MsgType.DESCRIPTOR.values}
 
@@ -67,7 +67,7 @@ _NAMES: dict[str, int] | None = None
 
 
 def msg_type_name(t: int) -> str:
-    from pymilvus.grpc_gen import common_pb2
+    from msgstream_spark.msg.pb import common_pb2
 
     try:
         return common_pb2.MsgType.Name(int(t))

@@ -33,7 +33,7 @@ _SPARSE_DTYPE = np.dtype([("i", "<u4"), ("v", "<f4")])
 
 
 def type_name(t: int) -> str:
-    from pymilvus.grpc_gen import schema_pb2
+    from msgstream_spark.msg.pb import schema_pb2
 
     try:
         return schema_pb2.DataType.Name(int(t))
@@ -259,7 +259,7 @@ def arrow_to_field_data(arr: pa.Array | pa.ChunkedArray, field_schema: Any) -> A
     non-nullable field, wrong vector dimensions and unsupported types are SchemaErrors
     naming the column.
     """
-    from pymilvus.grpc_gen import schema_pb2
+    from msgstream_spark.msg.pb import schema_pb2
 
     if isinstance(arr, pa.ChunkedArray):
         arr = arr.combine_chunks()
@@ -326,7 +326,7 @@ def arrow_to_field_data(arr: pa.Array | pa.ChunkedArray, field_schema: Any) -> A
 
 
 def _array_from_arrow(arr: pa.Array, field_schema: Any, fd: Any) -> None:
-    from pymilvus.grpc_gen import schema_pb2
+    from msgstream_spark.msg.pb import schema_pb2
 
     elem = int(field_schema.element_type)
     slot = _SCALAR_SLOT.get(elem)

@@ -23,7 +23,7 @@ class MsgPosition:
 
     # -- protobuf ----------------------------------------------------------------------
     def to_proto(self):
-        from pymilvus.grpc_gen import msg_pb2
+        from msgstream_spark.msg.pb import msg_pb2
 
         return msg_pb2.MsgPosition(channel_name=self.channel_name, msgID=self.msg_id,
                                    msgGroup=self.msg_group, timestamp=self.timestamp,
@@ -39,7 +39,8 @@ class MsgPosition:
     @classmethod
     def from_proto_bytes(cls, data: bytes) -> MsgPosition:
         from google.protobuf.message import DecodeError as PbDecodeError
-        from pymilvus.grpc_gen import msg_pb2
+
+        from msgstream_spark.msg.pb import msg_pb2
 
         p = msg_pb2.MsgPosition()
         try:

@@ -47,7 +47,7 @@ def test_msgposition_bytes_for_kafka_offset_42():
 
 
 def _minimal_insert() -> InsertMsg:
-    from pymilvus.grpc_gen import schema_pb2
+    from msgstream_spark.msg.pb import schema_pb2
 
     fd = schema_pb2.FieldData(type=5, field_name="pk", field_id=100)
     fd.scalars.long_data.data.extend([1, 2])
@@ -66,7 +66,7 @@ def test_minimal_insert_bytes_and_header():
     assert payload == want
     assert props == {"msg_type": "Insert"}
     assert codec.header_msg_type(payload) == 400
-    from pymilvus.grpc_gen import common_pb2
+    from msgstream_spark.msg.pb import common_pb2
 
     hdr = common_pb2.MsgHeader()
     hdr.ParseFromString(payload)
@@ -113,7 +113,7 @@ def test_delete_roundtrip_and_legacy_keys():
     back = codec.unmarshal(payload, props)
     assert back.primary_keys.tolist() == [5, 6, 7] and back.num_rows == 3
     # a DeleteRequest with only the deprecated int64_primary_keys is rebuilt
-    from pymilvus.grpc_gen import msg_pb2
+    from msgstream_spark.msg.pb import msg_pb2
 
     legacy = msg_pb2.DeleteRequest(base=msg.proto.base, int64_primary_keys=[1, 2], timestamps=[TS, TS])
     back = codec.unmarshal(legacy.SerializeToString(), {"msg_type": "Delete"})
@@ -132,7 +132,7 @@ def test_decode_errors_name_channel_position_and_bytes():
         codec.unmarshal(b"", {}, channel="c")
     with pytest.raises(DecodeError, match="MsgBase"):
         codec.unmarshal(b"\x12\x00", {}, channel="c")
-    from pymilvus.grpc_gen import common_pb2
+    from msgstream_spark.msg.pb import common_pb2
 
     flush = common_pb2.MsgHeader(base=common_pb2.MsgBase(msg_type=402)).SerializeToString()
     with pytest.raises(UnknownMessageTypeError, match="Flush"):

@@ -1,0 +1,311 @@
+"""Spark read throughput of the msgstream source on local[2], against same-run baselines.
+
+(a) a synthetic in-memory Python source yielding Arrow batches of the same schema: the
+    ceiling for any Python data source (goal: >= 0.7 of it);
+(b) the same read yielding tuples instead of Arrow batches (goal: >= 4x of it).
+Also: streaming end to end into a parquet sink, and the peak RSS of Spark's Python workers
+while reading a larger log of (int64 pk, 8-dim vector) rows, which must stay bounded.
+
+    python -m bench.bench_spark_read [--rows 1000000] [--mem-rows 10000000] [--kafka]
+
+Writes bench/results/spark_read.json and bench/results/spark_read.png.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+
+from bench._util import table
+from msgstream_spark.config import Config
+from msgstream_spark.mq.base import ProducerMessage
+from msgstream_spark.mq.registry import build_client
+from msgstream_spark.msg import codec
+from msgstream_spark.msg.columns import arrow_to_field_data
+from msgstream_spark.msg.schema import field_schema_from_arrow
+from msgstream_spark.msg.types import InsertMsg, TimeTickMsg
+
+ROWS_PER_MSG = 1000
+CHANNELS = ["bench_0", "bench_1"]
+
+
+def publish(cfg: Config, rows: int, dim: int, text: bool) -> None:
+    """``rows`` rows in 1000-row insert messages over two channels, a tick after each message."""
+    client = build_client(cfg.mq_type, cfg)
+    rng = np.random.default_rng(0)
+    schemas = [field_schema_from_arrow("pk", pa.int64(), field_id=100, is_primary_key=True),
+               field_schema_from_arrow("vec", pa.list_(pa.float32()), field_id=101, dim=dim)]
+    if text:
+        schemas.append(field_schema_from_arrow("text", pa.string(), field_id=102))
+    vec = pa.FixedSizeListArray.from_arrays(pa.array(rng.random(ROWS_PER_MSG * dim, dtype=np.float32)), dim)
+    txt = pa.array([f"row-{i}-" + "x" * (i % 40) for i in range(ROWS_PER_MSG)])
+    producers = {ch: client.create_producer(ch) for ch in CHANNELS}
+    batch: dict[str, list] = {ch: [] for ch in CHANNELS}
+    ts = 455000614502400000
+    for k, start in enumerate(range(0, rows, ROWS_PER_MSG)):
+        ch = CHANNELS[k % 2]
+        pk = pa.array(np.arange(start, start + ROWS_PER_MSG, dtype=np.int64))
+        cols = [pk, vec] + ([txt] if text else [])
+        fds = [arrow_to_field_data(c, s) for c, s in zip(cols, schemas)]
+        ts += 1 << 18
+        msg = InsertMsg.build(fields_data=fds, num_rows=ROWS_PER_MSG, timestamp=ts, collection_id=1, msg_id=k + 1)
+        batch[ch].append(ProducerMessage(*codec.marshal(msg), timestamp=ts))
+        batch[ch].append(ProducerMessage(*codec.marshal(TimeTickMsg.build(ts + 1)), timestamp=ts + 1))
+        if len(batch[ch]) >= 100:
+            producers[ch].send_batch(batch[ch])
+            batch[ch] = []
+    for ch, b in batch.items():
+        if b:
+            producers[ch].send_batch(b)
+    for p in producers.values():
+        p.close()
+    client.close()
+
+
+def _sources(rows: int, dim: int):
+    from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
+
+    from msgstream_spark.spark.datasource import MsgStreamDataSource
+    from msgstream_spark.spark.reader import read_partition
+
+    class SyntheticReader(DataSourceReader):
+        def partitions(self):
+            return [InputPartition(i) for i in range(2)]
+
+        def read(self, partition):
+            from pyspark.sql.pandas.types import to_arrow_schema
+            from pyspark.sql.types import StructType
+
+            schema = to_arrow_schema(StructType.fromJson(json.loads(self.schema_json)), timezone="UTC")
+            rng = np.random.default_rng(partition.value)
+            vals = pa.array(rng.random(ROWS_PER_MSG * dim, dtype=np.float32))
+            offsets = pa.array(np.arange(0, (ROWS_PER_MSG + 1) * dim, dim, dtype=np.int32))
+            n = ROWS_PER_MSG
+            fixed = {
+                "op": pa.repeat(pa.scalar("insert"), n),
+                "vec": pa.ListArray.from_arrays(offsets, vals),
+                "text": pa.array([f"row-{i}-" + "x" * (i % 40) for i in range(n)]),
+                "_channel": pa.repeat(pa.scalar("bench_0"), n), "_shard": pa.repeat(pa.scalar("bench_0_1v0"), n),
+                "_collection": pa.repeat(pa.scalar(1, pa.int64()), n),
+                "_partition": pa.repeat(pa.scalar(0, pa.int64()), n),
+                "_msg_id": pa.repeat(pa.scalar(b"\x01" * 8), n),
+                "_position": pa.repeat(pa.scalar("CgdiZW5jaF8wEggBAAAAAAAAACD/////3pSfqAY="), n),
+            }
+            batches = []
+            for start in range(partition.value * n, rows, 2 * n):
+                ts = np.full(n, 455000614502400000 + start, dtype=np.int64)
+                cols = dict(fixed, pk=pa.array(np.arange(start, start + n, dtype=np.int64)), _ts=pa.array(ts),
+                            _event_time=pa.array((ts >> 18) * 1000, pa.timestamp("us", tz="UTC")))
+                batches.append(pa.RecordBatch.from_arrays([cols[f.name].cast(f.type) for f in schema],
+                                                          schema=schema))
+                if len(batches) * n >= 8192:  # same batch size as the msgstream reader yields
+                    yield pa.concat_batches(batches)
+                    batches = []
+            if batches:
+                yield pa.concat_batches(batches)
+
+    class Synthetic(DataSource):
+        @classmethod
+        def name(cls):
+            return "bench_synthetic"
+
+        def schema(self):
+            from pyspark.sql import types as T
+
+            from msgstream_spark.spark.rows import rows_struct
+
+            return rows_struct([T.StructField("pk", T.LongType()), T.StructField("vec", T.ArrayType(T.FloatType())),
+                                T.StructField("text", T.StringType())])
+
+        def reader(self, schema):
+            r = SyntheticReader()
+            r.schema_json = json.dumps(schema.jsonValue())
+            return r
+
+
+    class Tuples(MsgStreamDataSource):
+        @classmethod
+        def name(cls):
+            return "bench_msgstream_tuples"
+
+        def reader(self, schema):
+            inner = MsgStreamDataSource.reader(self, schema)
+
+            class R(DataSourceReader):
+                def partitions(self):
+                    return inner.partitions()
+
+                def read(self, partition):
+                    for batch in read_partition(partition):
+                        cols = [c.to_pylist() for c in batch.columns]
+                        yield from zip(*cols)
+            return R()
+
+    return Synthetic, Tuples
+
+
+class RssSampler:
+    """Peak RSS of Spark's Python worker processes, sampled in a thread."""
+
+    def __init__(self) -> None:
+        import psutil
+
+        self.psutil = psutil
+        self.peak = 0
+        self._stop = threading.Event()
+        self._t = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        me = self.psutil.Process()
+        while not self._stop.is_set():
+            total = 0
+            for p in me.children(recursive=True):
+                try:
+                    cmd = " ".join(p.cmdline())
+                    if "pyspark" in cmd and ("daemon" in cmd or "worker" in cmd):
+                        total = max(total, p.memory_info().rss)
+                except self.psutil.Error:
+                    continue
+            self.peak = max(self.peak, total)
+            self._stop.wait(0.1)
+
+    def __enter__(self):
+        self._t.start()
+        return self
+
+    def __exit__(self, *exc):
+        self._stop.set()
+        self._t.join(5)
+
+
+def _timed(fn) -> float:
+    t0 = time.perf_counter()
+    fn()
+    return time.perf_counter() - t0
+
+
+def run(rows: int = 200_000, mem_rows: int = 1_000_000, kafka: bool = False) -> dict:
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    from pyspark.sql import SparkSession
+
+    spark = (SparkSession.builder.master("local[2]").config("spark.ui.enabled", "false")
+             .config("spark.sql.shuffle.partitions", "2").getOrCreate())
+    spark.sparkContext.setLogLevel("ERROR")
+    synthetic, tuples = _sources(rows, 128)
+    spark.dataSource.register(synthetic)
+    spark.dataSource.register(tuples)
+    res: dict = {"rows": rows, "mem_rows": mem_rows}
+    with tempfile.TemporaryDirectory() as d:
+        cfg = Config.from_dict({"mq": {"type": "local"}, "local": {"path": f"{d}/bench.db"}})
+        publish(cfg, rows, 128, text=True)
+        opts = {"mq.type": "local", "local.path": cfg.get("local.path"), "channels": ",".join(CHANNELS)}
+
+        def ours():
+            spark.read.format("msgstream").options(**opts).load().write.format("noop").mode("overwrite").save()
+
+        def synth():
+            spark.read.format("bench_synthetic").load().write.format("noop").mode("overwrite").save()
+
+        def tup():
+            spark.read.format("bench_msgstream_tuples").options(**opts).load().write.format("noop") \
+                .mode("overwrite").save()
+
+        for f in (ours, synth):  # warm up workers
+            f()
+        t_syn = min(_timed(synth) for _ in range(2))
+        t_ours = min(_timed(ours) for _ in range(2))
+        t_tup = _timed(tup)
+        res.update(synthetic_rows_s=rows / t_syn, local_rows_s=rows / t_ours, tuples_rows_s=rows / t_tup,
+                   local_vs_synthetic=t_syn / t_ours, local_vs_tuples=t_tup / t_ours)
+        lines = [("(a) synthetic Arrow source, same schema (ceiling)", rows / t_syn, None),
+                 ("msgstream batch read, embedded log", rows / t_ours, t_syn / t_ours),
+                 ("(b) same read yielding tuples", rows / t_tup, t_syn / t_tup)]
+        if kafka:
+            res.update(_kafka_read(spark, rows, t_syn, lines))
+        # streaming end to end into parquet
+        out = Path(d) / "out"
+
+        def streaming():
+            q = (spark.readStream.format("msgstream").options(**opts).option("subscription", "bench").load()
+                 .writeStream.format("parquet").option("path", str(out))
+                 .option("checkpointLocation", str(Path(d) / "chk")).trigger(availableNow=True).start())
+            q.awaitTermination(1800)
+        t_stream = _timed(streaming)
+        res["streaming_parquet_rows_s"] = rows / t_stream
+        lines.append(("streaming -> parquet (AvailableNow), end to end", rows / t_stream, t_syn / t_stream))
+        # memory: a larger log of small rows must not grow the workers
+        cfg2 = Config.from_dict({"mq": {"type": "local"}, "local": {"path": f"{d}/mem.db"}})
+        publish(cfg2, mem_rows, 8, text=False)
+        opts2 = {"mq.type": "local", "local.path": cfg2.get("local.path"), "channels": ",".join(CHANNELS)}
+        peaks = {}
+        for n_msgs in (mem_rows // 10, mem_rows):
+            part = {"endingTimestamp": str(455000614502400000 + (n_msgs // ROWS_PER_MSG) * (1 << 18))}
+            with RssSampler() as s:
+                spark.read.format("msgstream").options(**opts2).options(**part).load() \
+                    .write.format("noop").mode("overwrite").save()
+            peaks[n_msgs] = s.peak
+        res["worker_peak_rss_mb"] = {str(k): round(v / 2**20, 1) for k, v in peaks.items()}
+    print(table(lines))
+    print(f"embedded log read = {res['local_vs_synthetic']:.2f} of the synthetic Arrow source (goal >= 0.7), "
+          f"{res['local_vs_tuples']:.1f}x the tuple read (goal >= 4x)")
+    print("peak Python worker RSS by rows read:", res["worker_peak_rss_mb"], "MB")
+    out_dir = Path("bench/results")
+    out_dir.mkdir(parents=True, exist_ok=True)
+    (out_dir / "spark_read.json").write_text(json.dumps(res, indent=2))
+    _chart(lines, out_dir / "spark_read.png")
+    return res
+
+
+def _kafka_read(spark, rows, t_syn, lines) -> dict:
+    """The same read from a tansu broker started for the benchmark (if the Kafka backend exists)."""
+    try:
+        from tests.fixtures.tansu import TansuBroker  # type: ignore[import-not-found]
+    except ImportError:
+        print("(Kafka read skipped: no tansu helper)")
+        return {}
+    with TansuBroker() as broker:
+        cfg = Config.from_dict({"mq": {"type": "kafka"}, "kafka": {"brokerList": broker.bootstrap}})
+        publish(cfg, rows, 128, text=True)
+        opts = {"mq.type": "kafka", "kafka.brokerList": broker.bootstrap, "channels": ",".join(CHANNELS)}
+
+        def read():
+            spark.read.format("msgstream").options(**opts).load().write.format("noop").mode("overwrite").save()
+        read()
+        t = _timed(read)
+    lines.append(("msgstream batch read, Kafka (tansu)", rows / t, t_syn / t))
+    return {"kafka_rows_s": rows / t, "kafka_vs_synthetic": t_syn / t}
+
+
+def _chart(lines, path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    names = [n for n, _, _ in lines]
+    rates = [r for _, r, _ in lines]
+    fig, ax = plt.subplots(figsize=(9, 0.6 * len(names) + 1.2))
+    ax.barh(names[::-1], rates[::-1], color="#4472c4")
+    ax.set_xlabel("rows/s (local[2])")
+    ax.set_title("msgstream Spark read throughput")
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+
+
+if __name__ == "__main__":
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--rows", type=int, default=200_000)
+    ap.add_argument("--mem-rows", type=int, default=1_000_000)
+    ap.add_argument("--kafka", action="store_true")
+    a = ap.parse_args()
+    run(a.rows, a.mem_rows, a.kafka)
