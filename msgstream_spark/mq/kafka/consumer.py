@@ -1,0 +1,153 @@
+"""Kafka consumer: explicit assign + seek on partition 0; group.id = subscription.
+
+Unlike Milvus (which never commits), acks commit offsets for the group, so a named
+subscription resumes after a restart and lag tools see progress. With
+``auto.offset.reset=error`` a position removed by retention is reported, not skipped.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from msgstream_spark.errors import ConsumeError, DataLossError
+from msgstream_spark.mq.base import Consumer, Message, MessageID
+from msgstream_spark.mq.kafka.message_id import OFFSET_BEGINNING, KafkaMessageID
+from msgstream_spark.mq.kafka.producer import TS_HEADER
+from msgstream_spark.mq.kafka.settings import KafkaSettings
+
+_COMMIT_EVERY_S = 1.0
+
+
+def fetch(consumer: Any, max_messages: int, timeout: float) -> list:
+    """Wait up to ``timeout`` for one message, then take what is already fetched (no more waiting).
+
+    (``Consumer.consume(n, timeout)`` blocks until n messages or the timeout.)
+    """
+    first = consumer.poll(max(0.0, timeout))
+    if first is None:
+        return []
+    rest = consumer.consume(num_messages=max_messages - 1, timeout=0) if max_messages > 1 else []
+    return [first, *rest]
+
+
+class KafkaConsumer(Consumer):
+    def __init__(self, settings: KafkaSettings, channel: str, subscription: str, consumer: Any,
+                 start: int | None) -> None:
+        from confluent_kafka import TopicPartition
+
+        self.channel = channel
+        self._s = settings
+        self._sub = subscription
+        self._c = consumer
+        self._tp = TopicPartition
+        self._assigned = False
+        self._acked: int | None = None
+        self._committed: int | None = None
+        self._last_commit = time.monotonic()
+        self._closed = False
+        if start is not None:
+            self._assign(start)
+
+    @property
+    def subscription(self) -> str:
+        return self._sub
+
+    def _assign(self, offset: int) -> None:
+        self._c.assign([self._tp(self.channel, 0, offset)])
+        self._assigned = True
+
+    def _check(self) -> None:
+        if self._closed:
+            raise ConsumeError(f"consumer of channel {self.channel} ({self._sub}) is closed")
+        if not self._assigned:
+            raise ConsumeError(f"consumer of channel {self.channel} was subscribed with initial position "
+                               "unknown: seek before receiving")
+
+    def _watermarks(self) -> tuple[int, int]:
+        from confluent_kafka import KafkaException
+
+        try:
+            return self._c.get_watermark_offsets(self._tp(self.channel, 0), timeout=self._s.request_timeout)
+        except KafkaException as exc:
+            raise ConsumeError(f"channel {self.channel}: cannot read offsets from {self._s.brokers}: {exc}") from exc
+
+    def receive_batch(self, max_messages: int, timeout: float) -> list[Message]:
+        from confluent_kafka import KafkaError
+
+        self._check()
+        msgs = fetch(self._c, max_messages, timeout)
+        out: list[Message] = []
+        for m in msgs:
+            err = m.error()
+            if err is not None:
+                code = err.code()
+                if code == KafkaError._PARTITION_EOF:
+                    continue
+                if code in (KafkaError._AUTO_OFFSET_RESET, KafkaError.OFFSET_OUT_OF_RANGE):
+                    raise DataLossError(f"channel {self.channel}: the position read by subscription {self._sub} "
+                                        f"was removed by retention ({err.str()})", channel=self.channel)
+                raise ConsumeError(f"channel {self.channel}: {err.str()}")
+            props: dict[str, str] = {}
+            ts = None
+            for k, v in m.headers() or ():
+                if k == TS_HEADER:
+                    ts = int(v)
+                else:
+                    props[k] = v.decode("utf-8", "replace") if isinstance(v, bytes) else str(v or "")
+            if ts is None:
+                kind, ms = m.timestamp()
+                ts = ms << 18 if ms and ms > 0 else None
+            out.append(Message(self.channel, m.value() or b"", props, KafkaMessageID(m.offset()), ts))
+        if self._acked is not None and time.monotonic() - self._last_commit > _COMMIT_EVERY_S:
+            self._commit(asynchronous=True)
+        return out
+
+    def receive(self, timeout: float) -> Message | None:
+        got = self.receive_batch(1, timeout)
+        return got[0] if got else None
+
+    def seek(self, msg_id: MessageID, inclusive: bool = True) -> None:
+        if self._closed:
+            raise ConsumeError(f"consumer of channel {self.channel} ({self._sub}) is closed")
+        off = msg_id.sort_key()[0]
+        if off < 0:
+            self._assign(OFFSET_BEGINNING)
+            return
+        low, high = self._watermarks()
+        if off < low:
+            raise DataLossError(f"channel {self.channel}: position {off} was removed by retention "
+                                f"(first retained offset: {low})", channel=self.channel)
+        self._assign(off if inclusive else off + 1)
+
+    def ack(self, message: Message) -> None:
+        off = message.id.sort_key()[0]
+        if self._acked is None or off > self._acked:
+            self._acked = off
+
+    def _commit(self, asynchronous: bool) -> None:
+        from confluent_kafka import KafkaException
+
+        self._last_commit = time.monotonic()
+        if self._acked is None or self._acked == self._committed:
+            return
+        try:
+            self._c.commit(offsets=[self._tp(self.channel, 0, self._acked + 1)], asynchronous=asynchronous)
+            self._committed = self._acked
+        except KafkaException as exc:
+            if not asynchronous:
+                raise ConsumeError(f"channel {self.channel}: committing subscription {self._sub} failed: {exc}") \
+                    from exc
+
+    def latest_message_id(self) -> MessageID | None:
+        low, high = self._watermarks()
+        return KafkaMessageID(high - 1) if high > 0 else None
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        try:
+            self._commit(asynchronous=False)
+        finally:
+            self._c.close()

@@ -1,0 +1,81 @@
+"""Kafka producer: partition 0, headers = properties, record timestamp from the hybrid ts."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from typing import Any
+
+from msgstream_spark.errors import ProduceError
+from msgstream_spark.mq.base import MessageID, Producer, ProducerMessage
+from msgstream_spark.mq.kafka.message_id import KafkaMessageID
+from msgstream_spark.mq.kafka.settings import KafkaSettings
+
+TS_HEADER = "msgstream_ts"  # exact hybrid ts (record timestamps keep only milliseconds)
+
+
+class KafkaProducer(Producer):
+    def __init__(self, settings: KafkaSettings, channel: str, producer: Any) -> None:
+        self.channel = channel
+        self._s = settings
+        self._p = producer
+        self._closed = False
+
+    def send(self, message: ProducerMessage) -> MessageID:
+        return self.send_batch([message])[0]
+
+    def send_batch(self, messages: Sequence[ProducerMessage]) -> list[MessageID]:
+        if self._closed:
+            raise ProduceError(f"producer of channel {self.channel} is closed", channel=self.channel)
+        n = len(messages)
+        ids: list[MessageID | None] = [None] * n
+        errors: dict[int, str] = {}
+
+        def on_delivery(i: int):
+            def cb(err, msg) -> None:
+                if err is not None:
+                    errors[i] = str(err)
+                else:
+                    ids[i] = KafkaMessageID(msg.offset())
+            return cb
+
+        deadline = time.monotonic() + self._s.request_timeout
+        for i, m in enumerate(messages):
+            headers = [(k, str(v).encode()) for k, v in m.properties.items()]
+            kwargs: dict[str, Any] = {}
+            if m.timestamp is not None:
+                headers.append((TS_HEADER, str(int(m.timestamp)).encode()))
+                kwargs["timestamp"] = int(m.timestamp) >> 18
+            while True:
+                try:
+                    self._p.produce(self.channel, value=bytes(m.payload), partition=0, headers=headers,
+                                    on_delivery=on_delivery(i), **kwargs)
+                    break
+                except BufferError:  # local queue full: let deliveries drain, bounded
+                    if time.monotonic() > deadline:
+                        errors[i] = "local producer queue stayed full"
+                        break
+                    self._p.poll(0.05)
+                except Exception as exc:  # noqa: BLE001 - e.g. message too large: reported per message
+                    errors[i] = str(exc)
+                    break
+        remaining = self._p.flush(max(0.0, deadline - time.monotonic()))
+        if remaining:
+            for i in range(n):
+                if ids[i] is None and i not in errors:
+                    errors[i] = (f"no delivery report within kafka.requestTimeout={self._s.request_timeout:g}s "
+                                 f"(brokers: {self._s.brokers})")
+        if errors:
+            failures = sorted(errors.items())
+            raise ProduceError(
+                f"{len(failures)} of {n} messages failed on channel {self.channel}: first error: {failures[0][1]}",
+                channel=self.channel, failures=failures, ids=ids)
+        return ids  # type: ignore[return-value]
+
+    def flush(self, timeout: float | None = None) -> None:
+        self._p.flush(self._s.request_timeout if timeout is None else timeout)
+
+    def close(self) -> None:
+        if not self._closed:
+            self._closed = True
+            self._p.flush(self._s.request_timeout)
