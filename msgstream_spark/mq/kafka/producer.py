@@ -30,16 +30,13 @@ class KafkaProducer(Producer):
         n = len(messages)
         ids: list[MessageID | None] = [None] * n
         errors: dict[int, str] = {}
+        reports: list = []  # one partition + idempotence: delivery reports arrive in send order
 
-        def on_delivery(i: int):
-            def cb(err, msg) -> None:
-                if err is not None:
-                    errors[i] = str(err)
-                else:
-                    ids[i] = KafkaMessageID(msg.offset())
-            return cb
+        def on_delivery(err, msg) -> None:
+            reports.append((err, msg.offset() if err is None else -1))
 
         deadline = time.monotonic() + self._s.request_timeout
+        sent: list[int] = []  # indices handed to librdkafka, in order
         for i, m in enumerate(messages):
             headers = [(k, str(v).encode()) for k, v in m.properties.items()]
             kwargs: dict[str, Any] = {}
@@ -49,7 +46,8 @@ class KafkaProducer(Producer):
             while True:
                 try:
                     self._p.produce(self.channel, value=bytes(m.payload), partition=0, headers=headers,
-                                    on_delivery=on_delivery(i), **kwargs)
+                                    on_delivery=on_delivery, **kwargs)
+                    sent.append(i)
                     break
                 except BufferError:  # local queue full: let deliveries drain, bounded
                     if time.monotonic() > deadline:
@@ -60,7 +58,12 @@ class KafkaProducer(Producer):
                     errors[i] = str(exc)
                     break
         remaining = self._p.flush(max(0.0, deadline - time.monotonic()))
-        if remaining:
+        for i, (err, off) in zip(sent, reports):
+            if err is not None:
+                errors[i] = str(err)
+            else:
+                ids[i] = KafkaMessageID(off)
+        if remaining or len(reports) < len(sent):
             for i in range(n):
                 if ids[i] is None and i not in errors:
                     errors[i] = (f"no delivery report within kafka.requestTimeout={self._s.request_timeout:g}s "
