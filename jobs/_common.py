@@ -1,0 +1,150 @@
+"""Shared pieces of the jobs: argument helpers, the SparkSession, option plumbing."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import sys
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from msgstream_spark.errors import MsgStreamError
+
+log = logging.getLogger("jobs")
+
+
+def add_config_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--config", default=None,
+                   help="YAML config (same keys as milvus.yaml; e.g. conf/msgstream.yaml); default: the "
+                        "packaged embedded-log config")
+    p.add_argument("--master", default=None, help="Spark master when not run by spark-submit (default local[*])")
+    p.add_argument("--option", action="append", default=[], metavar="KEY=VALUE",
+                   help="extra msgstream data source option (repeatable), e.g. --option kafka.brokerList=h:9092")
+
+
+def parse_kv(items: Sequence[str], what: str = "--option") -> dict[str, str]:
+    out: dict[str, str] = {}
+    for item in items or []:
+        k, sep, v = item.partition("=")
+        if not sep or not k.strip():
+            raise argparse.ArgumentTypeError(f"{what} expects KEY=VALUE, got {item!r}")
+        out[k.strip()] = v
+    return out
+
+
+def source_options(args, **named: Any) -> dict[str, str]:
+    """Data source options from the named arguments (None dropped) and ``--option`` pairs."""
+    opts = {k: str(v) for k, v in named.items() if v is not None}
+    if getattr(args, "config", None):
+        opts["config"] = args.config
+    opts.update(parse_kv(getattr(args, "option", [])))
+    return opts
+
+
+def spark_session(app: str, master: str | None = None):
+    """The active SparkSession (spark-submit) or a new local one (``python -m``)."""
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+    from pyspark.sql import SparkSession
+
+    b = SparkSession.builder.appName(app)
+    if master:
+        b = b.master(master)
+    b = (b.config("spark.ui.showConsoleProgress", "false")
+          .config("spark.sql.session.timeZone", "UTC"))
+    spark = b.getOrCreate()
+    if os.environ.get("MSGSTREAM_JOBS_QUIET", "1") == "1":
+        spark.sparkContext.setLogLevel("ERROR")
+    _register(spark)
+    return spark
+
+
+def _register(spark) -> None:
+    """Register the data source explicitly (static registration misses late installs)."""
+    try:
+        from msgstream_spark.spark.datasource import MsgStreamDataSource
+    except ImportError:  # the Spark source is not installed: nothing to register
+        return
+    spark.dataSource.register(MsgStreamDataSource)
+
+
+def main_wrapper(parser: argparse.ArgumentParser, run: Callable[[argparse.Namespace], Any],
+                 argv: Sequence[str] | None = None) -> int:
+    """Parse ``argv``, run, print the summary as JSON; errors -> one line on stderr, exit 1."""
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, stream=sys.stderr, format=f"{parser.prog}: %(message)s")
+    try:
+        summary = run(args)
+    except argparse.ArgumentTypeError as exc:
+        parser.error(str(exc))
+    except MsgStreamError as exc:
+        print(f"{parser.prog}: error: {' '.join(str(exc).split())}", file=sys.stderr)
+        return 1
+    except Exception as exc:  # noqa: BLE001 - Spark wraps our errors; show the root line
+        msg = spark_error_line(exc)
+        if msg is None:
+            raise
+        print(f"{parser.prog}: error: {msg}", file=sys.stderr)
+        return 1
+    if summary is not None:
+        print(json.dumps(summary, indent=2, sort_keys=True, default=str))
+    return 0
+
+
+def spark_error_line(exc: BaseException) -> str | None:
+    """The msgstream error inside a Spark exception (Python worker traceback text), if any."""
+    text = str(exc)
+    for line in text.splitlines():
+        line = line.strip()
+        if line.startswith("msgstream_spark.errors."):
+            name, _, rest = line.partition(": ")
+            return f"{name.rsplit('.', 1)[-1]}: {rest}"
+    if type(exc).__module__.startswith(("pyspark", "py4j")):
+        java = getattr(exc, "java_exception", None)
+        if java is not None:  # Py4JJavaError: the Java exception's own message says what failed
+            try:
+                text = str(java.toString())
+            except Exception as err:  # noqa: BLE001 - the gateway may be gone
+                log.debug("cannot read the Java exception: %s", err)
+            for line in text.splitlines():
+                if line.strip().startswith("msgstream_spark.errors."):
+                    name, _, rest = line.strip().partition(": ")
+                    return f"{name.rsplit('.', 1)[-1]}: {rest}"
+        first = text.strip().splitlines()[0] if text.strip() else type(exc).__name__
+        return first[:500]
+    return None
+
+
+_UNITS = {"ms": "milliseconds", "s": "seconds", "sec": "seconds", "m": "minutes", "min": "minutes", "h": "hours"}
+
+
+def _interval(value: str, text: str) -> str:
+    """``10``, ``10s``, ``500ms``, ``2m``, ``10 seconds`` -> Spark's interval text."""
+    import re
+
+    m = re.fullmatch(r"(\d+)\s*([a-z]*)", value.lower())
+    if not m:
+        raise argparse.ArgumentTypeError(f"--trigger: bad interval in {text!r} (e.g. processing-time:10s)")
+    n, unit = m.groups()
+    unit = _UNITS.get(unit or "s", unit)
+    if unit not in ("milliseconds", "seconds", "minutes", "hours", "second", "minute", "hour"):
+        raise argparse.ArgumentTypeError(f"--trigger: unknown interval unit in {text!r} (ms, s, m, h)")
+    return f"{n} {unit}"
+
+
+def trigger_kwargs(text: str) -> dict[str, Any]:
+    """``available-now`` | ``once`` | ``processing-time:<interval>`` -> DataStreamWriter.trigger kwargs."""
+    t = (text or "available-now").strip()
+    low = t.lower()
+    if low in ("available-now", "availablenow", "available_now"):
+        return {"availableNow": True}
+    if low == "once":
+        return {"once": True}
+    if low.startswith(("processing-time:", "processingtime:", "processing-time=")):
+        interval = t.split(":", 1)[1] if ":" in t else t.split("=", 1)[1]
+        return {"processingTime": _interval(interval.strip(), text)}
+    raise argparse.ArgumentTypeError(
+        f"--trigger must be available-now, once or processing-time:<interval> (e.g. processing-time:10s), "
+        f"got {text!r}")

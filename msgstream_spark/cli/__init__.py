@@ -1,0 +1,1 @@
+"""The ``msgstream`` command line tool (console script ``msgstream``)."""

@@ -1,0 +1,292 @@
+"""Implementations of the ``msgstream`` subcommands (argparse namespace in, exit code out)."""
+
+from __future__ import annotations
+
+import base64
+import sys
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+from msgstream_spark.cli.render import dumps, message_dict, position_dict
+from msgstream_spark.errors import ConfigError, DecodeError
+
+
+class UsageError(Exception):
+    """Bad combination of arguments (exit code 2)."""
+
+
+def run(args) -> int:
+    return COMMANDS[args.command](args)
+
+
+# -- helpers -----------------------------------------------------------------------------------
+def overrides(args) -> dict[str, str]:
+    out: dict[str, str] = {}
+    for item in getattr(args, "set", []) or []:
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            raise UsageError(f"--set expects KEY=VALUE, got {item!r}")
+        out[key.strip()] = value
+    return out
+
+
+def load_config(args):
+    from msgstream_spark.config import Config
+
+    return Config.load(args.config, overrides=overrides(args) or None)
+
+
+def open_client(args):
+    from msgstream_spark.mq.registry import build_client
+
+    cfg = load_config(args)
+    return build_client(cfg.mq_type, cfg)
+
+
+def split_channels(text: str | None) -> list[str]:
+    chans = [c.strip() for c in (text or "").split(",") if c.strip()]
+    if text is not None and not chans:
+        raise UsageError("--channels is empty")
+    return chans
+
+
+def _sub_name() -> str:
+    return f"msgstream-cli-{uuid.uuid4().hex[:12]}"
+
+
+def message_ts(msg, channel: str) -> int:
+    """Hybrid timestamp of a raw message (backend's, else the payload's MsgBase)."""
+    if msg.timestamp:
+        return int(msg.timestamp)
+    from msgstream_spark.msg import codec
+
+    return int(codec.unmarshal(msg.payload, msg.properties, channel=channel,
+                               msg_id=msg.id.serialize()).timestamp)
+
+
+def _check_channels(client, chans: list[str]) -> None:
+    from msgstream_spark.errors import ChannelNotFoundError
+
+    missing = [c for c in chans if not client.channel_exists(c)]
+    if missing:
+        raise ChannelNotFoundError(f"channel(s) not found: {', '.join(missing)}")
+
+
+def latest_position(client, channel: str, timeout: float = 10.0):
+    """MsgPosition of the last message of ``channel`` (its own timestamp), or None if empty."""
+    from msgstream_spark.mq.base import SubscriptionInitialPosition
+    from msgstream_spark.msg.position import MsgPosition
+
+    mid = client.latest_message_id(channel)
+    if mid is None:
+        return None
+    with client.subscribe(channel, _sub_name(), SubscriptionInitialPosition.UNKNOWN) as cons:
+        cons.seek(mid, inclusive=True)
+        msg = cons.receive(timeout)
+    ts = message_ts(msg, channel) if msg is not None else 0
+    return MsgPosition(channel, mid.serialize(), "", ts)
+
+
+# -- channels ----------------------------------------------------------------------------------
+def cmd_channels(args) -> int:
+    with open_client(args) as client:
+        chans = split_channels(args.channels) if args.channels else sorted(client.list_channels())
+        if args.channels:
+            _check_channels(client, chans)
+        for ch in chans:
+            pos = latest_position(client, ch)
+            row: dict[str, Any] = {"channel": ch, "latest": position_dict(pos) if pos else None}
+            if not args.no_count:
+                row["messages"] = count_messages(client, ch, args.timeout)
+            print(dumps(row))
+    return 0
+
+
+def count_messages(client, channel: str, timeout: float) -> int:
+    """Number of retained messages, counted by reading the channel up to its latest id."""
+    from msgstream_spark.errors import TimeoutError as MsTimeout
+    from msgstream_spark.mq.base import SubscriptionInitialPosition
+
+    last = client.latest_message_id(channel)
+    if last is None:
+        return 0
+    n = 0
+    deadline = time.monotonic() + timeout
+    with client.subscribe(channel, _sub_name(), SubscriptionInitialPosition.EARLIEST) as cons:
+        while True:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise MsTimeout(f"counting messages of channel {channel} took longer than {timeout}s "
+                                "(use --timeout or --no-count)")
+            batch = cons.receive_batch(4096, min(remaining, 5.0))
+            n += len(batch)
+            if batch and batch[-1].id >= last:
+                return n
+            if not batch and cons.latest_message_id() is None:
+                return n
+
+
+# -- position ----------------------------------------------------------------------------------
+def cmd_position(args) -> int:
+    from msgstream_spark.msg import tso
+    from msgstream_spark.msg.position import MsgPosition
+
+    chans = split_channels(args.channels)
+    with open_client(args) as client:
+        _check_channels(client, chans)
+        at = None
+        if args.at:
+            try:
+                at = int(tso.parse_timestamp(args.at))
+            except (ValueError, TypeError) as exc:
+                raise ConfigError(f"--at: cannot parse timestamp {args.at!r}: {exc}") from exc
+        for ch in chans:
+            if at is None:
+                pos = latest_position(client, ch)
+                if pos is None:
+                    print(dumps({"channel_name": ch, "empty": True}))
+                    continue
+            else:
+                mid = client.message_id_at_timestamp(ch, at)
+                if mid is None:
+                    print(dumps({"channel_name": ch, "empty": True, "timestamp": at}))
+                    continue
+                # Resuming from (msgID, ts) drops what is at or before ts: keep ts itself.
+                pos = MsgPosition(ch, mid.serialize(), "", max(0, at - 1))
+            print(dumps(position_dict(pos)))
+    return 0
+
+
+# -- tail --------------------------------------------------------------------------------------
+def cmd_tail(args) -> int:
+    from msgstream_spark.mq.base import SubscriptionInitialPosition
+    from msgstream_spark.msg import codec
+    from msgstream_spark.msg.position import parse_positions
+
+    chans = split_channels(args.channels)
+    if args.limit is not None and args.limit <= 0:
+        raise UsageError("--limit must be > 0")
+    start = (args.start or "earliest").strip()
+    positions = {}
+    if start.lower() not in ("earliest", "latest"):
+        try:
+            parsed = parse_positions(start)
+        except (DecodeError, ValueError) as exc:
+            raise ConfigError(f"--from: not a position (JSON or base64 MsgPosition): {exc}") from exc
+        from msgstream_spark.stream.names import to_physical_channel
+
+        positions = {to_physical_channel(p.channel_name): p for p in parsed}
+        unknown = sorted(set(positions) - set(chans))
+        if unknown:
+            raise UsageError(f"--from names channel(s) not in --channels: {', '.join(unknown)}")
+    printed = 0
+    with open_client(args) as client:
+        _check_channels(client, chans)
+        consumers = []
+        skip_upto = {}
+        try:
+            for ch in chans:
+                init = SubscriptionInitialPosition.LATEST if start.lower() == "latest" else \
+                    SubscriptionInitialPosition.EARLIEST
+                cons = client.subscribe(ch, _sub_name(), init)
+                consumers.append(cons)
+                if start.lower() == "latest":
+                    last = client.latest_message_id(ch)
+                    if last is not None:
+                        cons.seek(last, inclusive=False)
+                elif ch in positions:
+                    p = positions[ch]
+                    cons.seek(client.bytes_to_message_id(p.msg_id), inclusive=True)
+                    skip_upto[ch] = p.timestamp
+            idle_since = time.monotonic()
+            while True:
+                got_any = False
+                for cons in consumers:
+                    for m in cons.receive_batch(256, 0.05):
+                        got_any = True
+                        msg = codec.unmarshal(m.payload, m.properties, channel=m.channel, msg_id=m.id.serialize())
+                        ts = int(msg.timestamp)
+                        if cons.channel in skip_upto:
+                            if ts <= skip_upto[cons.channel]:
+                                continue
+                            del skip_upto[cons.channel]
+                        if args.no_ticks and _type_of(msg) == "TimeTick":
+                            continue
+                        print(dumps(message_dict(msg, channel=m.channel, msg_id=m.id.serialize(),
+                                                 properties=dict(m.properties), rows=args.rows)), flush=True)
+                        printed += 1
+                        if args.limit is not None and printed >= args.limit:
+                            return 0
+                if got_any:
+                    idle_since = time.monotonic()
+                elif not args.follow and time.monotonic() - idle_since >= args.timeout:
+                    return 0
+        finally:
+            for c in consumers:
+                c.close()
+
+
+def _type_of(msg) -> str:
+    from pymilvus.grpc_gen import common_pb2
+
+    try:
+        return common_pb2.MsgType.Name(msg.proto.base.msg_type)
+    except (AttributeError, ValueError):
+        return "?"
+
+
+# -- inspect -----------------------------------------------------------------------------------
+def cmd_inspect(args) -> int:
+    from msgstream_spark.msg import codec
+
+    if args.file:
+        p = Path(args.file)
+        if not p.is_file():
+            raise ConfigError(f"--file: not found: {args.file}")
+        payload = p.read_bytes()
+    else:
+        try:
+            payload = base64.b64decode(args.base64.strip(), validate=True)
+        except ValueError as exc:
+            raise ConfigError(f"--base64: not valid base64: {exc}") from exc
+    props = {"msg_type": args.msg_type} if args.msg_type else {}
+    msg = codec.unmarshal(payload, props)
+    print(dumps(message_dict(msg, rows=args.rows, full=not args.rows)))
+    return 0
+
+
+# -- publish -----------------------------------------------------------------------------------
+def cmd_publish(args) -> int:
+    from msgstream_spark.cli.publish import publish
+
+    summary = publish(args)
+    print(dumps(summary))
+    return 0
+
+
+COMMANDS = {
+    "channels": cmd_channels,
+    "position": cmd_position,
+    "tail": cmd_tail,
+    "inspect": cmd_inspect,
+    "publish": cmd_publish,
+}
+
+
+def progress_line(done: int, total: int | None, t0: float) -> str:
+    rate = done / max(time.perf_counter() - t0, 1e-9)
+    if total:
+        frac = min(1.0, done / total)
+        bar = "#" * int(frac * 30)
+        return f"\r[{bar:<30}] {frac * 100:5.1f}% {done}/{total} rows {rate:,.0f} rows/s"
+    return f"\r{done} rows {rate:,.0f} rows/s"
+
+
+def write_progress(text: str, final: bool = False) -> None:
+    if sys.stderr.isatty():
+        sys.stderr.write(text + ("\n" if final else ""))
+        sys.stderr.flush()
+    elif final:
+        sys.stderr.write(text.lstrip("\r") + "\n")

@@ -1,0 +1,122 @@
+"""``msgstream``: inspect and feed Milvus message streams from the shell.
+
+Subcommands: ``channels``, ``publish``, ``tail``, ``position``, ``inspect``. All accept
+``--config``. Errors print one line on stderr and exit non-zero (2 for usage errors).
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+from collections.abc import Sequence
+
+from msgstream_spark.errors import MsgStreamError
+
+EXIT_ERROR = 1
+EXIT_USAGE = 2
+EXIT_INTERRUPTED = 130
+
+
+def _common(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--config", help="YAML config (same keys as milvus.yaml); default: the packaged "
+                                    "embedded-log config")
+    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                   help="override a config key, e.g. --set kafka.brokerList=127.0.0.1:9092 (repeatable)")
+
+
+def _channels_arg(p: argparse.ArgumentParser, required: bool = True) -> None:
+    p.add_argument("--channels", "-c", required=required,
+                   help="comma-separated channel names (pchannels)")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="msgstream", description=__doc__.split("\n\n")[0],
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("-v", "--verbose", action="store_true", help="log at INFO level on stderr")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+
+    p = sub.add_parser("channels", help="list channels with latest position and message count")
+    _common(p)
+    p.add_argument("--channels", "-c", help="only these channels (comma-separated); default: all")
+    p.add_argument("--no-count", action="store_true", help="skip counting messages (counting reads the channel)")
+    p.add_argument("--timeout", type=float, default=30.0, help="seconds allowed for counting one channel")
+
+    p = sub.add_parser("publish", help="publish a file's rows (or a synthetic collection) as insert events")
+    _common(p)
+    _channels_arg(p)
+    src = p.add_mutually_exclusive_group(required=True)
+    src.add_argument("--input", "-i", help="Parquet, CSV or JSON Lines file")
+    src.add_argument("--synthetic", type=int, metavar="ROWS", help="generate ROWS rows (pk, category, score, vec)")
+    p.add_argument("--format", choices=["parquet", "csv", "json", "jsonl"], help="input format (default: suffix)")
+    p.add_argument("--dim", type=int, default=128, help="vector dimension of --synthetic (default 128)")
+    p.add_argument("--start", type=int, default=0, help="first primary key of --synthetic (default 0)")
+    p.add_argument("--delete-fraction", type=float, default=0.0,
+                   help="afterwards delete this fraction of the published primary keys (0..1)")
+    p.add_argument("--collection", default="msgstream", help="collection name (default msgstream)")
+    p.add_argument("--collection-id", type=int, help="collection id (default: derived from the name)")
+    p.add_argument("--partition", default="_default", help="partition name")
+    p.add_argument("--primary-key", help="primary key column (default: pk or id)")
+    p.add_argument("--field-types", help="Milvus types for ambiguous columns, e.g. emb:Float16Vector,tags:Array")
+    p.add_argument("--max-message-size", type=int, default=2 * 1024 * 1024, help="split size in bytes (2 MiB)")
+    p.add_argument("--batch-rows", type=int, default=10_000, help="rows encoded per step (default 10000)")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
+
+    p = sub.add_parser("tail", help="decode and print messages as JSON lines")
+    _common(p)
+    _channels_arg(p)
+    where = p.add_mutually_exclusive_group()
+    where.add_argument("--from", dest="start", default="earliest",
+                       help="earliest (default), latest, or a position (JSON or base64 MsgPosition)")
+    p.add_argument("--limit", "-n", type=int, help="stop after this many messages")
+    p.add_argument("--follow", "-f", action="store_true", help="keep waiting for new messages (Ctrl-C stops)")
+    p.add_argument("--timeout", type=float, default=2.0,
+                   help="without --follow: stop when nothing arrives for this many seconds (default 2)")
+    p.add_argument("--rows", action="store_true", help="include the decoded rows of inserts and deletes")
+    p.add_argument("--no-ticks", action="store_true", help="hide TimeTick messages")
+
+    p = sub.add_parser("position", help="latest or at-timestamp MsgPosition (JSON and base64 protobuf)")
+    _common(p)
+    _channels_arg(p)
+    p.add_argument("--at", help="hybrid timestamp, or ISO-8601 time: position of the first message at or "
+                                "after it (default: the latest message)")
+
+    p = sub.add_parser("inspect", help="decode one raw payload (file or base64)")
+    _common(p)
+    src = p.add_mutually_exclusive_group(required=True)
+    src.add_argument("--file", help="file holding the raw payload bytes")
+    src.add_argument("--base64", help="the raw payload as base64")
+    p.add_argument("--msg-type", help="msg_type property (e.g. Insert) when the payload lacks a header")
+    p.add_argument("--rows", action="store_true", help="include decoded rows")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the console script; returns the exit code."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING, stream=sys.stderr,
+                        format="msgstream: %(levelname)s: %(message)s")
+    from msgstream_spark.cli import commands
+
+    try:
+        return int(commands.run(args) or 0)
+    except KeyboardInterrupt:
+        print("msgstream: interrupted", file=sys.stderr)
+        return EXIT_INTERRUPTED
+    except BrokenPipeError:
+        return 0
+    except MsgStreamError as exc:
+        print(f"msgstream {args.command}: error: {_one_line(exc)}", file=sys.stderr)
+        return EXIT_ERROR
+    except commands.UsageError as exc:
+        print(f"msgstream {args.command}: error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+
+
+def _one_line(exc: BaseException) -> str:
+    return " ".join(str(exc).split()) or type(exc).__name__
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,90 @@
+"""Messages and positions as JSON (what ``tail``, ``inspect`` and ``position`` print)."""
+
+from __future__ import annotations
+
+import base64
+import json
+from typing import Any
+
+
+def _jsonable(v: Any) -> Any:
+    if isinstance(v, bytes):
+        return base64.b64encode(v).decode()
+    if isinstance(v, dict):
+        return {str(k): _jsonable(x) for k, x in v.items()}
+    if isinstance(v, (list, tuple)):
+        return [_jsonable(x) for x in v]
+    if hasattr(v, "item"):  # numpy scalar
+        return v.item()
+    return v
+
+
+def message_dict(msg, *, channel: str | None = None, msg_id: bytes | None = None,
+                 properties: dict | None = None, rows: bool = False, full: bool = False) -> dict[str, Any]:
+    """A decoded TsMsg as a JSON-ready dict: type, ids, timestamps, counts (and rows on request)."""
+    from google.protobuf import json_format
+
+    from msgstream_spark.msg import tso
+
+    proto = msg.proto
+    out: dict[str, Any] = {}
+    if channel is not None:
+        out["channel"] = channel
+    if msg_id is not None:
+        out["msgID"] = base64.b64encode(msg_id).decode()
+    base = getattr(proto, "base", None)
+    ts = int(base.timestamp) if base is not None else 0
+    out["msg_type"] = _type_name(proto)
+    out["timestamp"] = ts
+    if ts:
+        out["time"] = tso.to_datetime(ts).isoformat()
+    if base is not None and base.msgID:
+        out["base_msg_id"] = int(base.msgID)
+    for name in ("shardName", "collection_name", "collectionID", "partition_name", "partitionID", "num_rows"):
+        if hasattr(proto, name):
+            val = getattr(proto, name)
+            if val not in ("", 0):
+                out[name] = int(val) if isinstance(val, int) else val
+    if properties:
+        out["properties"] = dict(properties)
+    if rows:
+        out["rows"] = _rows(proto)
+    if full:
+        out["proto"] = json_format.MessageToDict(proto, preserving_proto_field_name=True)
+    return out
+
+
+def _type_name(proto) -> str:
+    from pymilvus.grpc_gen import common_pb2
+
+    base = getattr(proto, "base", None)
+    try:
+        return common_pb2.MsgType.Name(base.msg_type) if base is not None else type(proto).__name__
+    except ValueError:
+        return str(base.msg_type)
+
+
+def _rows(proto) -> list[dict[str, Any]]:
+    """Rows of an insert (columns from FieldData) or the primary keys of a delete."""
+    from msgstream_spark.msg.columns import field_data_to_arrow
+
+    if proto.DESCRIPTOR.name == "InsertRequest":
+        cols = {fd.field_name: field_data_to_arrow(fd).to_pylist() for fd in proto.fields_data}
+        n = int(proto.num_rows)
+        return [{k: _jsonable(v[i]) for k, v in cols.items()} for i in range(n)]
+    if proto.DESCRIPTOR.name == "DeleteRequest":
+        ids = proto.primary_keys
+        keys = list(ids.int_id.data) if ids.HasField("int_id") else list(ids.str_id.data)
+        return [{"pk": k} for k in keys]
+    return []
+
+
+def position_dict(pos) -> dict[str, Any]:
+    """MsgPosition as its JSON form plus the base64 protobuf (Milvus checkpoint form)."""
+    d = dict(pos.to_json_dict())
+    d["base64"] = pos.to_base64()
+    return d
+
+
+def dumps(obj: Any) -> str:
+    return json.dumps(_jsonable(obj), separators=(",", ":"), ensure_ascii=False)

@@ -1,0 +1,455 @@
+"""Arrow rows -> Milvus InsertRequest / DeleteRequest payloads, column-wise.
+
+The sink's hot path. Per Arrow batch: validate (null primary key, unknown op, vector
+dimension), shard rows with Milvus's hash, group them per (op run, shard), split each
+group so a message stays below ``maxMessageSize`` and serialize one request per group.
+Only numpy / pyarrow work is done per row; Python loops run per message.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from msgstream_spark.errors import MsgStreamError, SchemaError
+from msgstream_spark.spark.writer_options import METADATA_COLUMNS, OP_COLUMN, SinkOptions
+
+log = logging.getLogger(__name__)
+
+OP_INSERT = 0
+OP_DELETE = 1
+_OP_NAMES = {"insert": OP_INSERT, "i": OP_INSERT, "upsert": OP_INSERT, "delete": OP_DELETE, "d": OP_DELETE}
+_VECTOR_TYPES = ("FloatVector", "Float16Vector", "BFloat16Vector", "Int8Vector", "BinaryVector")
+PK_CANDIDATES = ("pk", "id")
+
+
+@dataclass(frozen=True)
+class FieldPlan:
+    """One collection field: its column, Milvus schema (serialized FieldSchema) and type name."""
+
+    name: str
+    field_id: int
+    schema_bytes: bytes
+    type_name: str
+    dim: int | None = None
+
+
+@dataclass(frozen=True)
+class WritePlan:
+    """What a write task needs to encode rows: the fields (pk first) and the op column."""
+
+    pk: str
+    pk_is_string: bool
+    fields: tuple[FieldPlan, ...]
+    has_op: bool
+    # column -> dimension fixed by the plan (None: taken from the first row of each task)
+    dims: dict[str, int] = field(default_factory=dict)
+
+    def field_schemas(self):
+        from pymilvus.grpc_gen import schema_pb2
+
+        out = []
+        for f in self.fields:
+            fs = schema_pb2.FieldSchema()
+            fs.ParseFromString(f.schema_bytes)
+            out.append(fs)
+        return out
+
+
+def _type_name(fs) -> str:
+    from pymilvus.grpc_gen import schema_pb2
+
+    return schema_pb2.DataType.Name(fs.data_type)
+
+
+def plan_write(schema: pa.Schema, opts: SinkOptions) -> WritePlan:
+    """Map the input Arrow schema to collection fields; reject what Milvus cannot hold.
+
+    Raises :class:`SchemaError` naming the column (unsupported type, bad primary key,
+    bad ``op`` column) before anything is produced.
+    """
+    from pymilvus.grpc_gen import schema_pb2
+
+    from msgstream_spark.msg.schema import field_schema_from_arrow
+
+    names = [n for n in schema.names if n not in METADATA_COLUMNS]
+    has_op = OP_COLUMN in names
+    if has_op:
+        t = schema.field(OP_COLUMN).type
+        if not (pa.types.is_string(t) or pa.types.is_large_string(t)):
+            raise SchemaError(f"column {OP_COLUMN!r} must be a string ('insert' or 'delete'), got {t}")
+        names.remove(OP_COLUMN)
+    pk = opts.primary_key
+    if pk is None:
+        pk = next((c for c in PK_CANDIDATES if c in names), None)
+        if pk is None:
+            raise SchemaError(f"no primary key column: set option primaryKey (columns: {', '.join(names)})")
+    if pk not in names:
+        raise SchemaError(f"option primaryKey names column {pk!r}, which the DataFrame does not have "
+                          f"(columns: {', '.join(names)})")
+    pk_type = schema.field(pk).type
+    if pa.types.is_integer(pk_type):
+        pk_is_string = False
+    elif pa.types.is_string(pk_type) or pa.types.is_large_string(pk_type):
+        pk_is_string = True
+    else:
+        raise SchemaError(f"primary key column {pk!r} must be an integer (Int64) or a string (VarChar), got {pk_type}")
+    unknown_types = set(opts.field_types) - set(names)
+    if unknown_types:
+        raise SchemaError(f"option fieldTypes names column(s) the DataFrame does not have: "
+                          f"{', '.join(sorted(unknown_types))}")
+    ordered = [pk] + [n for n in names if n != pk]
+    plans = []
+    for i, name in enumerate(ordered):
+        typ = schema.field(name).type
+        if name == pk and not pk_is_string:
+            typ = pa.int64()
+        override = opts.field_types.get(name)
+        if pa.types.is_map(typ) and not (pa.types.is_integer(typ.key_type) and pa.types.is_floating(typ.item_type)):
+            raise SchemaError(f"column {name!r} ({typ}) cannot be stored in a collection: only map<integer, float> "
+                              "(a SparseFloatVector) is supported")
+        try:
+            fs = field_schema_from_arrow(name, typ, field_id=100 + i, is_primary_key=(name == pk),
+                                         nullable=(name != pk and schema.field(name).nullable),
+                                         milvus_type=override, dim=opts_dim(opts, name))
+        except MsgStreamError as exc:
+            raise SchemaError(f"column {name!r} ({typ}) cannot be stored in a collection: {exc}") from exc
+        except (TypeError, ValueError, KeyError) as exc:
+            raise SchemaError(f"column {name!r} ({typ}) cannot be stored in a collection: {exc}") from exc
+        tname = schema_pb2.DataType.Name(fs.data_type)
+        dim = None
+        for p in fs.type_params:
+            if p.key == "dim" and p.value:
+                dim = int(p.value)
+        plans.append(FieldPlan(name, 100 + i, fs.SerializeToString(), tname, dim))
+    dims = {p.name: p.dim for p in plans if p.dim}
+    return WritePlan(pk, pk_is_string, tuple(plans), has_op, dims)
+
+
+def opts_dim(opts: SinkOptions, name: str) -> int | None:
+    """A dimension fixed by ``fieldTypes`` (``emb:FloatVector(128)``), else None."""
+    return opts.field_dims.get(name)
+
+
+# -- per-row byte estimates (Milvus splits by estimated size) ----------------------------------
+def _row_sizes(batch: pa.RecordBatch, plan: WritePlan) -> np.ndarray:
+    n = batch.num_rows
+    sizes = np.full(n, 16 + 4, dtype=np.int64)  # timestamp + rowID + per-row framing
+    for f in plan.fields:
+        arr = batch.column(f.name)
+        sizes += _column_sizes(arr, n)
+    return sizes
+
+
+def _column_sizes(arr: pa.Array, n: int) -> np.ndarray:
+    t = arr.type
+    if pa.types.is_string(t) or pa.types.is_binary(t) or pa.types.is_large_string(t) or pa.types.is_large_binary(t):
+        lens = pc.binary_length(arr).fill_null(0).to_numpy(zero_copy_only=False).astype(np.int64)
+        return lens + 2
+    if pa.types.is_fixed_size_list(t):
+        return np.full(n, t.list_size * max(1, t.value_type.bit_width // 8) + 4, dtype=np.int64)
+    if pa.types.is_list(t) or pa.types.is_large_list(t) or pa.types.is_map(t):
+        lens = np.diff(arr.offsets.to_numpy(zero_copy_only=False).astype(np.int64))
+        vt = t.item_type if pa.types.is_map(t) else t.value_type
+        width = 8 if pa.types.is_map(t) else max(1, (vt.bit_width // 8) if _fixed(vt) else 8)
+        return lens * width + 4
+    if _fixed(t):
+        return np.full(n, max(1, t.bit_width // 8), dtype=np.int64)
+    return np.full(n, 16, dtype=np.int64)
+
+
+def _fixed(t: pa.DataType) -> bool:
+    try:
+        return t.bit_width > 0
+    except ValueError:
+        return False
+
+
+def split_points(sizes: np.ndarray, limit: int) -> list[tuple[int, int]]:
+    """Greedy [start, end) ranges whose summed sizes stay <= limit (at least one row each)."""
+    n = len(sizes)
+    if n == 0:
+        return []
+    csum = np.cumsum(sizes)
+    out = []
+    start = 0
+    base = 0
+    while start < n:
+        end = int(np.searchsorted(csum, base + limit, side="right"))
+        end = max(end, start + 1)
+        out.append((start, end))
+        base = int(csum[end - 1])
+        start = end
+    return out
+
+
+# -- validation --------------------------------------------------------------------------------
+def op_codes(batch: pa.RecordBatch, plan: WritePlan) -> np.ndarray:
+    """int8 per row: 0 insert, 1 delete (null op = insert); SchemaError on anything else."""
+    n = batch.num_rows
+    if OP_COLUMN not in batch.schema.names:
+        return np.zeros(n, dtype=np.int8)
+    ops = pc.utf8_lower(pc.utf8_trim_whitespace(batch.column(OP_COLUMN)))
+    is_delete = pc.is_in(ops, value_set=pa.array(["delete", "d"]))
+    is_insert = pc.or_kleene(pc.is_null(ops), pc.is_in(ops, value_set=pa.array(["insert", "i", "upsert"])))
+    bad = pc.invert(pc.or_(is_delete.fill_null(False), is_insert.fill_null(True)))
+    if pc.any(bad).as_py():
+        example = pc.filter(batch.column(OP_COLUMN), bad)[0].as_py()
+        raise SchemaError(f"column {OP_COLUMN!r} has value {example!r}; expected 'insert' or 'delete'")
+    return is_delete.fill_null(False).to_numpy(zero_copy_only=False).astype(np.int8)
+
+
+def check_batch(batch: pa.RecordBatch, plan: WritePlan, dims: dict[str, int], ops: np.ndarray | None = None) -> None:
+    """Null primary keys and (on insert rows) vectors; ``dims`` learns dims from the first rows."""
+    pk = batch.column(plan.pk)
+    if pk.null_count:
+        raise SchemaError(f"primary key column {plan.pk!r} is null in {pk.null_count} row(s)")
+    if ops is not None and ops.any():
+        if ops.all():
+            return
+        batch = batch.filter(pa.array(ops == 0))
+    for f in plan.fields:
+        if f.name not in batch.schema.names:  # a delete-only batch carries just op and the key
+            continue
+        if f.type_name not in _VECTOR_TYPES or f.type_name == "BinaryVector":
+            if f.type_name == "BinaryVector":
+                _check_binary_dim(batch.column(f.name), f, dims)
+            continue
+        arr = batch.column(f.name)
+        if arr.null_count:
+            raise SchemaError(f"vector column {f.name!r} is null in {arr.null_count} row(s); vectors cannot be null")
+        if len(arr) == 0:
+            continue
+        lens = pc.list_value_length(arr).to_numpy(zero_copy_only=False)
+        want = dims.setdefault(f.name, int(lens[0]))
+        if want <= 0:
+            raise SchemaError(f"vector column {f.name!r} has an empty vector")
+        wrong = np.nonzero(lens != want)[0]
+        if len(wrong):
+            raise SchemaError(f"vector column {f.name!r} has dimension {int(lens[wrong[0]])} in a row where "
+                              f"dimension {want} is expected ({len(wrong)} row(s) differ)")
+
+
+def _check_binary_dim(arr: pa.Array, f: FieldPlan, dims: dict[str, int]) -> None:
+    if arr.null_count:
+        raise SchemaError(f"vector column {f.name!r} is null in {arr.null_count} row(s); vectors cannot be null")
+    if len(arr) == 0:
+        return
+    lens = pc.binary_length(arr).to_numpy(zero_copy_only=False)
+    want_bytes = dims[f.name] // 8 if f.name in dims else int(lens[0])
+    dims.setdefault(f.name, want_bytes * 8)
+    wrong = np.nonzero(lens != want_bytes)[0]
+    if len(wrong):
+        raise SchemaError(f"binary vector column {f.name!r} has {int(lens[wrong[0]])} bytes in a row where "
+                          f"{want_bytes} bytes (dim {want_bytes * 8}) are expected")
+
+
+# -- grouping ------------------------------------------------------------------------------------
+def shard_of(batch: pa.RecordBatch, plan: WritePlan, n_shards: int) -> np.ndarray:
+    """Shard index per row with Milvus's hash of the primary key (wire doc §5.4)."""
+    from msgstream_spark.msg.hashing import shard_indices
+
+    pk = batch.column(plan.pk)
+    if plan.pk_is_string:
+        keys = pk.to_pylist()
+    else:
+        keys = pk.cast(pa.int64()).to_numpy(zero_copy_only=False)
+    return np.asarray(shard_indices(keys, n_shards), dtype=np.int64)
+
+
+def groups(batch: pa.RecordBatch, plan: WritePlan, n_shards: int,
+           ops: np.ndarray | None = None) -> Iterator[tuple[int, int, np.ndarray]]:
+    """Yield (op, shard, row indices) in row order of op runs, shards ascending within a run.
+
+    Consecutive rows with the same op form a run; runs keep their order so a delete
+    after an insert of the same key gets the later timestamp.
+    """
+    n = batch.num_rows
+    if n == 0:
+        return
+    if ops is None:
+        ops = op_codes(batch, plan)
+    shards = shard_of(batch, plan, n_shards)
+    cuts = np.flatnonzero(np.diff(ops)) + 1
+    bounds = np.concatenate(([0], cuts, [n]))
+    for a, b in zip(bounds[:-1], bounds[1:]):
+        sh = shards[a:b]
+        order = np.argsort(sh, kind="stable")
+        counts = np.bincount(sh, minlength=n_shards)
+        ends = np.cumsum(counts)
+        for s in range(n_shards):
+            if counts[s]:
+                yield int(ops[a]), s, order[ends[s] - counts[s]:ends[s]] + a
+
+
+def _small(t: pa.DataType) -> pa.DataType:
+    if pa.types.is_large_string(t):
+        return pa.string()
+    if pa.types.is_large_binary(t):
+        return pa.binary()
+    if pa.types.is_large_list(t):
+        return pa.list_(_small(t.value_type))
+    return t
+
+
+def normalize(batch: pa.RecordBatch) -> pa.RecordBatch:
+    """Cast 64-bit-offset Arrow types (large_string, large_list, ...) to the plain ones."""
+    types = [_small(f.type) for f in batch.schema]
+    if all(t == f.type for t, f in zip(types, batch.schema)):
+        return batch
+    return pa.RecordBatch.from_arrays([c.cast(t) for c, t in zip(batch.columns, types)], names=batch.schema.names)
+
+
+@dataclass
+class EncodedMessage:
+    """One serialized request ready to produce."""
+
+    shard: int
+    op: int
+    payload: bytes
+    rows: int
+    timestamp: int
+    msg_id: int
+    seq: int  # position among this task's messages to the same channel
+
+
+class Encoder:
+    """Turns Arrow batches into serialized Insert/Delete requests for one write task.
+
+    ``next_ts`` hands out strictly increasing hybrid timestamps; ``next_msg_id(shard)``
+    a unique message id and its sequence number on that shard. Both come from the task,
+    so a retried task reproduces the same ids.
+    """
+
+    def __init__(self, opts: SinkOptions, plan: WritePlan, next_ts, next_msg_id, next_row_ids) -> None:
+        self.opts = opts
+        self.plan = plan
+        self.next_ts = next_ts
+        self.next_msg_id = next_msg_id
+        self.next_row_ids = next_row_ids
+        self.dims: dict[str, int] = dict(plan.dims)
+        self.vchannels = opts.vchannels
+        self._schemas = plan.field_schemas()
+
+    def encode(self, batch: pa.RecordBatch) -> list[EncodedMessage]:
+        """Validate the whole batch first, then encode it (nothing partial on bad input)."""
+        if batch.num_rows == 0:
+            return []
+        batch = normalize(batch)
+        ops = op_codes(batch, self.plan)
+        missing = [f.name for f in self.plan.fields if f.name not in batch.schema.names]
+        if self.plan.pk in missing:
+            raise SchemaError(f"primary key column {self.plan.pk!r} is missing from the batch")
+        if missing and not ops.all():
+            raise SchemaError(f"column(s) {', '.join(missing)} missing: only a batch of deletes may carry "
+                              f"just {OP_COLUMN!r} and the primary key")
+        check_batch(batch, self.plan, self.dims, ops)
+        plan_groups = list(groups(batch, self.plan, len(self.opts.channels), ops))
+        vectors = self._dense_vectors(batch) if not ops.all() else {}
+        sizes = _row_sizes(batch, self.plan) if not ops.all() else None
+        out: list[EncodedMessage] = []
+        for op, shard, idx in plan_groups:
+            if op == OP_INSERT:
+                out.extend(self._inserts(batch, idx, shard, vectors, sizes))
+            else:
+                out.extend(self._deletes(batch.select([self.plan.pk]).take(pa.array(idx)), shard))
+        return out
+
+    def _dense_vectors(self, batch: pa.RecordBatch) -> dict[str, np.ndarray]:
+        """FloatVector columns as (rows, dim) float32 arrays (zero copy where Arrow allows)."""
+        out = {}
+        for f in self.plan.fields:
+            if f.type_name != "FloatVector" or f.name not in batch.schema.names or f.name not in self.dims:
+                continue
+            col = batch.column(f.name)
+            if col.null_count:
+                continue
+            flat = col.flatten()
+            if flat.type != pa.float32() or flat.null_count or len(flat) != len(col) * self.dims[f.name]:
+                continue
+            out[f.name] = flat.to_numpy(zero_copy_only=False).reshape(len(col), self.dims[f.name])
+        return out
+
+    def _inserts(self, batch: pa.RecordBatch, idx: np.ndarray, shard: int, vectors: dict[str, np.ndarray],
+                 sizes: np.ndarray) -> list[EncodedMessage]:
+        from pymilvus.grpc_gen import common_pb2, msg_pb2
+
+        from msgstream_spark.spark import writer_wire as wire
+
+        others = [f.name for f in self.plan.fields if f.name not in vectors]
+        rows = batch.select(others).take(pa.array(idx))
+        dense = {name: v[idx] for name, v in vectors.items()}
+        out = []
+        for a, b in split_points(sizes[idx], self.opts.max_message_size):
+            n = b - a
+            ts = self.next_ts()
+            mid, seq = self.next_msg_id(shard)
+            # Serialized in field-number order from parts: header (1-11), fields_data (13),
+            # tail (14-15); byte-identical to serializing one InsertRequest.
+            head = msg_pb2.InsertRequest(
+                base=common_pb2.MsgBase(msg_type=common_pb2.Insert, msgID=mid, timestamp=ts,
+                                        sourceID=self.opts.source_id),
+                shardName=self.vchannels[shard], db_name=self.opts.db_name,
+                collection_name=self.opts.collection, partition_name=self.opts.partition,
+                collectionID=self.opts.collection_id, partitionID=self.opts.partition_id,
+                segmentID=self.opts.partition_id + shard,
+            )
+            head.timestamps.extend(np.full(n, ts, dtype=np.uint64).tolist())
+            head.rowIDs.extend(self.next_row_ids(n).tolist())
+            parts: list = [head.SerializeToString()]
+            for f, fs in zip(self.plan.fields, self._schemas):
+                if f.name in dense:
+                    parts.extend(wire.float_vector_entry(dense[f.name][a:b], f.name, f.field_id))
+                else:
+                    parts.append(wire.fields_data_entry(self._field_bytes(rows.column(f.name).slice(a, n), f, fs)))
+            parts.append(msg_pb2.InsertRequest(num_rows=n, version=msg_pb2.ColumnBased).SerializeToString())
+            out.append(EncodedMessage(shard, OP_INSERT, b"".join(parts), n, ts, mid, seq))
+        return out
+
+    def _field_bytes(self, col: pa.Array, f: FieldPlan, fs) -> bytes:
+        """One column as serialized FieldData (via the codec's arrow_to_field_data)."""
+        from msgstream_spark.msg.columns import arrow_to_field_data
+
+        if f.name == self.plan.pk and not self.plan.pk_is_string:
+            col = col.cast(pa.int64())
+        try:
+            return arrow_to_field_data(col, fs).SerializeToString()
+        except SchemaError:
+            raise
+        except (MsgStreamError, TypeError, ValueError, pa.ArrowException) as exc:
+            raise SchemaError(f"column {f.name!r}: {exc}") from exc
+
+    def _deletes(self, rows: pa.RecordBatch, shard: int) -> list[EncodedMessage]:
+        from pymilvus.grpc_gen import common_pb2, msg_pb2
+
+        pk = rows.column(self.plan.pk)
+        if self.plan.pk_is_string:
+            sizes = pc.binary_length(pk).to_numpy(zero_copy_only=False).astype(np.int64) + 16
+        else:
+            pk = pk.cast(pa.int64())
+            sizes = np.full(len(pk), 16 + 8, dtype=np.int64)
+        out = []
+        for a, b in split_points(sizes, self.opts.max_message_size):
+            n = b - a
+            ts = self.next_ts()
+            mid, seq = self.next_msg_id(shard)
+            req = msg_pb2.DeleteRequest(
+                base=common_pb2.MsgBase(msg_type=common_pb2.Delete, msgID=mid, timestamp=ts,
+                                        sourceID=self.opts.source_id),
+                shardName=self.vchannels[shard], db_name=self.opts.db_name,
+                collection_name=self.opts.collection, partition_name=self.opts.partition,
+                collectionID=self.opts.collection_id, partitionID=self.opts.partition_id, num_rows=n,
+            )
+            part = pk.slice(a, n)
+            if self.plan.pk_is_string:
+                req.primary_keys.str_id.data.extend(part.to_pylist())
+            else:
+                req.primary_keys.int_id.data.extend(part.to_numpy(zero_copy_only=False).tolist())
+            req.timestamps.extend([ts] * n)
+            out.append(EncodedMessage(shard, OP_DELETE, req.SerializeToString(), n, ts, mid, seq))
+        return out

@@ -1,0 +1,305 @@
+"""One write task of the sink: encode, buffer, produce, end with time ticks, report.
+
+Used by the Spark writers and, without Spark, by the CLI's ``publish``. Messages carry
+``(writer id, batch id, task id, sequence)`` in their properties and get message ids
+derived from them, so a retried task reproduces the same keys and a reader with
+``dedupe`` can drop the replay.
+"""
+
+from __future__ import annotations
+
+import base64
+import logging
+import os
+from collections.abc import Iterable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+
+import pyarrow as pa
+
+from msgstream_spark.errors import BackendError, MsgStreamError, ProduceError
+from msgstream_spark.spark.writer_encode import OP_INSERT, EncodedMessage, Encoder, WritePlan
+from msgstream_spark.spark.writer_options import SinkOptions, stable_id
+
+log = logging.getLogger(__name__)
+
+# Message property keys of the exactly-once protocol (consumers ignore unknown keys).
+PROP_WRITER = "msgstream.writer"
+PROP_BATCH = "msgstream.batch"
+PROP_TASK = "msgstream.task"
+PROP_SEQ = "msgstream.seq"
+
+
+def committed_key(writer_id: str) -> str:
+    """Backend metadata key holding the last batch id a streaming sink committed."""
+    return f"msgstream-sink/{writer_id}/committed-batch"
+
+
+@dataclass
+class ChannelStats:
+    """What one task wrote to one channel (plain data, in the commit message)."""
+
+    messages: int = 0
+    inserted: int = 0
+    deleted: int = 0
+    bytes: int = 0
+    first_id: str = ""  # base64 of the Milvus msgID bytes
+    last_id: str = ""
+    max_ts: int = 0
+    time_tick: int = 0
+
+
+@dataclass
+class TaskResult:
+    """Summary of one task (what the Spark commit message carries)."""
+
+    writer_id: str
+    batch_id: int
+    task_id: int
+    attempt: int
+    channels: dict[str, ChannelStats] = field(default_factory=dict)
+    skipped: bool = False  # the batch was already committed: nothing written
+
+    @property
+    def rows(self) -> int:
+        return sum(s.inserted + s.deleted for s in self.channels.values())
+
+
+class HybridClock:
+    """Strictly increasing hybrid timestamps from the wall clock (physical ms << 18 | logical)."""
+
+    def __init__(self) -> None:
+        self.last = 0
+
+    def __call__(self) -> int:
+        from msgstream_spark.msg import tso
+
+        ts = max(int(tso.now()), self.last + 1)
+        self.last = ts
+        return ts
+
+
+class TaskWriter:
+    """Writes the rows of one task. Connects lazily; ``close()`` always releases the client."""
+
+    def __init__(self, opts: SinkOptions, plan: WritePlan, *, batch_id: int = 0, task_id: int = 0,
+                 attempt: int = 0, client=None) -> None:
+        self.opts = opts
+        self.plan = plan
+        self.result = TaskResult(opts.writer_id, batch_id, task_id, attempt)
+        self.clock = HybridClock()
+        self._seq = [0] * len(opts.channels)
+        self._row_base = stable_id(opts.writer_id, str(batch_id), str(task_id), "rows", bits=31) << 32
+        self._rows_used = 0
+        self.encoder = Encoder(opts, plan, self.clock, self._msg_id, self._row_ids)
+        self._pending: dict[int, list] = {}
+        self._pending_bytes = 0
+        self._io = None  # one background thread producing while the next batches are encoded
+        self._inflight = None
+        self._client = client
+        self._own_client = client is None
+        self._producers: dict[str, object] = {}
+
+    # -- ids ----------------------------------------------------------------------------
+    def _msg_id(self, shard: int) -> tuple[int, int]:
+        seq = self._seq[shard]
+        self._seq[shard] += 1
+        r = self.result
+        return stable_id(r.writer_id, str(r.batch_id), str(r.task_id), self.opts.channels[shard], str(seq)), seq
+
+    def _row_ids(self, n: int):
+        import numpy as np
+
+        start = self._rows_used
+        self._rows_used += n
+        return np.arange(self._row_base + start, self._row_base + start + n, dtype=np.int64)
+
+    # -- backend ------------------------------------------------------------------------
+    @property
+    def client(self):
+        if self._client is None:
+            from msgstream_spark.mq.registry import build_client
+
+            cfg = self.opts.load_config()
+            self._client = build_client(cfg.mq_type, cfg)
+        return self._client
+
+    def _producer(self, channel: str):
+        p = self._producers.get(channel)
+        if p is None:
+            try:
+                p = self._producers[channel] = self.client.create_producer(channel)
+            except Exception as exc:  # noqa: BLE001 - client libraries raise anything
+                raise BackendError(f"cannot create a producer for channel {channel}: {exc}") from exc
+        return p
+
+    def already_committed(self) -> bool:
+        """True when a stable-id streaming writer already committed this batch (skip it)."""
+        if not self.opts.writer_id_explicit:
+            return False
+        got = self.client.get_metadata(committed_key(self.opts.writer_id))
+        return got is not None and int(got) >= self.result.batch_id
+
+    # -- writing ------------------------------------------------------------------------
+    def write_batches(self, batches: Iterable[pa.RecordBatch]) -> TaskResult:
+        """Encode and produce every batch, then send the closing time ticks."""
+        try:
+            for batch in batches:
+                self.add(batch)
+            self.finish()
+        finally:
+            self.close()
+        return self.result
+
+    def add(self, batch: pa.RecordBatch) -> None:
+        """Validate and encode ``batch``; produce once enough is buffered."""
+        for m in self.encoder.encode(batch):
+            self._pending.setdefault(m.shard, []).append(m)
+            self._pending_bytes += len(m.payload)
+        if self._pending_bytes >= self.opts.buffer_bytes:
+            self.flush()
+
+    def _props(self, m: EncodedMessage) -> dict[str, str]:
+        r = self.result
+        return {"msg_type": "Insert" if m.op == OP_INSERT else "Delete", PROP_WRITER: r.writer_id,
+                PROP_BATCH: str(r.batch_id), PROP_TASK: str(r.task_id), PROP_SEQ: str(m.seq)}
+
+    def flush(self, wait: bool = False) -> None:
+        """Produce everything buffered: one ordered batch per channel, channels in parallel.
+
+        The send runs in a background thread (one at a time, so order is kept) while the
+        caller encodes more; ``wait`` blocks until everything sent is acknowledged.
+        """
+        from msgstream_spark.mq.base import ProducerMessage
+
+        if not self._pending:
+            if wait:
+                self._wait_inflight()
+            return
+        work = {}
+        for shard, msgs in sorted(self._pending.items()):
+            ch = self.opts.channels[shard]
+            work[ch] = (msgs, [ProducerMessage(m.payload, self._props(m), timestamp=m.timestamp) for m in msgs])
+        self._pending = {}
+        self._pending_bytes = 0
+        self._wait_inflight()
+        for ch in work:
+            self._producer(ch)  # open producers in this thread
+        if self._io is None:
+            self._io = ThreadPoolExecutor(max_workers=1, thread_name_prefix="msgstream-sink-io")
+        self._inflight = self._io.submit(self._send, work)
+        if wait:
+            self._wait_inflight()
+
+    def _wait_inflight(self) -> None:
+        fut, self._inflight = self._inflight, None
+        if fut is not None:
+            fut.result()
+
+    def _send(self, work: dict) -> None:
+        for ch in work:
+            self._producer(ch)  # open producers before threads start
+        if len(work) == 1:
+            ch, (msgs, pms) = next(iter(work.items()))
+            self._record(ch, msgs, self._send_one(ch, pms))
+            return
+        errors = []
+        with ThreadPoolExecutor(max_workers=min(4, len(work))) as pool:
+            futs = {ch: pool.submit(self._send_one, ch, pms) for ch, (_, pms) in work.items()}
+            for ch, fut in futs.items():
+                try:
+                    self._record(ch, work[ch][0], fut.result())
+                except ProduceError as exc:
+                    errors.append(exc)
+        if errors:
+            raise errors[0]
+
+    def _send_one(self, ch: str, pms: list) -> list:
+        try:
+            return self._producers[ch].send_batch(pms)
+        except ProduceError as exc:
+            written = sum(1 for i in exc.ids if i is not None)
+            raise ProduceError(f"produce to channel {ch} failed: {written} of {len(pms)} message(s) of this "
+                               f"flush were written before the error: {exc}", channel=ch,
+                               failures=exc.failures, ids=exc.ids) from exc
+        except MsgStreamError as exc:
+            raise ProduceError(f"produce to channel {ch} failed: {exc}", channel=ch) from exc
+        except Exception as exc:  # noqa: BLE001 - client libraries raise anything
+            raise ProduceError(f"produce to channel {ch} failed: {type(exc).__name__}: {exc}", channel=ch) from exc
+
+    def _record(self, ch: str, msgs: list[EncodedMessage], ids: list) -> None:
+        st = self.result.channels.setdefault(ch, ChannelStats())
+        for m in msgs:
+            if m.op == OP_INSERT:
+                st.inserted += m.rows
+            else:
+                st.deleted += m.rows
+            st.bytes += len(m.payload)
+            st.max_ts = max(st.max_ts, m.timestamp)
+        st.messages += len(msgs)
+        if ids:
+            if not st.first_id:
+                st.first_id = base64.b64encode(ids[0].serialize()).decode()
+            st.last_id = base64.b64encode(ids[-1].serialize()).decode()
+
+    def finish(self) -> None:
+        """Flush, then end with a time tick on the sink's channels (``timeTick`` option)."""
+        self.flush(wait=True)
+        self._maybe_fail_after_produce()
+        if self.opts.time_tick == "none" or not self.result.channels:
+            return
+        from pymilvus.grpc_gen import common_pb2, msg_pb2
+
+        from msgstream_spark.mq.base import ProducerMessage
+
+        chans = self.opts.channels if self.opts.time_tick == "all" else tuple(self.result.channels)
+        tt = self.clock()
+        tick = msg_pb2.TimeTickMsg(base=common_pb2.MsgBase(msg_type=common_pb2.TimeTick, timestamp=tt,
+                                                           sourceID=self.opts.source_id))
+        pm = ProducerMessage(tick.SerializeToString(), {"msg_type": "TimeTick"}, timestamp=tt)
+        self._send_ticks(chans, pm)
+        for ch in chans:
+            self.result.channels.setdefault(ch, ChannelStats()).time_tick = tt
+
+    def _send_ticks(self, chans, pm) -> None:
+        for ch in chans:
+            self._producer(ch)
+        for ch in chans:
+            self._send_one(ch, [pm])
+
+    def _maybe_fail_after_produce(self) -> None:
+        marker = self.opts.fail_after_produce
+        if not marker:
+            return
+        try:
+            fd = os.open(marker, os.O_CREAT | os.O_EXCL | os.O_WRONLY)
+        except FileExistsError:
+            return
+        os.write(fd, f"killed task {self.result.task_id} batch {self.result.batch_id}\n".encode())
+        os.close(fd)
+        for p in self._producers.values():
+            p.flush(10.0)
+        log.error("failpoint _failAfterProduce: killing this Python worker after producing")
+        os._exit(17)
+
+    def close(self) -> None:
+        """Close producers and the client (when owned); keeps the first error."""
+        first = None
+        if self._io is not None:
+            self._io.shutdown(wait=True)
+            self._io = None
+            self._inflight = None
+        for p in self._producers.values():
+            try:
+                p.close()
+            except Exception as exc:  # noqa: BLE001 - close everything, report the first
+                first = first or exc
+        self._producers = {}
+        if self._own_client and self._client is not None:
+            try:
+                self._client.close()
+            except Exception as exc:  # noqa: BLE001
+                first = first or exc
+            self._client = None
+        if first is not None:
+            log.warning("closing the sink's producers failed: %s", first)

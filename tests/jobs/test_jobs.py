@@ -1,0 +1,125 @@
+"""The jobs end to end on the embedded backend: publish, ingest, replay, the demo, arguments."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from types import SimpleNamespace
+
+import pyarrow.dataset as ds
+import pytest
+
+from tests.sink.helpers import config_file, deleted_keys, inserted_rows, read_all
+
+pytestmark = pytest.mark.slow
+
+
+def ns(**kw):
+    base = dict(config=None, master=None, option=[], format=None)
+    base.update(kw)
+    return SimpleNamespace(**base)
+
+
+def publish_args(cfg, chans, rows, start=0, delete_fraction=0.0, dim=8):
+    return ns(config=cfg, channels=",".join(chans), input=None, synthetic=rows, dim=dim, start=start,
+              partitions=2, delete_fraction=delete_fraction, collection="jobs", collection_id=None,
+              partition="_default", primary_key=None, field_types=None, max_message_size=None, writer_id=None)
+
+
+def table(path):
+    return ds.dataset(str(path), format="parquet").to_table()
+
+
+def test_publish_job_writes_synthetic_rows_and_deletes(spark, backend, tmp_path):
+    from jobs import publish
+
+    local_env = backend
+    chans = [local_env.new_channel("pub") for _ in range(2)]
+    summary = publish.run(publish_args(config_file(local_env, tmp_path), chans, 500, delete_fraction=0.1), spark)
+    assert summary["inserted"] == 500 and summary["deleted"] == 50
+    with local_env.client() as c:
+        got = read_all(c, chans)
+    rows = [r for ch in chans for r in inserted_rows(got[ch])]
+    assert sorted(r["pk"] for r in rows) == list(range(500))
+    assert {len(r["vec"]) for r in rows} == {8}
+    assert sorted(k for ch in chans for k in deleted_keys(got[ch])) == list(range(0, 500, 10))
+
+
+def test_ingest_then_replay_from_a_saved_position(spark, backend, tmp_path):
+    pytest.importorskip("pyspark_msgstream", reason="the msgstream reader is not installed")
+    local_env = backend
+    from jobs import ingest, publish, replay
+    from msgstream_spark.cli.commands import latest_position
+
+    cfg = config_file(local_env, tmp_path)
+    chans = [local_env.new_channel("ing") for _ in range(2)]
+    publish.run(publish_args(cfg, chans, 300, delete_fraction=0.1), spark)
+    out, chk = tmp_path / "events", tmp_path / "chk"
+    iargs = ns(config=cfg, channels=",".join(chans), output=str(out), format="parquet", checkpoint=str(chk),
+               subscription="it-ingest", starting="earliest", trigger="available-now", max_rows_per_trigger=None,
+               dedupe=False, partition_by=None, timeout=None, progress_interval=1.0)
+    s1 = ingest.run(iargs, spark)
+    t = table(out)
+    ops = t.column("op").to_pylist()
+    assert ops.count("insert") == 300 and ops.count("delete") == 30 and s1["rows"] == 330
+    assert {"_channel", "_ts"} <= set(t.column_names)
+    with local_env.client() as c:
+        saved = [latest_position(c, ch) for ch in chans]
+    pos_file = tmp_path / "pos.json"
+    pos_file.write_text(json.dumps([p.to_json_dict() for p in saved]))
+    publish.run(publish_args(cfg, chans, 100, start=300), spark)
+    s2 = ingest.run(iargs, spark)  # incremental: only the new rows
+    assert s2["rows"] == 100 and table(out).num_rows == 430
+    rout = tmp_path / "replay"
+    r = replay.run(ns(config=cfg, channels=",".join(chans), output=str(rout), format="parquet", mode="overwrite",
+                      start="@" + str(pos_file), from_ts=None, end=None, to_ts=None, dedupe=False), spark)
+    assert r["rows"] == 100
+    assert sorted(table(rout).column("pk").to_pylist()) == list(range(300, 400))
+
+
+def test_demo_runs_green_with_small_sizes(tmp_path):
+    pytest.importorskip("pyspark_msgstream", reason="the msgstream reader is not installed")
+    proc = subprocess.run([sys.executable, "-m", "jobs.demo", "--rows", "3000", "--more-rows", "1000", "--dim", "16",
+                           "--workdir", str(tmp_path / "demo")], capture_output=True, text=True, timeout=540)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "checks: OK" in proc.stdout
+    events = table(tmp_path / "demo" / "lake" / "events")
+    assert events.num_rows == 3000 + 1000 + 150 + 50  # 5% of the keys deleted
+
+
+@pytest.mark.parametrize("job", ["ingest", "replay", "publish", "demo"])
+def test_help_and_usage_errors(job):
+    ok = subprocess.run([sys.executable, "-m", f"jobs.{job}", "--help"], capture_output=True, text=True, timeout=120)
+    assert ok.returncode == 0 and "usage:" in ok.stdout
+    bad = subprocess.run([sys.executable, "-m", f"jobs.{job}", "--no-such-flag"], capture_output=True, text=True,
+                         timeout=120)
+    assert bad.returncode == 2 and "usage:" in bad.stderr
+
+
+def test_bad_trigger_is_a_usage_error():
+    bad = subprocess.run([sys.executable, "-m", "jobs.ingest", "--channels", "a", "--output", "/tmp/x",
+                          "--trigger", "sometimes"], capture_output=True, text=True, timeout=120)
+    assert bad.returncode == 2 and "--trigger must be" in bad.stderr
+
+
+def test_publish_runs_under_spark_submit(local_env, tmp_path):
+    import os
+    from pathlib import Path
+
+    venv_bin = Path(sys.executable).parent
+    submit = venv_bin / "spark-submit"
+    if not submit.exists():
+        pytest.skip("spark-submit is not installed next to the interpreter")
+    cfg = config_file(local_env, tmp_path)
+    chans = [local_env.new_channel("ss") for _ in range(2)]
+    env = dict(os.environ, PYSPARK_PYTHON=sys.executable, PYSPARK_DRIVER_PYTHON=sys.executable)
+    proc = subprocess.run([str(submit), "--master", "local[2]", str(Path(__file__).parents[2] / "jobs" / "publish.py"),
+                           "--config", cfg, "--channels", ",".join(chans), "--synthetic", "400", "--dim", "4"],
+                          capture_output=True, text=True, timeout=300, env=env, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    out = proc.stdout
+    assert json.loads(out[out.index("{"):out.rindex("}") + 1])["inserted"] == 400
+    with local_env.client() as c:
+        got = read_all(c, chans)
+    assert sorted(r["pk"] for ch in chans for r in inserted_rows(got[ch])) == list(range(400))
