@@ -229,7 +229,7 @@ def cmd_tail(args) -> int:
 
 
 def _type_of(msg) -> str:
-    from pymilvus.grpc_gen import common_pb2
+    from msgstream_spark.msg.pb import common_pb2
 
     try:
         return common_pb2.MsgType.Name(msg.proto.base.msg_type)

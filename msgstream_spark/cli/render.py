@@ -55,7 +55,7 @@ def message_dict(msg, *, channel: str | None = None, msg_id: bytes | None = None
 
 
 def _type_name(proto) -> str:
-    from pymilvus.grpc_gen import common_pb2
+    from msgstream_spark.msg.pb import common_pb2
 
     base = getattr(proto, "base", None)
     try:

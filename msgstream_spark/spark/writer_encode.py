@@ -51,7 +51,7 @@ class WritePlan:
     dims: dict[str, int] = field(default_factory=dict)
 
     def field_schemas(self):
-        from pymilvus.grpc_gen import schema_pb2
+        from msgstream_spark.msg.pb import schema_pb2
 
         out = []
         for f in self.fields:
@@ -62,7 +62,7 @@ class WritePlan:
 
 
 def _type_name(fs) -> str:
-    from pymilvus.grpc_gen import schema_pb2
+    from msgstream_spark.msg.pb import schema_pb2
 
     return schema_pb2.DataType.Name(fs.data_type)
 
@@ -73,8 +73,7 @@ def plan_write(schema: pa.Schema, opts: SinkOptions) -> WritePlan:
     Raises :class:`SchemaError` naming the column (unsupported type, bad primary key,
     bad ``op`` column) before anything is produced.
     """
-    from pymilvus.grpc_gen import schema_pb2
-
+    from msgstream_spark.msg.pb import schema_pb2
     from msgstream_spark.msg.schema import field_schema_from_arrow
 
     names = [n for n in schema.names if n not in METADATA_COLUMNS]
@@ -377,8 +376,7 @@ class Encoder:
 
     def _inserts(self, batch: pa.RecordBatch, idx: np.ndarray, shard: int, vectors: dict[str, np.ndarray],
                  sizes: np.ndarray) -> list[EncodedMessage]:
-        from pymilvus.grpc_gen import common_pb2, msg_pb2
-
+        from msgstream_spark.msg.pb import common_pb2, msg_pb2
         from msgstream_spark.spark import writer_wire as wire
 
         others = [f.name for f in self.plan.fields if f.name not in vectors]
@@ -425,7 +423,7 @@ class Encoder:
             raise SchemaError(f"column {f.name!r}: {exc}") from exc
 
     def _deletes(self, rows: pa.RecordBatch, shard: int) -> list[EncodedMessage]:
-        from pymilvus.grpc_gen import common_pb2, msg_pb2
+        from msgstream_spark.msg.pb import common_pb2, msg_pb2
 
         pk = rows.column(self.plan.pk)
         if self.plan.pk_is_string:

@@ -248,9 +248,8 @@ class TaskWriter:
         self._maybe_fail_after_produce()
         if self.opts.time_tick == "none" or not self.result.channels:
             return
-        from pymilvus.grpc_gen import common_pb2, msg_pb2
-
         from msgstream_spark.mq.base import ProducerMessage
+        from msgstream_spark.msg.pb import common_pb2, msg_pb2
 
         chans = self.opts.channels if self.opts.time_tick == "all" else tuple(self.result.channels)
         tt = self.clock()

@@ -29,7 +29,7 @@ class Read:
 
     @property
     def type_name(self) -> str:
-        from pymilvus.grpc_gen import common_pb2
+        from msgstream_spark.msg.pb import common_pb2
 
         return common_pb2.MsgType.Name(self.msg.proto.base.msg_type)
 

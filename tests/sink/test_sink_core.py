@@ -197,9 +197,8 @@ def test_retried_task_reproduces_keys_and_replay_filter_drops_them(backend, tmp_
 
 
 def test_fast_float_vector_bytes_equal_the_protobuf_serialization():
-    from pymilvus.grpc_gen import schema_pb2
-
     from msgstream_spark.msg.columns import arrow_to_field_data
+    from msgstream_spark.msg.pb import schema_pb2
     from msgstream_spark.spark.writer_wire import fields_data_entry, float_vector_entry
 
     arr = pa.array([[float(i), -0.5, 1e-3] for i in range(300)], type=pa.list_(pa.float32())).slice(7, 200)
@@ -211,7 +210,7 @@ def test_fast_float_vector_bytes_equal_the_protobuf_serialization():
 
 def test_insert_payload_is_canonical_protobuf(local_env, tmp_path):
     """The payload assembled from parts re-serializes to the same bytes (field order kept)."""
-    from pymilvus.grpc_gen import msg_pb2
+    from msgstream_spark.msg.pb import msg_pb2
 
     batch = _vec_batch(list(range(20)), dim=5)
     o = parse_sink_options({"config": config_file(local_env, tmp_path), "channels": "c0"})
