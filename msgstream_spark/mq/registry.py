@@ -49,5 +49,22 @@ def build_client(name: str, config: Config) -> Client:
                 f"backend {name!r} needs the Python package {client_module!r}: "
                 f"pip install 'msgstream-spark[{extra}]'"
             ) from exc
-    mod = importlib.import_module(module)
+    try:
+        mod = importlib.import_module(module)
+    except ModuleNotFoundError as exc:
+        if exc.name is not None and module.startswith(exc.name):
+            raise BackendUnavailableError(
+                f"backend {name!r} is not available in this version of msgstream-spark "
+                f"(working backends: {', '.join(b for b in available_backends() if _present(b))})"
+            ) from exc
+        raise
     return getattr(mod, cls)(config)
+
+
+def _present(name: str) -> bool:
+    import importlib.util
+
+    try:
+        return importlib.util.find_spec(_BACKENDS[name][0]) is not None
+    except ModuleNotFoundError:
+        return False

@@ -142,3 +142,12 @@ def test_factory_builds_from_path_mapping_and_config(tmp_path):
     f2 = Factory("conf/kafka.yaml", **{"kafka.brokerList": "x:1"})
     assert f2.backend == "kafka" and f2.config.get("kafka.brokerlist") == "x:1"
     assert "******" not in repr(f2) and "x:1" not in repr(f2)
+
+
+def test_backend_not_built_yet_is_a_clear_error(tmp_path):
+    import importlib.util
+
+    if importlib.util.find_spec("msgstream_spark.mq.pulsar.client") is not None:
+        pytest.skip("the pulsar backend exists")
+    with pytest.raises(BackendUnavailableError, match="not available in this version"):
+        build_client("pulsar", Config.from_dict({"pulsar": {"address": "localhost"}}))
