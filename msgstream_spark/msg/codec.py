@@ -75,7 +75,8 @@ def msg_type_name(t: int) -> str:
         return str(int(t))
 
 
-def _read_varint(buf: bytes, i: int) -> tuple[int, int]:
+def read_varint(buf: bytes, i: int) -> tuple[int, int]:
+    """(value, next index) of the protobuf varint at ``buf[i]``."""
     shift = result = 0
     while True:
         if i >= len(buf) or shift > 63:
@@ -93,19 +94,19 @@ def header_msg_type(payload: bytes) -> int:
     Python serializers emit it), without parsing the rest of a possibly large payload."""
     if not payload or payload[0] != 0x0A:
         raise ValueError("payload does not start with a MsgBase header (field 1)")
-    length, i = _read_varint(payload, 1)
+    length, i = read_varint(payload, 1)
     end = i + length
     if end > len(payload):
         raise ValueError("MsgBase header runs past the payload")
     while i < end:
-        tag, i = _read_varint(payload, i)
+        tag, i = read_varint(payload, i)
         field_no, wire = tag >> 3, tag & 7
         if field_no == 1 and wire == 0:
-            return _read_varint(payload, i)[0]
+            return read_varint(payload, i)[0]
         if wire == 0:
-            _, i = _read_varint(payload, i)
+            _, i = read_varint(payload, i)
         elif wire == 2:
-            n, i = _read_varint(payload, i)
+            n, i = read_varint(payload, i)
             i += n
         elif wire == 1:
             i += 8

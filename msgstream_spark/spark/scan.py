@@ -15,6 +15,7 @@ from typing import Any
 from msgstream_spark.errors import DataLossError, DecodeError
 from msgstream_spark.mq.base import MessageID, SubscriptionInitialPosition
 from msgstream_spark.msg import codec
+from msgstream_spark.msg.codec import read_varint
 from msgstream_spark.msg.types import MsgType
 from msgstream_spark.spark.offsets import Entry, Offset, entry, normalize, unb64
 
@@ -26,17 +27,6 @@ SCAN_BATCH = 2048
 MAX_SCAN_PER_CALL = 200_000
 
 
-def _varint(buf: bytes, i: int) -> tuple[int, int]:
-    shift = result = 0
-    while True:
-        b = buf[i]
-        i += 1
-        result |= (b & 0x7F) << shift
-        if not b & 0x80:
-            return result, i
-        shift += 7
-
-
 def peek_counts(payload: bytes, msg_type: int) -> tuple[int, int]:
     """(rows, base timestamp) of an insert/delete by walking top-level fields only."""
     want = _NUM_ROWS_FIELD.get(msg_type)
@@ -44,24 +34,24 @@ def peek_counts(payload: bytes, msg_type: int) -> tuple[int, int]:
     i, n = 0, len(payload)
     try:
         while i < n:
-            tag, i = _varint(payload, i)
+            tag, i = read_varint(payload, i)
             fno, wire = tag >> 3, tag & 7
             if wire == 0:
-                v, i = _varint(payload, i)
+                v, i = read_varint(payload, i)
                 if fno == want:
                     rows = v
             elif wire == 2:
-                ln, i = _varint(payload, i)
+                ln, i = read_varint(payload, i)
                 if fno == 1:  # MsgBase: timestamp = field 3
                     j, end = i, i + ln
                     while j < end:
-                        t2, j = _varint(payload, j)
+                        t2, j = read_varint(payload, j)
                         if t2 & 7 == 0:
-                            v, j = _varint(payload, j)
+                            v, j = read_varint(payload, j)
                             if t2 >> 3 == 3:
                                 ts = v
                         elif t2 & 7 == 2:
-                            l2, j = _varint(payload, j)
+                            l2, j = read_varint(payload, j)
                             j += l2
                         else:
                             j += 8 if t2 & 7 == 1 else 4
@@ -72,7 +62,7 @@ def peek_counts(payload: bytes, msg_type: int) -> tuple[int, int]:
                 i += 4
             else:
                 break
-    except IndexError:
+    except (IndexError, ValueError):
         pass
     return rows, ts
 
