@@ -151,3 +151,11 @@ def test_backend_not_built_yet_is_a_clear_error(tmp_path):
         pytest.skip("the pulsar backend exists")
     with pytest.raises(BackendUnavailableError, match="not available in this version"):
         build_client("pulsar", Config.from_dict({"pulsar": {"address": "localhost"}}))
+
+
+def test_missing_optional_client_names_the_extra(monkeypatch):
+    import sys
+
+    monkeypatch.setitem(sys.modules, "confluent_kafka", None)  # as if not installed
+    with pytest.raises(BackendUnavailableError, match=r"pip install 'msgstream-spark\[kafka\]'"):
+        build_client("kafka", Config.from_dict({"kafka": {"brokerList": "h:1"}}))
