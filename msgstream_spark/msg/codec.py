@@ -75,6 +75,21 @@ def msg_type_name(t: int) -> str:
         return str(int(t))
 
 
+def encode_varint(value: int) -> bytes:
+    """Protobuf base-128 varint of an int (negative int64 as two's complement)."""
+    if value < 0:
+        value += 1 << 64
+    out = bytearray()
+    while True:
+        b = value & 0x7F
+        value >>= 7
+        if value:
+            out.append(b | 0x80)
+        else:
+            out.append(b)
+            return bytes(out)
+
+
 def read_varint(buf: bytes, i: int) -> tuple[int, int]:
     """(value, next index) of the protobuf varint at ``buf[i]``."""
     shift = result = 0

@@ -65,33 +65,12 @@ def arrow_type_for(field_schema: Any) -> pa.DataType:
 
 
 # -- FieldData -> Arrow ---------------------------------------------------------------------
-def _varint_len(n: int) -> bytes:
-    out = bytearray()
-    while True:
-        b = n & 0x7F
-        n >>= 7
-        if n:
-            out.append(b | 0x80)
-        else:
-            out.append(b)
-            return bytes(out)
-
-
-def packed_to_numpy(array_msg: Any, dtype: Any) -> np.ndarray:
-    """The ``data`` of a FloatArray/DoubleArray as numpy, via its packed bytes (no Python floats)."""
-    raw = array_msg.SerializeToString()
-    if not raw:
-        return np.zeros(0, dtype=dtype)
-    i = 1  # tag of field 1, wire type 2
-    while raw[i] & 0x80:
-        i += 1
-    return np.frombuffer(raw, dtype=dtype, offset=i + 1)
-
-
 def numpy_to_packed(target: Any, values: np.ndarray) -> None:
     """Fill a FloatArray/DoubleArray from numpy by parsing packed bytes (no Python floats)."""
+    from msgstream_spark.msg.codec import encode_varint
+
     data = np.ascontiguousarray(values).astype(values.dtype.newbyteorder("<"), copy=False).tobytes()
-    target.MergeFromString(b"\x0a" + _varint_len(len(data)) + data if data else b"")
+    target.MergeFromString(b"\x0a" + encode_varint(len(data)) + data if data else b"")
 
 
 def _np(container: Any, dtype: Any) -> np.ndarray:

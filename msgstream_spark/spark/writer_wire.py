@@ -13,24 +13,11 @@ from __future__ import annotations
 
 import numpy as np
 
+from msgstream_spark.msg.codec import encode_varint as varint
+
 FLOAT_VECTOR = 101
 _LEN = 2  # wire type of length-delimited fields
 _VARINT = 0
-
-
-def varint(value: int) -> bytes:
-    """Protobuf base-128 varint of a non-negative int (negative int64 as two's complement)."""
-    if value < 0:
-        value += 1 << 64
-    out = bytearray()
-    while True:
-        b = value & 0x7F
-        value >>= 7
-        if value:
-            out.append(b | 0x80)
-        else:
-            out.append(b)
-            return bytes(out)
 
 
 def tag(field_number: int, wire_type: int) -> bytes:
