@@ -75,18 +75,48 @@ class Connection:
 
 
 def open_db(s: LocalSettings) -> sqlite3.Connection:
+    """Open (creating if needed) the log file in WAL mode.
+
+    Several processes may open a fresh file at once (Spark tasks); switching the journal mode can
+    report "database is locked" without consulting the busy handler, so the whole open is retried
+    until ``local.busytimeout`` runs out.
+    """
     Path(s.path).parent.mkdir(parents=True, exist_ok=True)
+    deadline = time.monotonic() + max(0.0, s.busy_timeout)
+    delay = 0.01
+    while True:
+        try:
+            return _open_once(s)
+        except sqlite3.OperationalError as exc:
+            transient = "locked" in str(exc) or "busy" in str(exc)
+            if not transient or time.monotonic() >= deadline:
+                raise BackendError(f"cannot open the embedded log at {s.path}: {exc}") from exc
+        except (sqlite3.DatabaseError, BackendError) as exc:
+            raise BackendError(f"cannot open the embedded log at {s.path}: {exc}") from exc
+        time.sleep(min(delay, max(0.0, deadline - time.monotonic())))  # backoff between open attempts
+        delay = min(delay * 2, 0.25)
+
+
+def _open_once(s: LocalSettings) -> sqlite3.Connection:
+    conn = sqlite3.connect(s.path, timeout=s.busy_timeout, isolation_level=None, check_same_thread=False)
     try:
-        conn = sqlite3.connect(s.path, timeout=s.busy_timeout, isolation_level=None, check_same_thread=False)
-        conn.execute("PRAGMA journal_mode=WAL")
-        conn.execute(f"PRAGMA synchronous={s.synchronous.upper()}")
         conn.execute(f"PRAGMA busy_timeout={int(s.busy_timeout * 1000)}")
-        with write_txn(conn, "<schema>"):
+        if conn.execute("PRAGMA journal_mode").fetchone()[0].lower() != "wal":
+            conn.execute("PRAGMA journal_mode=WAL")
+        conn.execute(f"PRAGMA synchronous={s.synchronous.upper()}")
+        conn.execute("BEGIN IMMEDIATE")
+        try:
             for stmt in SCHEMA.strip().split(";"):
                 if stmt.strip():
                     conn.execute(stmt)
-    except sqlite3.DatabaseError as exc:
-        raise BackendError(f"cannot open the embedded log at {s.path}: {exc}") from exc
+            conn.execute("COMMIT")
+        except BaseException:
+            if conn.in_transaction:
+                conn.execute("ROLLBACK")
+            raise
+    except BaseException:
+        conn.close()
+        raise
     return conn
 
 
