@@ -1,0 +1,1 @@
+"""Pulsar backend on pulsar-client (imported lazily: only when this backend is built)."""

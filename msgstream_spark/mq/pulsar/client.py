@@ -1,0 +1,253 @@
+"""PulsarClient: producers, consumers, positions and metadata on pulsar-client.
+
+Channel ``c`` is topic ``persistent://<pulsar.tenant>/<pulsar.namespace>/c`` (non-partitioned,
+auto-created by the broker). Position look-ups use short-lived probe subscriptions named
+``__msgstream_probe_*`` that are unsubscribed after use. Channel listing uses the admin REST
+API at ``http://<host of pulsar.address>:<pulsar.webport>`` (the binary protocol cannot list).
+Every call is bounded by ``pulsar.requestTimeout``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import threading
+import urllib.error
+import urllib.request
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+from msgstream_spark.config import Config
+from msgstream_spark.errors import BackendError, BackendTimeoutError
+from msgstream_spark.mq.base import Client, Consumer, MessageID, Producer, SubscriptionInitialPosition
+from msgstream_spark.mq.pulsar.consumer import PulsarConsumer, last_id, to_message
+from msgstream_spark.mq.pulsar.message_id import PulsarMessageID
+from msgstream_spark.mq.pulsar.producer import PulsarProducer
+from msgstream_spark.mq.pulsar.settings import PulsarSettings
+
+log = logging.getLogger(__name__)
+
+METADATA_TOPIC = "__msgstream_metadata"
+_KEEPER = "__msgstream_keep"  # a subscription that never acks, so the broker retains the metadata topic
+
+
+class PulsarClient(Client):
+    name = "pulsar"
+
+    def __init__(self, config: Config) -> None:
+        self.settings = PulsarSettings(config)
+        self._client: Any = None
+        self._latest_probes: dict[str, Any] = {}
+        self._meta_producer: Any = None
+        self._lock = threading.RLock()
+        self._closed = False
+
+    def __repr__(self) -> str:
+        return f"PulsarClient({self.settings.describe()})"
+
+    def __getstate__(self) -> dict:  # picklable: connections reopen lazily where unpickled
+        return {"settings": self.settings}
+
+    def __setstate__(self, state: dict) -> None:
+        self.settings = state["settings"]
+        self._client, self._latest_probes, self._meta_producer = None, {}, None
+        self._lock = threading.RLock()
+        self._closed = False
+
+    # -- plumbing -------------------------------------------------------------------------------------
+    @contextlib.contextmanager
+    def _errors(self, what: str) -> Iterator[None]:
+        """Pulsar exceptions -> our errors, naming the operation and the broker (never the token)."""
+        import pulsar
+
+        try:
+            yield
+        except pulsar.Timeout as exc:
+            raise BackendTimeoutError(f"{what}: Pulsar at {self.settings.describe()} did not answer within "
+                                      f"pulsar.requestTimeout={self.settings.request_timeout:g}s ({exc})") from exc
+        except pulsar.AuthenticationError as exc:
+            raise BackendError(f"{what}: authentication to Pulsar at {self.settings.describe()} failed "
+                               f"(check pulsar.authPlugin / pulsar.authParams)") from exc
+        except (pulsar.ConnectError, pulsar.LookupError) as exc:
+            raise BackendTimeoutError(f"{what}: cannot reach Pulsar at {self.settings.describe()} within "
+                                      f"pulsar.requestTimeout={self.settings.request_timeout:g}s ({exc})") from exc
+        except pulsar.PulsarException as exc:
+            raise BackendError(f"{what}: Pulsar at {self.settings.describe()} answered {exc}") from exc
+
+    def _pulsar(self) -> Any:
+        import pulsar
+
+        with self._lock:
+            if self._closed:
+                raise BackendError("the Pulsar client is closed")
+            if self._client is None:
+                self._client = pulsar.Client(self.settings.service_url, **self.settings.client_kwargs())
+            return self._client
+
+    def _subscribe(self, channel: str, subscription: str, position: SubscriptionInitialPosition,
+                   queue: int = 1000) -> Any:
+        import pulsar
+
+        initial = (pulsar.InitialPosition.Earliest if position == SubscriptionInitialPosition.EARLIEST
+                   else pulsar.InitialPosition.Latest)
+        with self._errors(f"subscribing {subscription!r} to channel {channel}"):
+            return self._pulsar().subscribe(self.settings.topic(channel), subscription,
+                                            consumer_type=pulsar.ConsumerType.Exclusive, initial_position=initial,
+                                            receiver_queue_size=queue,
+                                            # after a seek the client itself drops the sought message
+                                            # unless this is set; exclusive seeks skip it in PulsarConsumer
+                                            start_message_id_inclusive=True)
+
+    @contextlib.contextmanager
+    def _probe(self, channel: str, position: SubscriptionInitialPosition) -> Iterator[Any]:
+        """A throwaway subscription, removed afterwards."""
+        c = self._subscribe(channel, f"__msgstream_probe_{uuid.uuid4().hex[:12]}", position)
+        try:
+            yield c
+        finally:
+            try:
+                c.unsubscribe()
+            except Exception as exc:  # noqa: BLE001 - best effort; the name says what it was
+                log.warning("could not remove probe subscription on channel %s: %s", channel, exc)
+                c.close()
+
+    # -- SPI ------------------------------------------------------------------------------------------
+    def create_producer(self, channel: str) -> Producer:
+        import pulsar
+
+        with self._errors(f"creating a producer for channel {channel}"):
+            p = self._pulsar().create_producer(
+                self.settings.topic(channel), batching_enabled=False,
+                compression_type=pulsar.CompressionType.ZSTD,
+                send_timeout_millis=int(self.settings.request_timeout * 1000),
+                max_pending_messages=10000, block_if_queue_full=False)
+        return PulsarProducer(self.settings, channel, p)
+
+    def subscribe(self, channel: str, subscription: str,
+                  initial_position: SubscriptionInitialPosition = SubscriptionInitialPosition.EARLIEST) -> Consumer:
+        pos = SubscriptionInitialPosition.parse(initial_position)
+        return PulsarConsumer(self.settings, channel, subscription, self._subscribe(channel, subscription, pos))
+
+    def earliest_message_id(self) -> MessageID:
+        return PulsarMessageID.earliest()
+
+    def bytes_to_message_id(self, data: bytes) -> MessageID:
+        return PulsarMessageID.deserialize(bytes(data))
+
+    def latest_message_id(self, channel: str) -> MessageID | None:
+        with self._lock:
+            probe = self._latest_probes.get(channel)
+            if probe is None:  # kept for the client's life (Spark asks every micro-batch); never fed
+                probe = self._subscribe(channel, f"__msgstream_probe_{uuid.uuid4().hex[:12]}",
+                                        SubscriptionInitialPosition.LATEST, queue=0)
+                self._latest_probes[channel] = probe
+        with self._errors(f"getting the last message id of channel {channel}"):
+            return last_id(probe.get_last_message_id())
+
+    def first_message_id(self, channel: str) -> MessageID | None:
+        if self.latest_message_id(channel) is None:
+            return None
+        with self._probe(channel, SubscriptionInitialPosition.EARLIEST) as c:
+            with self._errors(f"reading the first message of channel {channel}"):
+                m = c.receive(int(self.settings.request_timeout * 1000))
+            return to_message(channel, m).id
+
+    def message_id_at_timestamp(self, channel: str, hybrid_ts: int) -> MessageID | None:
+        """Seek by publish time to the physical ms, then forward to the exact hybrid ts."""
+        import pulsar
+
+        last = self.latest_message_id(channel)
+        if last is None:
+            return None
+        with self._probe(channel, SubscriptionInitialPosition.EARLIEST) as c:
+            with self._errors(f"seeking channel {channel} to time {int(hybrid_ts) >> 18} ms"):
+                c.seek(int(hybrid_ts) >> 18)
+            while True:
+                try:
+                    raw = c.receive(int(self.settings.request_timeout * 1000))
+                except pulsar.Timeout:
+                    return None
+                m = to_message(channel, raw)
+                if m.timestamp is None or m.timestamp >= hybrid_ts:
+                    return m.id
+                if m.id.sort_key() >= last.sort_key():
+                    return None
+
+    def list_channels(self) -> list[str]:
+        s = self.settings
+        url = f"{s.web_url}/admin/v2/persistent/{s.tenant}/{s.namespace}"
+        req = urllib.request.Request(url, headers=s.http_headers())
+        try:
+            with urllib.request.urlopen(req, timeout=s.request_timeout) as resp:
+                topics = json.loads(resp.read().decode())
+        except (urllib.error.URLError, OSError, ValueError) as exc:
+            raise BackendError(f"listing the topics of {s.tenant}/{s.namespace} through the admin API at {url} "
+                               f"failed (is pulsar.webport right?): {exc}") from exc
+        prefix = f"persistent://{s.tenant}/{s.namespace}/"
+        names = (t[len(prefix):] for t in topics if isinstance(t, str) and t.startswith(prefix))
+        return sorted(n for n in names if not n.startswith("__") and "-partition-" not in n)
+
+    # -- metadata: last value per key in a dedicated topic ----------------------------------------------
+    def put_metadata(self, key: str, value: str) -> None:
+        with self._lock:
+            if self._meta_producer is None:
+                self._subscribe(METADATA_TOPIC, _KEEPER, SubscriptionInitialPosition.EARLIEST, queue=0).close()
+                self._meta_producer = self.create_producer(METADATA_TOPIC)
+            producer = self._meta_producer
+        producer.send_batch([_meta_message(key, value)])
+
+    def get_metadata(self, key: str) -> str | None:
+        import pulsar
+
+        last = self.latest_message_id(METADATA_TOPIC)
+        if last is None:
+            return None
+        value = None
+        with self._probe(METADATA_TOPIC, SubscriptionInitialPosition.EARLIEST) as c:
+            while True:
+                try:
+                    raw = c.receive(int(self.settings.request_timeout * 1000))
+                except pulsar.Timeout as exc:
+                    raise BackendTimeoutError(f"reading {METADATA_TOPIC} stalled before its last message "
+                                              f"{last!r}") from exc
+                m = to_message(METADATA_TOPIC, raw)
+                if m.properties.get("key") == key:
+                    value = m.payload.decode()
+                if m.id.sort_key() >= last.sort_key():
+                    return value
+
+    def commit_position(self, channel: str, subscription: str, msg_id: MessageID) -> None:
+        """Acknowledge up to ``msg_id`` on ``subscription`` (best effort: skipped while it is in use)."""
+        try:
+            c = self._subscribe(channel, subscription, SubscriptionInitialPosition.LATEST, queue=0)
+        except BackendError as exc:
+            log.info("not recording the position of %s on channel %s: %s", subscription, channel, exc)
+            return
+        try:
+            c.acknowledge_cumulative(PulsarMessageID.deserialize(msg_id.serialize()).to_client())
+        finally:
+            c.close()
+
+    def close(self) -> None:
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+            probes, self._latest_probes = list(self._latest_probes.values()), {}
+        for probe in probes:
+            with contextlib.suppress(Exception):
+                probe.unsubscribe()
+        if self._meta_producer is not None:
+            with contextlib.suppress(Exception):
+                self._meta_producer.close()
+        if self._client is not None:
+            with contextlib.suppress(Exception):
+                self._client.close()
+
+
+def _meta_message(key: str, value: str):
+    from msgstream_spark.mq.base import ProducerMessage
+
+    return ProducerMessage(value.encode(), {"key": key})

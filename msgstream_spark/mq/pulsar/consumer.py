@@ -1,0 +1,143 @@
+"""Pulsar consumer: one Exclusive subscription on the channel's topic.
+
+Unlike Milvus (which unsubscribes on close), ``close`` keeps the subscription so a named
+subscription resumes at its cursor. A seek is followed by a check of the first message: when
+the sought message is gone (retention removed its ledger) the gap is reported as DataLossError
+instead of silently reading later messages.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from msgstream_spark.errors import ConsumeError, DataLossError
+from msgstream_spark.mq.base import Consumer, Message, MessageID
+from msgstream_spark.mq.pulsar.message_id import PulsarMessageID
+from msgstream_spark.mq.pulsar.producer import TS_PROPERTY
+from msgstream_spark.mq.pulsar.settings import PulsarSettings
+
+log = logging.getLogger(__name__)
+
+
+def to_message(channel: str, m: Any) -> Message:
+    """A pulsar.Message as our Message (timestamp: exact hybrid ts if we wrote it, else its event/publish ms)."""
+    props = m.properties()
+    raw_ts = props.pop(TS_PROPERTY, None)
+    if raw_ts is not None:
+        ts: int | None = int(raw_ts)
+    else:
+        ms = m.event_timestamp() or m.publish_timestamp()
+        ts = ms << 18 if ms else None
+    cid = m.message_id()
+    return Message(channel, m.data(), props, PulsarMessageID(cid.ledger_id(), cid.entry_id(), cid.batch_index()), ts)
+
+
+class PulsarConsumer(Consumer):
+    def __init__(self, settings: PulsarSettings, channel: str, subscription: str, consumer: Any) -> None:
+        self.channel = channel
+        self._s = settings
+        self._sub = subscription
+        self._c = consumer
+        self._closed = False
+        self._seek: tuple[PulsarMessageID, bool] | None = None  # pending check after a seek
+
+    @property
+    def subscription(self) -> str:
+        return self._sub
+
+    def _check(self) -> None:
+        if self._closed:
+            raise ConsumeError(f"consumer of channel {self.channel} ({self._sub}) is closed")
+
+    def _receive_raw(self, timeout: float) -> Any | None:
+        import pulsar
+
+        try:
+            return self._c.receive(max(0, int(timeout * 1000)))
+        except pulsar.Timeout:
+            return None
+        except pulsar.PulsarException as exc:
+            raise ConsumeError(f"channel {self.channel} ({self._sub}): receive failed: {exc}") from exc
+
+    def _after_seek(self, m: Message) -> bool:
+        """Check the first message after a seek; False drops it (the exclusive seek's own message)."""
+        target, inclusive = self._seek  # type: ignore[misc]
+        got, want = m.id.sort_key(), target.sort_key()
+        if got[:2] > want[:2]:
+            self._seek = None
+            raise DataLossError(f"channel {self.channel}: position {target!r} is no longer retained; the first "
+                                f"message available is {m.id!r}", channel=self.channel)
+        if got < want or (got == want and not inclusive):
+            if got == want:
+                self._seek = None
+            return False  # before the target (same batch entry) or the excluded message itself
+        self._seek = None
+        return True
+
+    def receive_batch(self, max_messages: int, timeout: float) -> list[Message]:
+        self._check()
+        out: list[Message] = []
+        wait = timeout
+        while len(out) < max_messages:
+            raw = self._receive_raw(wait)
+            if raw is None:
+                break
+            wait = 0.0
+            m = to_message(self.channel, raw)
+            if self._seek is not None and not self._after_seek(m):
+                self._c.acknowledge(raw)
+                wait = timeout if not out else 0.0
+                continue
+            out.append(m)
+        return out
+
+    def receive(self, timeout: float) -> Message | None:
+        got = self.receive_batch(1, timeout)
+        return got[0] if got else None
+
+    def seek(self, msg_id: MessageID, inclusive: bool = True) -> None:
+        import pulsar
+
+        self._check()
+        if not isinstance(msg_id, PulsarMessageID):
+            msg_id = PulsarMessageID.deserialize(msg_id.serialize())
+        earliest = msg_id.ledger < 0
+        try:
+            self._c.seek(msg_id.to_client())
+        except pulsar.PulsarException as exc:
+            raise ConsumeError(f"channel {self.channel} ({self._sub}): seek to {msg_id!r} failed: {exc}") from exc
+        self._seek = None if earliest else (msg_id, inclusive)
+
+    def ack(self, message: Message) -> None:
+        self._check()
+        mid = message.id
+        if not isinstance(mid, PulsarMessageID):
+            raise ConsumeError(f"channel {self.channel}: cannot acknowledge a {type(mid).__name__} on Pulsar")
+        self._c.acknowledge(mid.to_client())
+
+    def latest_message_id(self) -> MessageID | None:
+        import pulsar
+
+        self._check()
+        try:
+            mid = self._c.get_last_message_id()
+        except pulsar.PulsarException as exc:
+            raise ConsumeError(f"channel {self.channel}: cannot get the last message id: {exc}") from exc
+        return last_id(mid)
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        try:
+            self._c.close()  # not unsubscribe: the subscription keeps its cursor
+        except Exception as exc:  # noqa: BLE001 - the connection may already be gone; nothing to keep
+            log.debug("closing the consumer of channel %s: %s", self.channel, exc)
+
+
+def last_id(mid: Any) -> PulsarMessageID | None:
+    """Our id for a get-last-message-id answer; None when the topic holds no message."""
+    if mid.entry_id() < 0 or mid.ledger_id() < 0:
+        return None
+    return PulsarMessageID(mid.ledger_id(), mid.entry_id(), mid.batch_index())
