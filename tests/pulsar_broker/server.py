@@ -14,7 +14,10 @@ import itertools
 import json
 import logging
 import struct
+import subprocess
+import sys
 import threading
+from pathlib import Path
 
 from tests.pulsar_broker import protocol as p
 from tests.pulsar_broker.state import ConsumerState, Entry, Subscription, Topic
@@ -37,6 +40,40 @@ class _Conn:
 
     def reply(self, cmd_type: int, **fields) -> None:
         self.send(p.encode_frame(p.command(cmd_type, **fields)))
+
+
+class BrokerProcess:
+    """The test broker in a child process (``python -m tests.pulsar_broker``); ``url`` once started."""
+
+    def __init__(self) -> None:
+        self.proc: subprocess.Popen | None = None
+        self.port = self.web_port = 0
+
+    @property
+    def url(self) -> str:
+        return f"pulsar://127.0.0.1:{self.port}"
+
+    def __enter__(self) -> BrokerProcess:
+        root = Path(__file__).resolve().parents[2]
+        self.proc = subprocess.Popen([sys.executable, "-m", "tests.pulsar_broker"], cwd=root, text=True,
+                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+        line = self.proc.stdout.readline() if self.proc.stdout else ""  # the child prints READY or exits
+        if not line.startswith("READY"):
+            self.__exit__()
+            raise RuntimeError(f"the test broker process did not start: {line!r}")
+        self.port, self.web_port = (int(x) for x in line.split()[1:3])
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self.proc is not None:
+            if self.proc.stdin:
+                self.proc.stdin.close()
+            try:
+                self.proc.wait(10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(10)
+            self.proc = None
 
 
 class PulsarTestBroker:
@@ -98,7 +135,7 @@ class PulsarTestBroker:
             await s.wait_closed()
 
     def __enter__(self) -> PulsarTestBroker:
-        return self.start()
+        return self if self._loop is not None else self.start()
 
     def __exit__(self, *exc: object) -> None:
         self.stop()

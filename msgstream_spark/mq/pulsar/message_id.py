@@ -38,14 +38,19 @@ def _signed(value: int, bits: int = 64) -> int:
 class PulsarMessageID(MessageID):
     """(ledger, entry, batch index) of one message; ``batch_size`` > 1 only for batched entries."""
 
-    __slots__ = ("ledger", "entry", "batch_index", "batch_size")
+    __slots__ = ("ledger", "entry", "batch_index", "batch_size", "_cid")
     kind = "Pulsar"
 
-    def __init__(self, ledger: int, entry: int, batch_index: int = -1, batch_size: int = 0) -> None:
+    def __init__(self, ledger: int, entry: int, batch_index: int = -1, batch_size: int = 0,
+                 client_id: Any = None) -> None:
         self.ledger = int(ledger)
         self.entry = int(entry)
         self.batch_index = int(batch_index)
         self.batch_size = int(batch_size)
+        self._cid = client_id  # the client's own id object when received (acks use it as is)
+
+    def __reduce__(self):  # the client's id object stays behind: it is rebuilt from the numbers
+        return (type(self), (self.ledger, self.entry, self.batch_index, self.batch_size))
 
     # -- constructors --------------------------------------------------------------------------------
     @classmethod
@@ -54,8 +59,8 @@ class PulsarMessageID(MessageID):
 
     @classmethod
     def from_client(cls, mid: Any, batch_size: int = 0) -> PulsarMessageID:
-        """From a ``pulsar.MessageId``."""
-        return cls(mid.ledger_id(), mid.entry_id(), mid.batch_index(), batch_size)
+        """From a ``pulsar.MessageId`` (or the ``_pulsar.MessageId`` the client returns)."""
+        return cls(mid.ledger_id(), mid.entry_id(), mid.batch_index(), batch_size, mid)
 
     @classmethod
     def deserialize(cls, data: bytes) -> PulsarMessageID:
@@ -105,13 +110,15 @@ class PulsarMessageID(MessageID):
                 + b"\x20" + _varint(max(self.batch_index, 0)) + b"\x30" + _varint(max(self.batch_size, 1)))
 
     def to_client(self) -> Any:
-        """The ``pulsar.MessageId`` to seek or acknowledge with."""
+        """The client's ``_pulsar.MessageId`` to seek or acknowledge with."""
         import pulsar
 
+        if self._cid is not None:
+            return self._cid
         if self.ledger < 0:
             return pulsar.MessageId.earliest
         batch = self.batch_index if self.batch_size > 1 else -1
-        return pulsar.MessageId(-1, self.ledger, self.entry, batch)
+        return pulsar.MessageId(-1, self.ledger, self.entry, batch)._msg_id
 
     def __repr__(self) -> str:
         batch = f", batch {self.batch_index}/{self.batch_size}" if self.batch_size > 1 else ""
