@@ -36,7 +36,7 @@ def _bare(url: str, payloads: list[bytes]) -> tuple[float, float]:
         done = threading.Semaphore(0)
         chunk = payloads[s:s + BATCH]
         for x in chunk:
-            p.send_async(x, lambda res, mid: done.release(), properties={"msg_type": "Insert"})
+            p.send_async(x, lambda res, mid, done=done: done.release(), properties={"msg_type": "Insert"})
         for _ in chunk:
             done.acquire(timeout=60)
     t_prod = time.perf_counter() - t0

@@ -168,6 +168,14 @@ class PulsarTestBroker:
             return len(t.entries) if t else 0
         return self.call(count())
 
+    def mark_delete(self, topic: str, subscription: str) -> int | None:
+        """The entry up to which ``subscription`` has acknowledged everything (-1: nothing), None if absent."""
+        async def get() -> int | None:
+            t = self.topics.get(topic)
+            sub = t.subscriptions.get(subscription) if t else None
+            return sub.mark_delete if sub else None
+        return self.call(get())
+
     def subscription_names(self, topic: str) -> list[str]:
         async def names() -> list[str]:
             t = self.topics.get(topic)
