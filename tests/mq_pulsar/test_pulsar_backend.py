@@ -235,3 +235,14 @@ def test_broker_gone_gives_a_clear_error_within_the_timeout():
         c.latest_message_id("other-channel")
     assert time.monotonic() - t0 < 60
     c.close()
+
+
+def test_message_over_max_message_size_is_reported_and_later_ones_not_sent(pulsar_env):
+    c = PulsarClient(pulsar_env.config.with_overrides({"pulsar.maxMessageSize": 1000}))
+    ch = pulsar_env.new_channel()
+    with c.create_producer(ch) as p:
+        with pytest.raises(ProduceError, match="pulsar.maxMessageSize=1000") as ei:
+            p.send_batch([ProducerMessage(b"a"), ProducerMessage(b"x" * 1001), ProducerMessage(b"b")])
+    assert [i for i, _ in ei.value.failures] == [1, 2]
+    assert ei.value.ids[0] is not None and ei.value.ids[1:] == [None, None]
+    c.close()

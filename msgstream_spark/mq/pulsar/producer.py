@@ -49,7 +49,14 @@ class PulsarProducer(Producer):
                 done.release()
             return on_receipt
 
+        limit = self._s.max_message_size
         for i, m in enumerate(messages):
+            if limit and len(m.payload) > limit:
+                errors[i] = (f"message {i} is {len(m.payload)} bytes, over pulsar.maxMessageSize={limit} "
+                             "(split it, or raise the limit on the broker and in the config)")
+                for j in range(i + 1, n):
+                    errors[j] = "not sent: an earlier message of the batch failed"
+                break
             props = {k: str(v) for k, v in m.properties.items()} if m.properties else {}
             kwargs: dict[str, Any] = {}
             if m.timestamp is not None:
