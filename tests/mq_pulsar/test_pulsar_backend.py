@@ -246,3 +246,19 @@ def test_message_over_max_message_size_is_reported_and_later_ones_not_sent(pulsa
     assert [i for i, _ in ei.value.failures] == [1, 2]
     assert ei.value.ids[0] is not None and ei.value.ids[1:] == [None, None]
     c.close()
+
+
+def test_in_order_and_out_of_order_acks_both_stick(pulsar_env):
+    # in-order acks collapse into a cumulative ack; an ack past a gap is sent on its own
+    c = pulsar_env.client()
+    ch = pulsar_env.new_channel()
+    with c.create_producer(ch) as p:
+        p.send_batch([ProducerMessage(b"%d" % i) for i in range(6)])
+    with c.subscribe(ch, "acks", EARLIEST) as cons:
+        got = drain(cons, 6)
+        for i in (0, 1, 2, 4):
+            cons.ack(got[i])
+    with c.subscribe(ch, "acks", EARLIEST) as cons:
+        assert [m.payload for m in drain(cons, 2)] == [b"3", b"5"]
+        assert cons.receive(0.3) is None
+    c.close()

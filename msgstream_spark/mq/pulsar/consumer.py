@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import collections
 import logging
+import time
 from typing import Any
 
 from msgstream_spark.errors import ConsumeError, DataLossError
@@ -19,6 +20,8 @@ from msgstream_spark.mq.pulsar.producer import TS_PROPERTY
 from msgstream_spark.mq.pulsar.settings import PulsarSettings
 
 log = logging.getLogger(__name__)
+
+_ACK_EVERY_S = 1.0  # pending in-order acks are sent at least this often while acking
 
 
 def to_message(channel: str, m: Any) -> Message:
@@ -52,6 +55,7 @@ class PulsarConsumer(Consumer):
         # sent individually at once.
         self._delivered: collections.deque[PulsarMessageID] = collections.deque()
         self._cum: PulsarMessageID | None = None
+        self._last_flush = time.monotonic()
 
     @property
     def subscription(self) -> str:
@@ -137,10 +141,13 @@ class PulsarConsumer(Consumer):
         if self._delivered and self._delivered[0] is mid:
             self._delivered.popleft()
             self._cum = mid
+            if time.monotonic() - self._last_flush > _ACK_EVERY_S:  # a slow reader still advances
+                self._flush_acks()
             return
         self._send_ack(self._ack, mid)
 
     def _flush_acks(self) -> None:
+        self._last_flush = time.monotonic()
         if self._cum is not None:
             mid, self._cum = self._cum, None
             self._send_ack(self._ack_upto, mid)
