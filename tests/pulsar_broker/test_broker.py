@@ -246,3 +246,22 @@ def test_raw_command_before_connect_closes_the_connection(broker):
     raw.send(p.encode_frame(p.command(p.PING)))
     with pytest.raises(ConnectionError):
         raw.recv()
+
+
+def test_readers_use_non_durable_subscriptions(client, broker):
+    t = topic("reader")
+    prod = client.create_producer(t)
+    ids = [prod.send(b"%d" % i) for i in range(5)]
+
+    def read_all(start, inclusive=False) -> list[bytes]:
+        r = client.create_reader(t, start, start_message_id_inclusive=inclusive)
+        out = []
+        while r.has_message_available():  # asks the broker for the last message id
+            out.append(r.read_next(2000).data())
+        r.close()
+        return out
+
+    assert read_all(pulsar.MessageId.earliest) == [b"0", b"1", b"2", b"3", b"4"]
+    assert read_all(ids[1]) == [b"2", b"3", b"4"]
+    assert read_all(ids[1], inclusive=True) == [b"1", b"2", b"3", b"4"]
+    assert broker.subscription_names(t) == []  # nothing left behind
