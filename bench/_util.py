@@ -23,3 +23,34 @@ def table(rows: list[tuple[str, float, float | None]], unit: str = "rows/s") -> 
         r = f"{ratio:>11.2f}x" if ratio is not None else f"{'(baseline)':>12}"
         out.append(f"{name:<46} {rate:>14,.0f} {r}")
     return "\n".join(out)
+
+
+# Payload sizes the broker benchmarks move: small messages (per-message overhead dominates) and
+# Milvus-sized ones (an insert of 1000 rows x 128-d float vectors is ~0.5 MB; 64 KiB is a small one).
+BROKER_CASES = [(1024, 20_000), (64 * 1024, 5_000)]
+
+
+def broker_comparison(label: str, bare: Callable[[list[bytes]], tuple[float, float]],
+                      ours: Callable[[list[bytes]], tuple[float, float]], reps: int = 3) -> dict:
+    """Produce/consume seconds of a bare client loop and of the backend, interleaved ``reps`` times
+    per payload size; prints a table per size with the best of each and returns the figures."""
+    res: dict = {}
+    for size, count in BROKER_CASES:
+        blocks = [bytes([j]) * size for j in range(251)]  # shared payload objects: bounded memory
+        payloads = [blocks[i % 251] for i in range(count)]
+        runs_b, runs_o = [], []
+        for _ in range(reps):
+            runs_b.append(bare(payloads))
+            runs_o.append(ours(payloads))
+        bp, bc = min(r[0] for r in runs_b), min(r[1] for r in runs_b)
+        op, oc = min(r[0] for r in runs_o), min(r[1] for r in runs_o)
+        n = count
+        res[f"{size}B"] = {"messages": n, "payload_bytes": size, "bare_produce_msgs_s": n / bp,
+                           "produce_msgs_s": n / op, "bare_consume_msgs_s": n / bc, "consume_msgs_s": n / oc,
+                           "produce_ratio": bp / op, "consume_ratio": bc / oc}
+        print(f"-- {size:,}-byte payloads, {count:,} messages, best of {reps}")
+        print(table([(f"bare {label} produce", n / bp, None), ("backend send_batch", n / op, bp / op),
+                     (f"bare {label} consume", n / bc, None), ("backend receive_batch", n / oc, bc / oc)],
+                    unit="msgs/s"))
+        print(f"produce {bp / op:.2f}x, consume {bc / oc:.2f}x of bare (goal >= 0.8)", flush=True)
+    return res

@@ -5,22 +5,23 @@ lock), or uses MSGSTREAM_TEST_PULSAR (e.g. the compose service). Both sides use 
 batching off and the same pipelining (send_async, then wait for every receipt); both consumers
 read the payload, properties, id (ledger, entry, batch index) and publish time of every message
 and acknowledge it.
-Goal: >= 0.8 of bare.
+Goal: >= 0.8 of bare, at 1 KiB and at 64 KiB payloads.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import threading
 import time
 import uuid
 
-from bench._util import table
+from bench._util import broker_comparison
 from msgstream_spark.config import Config
 from msgstream_spark.mq.base import ProducerMessage, SubscriptionInitialPosition
 from msgstream_spark.mq.pulsar.client import PulsarClient
 
-MESSAGES, SIZE, BATCH = 20_000, 1024, 1000
+BATCH = 1000
 
 
 def _bare(url: str, payloads: list[bytes]) -> tuple[float, float]:
@@ -82,29 +83,17 @@ def _ours(url: str, web_port: int, payloads: list[bytes]) -> tuple[float, float]
 
 
 def run() -> dict:
-    payloads = [bytes([i % 251]) * SIZE for i in range(MESSAGES)]
     external = os.environ.get("MSGSTREAM_TEST_PULSAR")
-    if external:
-        web = int(os.environ.get("MSGSTREAM_TEST_PULSAR_WEBPORT", "8080"))
-        _bare(external, payloads[:2000])
-        bp, bc = _bare(external, payloads)
-        op, oc = _ours(external, web, payloads)
-    else:
-        from tests.pulsar_broker.server import BrokerProcess
+    with contextlib.ExitStack() as stack:
+        if external:
+            url, web = external, int(os.environ.get("MSGSTREAM_TEST_PULSAR_WEBPORT", "8080"))
+        else:
+            from tests.pulsar_broker.server import BrokerProcess
 
-        with BrokerProcess() as broker:
-            _bare(broker.url, payloads[:2000])  # warm up
-            bp, bc = _bare(broker.url, payloads)
-            op, oc = _ours(broker.url, broker.web_port, payloads)
-    n = len(payloads)
-    res = {"messages": n, "payload_bytes": SIZE, "bare_produce_msgs_s": n / bp, "produce_msgs_s": n / op,
-           "bare_consume_msgs_s": n / bc, "consume_msgs_s": n / oc, "produce_ratio": bp / op,
-           "consume_ratio": bc / oc}
-    print(table([("bare pulsar-client produce", n / bp, None), ("backend send_batch", n / op, bp / op),
-                 ("bare pulsar-client consume", n / bc, None), ("backend receive_batch", n / oc, bc / oc)],
-                unit="msgs/s"))
-    print(f"produce {res['produce_ratio']:.2f}x, consume {res['consume_ratio']:.2f}x of bare (goal >= 0.8)")
-    return res
+            broker = stack.enter_context(BrokerProcess())
+            url, web = broker.url, broker.web_port
+        _bare(url, [b"w" * 1024] * 2000)  # warm up
+        return broker_comparison("pulsar-client", lambda p: _bare(url, p), lambda p: _ours(url, web, p))
 
 
 if __name__ == "__main__":

@@ -73,35 +73,44 @@ class KafkaConsumer(Consumer):
             raise ConsumeError(f"channel {self.channel}: cannot read offsets from {self._s.brokers}: {exc}") from exc
 
     def receive_batch(self, max_messages: int, timeout: float) -> list[Message]:
-        from confluent_kafka import KafkaError
 
         self._check()
         msgs = fetch(self._c, max_messages, timeout)
         out: list[Message] = []
-        for m in msgs:
+        append, channel, new_id = out.append, self.channel, KafkaMessageID
+        for m in msgs:  # the hot loop: kept flat on purpose
             err = m.error()
             if err is not None:
-                code = err.code()
-                if code == KafkaError._PARTITION_EOF:
+                if self._error(err):
                     continue
-                if code in (KafkaError._AUTO_OFFSET_RESET, KafkaError.OFFSET_OUT_OF_RANGE):
-                    raise DataLossError(f"channel {self.channel}: the position read by subscription {self._sub} "
-                                        f"was removed by retention ({err.str()})", channel=self.channel)
-                raise ConsumeError(f"channel {self.channel}: {err.str()}")
             props: dict[str, str] = {}
             ts = None
-            for k, v in m.headers() or ():
-                if k == TS_HEADER:
-                    ts = int(v)
-                else:
-                    props[k] = v.decode("utf-8", "replace") if isinstance(v, bytes) else str(v or "")
+            headers = m.headers()
+            if headers:
+                for k, v in headers:
+                    if k == TS_HEADER:
+                        ts = int(v)
+                    else:
+                        props[k] = v.decode("utf-8", "replace") if type(v) is bytes else str(v or "")
             if ts is None:
-                kind, ms = m.timestamp()
+                ms = m.timestamp()[1]
                 ts = ms << 18 if ms and ms > 0 else None
-            out.append(Message(self.channel, m.value() or b"", props, KafkaMessageID(m.offset()), ts))
+            append(Message(channel, m.value() or b"", props, new_id(m.offset()), ts))
         if self._acked is not None and time.monotonic() - self._last_commit > _COMMIT_EVERY_S:
             self._commit(asynchronous=True)
         return out
+
+    def _error(self, err) -> bool:
+        """True to skip the message (end of partition); raises for real errors."""
+        from confluent_kafka import KafkaError
+
+        code = err.code()
+        if code == KafkaError._PARTITION_EOF:
+            return True
+        if code in (KafkaError._AUTO_OFFSET_RESET, KafkaError.OFFSET_OUT_OF_RANGE):
+            raise DataLossError(f"channel {self.channel}: the position read by subscription {self._sub} "
+                                f"was removed by retention ({err.str()})", channel=self.channel)
+        raise ConsumeError(f"channel {self.channel}: {err.str()}")
 
     def receive(self, timeout: float) -> Message | None:
         got = self.receive_batch(1, timeout)

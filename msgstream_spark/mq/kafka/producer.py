@@ -37,26 +37,29 @@ class KafkaProducer(Producer):
 
         deadline = time.monotonic() + self._s.request_timeout
         sent: list[int] = []  # indices handed to librdkafka, in order
-        for i, m in enumerate(messages):
-            headers = [(k, str(v).encode()) for k, v in m.properties.items()]
-            kwargs: dict[str, Any] = {}
-            if m.timestamp is not None:
-                headers.append((TS_HEADER, str(int(m.timestamp)).encode()))
-                kwargs["timestamp"] = int(m.timestamp) >> 18
-            while True:
-                try:
-                    self._p.produce(self.channel, value=bytes(m.payload), partition=0, headers=headers,
-                                    on_delivery=on_delivery, **kwargs)
+        produce, topic = self._p.produce, self.channel
+        for i, m in enumerate(messages):  # the hot loop: one produce call per message, nothing else
+            props, payload = m.properties, m.payload
+            if type(payload) is not bytes:
+                payload = bytes(payload)
+            if m.timestamp is None:
+                headers = props if isinstance(props, dict) else dict(props)
+                ts = 0
+            else:
+                headers = {**props, TS_HEADER: str(int(m.timestamp))}
+                ts = int(m.timestamp) >> 18
+            try:
+                produce(topic, payload, partition=0, on_delivery=on_delivery, timestamp=ts, headers=headers)
+                sent.append(i)
+            except BufferError:  # local queue full: let deliveries drain, then retry (bounded)
+                if self._retry_full(payload, on_delivery, ts, headers, deadline):
                     sent.append(i)
+                else:
+                    errors[i] = "local producer queue stayed full"
                     break
-                except BufferError:  # local queue full: let deliveries drain, bounded
-                    if time.monotonic() > deadline:
-                        errors[i] = "local producer queue stayed full"
-                        break
-                    self._p.poll(0.05)
-                except Exception as exc:  # noqa: BLE001 - e.g. message too large: reported per message
-                    errors[i] = str(exc)
-                    break
+            except Exception as exc:  # noqa: BLE001 - e.g. message too large: reported per message
+                errors[i] = str(exc)
+                break
         remaining = self._p.flush(max(0.0, deadline - time.monotonic()))
         for i, (err, off) in zip(sent, reports):
             if err is not None:
@@ -74,6 +77,17 @@ class KafkaProducer(Producer):
                 f"{len(failures)} of {n} messages failed on channel {self.channel}: first error: {failures[0][1]}",
                 channel=self.channel, failures=failures, ids=ids)
         return ids  # type: ignore[return-value]
+
+    def _retry_full(self, payload, on_delivery, ts: int, headers, deadline: float) -> bool:
+        while time.monotonic() < deadline:
+            self._p.poll(0.05)
+            try:
+                self._p.produce(self.channel, payload, partition=0, on_delivery=on_delivery, timestamp=ts,
+                                headers=headers)
+                return True
+            except BufferError:
+                continue
+        return False
 
     def flush(self, timeout: float | None = None) -> None:
         self._p.flush(self._s.request_timeout if timeout is None else timeout)
