@@ -22,6 +22,7 @@ from msgstream_spark.mq.pulsar.settings import PulsarSettings
 log = logging.getLogger(__name__)
 
 _ACK_EVERY_S = 1.0  # pending in-order acks are sent at least this often while acking
+_MAX_TRACKED = 100_000  # delivered, not yet acknowledged messages tracked for collapsing acks
 
 
 def to_message(channel: str, m: Any) -> Message:
@@ -52,8 +53,11 @@ class PulsarConsumer(Consumer):
         self._ack_upto = inner.acknowledge_cumulative
         # Acks that arrive in delivery order collapse into one cumulative ack per batch (same effect
         # on an Exclusive subscription as acking each, at a fraction of the cost); any other ack is
-        # sent individually at once.
+        # sent individually at once. Only while ids arrive strictly increasing: a redelivery (after
+        # a reconnect) or a reader that stops acking turns collapsing off until the next seek.
         self._delivered: collections.deque[PulsarMessageID] = collections.deque()
+        self._collapse = True
+        self._last_seen: tuple[int, int, int] = (-2, -2, -2)
         self._cum: PulsarMessageID | None = None
         self._last_flush = time.monotonic()
 
@@ -111,8 +115,28 @@ class PulsarConsumer(Consumer):
                 wait_ms = max(0, int(timeout * 1000)) if not out else 0
                 continue
             out.append(m)
-        self._delivered.extend(m.id for m in out)
+        if self._collapse and out:
+            self._track(out)
         return out
+
+    def _track(self, out: list[Message]) -> None:
+        prev = self._last_seen
+        for m in out:
+            i = m.id
+            key = (i.ledger, i.entry, i.batch_index)
+            if key <= prev:  # a redelivery: earlier messages may be pending again
+                self._stop_collapsing()
+                return
+            prev = key
+        self._last_seen = prev
+        self._delivered.extend(m.id for m in out)
+        if len(self._delivered) > _MAX_TRACKED:  # the reader does not ack (or acks out of order)
+            self._stop_collapsing()
+
+    def _stop_collapsing(self) -> None:
+        self._flush_acks()
+        self._collapse = False
+        self._delivered.clear()
 
     def receive(self, timeout: float) -> Message | None:
         got = self.receive_batch(1, timeout)
@@ -127,6 +151,7 @@ class PulsarConsumer(Consumer):
         earliest = msg_id.ledger < 0
         self._flush_acks()
         self._delivered.clear()
+        self._collapse, self._last_seen = True, (-2, -2, -2)  # the broker's cursor restarts at the seek
         try:
             self._c.seek(msg_id.to_client())
         except pulsar.PulsarException as exc:
@@ -138,7 +163,7 @@ class PulsarConsumer(Consumer):
         mid = message.id
         if not isinstance(mid, PulsarMessageID):
             raise ConsumeError(f"channel {self.channel}: cannot acknowledge a {type(mid).__name__} on Pulsar")
-        if self._delivered and self._delivered[0] is mid:
+        if self._collapse and self._delivered and self._delivered[0] is mid:
             self._delivered.popleft()
             self._cum = mid
             if time.monotonic() - self._last_flush > _ACK_EVERY_S:  # a slow reader still advances
