@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import base64
+import contextlib
 import sys
 import time
-import uuid
 from pathlib import Path
 from typing import Any
 
@@ -52,8 +52,13 @@ def split_channels(text: str | None) -> list[str]:
     return chans
 
 
-def _sub_name() -> str:
-    return f"msgstream-cli-{uuid.uuid4().hex[:12]}"
+@contextlib.contextmanager
+def throwaway(consumer):
+    """A consumer whose subscription is removed afterwards (the CLI never resumes one)."""
+    try:
+        yield consumer
+    finally:
+        consumer.unsubscribe()
 
 
 def message_ts(msg, channel: str) -> int:
@@ -76,13 +81,12 @@ def _check_channels(client, chans: list[str]) -> None:
 
 def latest_position(client, channel: str, timeout: float = 10.0):
     """MsgPosition of the last message of ``channel`` (its own timestamp), or None if empty."""
-    from msgstream_spark.mq.base import SubscriptionInitialPosition
     from msgstream_spark.msg.position import MsgPosition
 
     mid = client.latest_message_id(channel)
     if mid is None:
         return None
-    with client.subscribe(channel, _sub_name(), SubscriptionInitialPosition.UNKNOWN) as cons:
+    with throwaway(client.reader(channel)) as cons:
         cons.seek(mid, inclusive=True)
         msg = cons.receive(timeout)
     ts = message_ts(msg, channel) if msg is not None else 0
@@ -107,14 +111,14 @@ def cmd_channels(args) -> int:
 def count_messages(client, channel: str, timeout: float) -> int:
     """Number of retained messages, counted by reading the channel up to its latest id."""
     from msgstream_spark.errors import TimeoutError as MsTimeout
-    from msgstream_spark.mq.base import SubscriptionInitialPosition
 
     last = client.latest_message_id(channel)
     if last is None:
         return 0
     n = 0
     deadline = time.monotonic() + timeout
-    with client.subscribe(channel, _sub_name(), SubscriptionInitialPosition.EARLIEST) as cons:
+    with throwaway(client.reader(channel)) as cons:
+        cons.seek(client.earliest_message_id(), inclusive=True)
         while True:
             remaining = deadline - time.monotonic()
             if remaining <= 0:
@@ -161,7 +165,6 @@ def cmd_position(args) -> int:
 
 # -- tail --------------------------------------------------------------------------------------
 def cmd_tail(args) -> int:
-    from msgstream_spark.mq.base import SubscriptionInitialPosition
     from msgstream_spark.msg import codec
     from msgstream_spark.msg.position import parse_positions
 
@@ -188,18 +191,20 @@ def cmd_tail(args) -> int:
         skip_upto = {}
         try:
             for ch in chans:
-                init = SubscriptionInitialPosition.LATEST if start.lower() == "latest" else \
-                    SubscriptionInitialPosition.EARLIEST
-                cons = client.subscribe(ch, _sub_name(), init)
+                cons = client.reader(ch)  # the CLI never resumes: nothing is recorded on the broker
                 consumers.append(cons)
                 if start.lower() == "latest":
                     last = client.latest_message_id(ch)
                     if last is not None:
                         cons.seek(last, inclusive=False)
+                    else:  # empty channel: everything that arrives from now on
+                        cons.seek(client.earliest_message_id(), inclusive=True)
                 elif ch in positions:
                     p = positions[ch]
                     cons.seek(client.bytes_to_message_id(p.msg_id), inclusive=True)
                     skip_upto[ch] = p.timestamp
+                else:
+                    cons.seek(client.earliest_message_id(), inclusive=True)
             idle_since = time.monotonic()
             while True:
                 got_any = False
@@ -225,7 +230,7 @@ def cmd_tail(args) -> int:
                     return 0
         finally:
             for c in consumers:
-                c.close()
+                c.unsubscribe()
 
 
 def _type_of(msg) -> str:

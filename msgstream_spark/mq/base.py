@@ -223,6 +223,14 @@ class Consumer(abc.ABC):
     def close(self) -> None:
         """Release resources. A named subscription keeps its cursor."""
 
+    def unsubscribe(self) -> None:
+        """Close and remove the subscription (throwaway readers: probes, Spark read tasks, the CLI).
+
+        On Pulsar a subscription left behind holds the topic's backlog forever, so every
+        reader that does not need to resume ends this way. Acks not yet recorded are dropped.
+        """
+        self.close()
+
     def __enter__(self) -> Consumer:
         return self
 
@@ -250,6 +258,19 @@ class Client(abc.ABC):
         initial_position: SubscriptionInitialPosition = SubscriptionInitialPosition.EARLIEST,
     ) -> Consumer:
         """A consumer on ``channel``. An existing subscription resumes at its cursor."""
+
+    def reader(self, channel: str) -> Consumer:
+        """A consumer that records nothing on the broker (Spark tasks, scans, probes, the CLI).
+
+        It starts unpositioned: ``seek`` first. Acks are no-ops where the backend keeps no
+        subscription for it. Backends whose subscriptions are broker state (Pulsar) return a
+        non-durable reader that disappears with its connection, even if the process is killed;
+        the others return a fresh subscription that stores nothing unless acked.
+        """
+        import uuid
+
+        return self.subscribe(channel, f"__msgstream-reader-{uuid.uuid4().hex[:12]}",
+                              SubscriptionInitialPosition.UNKNOWN)
 
     @abc.abstractmethod
     def earliest_message_id(self) -> MessageID:

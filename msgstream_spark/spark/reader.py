@@ -10,7 +10,6 @@ from __future__ import annotations
 import logging
 import struct
 import time
-import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -19,7 +18,6 @@ import pyarrow as pa
 from pyspark.sql.datasource import InputPartition
 
 from msgstream_spark.errors import ConsumeError, DataLossError, DecodeError, UnknownMessageTypeError
-from msgstream_spark.mq.base import SubscriptionInitialPosition
 from msgstream_spark.msg import codec
 from msgstream_spark.msg.types import MsgType
 from msgstream_spark.spark.offsets import Entry, Offset, unb64
@@ -129,8 +127,7 @@ def read_partition(part: ChannelPartition) -> Iterator[pa.RecordBatch]:
     client = opts.client()
     consumer = None
     try:
-        consumer = client.subscribe(part.channel, f"__msgstream-read-{uuid.uuid4().hex[:12]}",
-                                    SubscriptionInitialPosition.UNKNOWN)
+        consumer = client.reader(part.channel)  # records nothing on the broker
         start_id = unb64(part.start.get("msgID", ""))
         inclusive = bool(part.start.get("inclusive"))
         seek_ts = int(part.start.get("ts", 0)) if inclusive else None
@@ -187,15 +184,11 @@ def _seek(client: Any, consumer: Any, channel: str, start_id: bytes, inclusive: 
 
 
 def _drop(consumer: Any) -> None:
+    """Remove a read task's throwaway subscription (best effort: the rows are already out)."""
     try:
-        unsub = getattr(consumer, "unsubscribe", None)
-        (unsub or consumer.close)()
+        consumer.unsubscribe()
     except Exception:  # noqa: BLE001 - a throw-away reader; nothing to lose
-        log.debug("closing a read consumer failed", exc_info=True)
-    try:
-        consumer.close()
-    except Exception:  # noqa: BLE001
-        log.debug("closing a read consumer failed", exc_info=True)
+        log.warning("removing the read subscription %s failed", consumer.subscription, exc_info=True)
 
 
 def _handle(m: Any, part: ChannelPartition, builder: Any, dedupe: Any, seek_ts: int | None) -> int | None:

@@ -9,11 +9,12 @@ from __future__ import annotations
 
 import logging
 import math
+import weakref
 from dataclasses import dataclass, field
 from typing import Any
 
 from msgstream_spark.errors import DataLossError, DecodeError
-from msgstream_spark.mq.base import MessageID, SubscriptionInitialPosition
+from msgstream_spark.mq.base import MessageID
 from msgstream_spark.msg import codec
 from msgstream_spark.msg.codec import read_varint
 from msgstream_spark.msg.types import MsgType
@@ -94,10 +95,13 @@ class Scanner:
         self.output = output
         self.fail_on_data_loss = fail_on_data_loss
         self.chans: dict[str, ChannelScan] = {}
+        # Spark may never call the stream reader's stop(): remove the scan subscriptions when this
+        # scanner is collected or the process exits, at the latest.
+        self._finalizer = weakref.finalize(self, _drop_all, self.chans)
 
     def _open(self, ch: str, start: Entry) -> ChannelScan:
         cs = ChannelScan(ch)
-        cons = self.client.subscribe(ch, f"__msgstream-scan-{id(self)}", SubscriptionInitialPosition.UNKNOWN)
+        cons = self.client.reader(ch)  # records nothing on the broker, even if this process is killed
         mid = unb64(start.get("msgID", ""))
         try:
             if mid:
@@ -150,13 +154,8 @@ class Scanner:
         return Item(m.id, ts, tick, rows, len(m.payload))
 
     def close(self) -> None:
-        for cs in self.chans.values():
-            if cs.consumer is not None:
-                try:
-                    cs.consumer.close()
-                except Exception:  # noqa: BLE001 - best effort
-                    log.debug("closing scan consumer of %s failed", cs.channel, exc_info=True)
-        self.chans.clear()
+        self._finalizer()
+
 
     # -- planning ------------------------------------------------------------------------
     def plan_end(self, start: Offset, *, align: bool | None, max_rows: int | None = None,
@@ -255,3 +254,13 @@ class Scanner:
             items = self.chans[ch].items if ch in self.chans else []
             end[ch] = entry(items[-1].id.serialize(), items[-1].ts) if items else dict(st)
         return normalize(end)
+
+
+def _drop_all(chans: dict[str, ChannelScan]) -> None:
+    for cs in chans.values():
+        if cs.consumer is not None:
+            try:
+                cs.consumer.unsubscribe()  # a throwaway scan subscription
+            except Exception:  # noqa: BLE001 - best effort
+                log.warning("removing the scan subscription of %s failed", cs.channel, exc_info=True)
+    chans.clear()

@@ -11,7 +11,6 @@ import time
 from typing import Any
 
 from msgstream_spark.errors import SchemaError
-from msgstream_spark.mq.base import SubscriptionInitialPosition
 from msgstream_spark.msg import codec
 from msgstream_spark.msg.types import MsgType
 from msgstream_spark.spark.options import ReadOptions
@@ -51,7 +50,7 @@ def infer(opts: ReadOptions, channels: list[str]) -> tuple[Any, str | None, int 
     deadline = time.monotonic() + INFER_SECONDS
     try:
         for ch in channels:
-            cons = client.subscribe(ch, f"__msgstream-infer-{id(opts)}", SubscriptionInitialPosition.UNKNOWN)
+            cons = client.reader(ch)
             try:
                 cons.seek(client.earliest_message_id(), inclusive=True)
                 seen = 0
@@ -82,7 +81,7 @@ def infer(opts: ReadOptions, channels: list[str]) -> tuple[Any, str | None, int 
                     if found and opts.collection is not None:
                         break
             finally:
-                cons.close()
+                cons.unsubscribe()  # a throwaway inference subscription
     finally:
         client.close()
     if not found:

@@ -188,3 +188,34 @@ def test_close_semantics(backend, client):
     c.close()
     with pytest.raises(MsgStreamError):
         c.receive(0.1)
+
+
+def test_unsubscribe_forgets_the_subscription_but_close_keeps_it(backend, client):
+    ch = backend.new_channel()
+    with client.create_producer(ch) as p:
+        p.send_batch(msgs(6))
+    c = client.subscribe(ch, "sub-kept", EARLIEST)
+    drain(c, 3)
+    c.close()
+    c = client.subscribe(ch, "sub-kept", EARLIEST)
+    assert payloads(drain(c, 1)) == [b"m3"]  # close kept the cursor
+    c.unsubscribe()
+    c = client.subscribe(ch, "sub-kept", EARLIEST)
+    assert payloads(drain(c, 1)) == [b"m0"]  # a new subscription from the earliest message
+    c.unsubscribe()
+
+
+def test_reader_starts_where_it_seeks_and_records_nothing(backend, client):
+    ch = backend.new_channel()
+    with client.create_producer(ch) as p:
+        ids = p.send_batch(msgs(5))
+    r = client.reader(ch)
+    with pytest.raises(MsgStreamError, match="seek"):
+        r.receive_batch(1, 0.2)
+    r.seek(ids[1], inclusive=False)
+    got = drain(r, 3)  # drain acks: a reader records nothing anyway
+    assert payloads(got) == [b"m2", b"m3", b"m4"]
+    r.seek(ids[0], inclusive=True)  # seeking again
+    assert payloads(drain(r, 1)) == [b"m0"]
+    assert r.latest_message_id() == ids[4]
+    r.close()

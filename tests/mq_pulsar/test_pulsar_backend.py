@@ -74,7 +74,7 @@ def test_ids_from_the_broker_are_written_in_milvus_form(pulsar_env):
 
 
 # -- subscriptions ----------------------------------------------------------------------------------------
-def test_close_keeps_a_named_subscription_and_probes_are_removed(pulsar_env):
+def test_close_keeps_a_named_subscription_and_probes_and_readers_are_removed(pulsar_env):
     broker = pulsar_env.extras["broker"]
     if broker is None:
         pytest.skip("inspects the suite's own broker")
@@ -88,10 +88,15 @@ def test_close_keeps_a_named_subscription_and_probes_are_removed(pulsar_env):
             cons.ack(m)
     assert c.first_message_id(ch) == PulsarMessageID(broker.topics[topic].ledger, 0)
     assert c.message_id_at_timestamp(ch, TS + 3).entry == 3
-    others = [s for s in broker.subscription_names(topic) if s != "named"]
-    assert len(others) == 1 and others[0].startswith("__msgstream_probe_")  # the kept latest-id probe only
-    c.close()  # the long-lived latest-id probe goes too
-    assert broker.subscription_names(topic) == ["named"]
+    assert c.latest_message_id(ch).entry == 4
+    r = c.reader(ch)
+    r.seek(c.earliest_message_id())
+    assert len(drain(r, 5)) == 5
+    names = broker.subscription_names(topic)
+    assert "named" in names and len(names) == 2 and any(n.startswith("__msgstream_reader") for n in names)
+    r.close()  # a reader's subscription is non-durable: gone with the reader
+    assert broker.subscription_names(topic) == ["named"]  # probes are removed right after use
+    c.close()
     assert broker.mark_delete(topic, "named") == 1
 
 

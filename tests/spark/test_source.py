@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import time
 
 import pytest
 from chispa import assert_df_equality
@@ -120,3 +121,25 @@ def test_same_data_through_register_and_autoregistration(spark, backend, pub):
     spark.dataSource.register(MsgStreamDataSource)
     registered = read(spark, backend, pub).select("op", "pk", "vec", "name")
     assert_df_equality(auto, registered, ignore_row_order=True)
+
+
+def test_reads_leave_no_subscriptions_behind(spark, backend, pub, tmp_path):
+    # On Pulsar a forgotten subscription holds the topic's backlog forever: read tasks, scans,
+    # schema inference and probes must all remove theirs.
+    broker = backend.extras.get("broker")
+    if broker is None:
+        pytest.skip("inspects the suite's own Pulsar broker")
+    pub.rounds(2, rows=3)
+    assert read(spark, backend, pub).count() == 12  # 2 rounds x 2 channels x 3 rows
+    q = stream(spark, backend, pub, "kept-sub", tmp_path / "chk", tmp_path / "out")
+    q.awaitTermination(120)
+    q.stop()
+    topics = [pub.client.settings.topic(ch) for ch in pub.channels]
+
+    def leftovers() -> dict:
+        return {t: [s for s in broker.subscription_names(t) if s.startswith("__msgstream")] for t in topics}
+
+    deadline = time.monotonic() + 30  # a reader's non-durable subscription goes with its connection
+    while leftovers() != {t: [] for t in topics} and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert leftovers() == {t: [] for t in topics}

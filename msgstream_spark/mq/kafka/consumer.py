@@ -7,6 +7,7 @@ subscription resumes after a restart and lag tools see progress. With
 
 from __future__ import annotations
 
+import logging
 import time
 from typing import Any
 
@@ -17,6 +18,8 @@ from msgstream_spark.mq.kafka.producer import TS_HEADER
 from msgstream_spark.mq.kafka.settings import KafkaSettings
 
 _COMMIT_EVERY_S = 1.0
+
+log = logging.getLogger(__name__)
 
 
 def fetch(consumer: Any, max_messages: int, timeout: float) -> list:
@@ -160,3 +163,19 @@ class KafkaConsumer(Consumer):
             self._commit(asynchronous=False)
         finally:
             self._c.close()
+
+    def unsubscribe(self) -> None:
+        """Close without recording acks, then delete the group's committed offsets (best effort)."""
+        from confluent_kafka.admin import AdminClient
+
+        if self._closed:
+            return
+        self._acked = None
+        self.close()
+        try:
+            admin = AdminClient(self._s.admin_conf())  # kept referenced until the futures resolve
+            futures = admin.delete_consumer_groups([self._sub], request_timeout=self._s.request_timeout)
+            for fut in futures.values():
+                fut.result(self._s.request_timeout)
+        except Exception as exc:  # noqa: BLE001 - e.g. a group that never committed does not exist
+            log.debug("deleting consumer group %s: %r", self._sub, exc)

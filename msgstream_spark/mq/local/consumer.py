@@ -133,3 +133,15 @@ class LocalConsumer(Consumer):
         finally:
             self._closed = True
             self._db.close()
+
+    def unsubscribe(self) -> None:
+        if self._closed:
+            return
+        self._acked = None  # nothing more to record
+        try:
+            with self._db.lock:
+                conn = self._db.get()
+                with write_txn(conn, self.channel):
+                    conn.execute("DELETE FROM subscriptions WHERE sub = ? AND channel = ?", (self._sub, self.channel))
+        finally:
+            self.close()

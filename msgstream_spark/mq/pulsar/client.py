@@ -1,9 +1,11 @@
-"""PulsarClient: producers, consumers, positions and metadata on pulsar-client.
+"""PulsarClient: producers, consumers, readers, positions and metadata on pulsar-client.
 
 Channel ``c`` is topic ``persistent://<pulsar.tenant>/<pulsar.namespace>/c`` (non-partitioned,
-auto-created by the broker). Position look-ups use short-lived probe subscriptions named
-``__msgstream_probe_*`` that are unsubscribed after use. Channel listing uses the admin REST
-API at ``http://<host of pulsar.address>:<pulsar.webport>`` (the binary protocol cannot list).
+auto-created by the broker). Throwaway reads (Spark tasks, scans, the CLI, the first message,
+metadata) use non-durable readers, which the broker drops with their connection; the last
+message id and a publish-time seek need a subscription, so they use a ``__msgstream_probe_*``
+one that is removed right after the call. Channel listing uses the admin REST API at
+``http://<host of pulsar.address>:<pulsar.webport>`` (the binary protocol cannot list topics).
 Every call is bounded by ``pulsar.requestTimeout``.
 """
 
@@ -25,6 +27,7 @@ from msgstream_spark.mq.base import Client, Consumer, MessageID, Producer, Subsc
 from msgstream_spark.mq.pulsar.consumer import PulsarConsumer, last_id, to_message
 from msgstream_spark.mq.pulsar.message_id import PulsarMessageID
 from msgstream_spark.mq.pulsar.producer import PulsarProducer
+from msgstream_spark.mq.pulsar.reader import PulsarReader
 from msgstream_spark.mq.pulsar.settings import PulsarSettings
 
 log = logging.getLogger(__name__)
@@ -39,7 +42,6 @@ class PulsarClient(Client):
     def __init__(self, config: Config) -> None:
         self.settings = PulsarSettings(config)
         self._client: Any = None
-        self._latest_probes: dict[str, Any] = {}
         self._meta_producer: Any = None
         self._lock = threading.RLock()
         self._closed = False
@@ -52,7 +54,7 @@ class PulsarClient(Client):
 
     def __setstate__(self, state: dict) -> None:
         self.settings = state["settings"]
-        self._client, self._latest_probes, self._meta_producer = None, {}, None
+        self._client, self._meta_producer = None, None
         self._lock = threading.RLock()
         self._closed = False
 
@@ -101,9 +103,9 @@ class PulsarClient(Client):
                                             start_message_id_inclusive=True)
 
     @contextlib.contextmanager
-    def _probe(self, channel: str, position: SubscriptionInitialPosition) -> Iterator[Any]:
+    def _probe(self, channel: str, position: SubscriptionInitialPosition, queue: int = 1000) -> Iterator[Any]:
         """A throwaway subscription, removed afterwards."""
-        c = self._subscribe(channel, f"__msgstream_probe_{uuid.uuid4().hex[:12]}", position)
+        c = self._subscribe(channel, f"__msgstream_probe_{uuid.uuid4().hex[:12]}", position, queue)
         try:
             yield c
         finally:
@@ -130,6 +132,18 @@ class PulsarClient(Client):
         pos = SubscriptionInitialPosition.parse(initial_position)
         return PulsarConsumer(self.settings, channel, subscription, self._subscribe(channel, subscription, pos))
 
+    def reader(self, channel: str) -> Consumer:
+        """A non-durable reader (see reader.py): nothing stays on the broker, even if we are killed."""
+        topic = self.settings.topic(channel)
+
+        def open_reader(start: Any) -> Any:
+            with self._errors(f"opening a reader on channel {channel}"):
+                return self._pulsar().create_reader(topic, start, start_message_id_inclusive=True,
+                                                    receiver_queue_size=1000,
+                                                    subscription_role_prefix="__msgstream_reader")
+
+        return PulsarReader(self.settings, channel, open_reader, lambda: self.latest_message_id(channel))
+
     def earliest_message_id(self) -> MessageID:
         return PulsarMessageID.earliest()
 
@@ -137,22 +151,25 @@ class PulsarClient(Client):
         return PulsarMessageID.deserialize(bytes(data))
 
     def latest_message_id(self, channel: str) -> MessageID | None:
-        with self._lock:
-            probe = self._latest_probes.get(channel)
-            if probe is None:  # kept for the client's life (Spark asks every micro-batch); never fed
-                probe = self._subscribe(channel, f"__msgstream_probe_{uuid.uuid4().hex[:12]}",
-                                        SubscriptionInitialPosition.LATEST, queue=0)
-                self._latest_probes[channel] = probe
-        with self._errors(f"getting the last message id of channel {channel}"):
-            return last_id(probe.get_last_message_id())
+        # Asked only when a query resolves its start or an AvailableNow target, so a throwaway
+        # subscription per call (removed at once) is cheap enough and never outlives the call.
+        with self._probe(channel, SubscriptionInitialPosition.LATEST, queue=0) as probe:
+            with self._errors(f"getting the last message id of channel {channel}"):
+                return last_id(probe.get_last_message_id())
 
     def first_message_id(self, channel: str) -> MessageID | None:
         if self.latest_message_id(channel) is None:
             return None
-        with self._probe(channel, SubscriptionInitialPosition.EARLIEST) as c:
-            with self._errors(f"reading the first message of channel {channel}"):
-                m = c.receive(int(self.settings.request_timeout * 1000))
-            return to_message(channel, m).id
+        r = self.reader(channel)
+        try:
+            r.seek(PulsarMessageID.earliest())
+            got = r.receive_batch(1, self.settings.request_timeout)
+            if not got:
+                raise BackendTimeoutError(f"channel {channel}: no message arrived within pulsar.requestTimeout="
+                                          f"{self.settings.request_timeout:g}s although the channel is not empty")
+            return got[0].id
+        finally:
+            r.close()
 
     def message_id_at_timestamp(self, channel: str, hybrid_ts: int) -> MessageID | None:
         """Seek by publish time to the physical ms, then forward to the exact hybrid ts."""
@@ -199,24 +216,24 @@ class PulsarClient(Client):
         producer.send_batch([_meta_message(key, value)])
 
     def get_metadata(self, key: str) -> str | None:
-        import pulsar
-
         last = self.latest_message_id(METADATA_TOPIC)
         if last is None:
             return None
         value = None
-        with self._probe(METADATA_TOPIC, SubscriptionInitialPosition.EARLIEST) as c:
+        r = self.reader(METADATA_TOPIC)
+        try:
+            r.seek(PulsarMessageID.earliest())
             while True:
-                try:
-                    raw = c.receive(int(self.settings.request_timeout * 1000))
-                except pulsar.Timeout as exc:
-                    raise BackendTimeoutError(f"reading {METADATA_TOPIC} stalled before its last message "
-                                              f"{last!r}") from exc
-                m = to_message(METADATA_TOPIC, raw)
-                if m.properties.get("key") == key:
-                    value = m.payload.decode()
-                if m.id.sort_key() >= last.sort_key():
-                    return value
+                batch = r.receive_batch(1024, self.settings.request_timeout)
+                if not batch:
+                    raise BackendTimeoutError(f"reading {METADATA_TOPIC} stalled before its last message {last!r}")
+                for m in batch:
+                    if m.properties.get("key") == key:
+                        value = m.payload.decode()
+                    if m.id.sort_key() >= last.sort_key():
+                        return value
+        finally:
+            r.close()
 
     def commit_position(self, channel: str, subscription: str, msg_id: MessageID) -> None:
         """Acknowledge up to ``msg_id`` on ``subscription`` (best effort: skipped while it is in use)."""
@@ -235,10 +252,6 @@ class PulsarClient(Client):
             if self._closed:
                 return
             self._closed = True
-            probes, self._latest_probes = list(self._latest_probes.values()), {}
-        for probe in probes:
-            with contextlib.suppress(Exception):
-                probe.unsubscribe()
         if self._meta_producer is not None:
             with contextlib.suppress(Exception):
                 self._meta_producer.close()

@@ -205,6 +205,22 @@ class PulsarConsumer(Consumer):
         except Exception as exc:  # noqa: BLE001 - the connection may already be gone; nothing to keep
             log.debug("closing the consumer of channel %s: %s", self.channel, exc)
 
+    def unsubscribe(self) -> None:
+        """Remove the subscription on the broker (it would otherwise hold the backlog forever)."""
+        if self._closed:
+            return
+        self._closed = True
+        self._cum = None
+        try:
+            self._c.unsubscribe()
+        except Exception as exc:  # noqa: BLE001 - reported, then at least the consumer is released
+            log.warning("could not remove subscription %s of channel %s (remove it with pulsar-admin): %s",
+                        self._sub, self.channel, exc)
+            try:
+                self._c.close()
+            except Exception as exc2:  # noqa: BLE001
+                log.debug("closing the consumer of channel %s: %s", self.channel, exc2)
+
 
 def last_id(mid: Any) -> PulsarMessageID | None:
     """Our id for a get-last-message-id answer; None when the topic holds no message."""
