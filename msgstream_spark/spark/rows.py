@@ -61,6 +61,9 @@ def resume_position(channel: str, msg_id: bytes, begin_ts: int, group: str = "")
     return MsgPosition(channel, msg_id, group, max(0, int(begin_ts) - 1)).to_base64()
 
 
+_RECURRING = frozenset({OP, "_channel", "_shard", "_collection", "_partition"})
+
+
 def _event_time(ts: np.ndarray) -> pa.Array:
     us = (ts.astype(np.uint64) >> np.uint64(18)).astype(np.int64) * 1000
     return pa.array(us, pa.timestamp("us", tz="UTC"))
@@ -75,14 +78,25 @@ class RowsBuilder:
         self.pk = pk_name
         self.pieces: list[pa.RecordBatch] = []
         self.rows = 0
+        self._repeated: dict[tuple, pa.Array] = {}
 
     def _column(self, name: str, typ: pa.DataType, n: int, values: dict[str, Any]) -> pa.Array:
         v = values.get(name)
-        if v is None:
-            return pa.nulls(n, typ)
         if isinstance(v, pa.Array):
             return v if v.type == typ else v.cast(typ)
-        return pa.repeat(pa.scalar(v, type=typ), n) if not isinstance(v, np.ndarray) else pa.array(v).cast(typ)
+        if isinstance(v, np.ndarray):
+            return pa.array(v).cast(typ)
+        if name not in _RECURRING:  # one value on every row of this message only (msg id, position)
+            return pa.nulls(n, typ) if v is None else pa.repeat(pa.scalar(v, type=typ), n)
+        # op, channel, shard, collection, partition recur message after message: built once
+        key = (name, v, n)
+        col = self._repeated.get(key)
+        if col is None:
+            col = pa.nulls(n, typ) if v is None else pa.repeat(pa.scalar(v, type=typ), n)
+            if len(self._repeated) >= 64:
+                self._repeated.clear()
+            self._repeated[key] = col
+        return col
 
     def add(self, msg: TsMsg, channel: str, msg_id: bytes) -> None:
         if isinstance(msg, InsertMsg):

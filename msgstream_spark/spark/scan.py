@@ -24,7 +24,7 @@ log = logging.getLogger(__name__)
 
 # InsertRequest.num_rows = 14, DeleteRequest.num_rows = 11; timestamps = 10 in both
 _NUM_ROWS_FIELD = {MsgType.Insert: 14, MsgType.Delete: 11}
-SCAN_BATCH = 2048
+SCAN_BATCH = 256  # messages per fetch: inserts run to ~0.5 MB each, so fetches stay bounded
 MAX_SCAN_PER_CALL = 200_000
 
 
