@@ -6,7 +6,7 @@
 Also: streaming end to end into a parquet sink, and the peak RSS of Spark's Python workers
 while reading a larger log of (int64 pk, 8-dim vector) rows, which must stay bounded.
 
-    python -m bench.bench_spark_read [--rows 1000000] [--mem-rows 10000000] [--kafka]
+    python -m bench.bench_spark_read [--rows 1000000] [--mem-rows 10000000] [--kafka]   (defaults: as shown)
 
 Writes bench/results/spark_read.json and bench/results/spark_read.png.
 """
@@ -193,7 +193,7 @@ def _timed(fn) -> float:
     return time.perf_counter() - t0
 
 
-def run(rows: int = 200_000, mem_rows: int = 1_000_000, kafka: bool = False) -> dict:
+def run(rows: int = 1_000_000, mem_rows: int = 10_000_000, kafka: bool = False) -> dict:
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     from pyspark.sql import SparkSession
 
@@ -304,8 +304,8 @@ def _chart(lines, path: Path) -> None:
 
 if __name__ == "__main__":
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--rows", type=int, default=200_000)
-    ap.add_argument("--mem-rows", type=int, default=1_000_000)
+    ap.add_argument("--rows", type=int, default=1_000_000)
+    ap.add_argument("--mem-rows", type=int, default=10_000_000)
     ap.add_argument("--kafka", action="store_true")
     a = ap.parse_args()
     run(a.rows, a.mem_rows, a.kafka)
