@@ -149,6 +149,16 @@ class Producer(abc.ABC):
             )
         return ids  # type: ignore[return-value]
 
+    def _check_failures(self, errors: Mapping[int, str], n: int, ids: list) -> None:
+        """Raise ProduceError for the batch's failed messages (index -> reason), if any."""
+        from msgstream_spark.errors import ProduceError
+
+        if errors:
+            failures = sorted(errors.items())
+            raise ProduceError(
+                f"{len(failures)} of {n} messages failed on channel {self.channel}: first error: {failures[0][1]}",
+                channel=self.channel, failures=failures, ids=ids)
+
     def flush(self, timeout: float | None = None) -> None:  # noqa: B027 - optional hook
         """Wait until everything sent has been acknowledged."""
 

@@ -71,11 +71,7 @@ class KafkaProducer(Producer):
                 if ids[i] is None and i not in errors:
                     errors[i] = (f"no delivery report within kafka.requestTimeout={self._s.request_timeout:g}s "
                                  f"(brokers: {self._s.brokers})")
-        if errors:
-            failures = sorted(errors.items())
-            raise ProduceError(
-                f"{len(failures)} of {n} messages failed on channel {self.channel}: first error: {failures[0][1]}",
-                channel=self.channel, failures=failures, ids=ids)
+        self._check_failures(errors, n, ids)
         return ids  # type: ignore[return-value]
 
     def _retry_full(self, payload, on_delivery, ts: int, headers, deadline: float) -> bool:

@@ -13,18 +13,10 @@ from typing import Any
 
 from msgstream_spark.errors import DecodeError
 from msgstream_spark.mq.base import MessageID
+from msgstream_spark.msg.codec import encode_varint as _varint
+from msgstream_spark.msg.codec import read_varint as _read_varint
 
 _U64 = 1 << 64
-
-
-def _varint(value: int) -> bytes:
-    value &= _U64 - 1  # negative int32/int64 values are 10-byte varints, as protobuf writes them
-    out = bytearray()
-    while value >= 0x80:
-        out.append((value & 0x7F) | 0x80)
-        value >>= 7
-    out.append(value)
-    return bytes(out)
 
 
 def _signed(value: int, bits: int = 64) -> int:
@@ -123,16 +115,3 @@ class PulsarMessageID(MessageID):
     def __repr__(self) -> str:
         batch = f", batch {self.batch_index}/{self.batch_size}" if self.batch_size > 1 else ""
         return f"PulsarMessageID({self.ledger}:{self.entry}{batch})"
-
-
-def _read_varint(data: bytes, pos: int) -> tuple[int, int]:
-    result = shift = 0
-    while True:
-        b = data[pos]
-        pos += 1
-        result |= (b & 0x7F) << shift
-        if not b & 0x80:
-            return result, pos
-        shift += 7
-        if shift > 63:
-            raise ValueError("varint too long")

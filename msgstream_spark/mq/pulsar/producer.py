@@ -88,11 +88,7 @@ class PulsarProducer(Producer):
                 if ids[i] is None and i not in errors:
                     errors[i] = (f"no receipt within pulsar.requestTimeout={self._s.request_timeout:g}s "
                                  f"({self._s.describe()})")
-        if errors:
-            failures = sorted(errors.items())
-            raise ProduceError(
-                f"{len(failures)} of {n} messages failed on channel {self.channel}: first error: {failures[0][1]}",
-                channel=self.channel, failures=failures, ids=ids)
+        self._check_failures(errors, n, ids)
         return ids  # type: ignore[return-value]
 
     def flush(self, timeout: float | None = None) -> None:
