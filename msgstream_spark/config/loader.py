@@ -33,6 +33,7 @@ DEFAULTS: dict[str, Any] = {
     "local.retentionsizeinmb": 8192,
     "local.busytimeout": 30.0,
     "local.synchronous": "normal",
+    "local.mmapsizemb": 1024,
     "pulsar.address": "",
     "pulsar.port": 6650,
     "pulsar.webport": 80,
@@ -277,7 +278,7 @@ class Config:
             raise ConfigError(
                 f"config key msgstream.mode must be standalone or cluster, got {mode!r} ({self.source})"
             )
-        for key in ("local.retentiontimeinminutes", "local.retentionsizeinmb", "local.busytimeout",
+        for key in ("local.retentiontimeinminutes", "local.retentionsizeinmb", "local.busytimeout", "local.mmapsizemb",
                     "kafka.readtimeout", "pulsar.requesttimeout", "pulsar.maxmessagesize",
                     "pulsar.port", "rootcoord.dmlchannelnum"):
             v = self.get_float(key)

@@ -45,6 +45,7 @@ class LocalSettings:
         if sync not in ("off", "normal", "full", "extra"):
             raise ConfigError(f"config key local.synchronous must be off, normal, full or extra, got {sync!r}")
         self.synchronous = sync
+        self.mmap_bytes = int(config.get_float("local.mmapsizemb") * 1024 * 1024)
 
 
 class Connection:
@@ -104,6 +105,7 @@ def _open_once(s: LocalSettings) -> sqlite3.Connection:
         if conn.execute("PRAGMA journal_mode").fetchone()[0].lower() != "wal":
             conn.execute("PRAGMA journal_mode=WAL")
         conn.execute(f"PRAGMA synchronous={s.synchronous.upper()}")
+        conn.execute(f"PRAGMA mmap_size={s.mmap_bytes}")  # reads map the file instead of copying it in
         conn.execute("BEGIN IMMEDIATE")
         try:
             for stmt in SCHEMA.strip().split(";"):
