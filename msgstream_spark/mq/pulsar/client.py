@@ -113,7 +113,8 @@ class PulsarClient(Client):
                 c.unsubscribe()
             except Exception as exc:  # noqa: BLE001 - best effort; the name says what it was
                 log.warning("could not remove probe subscription on channel %s: %s", channel, exc)
-                c.close()
+                with contextlib.suppress(Exception):
+                    c.close()
 
     # -- SPI ------------------------------------------------------------------------------------------
     def create_producer(self, channel: str) -> Producer:
