@@ -7,7 +7,7 @@ Decoding takes the type from the ``msg_type`` property and falls back to the pay
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 from msgstream_spark.errors import DecodeError, UnknownMessageTypeError
@@ -104,6 +104,32 @@ def read_varint(buf: bytes, i: int) -> tuple[int, int]:
         shift += 7
 
 
+def iter_fields(buf: bytes, i: int = 0, end: int | None = None) -> Iterator[tuple[int, int, int, int]]:
+    """``(field number, wire type, value, start)`` of each protobuf field in ``buf[i:end]``.
+
+    ``value`` is the varint of a wire-0 field and the byte length of a length-delimited one,
+    whose bytes begin at ``start``; fixed32/64 fields yield 0. Raises ValueError on an unknown
+    wire type or a field running past ``end``.
+    """
+    end = len(buf) if end is None else end
+    while i < end:
+        tag, i = read_varint(buf, i)
+        wire = tag & 7
+        start = i
+        if wire == 0:
+            value, i = read_varint(buf, i)
+        elif wire == 2:
+            value, start = read_varint(buf, i)
+            i = start + value
+        elif wire in (1, 5):
+            value, i = 0, i + (8 if wire == 1 else 4)
+        else:
+            raise ValueError(f"unexpected wire type {wire}")
+        if i > end:
+            raise ValueError(f"field {tag >> 3} runs past the end of its message")
+        yield tag >> 3, wire, value, start
+
+
 def header_msg_type(payload: bytes) -> int:
     """``base.msg_type`` read straight from the bytes (field 1 must come first, as Go and
     Python serializers emit it), without parsing the rest of a possibly large payload."""
@@ -113,22 +139,9 @@ def header_msg_type(payload: bytes) -> int:
     end = i + length
     if end > len(payload):
         raise ValueError("MsgBase header runs past the payload")
-    while i < end:
-        tag, i = read_varint(payload, i)
-        field_no, wire = tag >> 3, tag & 7
+    for field_no, wire, value, _ in iter_fields(payload, i, end):
         if field_no == 1 and wire == 0:
-            return read_varint(payload, i)[0]
-        if wire == 0:
-            _, i = read_varint(payload, i)
-        elif wire == 2:
-            n, i = read_varint(payload, i)
-            i += n
-        elif wire == 1:
-            i += 8
-        elif wire == 5:
-            i += 4
-        else:
-            raise ValueError(f"unexpected wire type {wire} in MsgBase")
+            return value
     return 0
 
 

@@ -16,7 +16,7 @@ from typing import Any
 from msgstream_spark.errors import DataLossError, DecodeError
 from msgstream_spark.mq.base import MessageID
 from msgstream_spark.msg import codec
-from msgstream_spark.msg.codec import read_varint
+from msgstream_spark.msg.codec import iter_fields
 from msgstream_spark.msg.types import MsgType
 from msgstream_spark.spark.offsets import Entry, Offset, entry, normalize, unb64
 
@@ -32,37 +32,14 @@ def peek_counts(payload: bytes, msg_type: int) -> tuple[int, int]:
     """(rows, base timestamp) of an insert/delete by walking top-level fields only."""
     want = _NUM_ROWS_FIELD.get(msg_type)
     rows = ts = 0
-    i, n = 0, len(payload)
     try:
-        while i < n:
-            tag, i = read_varint(payload, i)
-            fno, wire = tag >> 3, tag & 7
-            if wire == 0:
-                v, i = read_varint(payload, i)
-                if fno == want:
-                    rows = v
-            elif wire == 2:
-                ln, i = read_varint(payload, i)
-                if fno == 1:  # MsgBase: timestamp = field 3
-                    j, end = i, i + ln
-                    while j < end:
-                        t2, j = read_varint(payload, j)
-                        if t2 & 7 == 0:
-                            v, j = read_varint(payload, j)
-                            if t2 >> 3 == 3:
-                                ts = v
-                        elif t2 & 7 == 2:
-                            l2, j = read_varint(payload, j)
-                            j += l2
-                        else:
-                            j += 8 if t2 & 7 == 1 else 4
-                i += ln
-            elif wire == 1:
-                i += 8
-            elif wire == 5:
-                i += 4
-            else:
-                break
+        for fno, wire, value, start in iter_fields(payload):
+            if wire == 0 and fno == want:
+                rows = value
+            elif wire == 2 and fno == 1:  # MsgBase: timestamp = field 3
+                for f2, w2, v2, _ in iter_fields(payload, start, start + value):
+                    if f2 == 3 and w2 == 0:
+                        ts = v2
     except (IndexError, ValueError):
         pass
     return rows, ts

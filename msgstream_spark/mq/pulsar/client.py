@@ -24,7 +24,7 @@ from typing import Any
 from msgstream_spark.config import Config
 from msgstream_spark.errors import BackendError, BackendTimeoutError
 from msgstream_spark.mq.base import Client, Consumer, MessageID, Producer, SubscriptionInitialPosition
-from msgstream_spark.mq.pulsar.consumer import PulsarConsumer, last_id, to_message
+from msgstream_spark.mq.pulsar.consumer import PulsarConsumer, last_id
 from msgstream_spark.mq.pulsar.message_id import PulsarMessageID
 from msgstream_spark.mq.pulsar.producer import PulsarProducer
 from msgstream_spark.mq.pulsar.reader import PulsarReader
@@ -174,24 +174,22 @@ class PulsarClient(Client):
 
     def message_id_at_timestamp(self, channel: str, hybrid_ts: int) -> MessageID | None:
         """Seek by publish time to the physical ms, then forward to the exact hybrid ts."""
-        import pulsar
-
         last = self.latest_message_id(channel)
         if last is None:
             return None
         with self._probe(channel, SubscriptionInitialPosition.EARLIEST) as c:
             with self._errors(f"seeking channel {channel} to time {int(hybrid_ts) >> 18} ms"):
                 c.seek(int(hybrid_ts) >> 18)
+            probe = PulsarConsumer(self.settings, channel, "(probe)", c)  # for its receive path only
             while True:
-                try:
-                    raw = c.receive(int(self.settings.request_timeout * 1000))
-                except pulsar.Timeout:
+                batch = probe.receive_batch(256, self.settings.request_timeout)
+                if not batch:
                     return None
-                m = to_message(channel, raw)
-                if m.timestamp is None or m.timestamp >= hybrid_ts:
-                    return m.id
-                if m.id.sort_key() >= last.sort_key():
-                    return None
+                for m in batch:
+                    if m.timestamp is None or m.timestamp >= hybrid_ts:
+                        return m.id
+                    if m.id.sort_key() >= last.sort_key():
+                        return None
 
     def list_channels(self) -> list[str]:
         s = self.settings

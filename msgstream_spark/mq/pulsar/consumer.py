@@ -25,18 +25,6 @@ _ACK_EVERY_S = 1.0  # pending in-order acks are sent at least this often while a
 _MAX_TRACKED = 100_000  # delivered, not yet acknowledged messages tracked for collapsing acks
 
 
-def to_message(channel: str, m: Any) -> Message:
-    """A pulsar.Message as our Message (timestamp: the exact hybrid ts if we wrote it, else the publish ms)."""
-    props = m.properties()
-    raw_ts = props.pop(TS_PROPERTY, None)
-    if raw_ts is not None:
-        ts: int | None = int(raw_ts)
-    else:
-        ms = m.publish_timestamp()
-        ts = ms << 18 if ms else None
-    return Message(channel, m.data(), props, PulsarMessageID.from_client(m.message_id()), ts)
-
-
 class PulsarConsumer(Consumer):
     def __init__(self, settings: PulsarSettings, channel: str, subscription: str, consumer: Any) -> None:
         self.channel = channel

@@ -14,7 +14,7 @@ from typing import Any
 from msgstream_spark.errors import DecodeError
 from msgstream_spark.mq.base import MessageID
 from msgstream_spark.msg.codec import encode_varint as _varint
-from msgstream_spark.msg.codec import read_varint as _read_varint
+from msgstream_spark.msg.codec import iter_fields
 
 _U64 = 1 << 64
 
@@ -57,25 +57,8 @@ class PulsarMessageID(MessageID):
     @classmethod
     def deserialize(cls, data: bytes) -> PulsarMessageID:
         """Parse any ``MessageIdData`` encoding (Milvus 2.5, 2.4, or the Python client's)."""
-        fields: dict[int, int] = {}
-        pos, n = 0, len(data)
-        try:
-            while pos < n:
-                key, pos = _read_varint(data, pos)
-                num, wire = key >> 3, key & 7
-                if wire == 0:
-                    fields[num], pos = _read_varint(data, pos)
-                elif wire == 2:  # ack_set (packed) / first_chunk_message_id: not part of the position
-                    length, pos = _read_varint(data, pos)
-                    pos += length
-                elif wire == 1:
-                    pos += 8
-                elif wire == 5:
-                    pos += 4
-                else:
-                    raise ValueError(f"unsupported wire type {wire}")
-            if pos > n:
-                raise ValueError("truncated")
+        try:  # ack_set / first_chunk_message_id (length-delimited) are not part of the position
+            fields = {num: value for num, wire, value, _ in iter_fields(data) if wire == 0}
         except (IndexError, ValueError) as exc:
             raise DecodeError(f"malformed Pulsar MessageIdData ({exc}): {data.hex(' ')}", msg_id=bytes(data)) \
                 from None

@@ -10,9 +10,7 @@ a broker-side seek); it always starts inclusive, so the first-message check of
 
 from __future__ import annotations
 
-import collections
 import contextlib
-import time
 from collections.abc import Callable
 from typing import Any
 
@@ -26,25 +24,11 @@ from msgstream_spark.mq.pulsar.settings import PulsarSettings
 class PulsarReader(PulsarConsumer):
     def __init__(self, settings: PulsarSettings, channel: str, open_reader: Callable[[Any], Any],
                  latest: Callable[[], MessageID | None]) -> None:
-        # no broker-side subscription to wrap yet: the parent's state, without its consumer
-        self.channel = channel
-        self._s = settings
-        self._sub = "(non-durable reader)"
-        self._c: Any = None
-        self._closed = False
-        self._seek = None
+        super().__init__(settings, channel, "(non-durable reader)", _Unpositioned(channel))
+        self._c = None  # no reader until the first seek
+        self._collapse = False  # a reader records no position: nothing to acknowledge
         self._open = open_reader
         self._latest = latest
-        self._recv = self._unpositioned
-        self._ack = self._ack_upto = _ignore
-        self._delivered = collections.deque()
-        self._collapse = False  # nothing to acknowledge
-        self._last_seen = (-2, -2, -2)
-        self._cum = None
-        self._last_flush = time.monotonic()
-
-    def _unpositioned(self, timeout_ms: int) -> Any:
-        raise ConsumeError(f"reader of channel {self.channel}: seek before receiving")
 
     def seek(self, msg_id: MessageID, inclusive: bool = True) -> None:
         import pulsar
@@ -80,5 +64,16 @@ class PulsarReader(PulsarConsumer):
         self.close()  # the broker drops a non-durable subscription with its reader
 
 
-def _ignore(_mid: Any) -> None:
-    return None
+class _Unpositioned:
+    """Stands in for the client object before the first seek: receiving is an error, acks do nothing."""
+
+    def __init__(self, channel: str) -> None:
+        self.channel = channel
+
+    def receive(self, timeout_ms: int) -> Any:
+        raise ConsumeError(f"reader of channel {self.channel}: seek before receiving")
+
+    def acknowledge(self, _mid: Any) -> None:
+        return None
+
+    acknowledge_cumulative = acknowledge
