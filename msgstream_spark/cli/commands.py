@@ -11,6 +11,11 @@ from typing import Any
 
 from msgstream_spark.cli.render import dumps, message_dict, position_dict
 from msgstream_spark.errors import ConfigError, DecodeError
+from msgstream_spark.msg import codec
+from msgstream_spark.msg.position import parse_positions
+from msgstream_spark.msg.types import MsgType
+from msgstream_spark.stream.names import to_physical_channel
+from msgstream_spark.stream.seek import SeekFilter
 
 
 class UsageError(Exception):
@@ -164,82 +169,78 @@ def cmd_position(args) -> int:
 
 
 # -- tail --------------------------------------------------------------------------------------
-def cmd_tail(args) -> int:
-    from msgstream_spark.msg import codec
-    from msgstream_spark.msg.position import parse_positions
+def _tail_positions(start: str, chans: list[str]) -> dict:
+    """{pchannel: MsgPosition} named by ``--from`` (empty for earliest/latest)."""
+    if start.lower() in ("earliest", "latest"):
+        return {}
+    try:
+        parsed = parse_positions(start)
+    except (DecodeError, ValueError) as exc:
+        raise ConfigError(f"--from: not a position (JSON or base64 MsgPosition): {exc}") from exc
+    positions = {to_physical_channel(p.channel_name): p for p in parsed}
+    unknown = sorted(set(positions) - set(chans))
+    if unknown:
+        raise UsageError(f"--from names channel(s) not in --channels: {', '.join(unknown)}")
+    return positions
 
+
+def _open_tail_reader(client, ch: str, start: str, positions: dict):
+    """A reader of ``ch`` positioned for ``--from`` and the seek filter it needs."""
+    cons = client.reader(ch)  # the CLI never resumes: nothing is recorded on the broker
+    if start.lower() == "latest":
+        last = client.latest_message_id(ch)
+        if last is not None:
+            cons.seek(last, inclusive=False)
+        else:  # empty channel: everything that arrives from now on
+            cons.seek(client.earliest_message_id(), inclusive=True)
+        return cons, SeekFilter(None)
+    if ch in positions:  # Milvus's seek: at the msgID, then the shared seek filter
+        p = positions[ch]
+        cons.seek(client.bytes_to_message_id(p.msg_id), inclusive=True)
+        return cons, SeekFilter(p.timestamp)
+    cons.seek(client.earliest_message_id(), inclusive=True)
+    return cons, SeekFilter(None)
+
+
+def cmd_tail(args) -> int:
     chans = split_channels(args.channels)
     if args.limit is not None and args.limit <= 0:
         raise UsageError("--limit must be > 0")
     start = (args.start or "earliest").strip()
-    positions = {}
-    if start.lower() not in ("earliest", "latest"):
-        try:
-            parsed = parse_positions(start)
-        except (DecodeError, ValueError) as exc:
-            raise ConfigError(f"--from: not a position (JSON or base64 MsgPosition): {exc}") from exc
-        from msgstream_spark.stream.names import to_physical_channel
-
-        positions = {to_physical_channel(p.channel_name): p for p in parsed}
-        unknown = sorted(set(positions) - set(chans))
-        if unknown:
-            raise UsageError(f"--from names channel(s) not in --channels: {', '.join(unknown)}")
-    printed = 0
+    positions = _tail_positions(start, chans)
     with open_client(args) as client:
         _check_channels(client, chans)
-        consumers = []
-        skip_upto = {}
+        readers = []
         try:
             for ch in chans:
-                cons = client.reader(ch)  # the CLI never resumes: nothing is recorded on the broker
-                consumers.append(cons)
-                if start.lower() == "latest":
-                    last = client.latest_message_id(ch)
-                    if last is not None:
-                        cons.seek(last, inclusive=False)
-                    else:  # empty channel: everything that arrives from now on
-                        cons.seek(client.earliest_message_id(), inclusive=True)
-                elif ch in positions:
-                    p = positions[ch]
-                    cons.seek(client.bytes_to_message_id(p.msg_id), inclusive=True)
-                    skip_upto[ch] = p.timestamp
-                else:
-                    cons.seek(client.earliest_message_id(), inclusive=True)
-            idle_since = time.monotonic()
-            while True:
-                got_any = False
-                for cons in consumers:
-                    for m in cons.receive_batch(256, 0.05):
-                        got_any = True
-                        msg = codec.unmarshal(m.payload, m.properties, channel=m.channel, msg_id=m.id.serialize())
-                        ts = int(msg.timestamp)
-                        if cons.channel in skip_upto:
-                            if ts <= skip_upto[cons.channel]:
-                                continue
-                            del skip_upto[cons.channel]
-                        if args.no_ticks and _type_of(msg) == "TimeTick":
-                            continue
-                        print(dumps(message_dict(msg, channel=m.channel, msg_id=m.id.serialize(),
-                                                 properties=dict(m.properties), rows=args.rows)), flush=True)
-                        printed += 1
-                        if args.limit is not None and printed >= args.limit:
-                            return 0
-                if got_any:
-                    idle_since = time.monotonic()
-                elif not args.follow and time.monotonic() - idle_since >= args.timeout:
-                    return 0
+                readers.append(_open_tail_reader(client, ch, start, positions))
+            return _tail_loop(args, readers)
         finally:
-            for c in consumers:
-                c.unsubscribe()
+            for cons, _ in readers:
+                cons.unsubscribe()
 
 
-def _type_of(msg) -> str:
-    from msgstream_spark.msg.pb import common_pb2
-
-    try:
-        return common_pb2.MsgType.Name(msg.proto.base.msg_type)
-    except (AttributeError, ValueError):
-        return "?"
+def _tail_loop(args, readers: list) -> int:
+    printed = 0
+    idle_since = time.monotonic()
+    while True:
+        got_any = False
+        for cons, seek in readers:
+            for m in cons.receive_batch(256, 0.05):
+                got_any = True
+                msg = codec.unmarshal(m.payload, m.properties, channel=m.channel, msg_id=m.id.serialize())
+                is_tick = msg.msg_type == MsgType.TimeTick
+                if not seek.keep(is_tick, int(msg.begin_ts)) or (args.no_ticks and is_tick):
+                    continue
+                print(dumps(message_dict(msg, channel=m.channel, msg_id=m.id.serialize(),
+                                         properties=dict(m.properties), rows=args.rows)), flush=True)
+                printed += 1
+                if args.limit is not None and printed >= args.limit:
+                    return 0
+        if got_any:
+            idle_since = time.monotonic()
+        elif not args.follow and time.monotonic() - idle_since >= args.timeout:
+            return 0
 
 
 # -- inspect -----------------------------------------------------------------------------------

@@ -23,6 +23,7 @@ from msgstream_spark.msg.types import MsgType
 from msgstream_spark.spark.offsets import Entry, Offset, unb64
 from msgstream_spark.spark.options import ReadOptions
 from msgstream_spark.spark.rows import MessagesBuilder, RowsBuilder, wanted_type
+from msgstream_spark.stream.seek import SeekFilter
 
 log = logging.getLogger(__name__)
 
@@ -134,7 +135,7 @@ def read_partition(part: ChannelPartition) -> Iterator[pa.RecordBatch]:
         consumer = client.reader(part.channel)  # records nothing on the broker
         start_id = unb64(part.start.get("msgID", ""))
         inclusive = bool(part.start.get("inclusive"))
-        seek_ts = int(part.start.get("ts", 0)) if inclusive else None
+        seek = SeekFilter(int(part.start.get("ts", 0)) if inclusive else None)
         _seek(client, consumer, part.channel, start_id, inclusive, opts.fail_on_data_loss)
         end_id = client.bytes_to_message_id(unb64(part.end["msgID"]))
         end_exclusive = bool(part.end.get("exclusive"))
@@ -160,7 +161,7 @@ def read_partition(part: ChannelPartition) -> Iterator[pa.RecordBatch]:
                 if m.id > end_id or (end_exclusive and m.id >= end_id):
                     done = True
                     break
-                seek_ts = _handle(m, part, builder, dedupe, seek_ts)
+                _handle(m, part, builder, dedupe, seek)
                 if builder.rows >= opts.batch_rows:  # hand rows to Spark as soon as a batch is full
                     yield from builder.flush()
                 if m.id == end_id:
@@ -195,42 +196,37 @@ def _drop(consumer: Any) -> None:
         log.warning("removing the read subscription %s failed", consumer.subscription, exc_info=True)
 
 
-def _handle(m: Any, part: ChannelPartition, builder: Any, dedupe: Any, seek_ts: int | None) -> int | None:
-    """Filter, decode and add one message; returns the seek filter still in force."""
+def _handle(m: Any, part: ChannelPartition, builder: Any, dedupe: Any, seek: SeekFilter) -> None:
+    """Filter (Milvus's seek, types, replays, collection), decode and add one message."""
     opts = part.opts
     mid = m.id.serialize()
     try:
         t = codec.peek_msg_type(m.payload, m.properties)
     except DecodeError as exc:
-        return _decode_failed(exc.with_location(part.channel, mid), opts, builder, m, seek_ts)
-    if seek_ts is not None:
-        if t == MsgType.TimeTick:
-            # Milvus: the first tick >= the position's ts ends the seek (and is dropped)
-            ts = _header_ts(m)
-            return None if ts >= seek_ts else seek_ts
+        return _decode_failed(exc.with_location(part.channel, mid), opts, builder, m)
+    if seek.active and t == MsgType.TimeTick:
+        seek.keep(True, _header_ts(m))  # a tick never survives a seek; the first one >= ts ends it
+        return
     if not wanted_type(t, opts.message_types):
-        return seek_ts
+        return
     if opts.output == "rows" and t not in (MsgType.Insert, MsgType.Delete):
-        return seek_ts
+        return
     if dedupe is not None and not dedupe.keep(part.channel, m.properties):
-        return seek_ts
+        return
     try:
         msg = codec.unmarshal(m.payload, m.properties, channel=part.channel, msg_id=mid)
     except UnknownMessageTypeError:
         if opts.output == "messages":  # tooling output keeps types we do not decode
             builder.add_raw(m, None)
-        return seek_ts
+        return
     except DecodeError as exc:
-        return _decode_failed(exc, opts, builder, m, seek_ts)
-    if seek_ts is not None and msg.begin_ts <= seek_ts:
-        return seek_ts
-    if not _collection_matches(msg, part):
-        return seek_ts
+        return _decode_failed(exc, opts, builder, m)
+    if not seek.keep(False, int(msg.begin_ts)) or not _collection_matches(msg, part):
+        return
     if opts.output == "messages":
         builder.add_raw(m, msg)
     else:
         builder.add(msg, part.channel, mid)
-    return seek_ts
 
 
 def _header_ts(m: Any) -> int:
@@ -239,11 +235,10 @@ def _header_ts(m: Any) -> int:
     return peek_counts(m.payload, MsgType.TimeTick)[1]
 
 
-def _decode_failed(exc: DecodeError, opts: ReadOptions, builder: Any, m: Any, seek_ts: int | None) -> int | None:
+def _decode_failed(exc: DecodeError, opts: ReadOptions, builder: Any, m: Any) -> None:
     if opts.on_decode_error == "fail":
         raise DecodeError(f"{exc.reason} (set onDecodeError=skip to skip such messages)", channel=exc.channel,
                           msg_id=exc.msg_id, payload=exc.payload) from exc
     log.warning("skipping undecodable message (onDecodeError=skip): %s", exc)
     if opts.output == "messages":
         builder.add_raw(m, None)
-    return seek_ts

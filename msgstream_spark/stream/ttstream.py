@@ -24,6 +24,7 @@ from msgstream_spark.mq.base import Client, Message
 from msgstream_spark.msg.position import MsgPosition
 from msgstream_spark.msg.types import DeleteMsg, InsertMsg, MsgPack, MsgType, TsMsg
 from msgstream_spark.stream.msgstream import MsgStream, RepackFunc
+from msgstream_spark.stream.seek import SeekFilter
 
 
 @dataclass
@@ -33,7 +34,7 @@ class _ChannelState:
     tt: int = 0  # last time tick read
     tt_position: MsgPosition | None = None
     current: MsgPosition | None = None
-    seek_ts: int | None = None  # while set, drop messages at or before it (seek semantics)
+    seek: SeekFilter = field(default_factory=lambda: SeekFilter(None))  # Milvus's seek, while active
 
 
 class TtMsgStream(MsgStream):
@@ -65,7 +66,7 @@ class TtMsgStream(MsgStream):
             st = self._st(ch)
             st.buffer.clear()
             st.pending.clear()
-            st.seek_ts = p.timestamp
+            st.seek = SeekFilter(p.timestamp)
             st.tt = 0
             st.current = MsgPosition(ch, p.msg_id, self.subscription or "", p.timestamp)
         if positions:
@@ -79,14 +80,9 @@ class TtMsgStream(MsgStream):
             return False
         st = self._st(ch)
         is_tt = msg.msg_type == MsgType.TimeTick
-        if st.seek_ts is not None:
-            if is_tt:
-                if msg.timestamp >= st.seek_ts:
-                    st.seek_ts = None  # seeking done; this tick itself is dropped
-                return False
-            if msg.begin_ts <= st.seek_ts:
-                return False
-            st.buffer.append(msg)
+        if st.seek.active:
+            if st.seek.keep(is_tt, int(msg.timestamp if is_tt else msg.begin_ts)):
+                st.buffer.append(msg)
             return False
         if is_tt:
             st.tt = int(msg.timestamp)
