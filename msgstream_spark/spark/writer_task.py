@@ -20,6 +20,7 @@ import pyarrow as pa
 from msgstream_spark.errors import BackendError, MsgStreamError, ProduceError
 from msgstream_spark.spark.writer_encode import OP_INSERT, EncodedMessage, Encoder, WritePlan
 from msgstream_spark.spark.writer_options import SinkOptions, stable_id
+from msgstream_spark.stream.sender import close_all, send_per_channel
 
 log = logging.getLogger(__name__)
 
@@ -199,20 +200,14 @@ class TaskWriter:
     def _send(self, work: dict) -> None:
         for ch in work:
             self._producer(ch)  # open producers before threads start
-        if len(work) == 1:
-            ch, (msgs, pms) = next(iter(work.items()))
-            self._record(ch, msgs, self._send_one(ch, pms))
-            return
-        errors = []
-        with ThreadPoolExecutor(max_workers=min(4, len(work))) as pool:
-            futs = {ch: pool.submit(self._send_one, ch, pms) for ch, (_, pms) in work.items()}
-            for ch, fut in futs.items():
-                try:
-                    self._record(ch, work[ch][0], fut.result())
-                except ProduceError as exc:
-                    errors.append(exc)
-        if errors:
-            raise errors[0]
+        try:
+            ids = send_per_channel({ch: pms for ch, (_, pms) in work.items()}, self._send_one, max_workers=4)
+        except ProduceError as exc:
+            for ch, written in getattr(exc, "results", {}).items():
+                self._record(ch, work[ch][0], written)
+            raise
+        for ch, written in ids.items():
+            self._record(ch, work[ch][0], written)
 
     def _send_one(self, ch: str, pms: list) -> list:
         try:
@@ -283,22 +278,14 @@ class TaskWriter:
 
     def close(self) -> None:
         """Close producers and the client (when owned); keeps the first error."""
-        first = None
         if self._io is not None:
             self._io.shutdown(wait=True)
             self._io = None
             self._inflight = None
-        for p in self._producers.values():
-            try:
-                p.close()
-            except Exception as exc:  # noqa: BLE001 - close everything, report the first
-                first = first or exc
+        client = self._client if self._own_client else None
+        first = close_all(self._producers.values(), *([client.close] if client is not None else []))
         self._producers = {}
-        if self._own_client and self._client is not None:
-            try:
-                self._client.close()
-            except Exception as exc:  # noqa: BLE001
-                first = first or exc
+        if client is not None:
             self._client = None
         if first is not None:
             log.warning("closing the sink's producers failed: %s", first)

@@ -25,6 +25,7 @@ from msgstream_spark.msg.position import MsgPosition
 from msgstream_spark.msg.types import DeleteMsg, InsertMsg, MsgPack, MsgType, TsMsg
 from msgstream_spark.stream.msgstream import MsgStream, RepackFunc
 from msgstream_spark.stream.seek import SeekFilter
+from msgstream_spark.stream.ticks import common_tick, split_at
 
 
 @dataclass
@@ -124,7 +125,7 @@ class TtMsgStream(MsgStream):
                 for ch in chans:  # catch up with what is already available
                     if self._st(ch).tt < top:
                         self._read_until_tick(ch, top - 1, 0.0)
-                return self._cut(min(self._st(ch).tt for ch in chans))
+                return self._cut(common_tick(self._st(ch).tt for ch in chans))
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 return None
@@ -140,8 +141,7 @@ class TtMsgStream(MsgStream):
         for ch in self.consumer_channels:
             st = self._st(ch)
             had = bool(st.buffer)
-            take = [m for m in st.buffer if m.end_ts <= t]
-            st.buffer = [m for m in st.buffer if m.end_ts > t]
+            take, st.buffer = split_at(st.buffer, t)
             if had:
                 starts.append(st.current or MsgPosition(ch, b"", sub, self.last_end_ts))
             for m in take:
