@@ -40,9 +40,9 @@ def delete_keys(pks: np.ndarray, fraction: float) -> np.ndarray:
 
 
 def publish(args) -> dict[str, Any]:
-    from msgstream_spark.spark.writer_encode import plan_write
-    from msgstream_spark.spark.writer_options import parse_sink_options
-    from msgstream_spark.spark.writer_task import TaskWriter
+    from msgstream_spark.sink.encode import plan_write
+    from msgstream_spark.sink.options import parse_sink_options
+    from msgstream_spark.sink.task import TaskWriter
 
     if not 0.0 <= args.delete_fraction <= 1.0:
         raise UsageError("--delete-fraction must be between 0 and 1")

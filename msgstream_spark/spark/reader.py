@@ -126,7 +126,7 @@ def read_partition(part: ChannelPartition) -> Iterator[pa.RecordBatch]:
                     else RowsBuilder(schema, group, part.pk_name))
     dedupe = None
     if opts.dedupe:
-        from msgstream_spark.spark.writer_dedupe import ReplayFilter
+        from msgstream_spark.sink.dedupe import ReplayFilter
 
         dedupe = ReplayFilter()
     client = opts.client()

@@ -7,7 +7,7 @@ import zlib
 
 import pytest
 
-from msgstream_spark.spark.writer_dedupe import ReplayFilter
+from msgstream_spark.sink.dedupe import ReplayFilter
 from tests.sink.helpers import config_file, deleted_keys, inserted_rows, read_all
 
 pytestmark = pytest.mark.slow

@@ -17,7 +17,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from msgstream_spark.errors import MsgStreamError, SchemaError
-from msgstream_spark.spark.writer_options import METADATA_COLUMNS, OP_COLUMN, SinkOptions
+from msgstream_spark.sink.options import METADATA_COLUMNS, OP_COLUMN, SinkOptions
 
 log = logging.getLogger(__name__)
 
@@ -377,7 +377,7 @@ class Encoder:
     def _inserts(self, batch: pa.RecordBatch, idx: np.ndarray, shard: int, vectors: dict[str, np.ndarray],
                  sizes: np.ndarray) -> list[EncodedMessage]:
         from msgstream_spark.msg.pb import common_pb2, msg_pb2
-        from msgstream_spark.spark import writer_wire as wire
+        from msgstream_spark.sink import wire
 
         others = [f.name for f in self.plan.fields if f.name not in vectors]
         rows = batch.select(others).take(pa.array(idx))

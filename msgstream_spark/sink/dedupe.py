@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from msgstream_spark.spark.writer_task import PROP_BATCH, PROP_SEQ, PROP_TASK, PROP_WRITER
+from msgstream_spark.sink.task import PROP_BATCH, PROP_SEQ, PROP_TASK, PROP_WRITER
 
 
 def replay_key(properties: Mapping[str, str]) -> tuple[str, str, int, int] | None:

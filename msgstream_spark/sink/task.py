@@ -18,8 +18,8 @@ from dataclasses import dataclass, field
 import pyarrow as pa
 
 from msgstream_spark.errors import BackendError, MsgStreamError, ProduceError
-from msgstream_spark.spark.writer_encode import OP_INSERT, EncodedMessage, Encoder, WritePlan
-from msgstream_spark.spark.writer_options import SinkOptions, stable_id
+from msgstream_spark.sink.encode import OP_INSERT, EncodedMessage, Encoder, WritePlan
+from msgstream_spark.sink.options import SinkOptions, stable_id
 from msgstream_spark.stream.sender import close_all, send_per_channel
 
 log = logging.getLogger(__name__)
