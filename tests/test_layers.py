@@ -11,11 +11,10 @@ from pathlib import Path
 
 PKG = Path(__file__).resolve().parents[1] / "msgstream_spark"
 
-# Lowest first; a module may import its own layer and the ones below it.
+# Lowest first; a module may import its own layer and the ones below it (design.md, "Layers").
 LAYERS = ["errors", "msg", "config", "mq", "stream", "sink", "spark", "cli"]
 RANK = {name: i for i, name in enumerate(LAYERS)}
-RANK["sink"] = RANK["spark"] = RANK["stream"] + 1  # siblings: neither imports the other
-RANK["cli"] = RANK["spark"] + 1
+# cli and jobs sit on top; spark (the adapters) uses the Spark-free sink core below it
 
 # Imports allowed inside functions: optional clients and pyspark stay lazy so a missing extra
 # breaks only what needs it, and the Spark-free layers load without the JVM bridge.

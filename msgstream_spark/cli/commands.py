@@ -4,22 +4,22 @@ from __future__ import annotations
 
 import base64
 import contextlib
-import sys
 import time
 from pathlib import Path
 from typing import Any
 
+from msgstream_spark.cli.common import UsageError, open_client, split_channels
+from msgstream_spark.cli.publish import publish
 from msgstream_spark.cli.render import dumps, message_dict, position_dict
-from msgstream_spark.errors import ConfigError, DecodeError
-from msgstream_spark.msg import codec
-from msgstream_spark.msg.position import parse_positions
+from msgstream_spark.errors import ChannelNotFoundError, ConfigError, DecodeError
+from msgstream_spark.errors import TimeoutError as MsTimeout
+from msgstream_spark.msg import codec, tso
+from msgstream_spark.msg.position import MsgPosition, parse_positions
 from msgstream_spark.msg.types import MsgType
 from msgstream_spark.stream.names import to_physical_channel
 from msgstream_spark.stream.seek import SeekFilter
 
-
-class UsageError(Exception):
-    """Bad combination of arguments (exit code 2)."""
+__all__ = ["COMMANDS", "UsageError", "latest_position", "run"]
 
 
 def run(args) -> int:
@@ -27,36 +27,6 @@ def run(args) -> int:
 
 
 # -- helpers -----------------------------------------------------------------------------------
-def overrides(args) -> dict[str, str]:
-    out: dict[str, str] = {}
-    for item in getattr(args, "set", []) or []:
-        key, sep, value = item.partition("=")
-        if not sep or not key.strip():
-            raise UsageError(f"--set expects KEY=VALUE, got {item!r}")
-        out[key.strip()] = value
-    return out
-
-
-def load_config(args):
-    from msgstream_spark.config import Config
-
-    return Config.load(args.config, overrides=overrides(args) or None)
-
-
-def open_client(args):
-    from msgstream_spark.mq.registry import build_client
-
-    cfg = load_config(args)
-    return build_client(cfg.mq_type, cfg)
-
-
-def split_channels(text: str | None) -> list[str]:
-    chans = [c.strip() for c in (text or "").split(",") if c.strip()]
-    if text is not None and not chans:
-        raise UsageError("--channels is empty")
-    return chans
-
-
 @contextlib.contextmanager
 def throwaway(consumer):
     """A consumer whose subscription is removed afterwards (the CLI never resumes one)."""
@@ -70,15 +40,11 @@ def message_ts(msg, channel: str) -> int:
     """Hybrid timestamp of a raw message (backend's, else the payload's MsgBase)."""
     if msg.timestamp:
         return int(msg.timestamp)
-    from msgstream_spark.msg import codec
-
     return int(codec.unmarshal(msg.payload, msg.properties, channel=channel,
                                msg_id=msg.id.serialize()).timestamp)
 
 
 def _check_channels(client, chans: list[str]) -> None:
-    from msgstream_spark.errors import ChannelNotFoundError
-
     missing = [c for c in chans if not client.channel_exists(c)]
     if missing:
         raise ChannelNotFoundError(f"channel(s) not found: {', '.join(missing)}")
@@ -86,7 +52,6 @@ def _check_channels(client, chans: list[str]) -> None:
 
 def latest_position(client, channel: str, timeout: float = 10.0):
     """MsgPosition of the last message of ``channel`` (its own timestamp), or None if empty."""
-    from msgstream_spark.msg.position import MsgPosition
 
     mid = client.latest_message_id(channel)
     if mid is None:
@@ -115,7 +80,6 @@ def cmd_channels(args) -> int:
 
 def count_messages(client, channel: str, timeout: float) -> int:
     """Number of retained messages, counted by reading the channel up to its latest id."""
-    from msgstream_spark.errors import TimeoutError as MsTimeout
 
     last = client.latest_message_id(channel)
     if last is None:
@@ -139,9 +103,6 @@ def count_messages(client, channel: str, timeout: float) -> int:
 
 # -- position ----------------------------------------------------------------------------------
 def cmd_position(args) -> int:
-    from msgstream_spark.msg import tso
-    from msgstream_spark.msg.position import MsgPosition
-
     chans = split_channels(args.channels)
     with open_client(args) as client:
         _check_channels(client, chans)
@@ -245,8 +206,6 @@ def _tail_loop(args, readers: list) -> int:
 
 # -- inspect -----------------------------------------------------------------------------------
 def cmd_inspect(args) -> int:
-    from msgstream_spark.msg import codec
-
     if args.file:
         p = Path(args.file)
         if not p.is_file():
@@ -265,8 +224,6 @@ def cmd_inspect(args) -> int:
 
 # -- publish -----------------------------------------------------------------------------------
 def cmd_publish(args) -> int:
-    from msgstream_spark.cli.publish import publish
-
     summary = publish(args)
     print(dumps(summary))
     return 0
@@ -279,20 +236,3 @@ COMMANDS = {
     "inspect": cmd_inspect,
     "publish": cmd_publish,
 }
-
-
-def progress_line(done: int, total: int | None, t0: float) -> str:
-    rate = done / max(time.perf_counter() - t0, 1e-9)
-    if total:
-        frac = min(1.0, done / total)
-        bar = "#" * int(frac * 30)
-        return f"\r[{bar:<30}] {frac * 100:5.1f}% {done}/{total} rows {rate:,.0f} rows/s"
-    return f"\r{done} rows {rate:,.0f} rows/s"
-
-
-def write_progress(text: str, final: bool = False) -> None:
-    if sys.stderr.isatty():
-        sys.stderr.write(text + ("\n" if final else ""))
-        sys.stderr.flush()
-    elif final:
-        sys.stderr.write(text.lstrip("\r") + "\n")

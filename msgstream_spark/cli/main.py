@@ -11,6 +11,7 @@ import logging
 import sys
 from collections.abc import Sequence
 
+from msgstream_spark.cli import commands
 from msgstream_spark.errors import MsgStreamError
 
 EXIT_ERROR = 1
@@ -97,7 +98,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING, stream=sys.stderr,
                         format="msgstream: %(levelname)s: %(message)s")
-    from msgstream_spark.cli import commands
 
     try:
         return int(commands.run(args) or 0)

@@ -2,4 +2,4 @@
 
 from msgstream_spark.config.loader import Config, is_secret_key, mask_value
 
-__all__ = ["is_secret_key", "mask_value"]
+__all__ = ["Config", "is_secret_key", "mask_value"]

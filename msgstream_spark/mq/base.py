@@ -21,6 +21,8 @@ import enum
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 
+from msgstream_spark.errors import ConfigError, ProduceError
+
 
 class SubscriptionInitialPosition(enum.IntEnum):
     """Where a new subscription starts (Milvus's enum values)."""
@@ -38,7 +40,6 @@ class SubscriptionInitialPosition(enum.IntEnum):
         try:
             return cls[str(value).strip().upper()]
         except KeyError:
-            from msgstream_spark.errors import ConfigError
 
             raise ConfigError(
                 f"unknown initial position {value!r}; expected one of: earliest, latest, unknown"
@@ -127,7 +128,6 @@ class Producer(abc.ABC):
         message (``failures``) and the ids of those written (``ids``).
         Backends override this with a pipelined implementation.
         """
-        from msgstream_spark.errors import ProduceError
 
         ids: list[MessageID | None] = []
         failures: list[tuple[int, str]] = []
@@ -151,7 +151,6 @@ class Producer(abc.ABC):
 
     def _check_failures(self, errors: Mapping[int, str], n: int, ids: list) -> None:
         """Raise ProduceError for the batch's failed messages (index -> reason), if any."""
-        from msgstream_spark.errors import ProduceError
 
         if errors:
             failures = sorted(errors.items())

@@ -14,6 +14,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from msgstream_spark.errors import SchemaError
+from msgstream_spark.msg.pb import schema_pb2
+from msgstream_spark.msg.wire import encode_varint
 
 # DataType numbers (schema.proto)
 BOOL, INT8, INT16, INT32, INT64, FLOAT, DOUBLE = 1, 2, 3, 4, 5, 10, 11
@@ -33,8 +35,6 @@ _SPARSE_DTYPE = np.dtype([("i", "<u4"), ("v", "<f4")])
 
 
 def type_name(t: int) -> str:
-    from msgstream_spark.msg.pb import schema_pb2
-
     try:
         return schema_pb2.DataType.Name(int(t))
     except ValueError:
@@ -67,7 +67,6 @@ def arrow_type_for(field_schema: Any) -> pa.DataType:
 # -- FieldData -> Arrow ---------------------------------------------------------------------
 def numpy_to_packed(target: Any, values: np.ndarray) -> None:
     """Fill a FloatArray/DoubleArray from numpy by parsing packed bytes (no Python floats)."""
-    from msgstream_spark.msg.codec import encode_varint
 
     data = np.ascontiguousarray(values).astype(values.dtype.newbyteorder("<"), copy=False).tobytes()
     target.MergeFromString(b"\x0a" + encode_varint(len(data)) + data if data else b"")
@@ -238,7 +237,6 @@ def arrow_to_field_data(arr: pa.Array | pa.ChunkedArray, field_schema: Any) -> A
     non-nullable field, wrong vector dimensions and unsupported types are SchemaErrors
     naming the column.
     """
-    from msgstream_spark.msg.pb import schema_pb2
 
     if isinstance(arr, pa.ChunkedArray):
         arr = arr.combine_chunks()
@@ -305,8 +303,6 @@ def arrow_to_field_data(arr: pa.Array | pa.ChunkedArray, field_schema: Any) -> A
 
 
 def _array_from_arrow(arr: pa.Array, field_schema: Any, fd: Any) -> None:
-    from msgstream_spark.msg.pb import schema_pb2
-
     elem = int(field_schema.element_type)
     slot = _SCALAR_SLOT.get(elem)
     if slot is None or elem == JSON:

@@ -17,6 +17,11 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from msgstream_spark.errors import MsgStreamError, SchemaError
+from msgstream_spark.msg.columns import arrow_to_field_data
+from msgstream_spark.msg.hashing import shard_indices
+from msgstream_spark.msg.pb import common_pb2, msg_pb2, schema_pb2
+from msgstream_spark.msg.schema import field_schema_from_arrow
+from msgstream_spark.sink import wire
 from msgstream_spark.sink.options import METADATA_COLUMNS, OP_COLUMN, SinkOptions
 
 log = logging.getLogger(__name__)
@@ -51,8 +56,6 @@ class WritePlan:
     dims: dict[str, int] = field(default_factory=dict)
 
     def field_schemas(self):
-        from msgstream_spark.msg.pb import schema_pb2
-
         out = []
         for f in self.fields:
             fs = schema_pb2.FieldSchema()
@@ -62,8 +65,6 @@ class WritePlan:
 
 
 def _type_name(fs) -> str:
-    from msgstream_spark.msg.pb import schema_pb2
-
     return schema_pb2.DataType.Name(fs.data_type)
 
 
@@ -73,8 +74,6 @@ def plan_write(schema: pa.Schema, opts: SinkOptions) -> WritePlan:
     Raises :class:`SchemaError` naming the column (unsupported type, bad primary key,
     bad ``op`` column) before anything is produced.
     """
-    from msgstream_spark.msg.pb import schema_pb2
-    from msgstream_spark.msg.schema import field_schema_from_arrow
 
     names = [n for n in schema.names if n not in METADATA_COLUMNS]
     has_op = OP_COLUMN in names
@@ -251,7 +250,6 @@ def _check_binary_dim(arr: pa.Array, f: FieldPlan, dims: dict[str, int]) -> None
 # -- grouping ------------------------------------------------------------------------------------
 def shard_of(batch: pa.RecordBatch, plan: WritePlan, n_shards: int) -> np.ndarray:
     """Shard index per row with Milvus's hash of the primary key (wire doc §5.4)."""
-    from msgstream_spark.msg.hashing import shard_indices
 
     pk = batch.column(plan.pk)
     if plan.pk_is_string:
@@ -376,8 +374,6 @@ class Encoder:
 
     def _inserts(self, batch: pa.RecordBatch, idx: np.ndarray, shard: int, vectors: dict[str, np.ndarray],
                  sizes: np.ndarray) -> list[EncodedMessage]:
-        from msgstream_spark.msg.pb import common_pb2, msg_pb2
-        from msgstream_spark.sink import wire
 
         others = [f.name for f in self.plan.fields if f.name not in vectors]
         rows = batch.select(others).take(pa.array(idx))
@@ -411,7 +407,6 @@ class Encoder:
 
     def _field_bytes(self, col: pa.Array, f: FieldPlan, fs) -> bytes:
         """One column as serialized FieldData (via the codec's arrow_to_field_data)."""
-        from msgstream_spark.msg.columns import arrow_to_field_data
 
         if f.name == self.plan.pk and not self.plan.pk_is_string:
             col = col.cast(pa.int64())
@@ -423,8 +418,6 @@ class Encoder:
             raise SchemaError(f"column {f.name!r}: {exc}") from exc
 
     def _deletes(self, rows: pa.RecordBatch, shard: int) -> list[EncodedMessage]:
-        from msgstream_spark.msg.pb import common_pb2, msg_pb2
-
         pk = rows.column(self.plan.pk)
         if self.plan.pk_is_string:
             sizes = pc.binary_length(pk).to_numpy(zero_copy_only=False).astype(np.int64) + 16

@@ -8,13 +8,16 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import re
 import uuid
 import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from msgstream_spark.config import Config
 from msgstream_spark.errors import OptionError
+from msgstream_spark.stream.names import looks_like_milvus_dml
 
 log = logging.getLogger(__name__)
 
@@ -80,7 +83,6 @@ def _time_tick(raw: str | None) -> str:
 
 def parse_field_types(text: str | None) -> tuple[dict[str, str], dict[str, int]]:
     """``"emb:Float16Vector(128),tags:Array"`` -> (types by column, dims by column)."""
-    import re
 
     types: dict[str, str] = {}
     dims: dict[str, int] = {}
@@ -133,7 +135,6 @@ class SinkOptions:
 
     def load_config(self):
         """The backend configuration, loaded on the driver (executors need no config file)."""
-        from msgstream_spark.config import Config
 
         if self.config_values:
             return Config(dict(self.config_values), self.config_source)
@@ -151,7 +152,6 @@ def parse_sink_options(options: Mapping[str, Any], *, streaming: bool = False) -
                           f"{', '.join(SINK_OPTIONS)} and config keys ({', '.join(CONFIG_PREFIXES)}...)")
     config_path = opts.get("config") or None
     shards = _int(opts, "shardsNum", None, minimum=1)
-    from msgstream_spark.config import Config
 
     cfg = Config.load(config_path, overrides=overrides or None)
     cfg.mq_type  # noqa: B018 - fail here, on the driver, when no backend is configured
@@ -212,7 +212,6 @@ LIVE_MILVUS_WARNING = (
 
 def warn_if_live_milvus(channels: tuple[str, ...] | list[str]) -> bool:
     """Warn (``warnings``, shown once on stderr) when channel names look like a live Milvus's DML channels."""
-    from msgstream_spark.stream.names import looks_like_milvus_dml
 
     hits = [c for c in channels if looks_like_milvus_dml(c)]
     if not hits:

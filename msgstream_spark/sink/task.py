@@ -15,20 +15,21 @@ from collections.abc import Iterable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
+import numpy as np
 import pyarrow as pa
 
 from msgstream_spark.errors import BackendError, MsgStreamError, ProduceError
+from msgstream_spark.mq.base import ProducerMessage
+from msgstream_spark.mq.registry import build_client
+from msgstream_spark.msg import tso
+from msgstream_spark.msg.pb import common_pb2, msg_pb2
+from msgstream_spark.sink.dedupe import PROP_BATCH, PROP_SEQ, PROP_TASK, PROP_WRITER
 from msgstream_spark.sink.encode import OP_INSERT, EncodedMessage, Encoder, WritePlan
 from msgstream_spark.sink.options import SinkOptions, stable_id
 from msgstream_spark.stream.sender import close_all, send_per_channel
 
 log = logging.getLogger(__name__)
 
-# Message property keys of the exactly-once protocol (consumers ignore unknown keys).
-PROP_WRITER = "msgstream.writer"
-PROP_BATCH = "msgstream.batch"
-PROP_TASK = "msgstream.task"
-PROP_SEQ = "msgstream.seq"
 
 
 def committed_key(writer_id: str) -> str:
@@ -73,8 +74,6 @@ class HybridClock:
         self.last = 0
 
     def __call__(self) -> int:
-        from msgstream_spark.msg import tso
-
         ts = max(int(tso.now()), self.last + 1)
         self.last = ts
         return ts
@@ -109,8 +108,6 @@ class TaskWriter:
         return stable_id(r.writer_id, str(r.batch_id), str(r.task_id), self.opts.channels[shard], str(seq)), seq
 
     def _row_ids(self, n: int):
-        import numpy as np
-
         start = self._rows_used
         self._rows_used += n
         return np.arange(self._row_base + start, self._row_base + start + n, dtype=np.int64)
@@ -119,7 +116,6 @@ class TaskWriter:
     @property
     def client(self):
         if self._client is None:
-            from msgstream_spark.mq.registry import build_client
 
             cfg = self.opts.load_config()
             self._client = build_client(cfg.mq_type, cfg)
@@ -171,7 +167,6 @@ class TaskWriter:
         The send runs in a background thread (one at a time, so order is kept) while the
         caller encodes more; ``wait`` blocks until everything sent is acknowledged.
         """
-        from msgstream_spark.mq.base import ProducerMessage
 
         if not self._pending:
             if wait:
@@ -243,8 +238,6 @@ class TaskWriter:
         self._maybe_fail_after_produce()
         if self.opts.time_tick == "none" or not self.result.channels:
             return
-        from msgstream_spark.mq.base import ProducerMessage
-        from msgstream_spark.msg.pb import common_pb2, msg_pb2
 
         chans = self.opts.channels if self.opts.time_tick == "all" else tuple(self.result.channels)
         tt = self.clock()

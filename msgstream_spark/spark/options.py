@@ -12,7 +12,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from msgstream_spark.config import Config
 from msgstream_spark.errors import ConfigError, OptionError
+from msgstream_spark.mq.registry import build_client
+from msgstream_spark.msg import tso
 
 log = logging.getLogger(__name__)
 
@@ -89,7 +92,6 @@ def _timestamp(opts: Mapping[str, str], key: str) -> int | None:
     raw = opts.get(key)
     if raw is None or str(raw).strip() == "":
         return None
-    from msgstream_spark.msg import tso
 
     try:
         return tso.parse_timestamp(str(raw))
@@ -127,14 +129,10 @@ class ReadOptions:
 
     @property
     def mq_type(self) -> str:
-        from msgstream_spark.config import Config
-
         return Config(dict(self.config)).mq_type
 
     def client(self):
         """A new backend client (the caller closes it)."""
-        from msgstream_spark.config import Config
-        from msgstream_spark.mq.registry import build_client
 
         cfg = Config(dict(self.config), source="<spark options>")
         return build_client(cfg.mq_type, cfg)
@@ -142,7 +140,6 @@ class ReadOptions:
 
 def parse_read_options(options: Mapping[str, Any], *, streaming: bool | None) -> ReadOptions:
     """Validate every option; unknown ones are errors listing the known options."""
-    from msgstream_spark.config import Config
 
     opts = {str(k).lower(): ("" if v is None else str(v)) for k, v in options.items()}
     overrides = {k: v for k, v in opts.items() if k.startswith(CONFIG_PREFIXES)}

@@ -7,6 +7,7 @@ is stateless: everything it needs is inside the pickled partition.
 
 from __future__ import annotations
 
+import base64
 import logging
 import struct
 import time
@@ -20,9 +21,11 @@ from pyspark.sql.datasource import InputPartition
 from msgstream_spark.errors import ConsumeError, DataLossError, DecodeError, UnknownMessageTypeError
 from msgstream_spark.msg import codec
 from msgstream_spark.msg.types import MsgType
+from msgstream_spark.sink.dedupe import ReplayFilter
 from msgstream_spark.spark.offsets import Entry, Offset, unb64
 from msgstream_spark.spark.options import ReadOptions
 from msgstream_spark.spark.rows import MessagesBuilder, RowsBuilder, wanted_type
+from msgstream_spark.spark.scan import peek_counts
 from msgstream_spark.stream.seek import SeekFilter
 
 log = logging.getLogger(__name__)
@@ -95,8 +98,6 @@ def plan_partitions(start: Offset, end: Offset, opts: ReadOptions, schema_json: 
 
 
 def _b64int(v: int) -> str:
-    import base64
-
     return base64.b64encode(struct.pack("<q", v)).decode()
 
 
@@ -126,7 +127,6 @@ def read_partition(part: ChannelPartition) -> Iterator[pa.RecordBatch]:
                     else RowsBuilder(schema, group, part.pk_name))
     dedupe = None
     if opts.dedupe:
-        from msgstream_spark.sink.dedupe import ReplayFilter
 
         dedupe = ReplayFilter()
     client = opts.client()
@@ -230,8 +230,6 @@ def _handle(m: Any, part: ChannelPartition, builder: Any, dedupe: Any, seek: See
 
 
 def _header_ts(m: Any) -> int:
-    from msgstream_spark.spark.scan import peek_counts
-
     return peek_counts(m.payload, MsgType.TimeTick)[1]
 
 

@@ -14,8 +14,8 @@ from typing import Any
 
 from msgstream_spark.errors import DataLossError, DecodeError
 from msgstream_spark.msg import codec
-from msgstream_spark.msg.codec import iter_fields
 from msgstream_spark.msg.types import MsgType
+from msgstream_spark.msg.wire import iter_fields
 from msgstream_spark.spark.offsets import Entry, Offset, entry, normalize, unb64
 from msgstream_spark.stream.ticks import Item, plan_cut
 

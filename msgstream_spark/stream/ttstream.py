@@ -20,6 +20,7 @@ from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from msgstream_spark.errors import ConfigError
 from msgstream_spark.mq.base import Client, Message
 from msgstream_spark.msg.position import MsgPosition
 from msgstream_spark.msg.types import DeleteMsg, InsertMsg, MsgPack, MsgType, TsMsg
@@ -111,7 +112,6 @@ class TtMsgStream(MsgStream):
     def consume(self, timeout: float = 1.0) -> MsgPack | None:
         """The next time-tick aligned pack, or None when none is complete within ``timeout``."""
         if not self._consumers:
-            from msgstream_spark.errors import ConfigError
 
             raise ConfigError("this TtMsgStream has no consumers: call as_consumer(...) first")
         deadline = time.monotonic() + max(0.0, timeout)

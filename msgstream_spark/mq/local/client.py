@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from msgstream_spark.config import Config
-from msgstream_spark.errors import ConsumeError
+from msgstream_spark.errors import ConfigError, ConsumeError
 from msgstream_spark.mq.base import Client, Consumer, MessageID, Producer, SubscriptionInitialPosition
 from msgstream_spark.mq.local.consumer import LocalConsumer
 from msgstream_spark.mq.local.message_id import EARLIEST, LocalMessageID
@@ -54,7 +54,6 @@ class LocalClient(Client):
     @staticmethod
     def _check_name(channel: str) -> None:
         if not channel or not isinstance(channel, str):
-            from msgstream_spark.errors import ConfigError
 
             raise ConfigError(f"invalid channel name {channel!r}")
 
