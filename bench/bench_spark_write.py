@@ -26,8 +26,8 @@ def _bare_produce(config, channels: list[str], rows: int, dim: int) -> float:
     from msgstream_spark.cli.data import synthetic_batches, synthetic_schema
     from msgstream_spark.mq.base import ProducerMessage
     from msgstream_spark.mq.registry import build_client
-    from msgstream_spark.sink.encode import plan_write
     from msgstream_spark.sink.options import parse_sink_options
+    from msgstream_spark.sink.plan import plan_write
     from msgstream_spark.sink.task import TaskWriter
 
     opts = parse_sink_options({"config": config, "channels": ",".join(channels)})

@@ -12,8 +12,8 @@ import numpy as np
 
 from msgstream_spark.cli.common import UsageError, overrides, progress_line, split_channels, write_progress
 from msgstream_spark.cli.data import delete_batch, read_table, synthetic_batches, synthetic_schema
-from msgstream_spark.sink.encode import plan_write
 from msgstream_spark.sink.options import parse_sink_options
+from msgstream_spark.sink.plan import plan_write
 from msgstream_spark.sink.task import TaskWriter
 
 

@@ -24,8 +24,9 @@ from msgstream_spark.mq.registry import build_client
 from msgstream_spark.msg import tso
 from msgstream_spark.msg.pb import common_pb2, msg_pb2
 from msgstream_spark.sink.dedupe import PROP_BATCH, PROP_SEQ, PROP_TASK, PROP_WRITER
-from msgstream_spark.sink.encode import OP_INSERT, EncodedMessage, Encoder, WritePlan
+from msgstream_spark.sink.encode import OP_INSERT, EncodedMessage, Encoder
 from msgstream_spark.sink.options import SinkOptions, stable_id
+from msgstream_spark.sink.plan import WritePlan
 from msgstream_spark.stream.sender import close_all, send_per_channel
 
 log = logging.getLogger(__name__)

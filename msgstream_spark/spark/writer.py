@@ -18,8 +18,8 @@ import pyarrow as pa
 from pyspark.sql.datasource import DataSourceArrowWriter, DataSourceStreamArrowWriter, WriterCommitMessage
 
 from msgstream_spark.errors import OptionError, SchemaError
-from msgstream_spark.sink.encode import WritePlan, plan_write
 from msgstream_spark.sink.options import METADATA_COLUMNS, SinkOptions, parse_sink_options
+from msgstream_spark.sink.plan import WritePlan, plan_write
 from msgstream_spark.sink.task import TaskResult, TaskWriter, committed_key
 
 log = logging.getLogger(__name__)

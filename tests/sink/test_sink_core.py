@@ -8,8 +8,9 @@ import pytest
 
 from msgstream_spark.errors import OptionError, SchemaError
 from msgstream_spark.sink.dedupe import ReplayFilter
-from msgstream_spark.sink.encode import plan_write, split_points
+from msgstream_spark.sink.encode import split_points
 from msgstream_spark.sink.options import parse_sink_options
+from msgstream_spark.sink.plan import plan_write
 from msgstream_spark.sink.task import PROP_BATCH, PROP_SEQ, PROP_TASK, PROP_WRITER, TaskWriter
 from tests.sink.helpers import config_file, deleted_keys, inserted_rows, read_all
 
