@@ -271,21 +271,7 @@ def arrow_to_field_data(arr: pa.Array | pa.ChunkedArray, field_schema: Any) -> A
     elif t == ARRAY:
         _array_from_arrow(arr, field_schema, fd)
     elif t in (FLOAT_VECTOR, FLOAT16_VECTOR, BFLOAT16_VECTOR, INT8_VECTOR):
-        lengths, flat = _list_parts(arr, name)
-        dim = _fixed_dim(lengths, _dim_of(field_schema), name)
-        fd.vectors.dim = dim
-        if t == INT8_VECTOR:
-            fd.vectors.int8_vector = flat.cast(pa.int8()).to_numpy(zero_copy_only=False).tobytes()
-        else:
-            f32 = flat.cast(pa.float32()).to_numpy(zero_copy_only=False)
-            if t == FLOAT_VECTOR:
-                numpy_to_packed(fd.vectors.float_vector, f32)
-            elif t == FLOAT16_VECTOR:
-                fd.vectors.float16_vector = f32.astype("<f2").tobytes()
-            else:
-                u = f32.view(np.uint32)
-                rounded = (u + np.uint32(0x7FFF) + ((u >> np.uint32(16)) & np.uint32(1))) >> np.uint32(16)
-                fd.vectors.bfloat16_vector = rounded.astype("<u2").tobytes()
+        _dense_vectors_from_arrow(arr, field_schema, fd, t)
     elif t == BINARY_VECTOR:
         if not (pa.types.is_binary(arr.type) or pa.types.is_large_binary(arr.type)
                 or pa.types.is_fixed_size_binary(arr.type)):
@@ -300,6 +286,24 @@ def arrow_to_field_data(arr: pa.Array | pa.ChunkedArray, field_schema: Any) -> A
     else:
         raise SchemaError(f"column {name!r}: Milvus type {type_name(t)} is not supported")
     return fd
+
+
+def _dense_vectors_from_arrow(arr: pa.Array, field_schema: Any, fd: Any, t: int) -> None:
+    """Float / Float16 / BFloat16 / Int8 vectors: list columns of one fixed dimension."""
+    lengths, flat = _list_parts(arr, field_schema.name)
+    fd.vectors.dim = _fixed_dim(lengths, _dim_of(field_schema), field_schema.name)
+    if t == INT8_VECTOR:
+        fd.vectors.int8_vector = flat.cast(pa.int8()).to_numpy(zero_copy_only=False).tobytes()
+        return
+    f32 = flat.cast(pa.float32()).to_numpy(zero_copy_only=False)
+    if t == FLOAT_VECTOR:
+        numpy_to_packed(fd.vectors.float_vector, f32)
+    elif t == FLOAT16_VECTOR:
+        fd.vectors.float16_vector = f32.astype("<f2").tobytes()
+    else:  # BFloat16: round to nearest even on the high 16 bits
+        u = f32.view(np.uint32)
+        rounded = (u + np.uint32(0x7FFF) + ((u >> np.uint32(16)) & np.uint32(1))) >> np.uint32(16)
+        fd.vectors.bfloat16_vector = rounded.astype("<u2").tobytes()
 
 
 def _array_from_arrow(arr: pa.Array, field_schema: Any, fd: Any) -> None:
