@@ -61,6 +61,11 @@ class MessageID(abc.ABC):
     def sort_key(self) -> tuple:
         """A tuple that orders ids of one channel (used by comparisons)."""
 
+    @property
+    def offset(self) -> int | None:
+        """The integer offset this id denotes where the backend has them (Kafka, the embedded log)."""
+        return None
+
     def less_or_equal(self, other: MessageID) -> bool:
         return self.sort_key() <= other.sort_key()
 
@@ -288,6 +293,14 @@ class Client(abc.ABC):
     @abc.abstractmethod
     def bytes_to_message_id(self, data: bytes) -> MessageID:
         """Inverse of ``MessageID.serialize`` (raises DecodeError on malformed bytes)."""
+
+    def message_id_from_offset(self, offset: int) -> MessageID | None:
+        """The id at integer ``offset``, for backends whose ids are contiguous integer offsets.
+
+        A capability: where it is not ``None`` an id range can be split into pieces (the Spark
+        source's ``minPartitions``). ``MessageID.offset`` is the inverse.
+        """
+        return None
 
     @abc.abstractmethod
     def latest_message_id(self, channel: str) -> MessageID | None:

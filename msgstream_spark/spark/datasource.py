@@ -112,10 +112,9 @@ class MsgStreamBatchReader(DataSourceReader):
             start = resolve_start(client, channels, self.opts.starting, self.opts.starting_ts,
                                   self.opts.fail_on_data_loss, self.opts.subscription)
             end = resolve_end(client, channels, self.opts.ending, self.opts.ending_ts)
+            return plan_partitions(client, start, end, self.opts, self.schema_json, self.pk, self.collection)
         finally:
             client.close()
-        parts = plan_partitions(start, end, self.opts, self.schema_json, self.pk, self.collection)
-        return parts or []
 
     def read(self, partition: InputPartition):
         return read_partition(partition)  # type: ignore[arg-type]

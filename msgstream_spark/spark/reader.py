@@ -7,9 +7,7 @@ is stateless: everything it needs is inside the pickled partition.
 
 from __future__ import annotations
 
-import base64
 import logging
-import struct
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -24,6 +22,7 @@ from msgstream_spark.msg.types import MsgType
 from msgstream_spark.sink.dedupe import ReplayFilter
 from msgstream_spark.spark.offsets import Entry, Offset, unb64
 from msgstream_spark.spark.options import ReadOptions
+from msgstream_spark.spark.ranges import plan_ranges
 from msgstream_spark.spark.rows import MessagesBuilder, RowsBuilder, wanted_type
 from msgstream_spark.spark.scan import peek_counts
 from msgstream_spark.stream.seek import SeekFilter
@@ -52,53 +51,14 @@ class ChannelPartition(InputPartition):
         InputPartition.__init__(self, self.channel)
 
 
-def _as_int(data: bytes) -> int | None:
-    return struct.unpack("<q", data)[0] if len(data) == 8 else None
-
-
-def plan_partitions(start: Offset, end: Offset, opts: ReadOptions, schema_json: str, pk_name: str | None,
-                    collection: tuple[int | None, str | None] = (None, None)) -> list[ChannelPartition]:
-    """One partition per channel with data in (start, end]; split by ``minPartitions`` when
-    the backend's ids are contiguous integers (embedded log, Kafka offsets)."""
-    ranges = []
-    for ch in sorted(end):
-        s, e = start.get(ch, {"msgID": "", "ts": 0}), end[ch]
-        if not e.get("msgID"):
-            continue
-        if s.get("msgID") == e.get("msgID") and not s.get("inclusive"):
-            continue
-        ranges.append((ch, s, e))
-    if not ranges:
-        return []
-    parts: list[ChannelPartition] = []
-    want = opts.min_partitions or 0
-    splittable = opts.mq_type in ("local", "kafka")
-    sizes = {}
-    for ch, s, e in ranges:
-        a, b = _as_int(unb64(s.get("msgID", ""))), _as_int(unb64(e["msgID"]))
-        if splittable and a is not None and b is not None and not s.get("inclusive") and not e.get("exclusive"):
-            sizes[ch] = max(0, b - a)
-    total = sum(sizes.values()) or 1
+def plan_partitions(client: Any, start: Offset, end: Offset, opts: ReadOptions, schema_json: str,
+                    pk_name: str | None, collection: tuple[int | None, str | None] = (None, None),
+                    ) -> list[ChannelPartition]:
+    """One partition per channel with data in (start, end], split by ``minPartitions`` where the
+    backend's ids are integer offsets (:func:`msgstream_spark.spark.ranges.plan_ranges`)."""
     cid, cname = collection
-    for ch, s, e in ranges:
-        pieces = 1
-        if want > len(ranges) and ch in sizes and sizes[ch] > 1:
-            pieces = max(1, min(sizes[ch], round(want * sizes[ch] / total)))
-        if pieces == 1:
-            parts.append(ChannelPartition(ch, s, e, opts, schema_json, pk_name, cid, cname))
-            continue
-        a, b = _as_int(unb64(s["msgID"])), _as_int(unb64(e["msgID"]))
-        bounds = [a + (b - a) * k // pieces for k in range(pieces + 1)]
-        for lo, hi in zip(bounds, bounds[1:]):
-            if hi > lo:
-                ps = {"msgID": _b64int(lo), "ts": 0}
-                pe = {"msgID": _b64int(hi), "ts": e["ts"] if hi == b else 0}
-                parts.append(ChannelPartition(ch, ps, pe, opts, schema_json, pk_name, cid, cname))
-    return parts
-
-
-def _b64int(v: int) -> str:
-    return base64.b64encode(struct.pack("<q", v)).decode()
+    return [ChannelPartition(ch, s.to_json(), e.to_json(), opts, schema_json, pk_name, cid, cname)
+            for ch, s, e in plan_ranges(client, start, end, opts.min_partitions)]
 
 
 def _spark_arrow_schema(schema_json: str) -> pa.Schema:

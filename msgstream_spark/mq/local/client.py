@@ -60,6 +60,9 @@ class LocalClient(Client):
     def earliest_message_id(self) -> MessageID:
         return LocalMessageID(EARLIEST)
 
+    def message_id_from_offset(self, offset: int) -> MessageID:
+        return LocalMessageID(offset)
+
     def bytes_to_message_id(self, data: bytes) -> MessageID:
         return LocalMessageID.deserialize(data)
 
@@ -112,7 +115,7 @@ class LocalClient(Client):
             with write_txn(conn, channel):
                 conn.execute("INSERT INTO subscriptions (sub, channel, cursor) VALUES (?, ?, ?) "
                              "ON CONFLICT (sub, channel) DO UPDATE SET cursor = excluded.cursor",
-                             (subscription, channel, msg_id.sort_key()[0]))
+                             (subscription, channel, msg_id.offset))
 
     def apply_retention(self, channel: str | None = None) -> int:
         """Apply age and size retention now; returns the number of messages removed."""
