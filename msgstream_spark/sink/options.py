@@ -34,10 +34,6 @@ SINK_OPTIONS = ("config", "channels", "collection", "collectionID", "partition",
                 "dbName", "primaryKey", "shardsNum", "maxMessageSize", "fieldTypes", "writerId",
                 "timeTick", "bufferBytes", "sourceID")
 
-# Fault injection for the exactly-once test: the path of a marker file. The first task that
-# finds it missing creates it and kills its Python worker right after producing.
-TEST_OPTIONS = ("_failAfterProduce",)
-
 # Options Spark itself passes to a sink (ignored).
 SPARK_OPTIONS = frozenset({"path", "checkpointlocation", "queryname"})
 
@@ -124,7 +120,6 @@ class SinkOptions:
     time_tick: str = "all"  # all: tick every sink channel; written: only channels written; none
     buffer_bytes: int = DEFAULT_BUFFER_BYTES
     source_id: int = 0
-    fail_after_produce: str | None = None
     config_values: dict[str, Any] = field(default_factory=dict, repr=False)  # may hold secrets
     config_source: str = ""
 
@@ -144,7 +139,7 @@ class SinkOptions:
 def parse_sink_options(options: Mapping[str, Any], *, streaming: bool = False) -> SinkOptions:
     """Parse and validate the sink options (keys are case-insensitive)."""
     opts = {str(k).lower(): ("" if v is None else str(v)) for k, v in options.items()}
-    known = {o.lower() for o in SINK_OPTIONS} | {o.lower() for o in TEST_OPTIONS} | SPARK_OPTIONS
+    known = {o.lower() for o in SINK_OPTIONS} | SPARK_OPTIONS
     overrides = {k: v for k, v in opts.items() if k.startswith(CONFIG_PREFIXES)}
     unknown = sorted(k for k in opts if k not in known and k not in overrides)
     if unknown:
@@ -194,7 +189,6 @@ def parse_sink_options(options: Mapping[str, Any], *, streaming: bool = False) -
         time_tick=_time_tick(opts.get("timetick")),
         buffer_bytes=int(_int(opts, "bufferBytes", DEFAULT_BUFFER_BYTES, minimum=1) or DEFAULT_BUFFER_BYTES),
         source_id=int(_int(opts, "sourceID", 0, minimum=0) or 0),
-        fail_after_produce=opts.get("_failafterproduce") or None,
         config_values=dict(cfg.values),
         config_source=cfg.source,
     )

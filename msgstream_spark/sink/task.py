@@ -10,8 +10,7 @@ from __future__ import annotations
 
 import base64
 import logging
-import os
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
@@ -30,6 +29,10 @@ from msgstream_spark.sink.plan import WritePlan
 from msgstream_spark.stream.sender import close_all, send_per_channel
 
 log = logging.getLogger(__name__)
+
+# Called with the TaskWriter once its rows are produced and acknowledged, before the closing
+# time ticks. Empty in the product; fault-injection tests install theirs here.
+AFTER_PRODUCE: list[Callable[[TaskWriter], None]] = []
 
 
 
@@ -236,10 +239,10 @@ class TaskWriter:
     def finish(self) -> None:
         """Flush, then end with a time tick on the sink's channels (``timeTick`` option)."""
         self.flush(wait=True)
-        self._maybe_fail_after_produce()
+        for hook in AFTER_PRODUCE:
+            hook(self)
         if self.opts.time_tick == "none" or not self.result.channels:
             return
-
         chans = self.opts.channels if self.opts.time_tick == "all" else tuple(self.result.channels)
         tt = self.clock()
         tick = msg_pb2.TimeTickMsg(base=common_pb2.MsgBase(msg_type=common_pb2.TimeTick, timestamp=tt,
@@ -254,21 +257,6 @@ class TaskWriter:
             self._producer(ch)
         for ch in chans:
             self._send_one(ch, [pm])
-
-    def _maybe_fail_after_produce(self) -> None:
-        marker = self.opts.fail_after_produce
-        if not marker:
-            return
-        try:
-            fd = os.open(marker, os.O_CREAT | os.O_EXCL | os.O_WRONLY)
-        except FileExistsError:
-            return
-        os.write(fd, f"killed task {self.result.task_id} batch {self.result.batch_id}\n".encode())
-        os.close(fd)
-        for p in self._producers.values():
-            p.flush(10.0)
-        log.error("failpoint _failAfterProduce: killing this Python worker after producing")
-        os._exit(17)
 
     def close(self) -> None:
         """Close producers and the client (when owned); keeps the first error."""

@@ -32,8 +32,8 @@ def test_ranges_split_only_where_ids_are_offsets(local_env):
         split = plan_ranges(c, start, end, 11)
         per = {}
         for ch, s, e in split:
-            per.setdefault(ch, []).append((c.bytes_to_message_id(s.msg_id).offset, c.bytes_to_message_id(e.msg_id).offset,
-                                           e.ts))
+            off = c.bytes_to_message_id
+            per.setdefault(ch, []).append((off(s.msg_id).offset, off(e.msg_id).offset, e.ts))
         assert len(per["a"]) == 10 and per["a"][0][0] == 0 and per["a"][-1][1:] == (100, 9)
         assert all(x[1] == y[0] for x, y in zip(per["a"], per["a"][1:]))  # contiguous pieces
         assert per["b"] == [(0, 10, 4)]
