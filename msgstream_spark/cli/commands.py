@@ -11,8 +11,7 @@ from typing import Any
 from msgstream_spark.cli.common import UsageError, open_client, split_channels
 from msgstream_spark.cli.publish import publish
 from msgstream_spark.cli.render import dumps, message_dict, position_dict
-from msgstream_spark.errors import ChannelNotFoundError, ConfigError, DecodeError
-from msgstream_spark.errors import TimeoutError as MsTimeout
+from msgstream_spark.errors import BackendTimeoutError, ChannelNotFoundError, ConfigError, DecodeError
 from msgstream_spark.msg import codec, tso
 from msgstream_spark.msg.position import MsgPosition, parse_positions
 from msgstream_spark.msg.types import MsgType
@@ -91,7 +90,7 @@ def count_messages(client, channel: str, timeout: float) -> int:
         while True:
             remaining = deadline - time.monotonic()
             if remaining <= 0:
-                raise MsTimeout(f"counting messages of channel {channel} took longer than {timeout}s "
+                raise BackendTimeoutError(f"counting messages of channel {channel} took longer than {timeout}s "
                                 "(use --timeout or --no-count)")
             batch = cons.receive_batch(4096, min(remaining, 5.0))
             n += len(batch)

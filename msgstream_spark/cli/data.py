@@ -76,12 +76,9 @@ def read_table(path: str, fmt: str | None = None) -> pa.Table:
     f = detect_format(path, fmt)
     try:
         if f == "parquet":
-
             return pq.read_table(p)
         if f == "csv":
-
             return pcsv.read_csv(p)
-
         return pjson.read_json(p)
     except (pa.ArrowException, OSError) as exc:
         raise ConfigError(f"cannot read {f} file {path}: {exc}") from exc

@@ -20,8 +20,9 @@ from msgstream_spark.sink.task import TaskWriter
 def sink_options_from_args(args) -> dict[str, str]:
     """The sink options (same names as the Spark sink) for the CLI arguments."""
     opts: dict[str, str] = {"channels": ",".join(split_channels(args.channels)),
-                            "collection": args.collection, "partition": args.partition,
-                            "maxMessageSize": str(args.max_message_size)}
+                            "collection": args.collection, "partition": args.partition}
+    if args.max_message_size is not None:
+        opts["maxMessageSize"] = str(args.max_message_size)
     if args.config:
         opts["config"] = args.config
     if args.collection_id:

@@ -9,7 +9,7 @@ Conventions shared by every backend:
 * ``MessageID.serialize()`` yields exactly the bytes Milvus stores in ``MsgPosition.msgID``.
 * ``Consumer.seek(id, inclusive=False)`` positions at ``id`` and skips exactly that message.
 * No call blocks forever: every blocking call takes or inherits a bounded timeout and
-  raises :class:`~msgstream_spark.errors.TimeoutError` (or returns ``None`` for receive).
+  raises :class:`~msgstream_spark.errors.BackendTimeoutError` (or returns ``None`` for receive).
 * Seeking to a position that retention removed raises
   :class:`~msgstream_spark.errors.DataLossError`, never silently jumps.
 """
@@ -40,7 +40,6 @@ class SubscriptionInitialPosition(enum.IntEnum):
         try:
             return cls[str(value).strip().upper()]
         except KeyError:
-
             raise ConfigError(
                 f"unknown initial position {value!r}; expected one of: earliest, latest, unknown"
             ) from None

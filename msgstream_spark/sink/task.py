@@ -120,7 +120,6 @@ class TaskWriter:
     @property
     def client(self):
         if self._client is None:
-
             cfg = self.opts.load_config()
             self._client = build_client(cfg.mq_type, cfg)
         return self._client

@@ -71,12 +71,10 @@ class MsgStreamDataSource(DataSource):
         opts = self._opts(None)
         client = opts.client()
         try:
-
             channels = list_channels(opts, client)
         finally:
             client.close()
         if opts.schema_ddl:
-
             return rows_schema_ddl(opts.schema_ddl) if opts.output == "rows" else opts.schema_ddl
         struct, pk, cid = infer(opts, channels)
         return _annotate(struct, pk, cid)

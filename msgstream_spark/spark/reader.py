@@ -87,7 +87,6 @@ def read_partition(part: ChannelPartition) -> Iterator[pa.RecordBatch]:
                     else RowsBuilder(schema, group, part.pk_name))
     dedupe = None
     if opts.dedupe:
-
         dedupe = ReplayFilter()
     client = opts.client()
     consumer = None

@@ -112,7 +112,6 @@ class TtMsgStream(MsgStream):
     def consume(self, timeout: float = 1.0) -> MsgPack | None:
         """The next time-tick aligned pack, or None when none is complete within ``timeout``."""
         if not self._consumers:
-
             raise ConfigError("this TtMsgStream has no consumers: call as_consumer(...) first")
         deadline = time.monotonic() + max(0.0, timeout)
         chans = self.consumer_channels

@@ -54,7 +54,6 @@ class LocalClient(Client):
     @staticmethod
     def _check_name(channel: str) -> None:
         if not channel or not isinstance(channel, str):
-
             raise ConfigError(f"invalid channel name {channel!r}")
 
     def earliest_message_id(self) -> MessageID:
