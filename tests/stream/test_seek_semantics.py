@@ -46,6 +46,10 @@ class Seeded:
     positions: dict[str, MsgPosition]
     expected: set[int]
     publisher: Publisher
+    final_tick: int  # every channel ends with this tick, so one stream over all of them drains each
+
+
+FINAL_TICK = TS0 + 100 * MS
 
 
 @pytest.fixture
@@ -67,8 +71,9 @@ def seeded(backend):
                     expected.add(pub.next_pk - 1)
             if i == at:
                 positions[ch] = MsgPosition(ch, mid.serialize(), "", TS0 + ts * MS)
+        pub._p(ch).send(_tick(FINAL_TICK))
     pub.close()
-    yield Seeded(chans, positions, expected, pub)
+    yield Seeded(chans, positions, expected, pub, FINAL_TICK)
     client.close()
 
 
@@ -92,12 +97,13 @@ def _positions_json(seeded: Seeded) -> str:
 
 def test_library_tt_msgstream(backend, seeded):
     got = set()
-    for ch in seeded.channels:
-        with TtMsgStream(backend.client()) as s:
-            s.as_consumer([ch], f"seek-{ch}", "unknown")
-            s.seek([seeded.positions[ch]])
-            for pack in s.iterate(timeout=1.0):
-                got |= {int(pk) for m in pack.msgs for pk in m.to_arrow().column("pk").to_pylist()}
+    with TtMsgStream(backend.client()) as s:
+        s.as_consumer(seeded.channels, "seek-semantics", "unknown")
+        s.seek(list(seeded.positions.values()))
+        while s.last_end_ts < seeded.final_tick:  # until every channel's final tick is cut
+            pack = s.consume(timeout=30.0)
+            assert pack is not None, "no time-tick pack within 30 s"
+            got |= {int(pk) for m in pack.msgs for pk in m.to_arrow().column("pk").to_pylist()}
     assert got == seeded.expected
 
 
@@ -124,12 +130,12 @@ def test_cli_tail_from(backend, seeded, tmp_path, capsys):
     from msgstream_spark.cli.main import main
 
     cfg = config_file(backend, tmp_path)
+    positions = json.dumps([p.to_json_dict() for p in seeded.positions.values()])
+    assert main(["tail", "--config", cfg, "-c", ",".join(seeded.channels), "--from", positions,
+                 "--timeout", "1", "--rows"]) == 0
     got = set()
-    for ch in seeded.channels:
-        pos = json.dumps(seeded.positions[ch].to_json_dict())
-        assert main(["tail", "--config", cfg, "-c", ch, "--from", pos, "--timeout", "1", "--rows"]) == 0
-        for line in capsys.readouterr().out.splitlines():
-            msg = json.loads(line)
-            if msg["msg_type"] == "Insert":
-                got |= {int(r["pk"]) for r in msg["rows"]}
+    for line in capsys.readouterr().out.splitlines():
+        msg = json.loads(line)
+        if msg["msg_type"] == "Insert":
+            got |= {int(r["pk"]) for r in msg["rows"]}
     assert got == seeded.expected
