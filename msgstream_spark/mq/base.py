@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import abc
 import enum
+import uuid
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 
@@ -280,8 +281,6 @@ class Client(abc.ABC):
         non-durable reader that disappears with its connection, even if the process is killed;
         the others return a fresh subscription that stores nothing unless acked.
         """
-        import uuid
-
         return self.subscribe(channel, f"__msgstream-reader-{uuid.uuid4().hex[:12]}",
                               SubscriptionInitialPosition.UNKNOWN)
 
