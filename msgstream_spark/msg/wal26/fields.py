@@ -63,7 +63,7 @@ def _read_one(kind: Any, name: str, wire: int, value: int, start: int, buf: byte
         if wire != 2:
             raise ValueError(f"field {name!r}: expected a message, got wire type {wire}")
         return decode(kind, buf[start:start + value])
-    if kind in _VARINT_KINDS:
+    if isinstance(kind, str) and kind in _VARINT_KINDS:
         if wire != 0:
             raise ValueError(f"field {name!r}: expected a varint, got wire type {wire}")
         return _scalar(kind, value)
@@ -88,7 +88,7 @@ def decode(spec: Spec, buf: bytes) -> dict[str, Any]:
         name, kind = entry
         if isinstance(kind, list):
             inner = kind[0]
-            if wire == 2 and inner in _VARINT_KINDS:
+            if wire == 2 and isinstance(inner, str) and inner in _VARINT_KINDS:
                 out[name].extend(_packed(inner, buf, start, value))
             else:
                 out[name].append(_read_one(inner, name, wire, value, start, buf))
