@@ -240,7 +240,7 @@ def manual_flush(tt: int, **kw) -> Built:
 def alter_collection(tt: int, new_field: str = "note", **kw) -> Built:
     """AlterCollection (V2): body.updates.schema = the schema with ``new_field`` added."""
     updates = lfield(3, "c26") + lfield(5, collection_schema(new_field).SerializeToString())
-    header = vfield(1, 1) + vfield(2, COLLECTION)
+    header = vfield(1, 1) + vfield(2, COLLECTION) + lfield(3, lfield(1, "schema"))  # update_mask.paths
     return v2("AlterCollection", tt, header=header, body=lfield(1, updates), **kw)
 
 

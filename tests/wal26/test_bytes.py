@@ -161,6 +161,10 @@ def test_pulsar_ids():
     assert mid == WalMessageId(WALName.Pulsar, "CAwQAxgAIAAwAQ==")
     assert mid.to_legacy_bytes() == data
     assert WalMessageId.from_proto_bytes(mid.to_proto_bytes()) == mid
+    # 2.6's Pulsar producer batches: ids may carry batch_index 2 of batch_size 5
+    batched = bytes.fromhex("080c" "1003" "1800" "2002" "3005")
+    assert WalMessageId.pulsar(batched).id == "CAwQAxgAIAIwBQ=="
+    assert WalMessageId.pulsar(batched).to_legacy_bytes() == batched
     with pytest.raises(DecodeError, match="ledgerId"):
         WalMessageId(WALName.Pulsar, P.b64(b"\x18\x00")).to_legacy_bytes()
     with pytest.raises(DecodeError, match="base64"):

@@ -17,7 +17,7 @@ from msgstream_spark.msg.types import (
     InsertMsg,
     TimeTickMsg,
 )
-from msgstream_spark.msg.wal26 import WalMessageType, WalMsg, decode_message, decode_wal
+from msgstream_spark.msg.wal26 import WalMessageType, WalMsg, decode_message, decode_wal, time_tick_of, vchannel_of
 from tests.wal26 import producer as P
 
 TT = P.tt_of(1_767_225_600_000, 3)  # 2026-01-01T00:00:00Z, logical 3
@@ -140,6 +140,7 @@ def test_alter_collection_carries_the_new_schema():
     msg = dec(P.alter_collection(TT, "note"))
     assert msg.wal_type == WalMessageType.AlterCollection and msg.collection_id == P.COLLECTION
     assert [f.name for f in msg.schema.fields] == ["pk", "vec", "note"]
+    assert msg.header["update_mask"] == {"paths": ["schema"]}
     assert dec(P.flush(TT)).schema is None
 
 
@@ -182,6 +183,11 @@ def test_one_reader_for_both_formats():
     b = P.insert(TT, [1])
     new = decode_message(b.payload, b.properties)
     assert new.wal.version == 1 and new.timestamps.tolist() == [TT]
+    # Milvus reads a 2.5 message with the body's BeginTs as time tick and its ShardName as vchannel
+    assert (time_tick_of(old), vchannel_of(old)) == (TT - 5, P.VCHANNEL)
+    assert (time_tick_of(new), vchannel_of(new)) == (TT, P.VCHANNEL)
+    tick = dec(P.timetick(TT + 9))
+    assert (time_tick_of(tick), vchannel_of(tick)) == (TT + 9, None)
     with pytest.raises(UnknownMessageTypeError, match="version 7"):
         decode_message(b"", {"_v": "7", "_t": "2", "_tt": "1"})
     # the classic codec alone still refuses WAL messages (its callers decide)

@@ -183,6 +183,18 @@ def _set_row_times(req: Any, tt: int, n: int) -> None:
     req.timestamps.extend([int(tt)] * n)
 
 
+def time_tick_of(msg: TsMsg) -> int:
+    """The time tick Milvus orders a message by: ``_tt`` for a WAL message, the body's BeginTs for 2.5."""
+    return msg.wal.time_tick if msg.wal is not None else msg.begin_ts
+
+
+def vchannel_of(msg: TsMsg) -> str | None:
+    """The vchannel of a message: ``_vc`` (None: every vchannel), or a 2.5 body's shard name."""
+    if msg.wal is not None:
+        return msg.wal.vchannel
+    return getattr(msg.proto, "shardName", None) or None
+
+
 def with_time_tick(msg: TsMsg, commit: Envelope, position: MsgPosition | None = None) -> TsMsg:
     """A transaction body as released by its commit: the commit's time tick and last-confirmed id.
 
@@ -220,4 +232,5 @@ def wal_position(env: Envelope, wal: WALName, own_id: WalMessageId | None = None
     return position_of(vchannel=env.vchannel or "", time_tick=env.time_tick, last_confirmed=last)
 
 
-__all__ = ["V1_BODY_TYPES", "WalMsg", "decode_message", "decode_wal", "wal_position", "with_time_tick"]
+__all__ = ["V1_BODY_TYPES", "WalMsg", "decode_message", "decode_wal", "time_tick_of", "vchannel_of", "wal_position",
+           "with_time_tick"]
