@@ -289,6 +289,18 @@ def encrypted_insert(tt: int, pks: Sequence[int]) -> Built:
     return built
 
 
+def every_kind(tt: int, lc: str | None = None) -> list[Built]:
+    """One of each: DDL (broadcast), DML, a committed and a rolled-back upsert, version-2 bodies, an
+    encrypted insert, a type newer than the 2.6 branch, and TimeTicks."""
+    kw = {} if lc is None else {"lc": lc}
+    return [*broadcast(create_collection, tt, 77, [CONTROL_VCHANNEL, VCHANNEL], **kw), timetick(tt + 2, lcs=True),
+            create_segment(tt + 3, **kw), insert(tt + 4, [1, 2], **kw), delete(tt + 5, [1], **kw),
+            *upsert_txn(tt + 6, 501, [2]), *upsert_txn(tt + 10, 502, [3], end="rollback"),
+            flush(tt + 14, **kw), manual_flush(tt + 15, **kw), alter_collection(tt + 16, **kw),
+            partition_msg(tt + 17, **kw), encrypted_insert(tt + 18, [4]), v2(46, tt + 19, body=b"\x08\x01", **kw),
+            drop_collection(tt + 20, **kw), timetick(tt + 21, **kw)]
+
+
 def write(producer, msgs: Iterable[Built]) -> list:
     """Send through a backend's raw producer (mq SPI), one message per send: returns the ids."""
     from msgstream_spark.mq.base import ProducerMessage

@@ -19,7 +19,7 @@ from msgstream_spark.msg.position import MsgPosition
 from msgstream_spark.msg.types import DeleteMsg, InsertMsg, TimeTickMsg, TsMsg
 from msgstream_spark.msg.wal26 import fields
 from msgstream_spark.msg.wal26.envelope import Envelope, parse_envelope, wire_version
-from msgstream_spark.msg.wal26.headers import DeleteMessageHeader, InsertMessageHeader, decode_header
+from msgstream_spark.msg.wal26.headers import DeleteMessageHeader, InsertMessageHeader
 from msgstream_spark.msg.wal26.ids import WalMessageId, position_of
 from msgstream_spark.msg.wal26.types import V1_BODY_TYPES, WalMessageType, WALName
 
@@ -61,10 +61,7 @@ class WalMsg(TsMsg):
     @property
     def header(self) -> dict[str, Any] | None:
         """The ``_h`` header as a dict (None for types without a field table)."""
-        try:
-            return decode_header(self.wal.msg_type, self.wal.header)
-        except ValueError as exc:
-            raise DecodeError(f"malformed _h header of a {self.wal.type_name} message: {exc}") from None
+        return self.wal.header_fields
 
     @property
     def collection_id(self) -> int:

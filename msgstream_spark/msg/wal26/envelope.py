@@ -14,7 +14,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from msgstream_spark.errors import DecodeError, UnknownMessageTypeError
-from msgstream_spark.msg.wal26.headers import BroadcastHeader, CipherHeader, ReplicateHeader, TxnContext
+from msgstream_spark.msg.wal26.headers import (
+    BroadcastHeader,
+    CipherHeader,
+    ReplicateHeader,
+    TxnContext,
+    decode_header,
+)
 from msgstream_spark.msg.wal26.types import WalMessageType, b36decode, type_name
 
 VERSION, TYPE, TIME_TICK, BARRIER_TT, WAL_TERM = "_v", "_t", "_tt", "_btt", "_wt"
@@ -85,6 +91,14 @@ class Envelope:
     def all_vchannels(self) -> bool:
         """No ``_vc``: a TimeTick (or pchannel-level message) meant for every vchannel of the pchannel."""
         return not self.vchannel
+
+    @property
+    def header_fields(self) -> dict[str, Any] | None:
+        """The ``_h`` header decoded by its type's field table (None for types without one)."""
+        try:
+            return decode_header(self.msg_type, self.header)
+        except ValueError as exc:
+            raise DecodeError(f"malformed _h header of a {self.type_name} message: {exc}") from None
 
     @property
     def txn_id(self) -> int | None:
