@@ -1,8 +1,8 @@
 """The one home of Milvus stream semantics: seek filter, tick-cut planner, per-channel sender,
 MsgStream (plain), TtMsgStream (time-tick aligned) and the Factory that builds them from a config.
 
-A 2.6 transaction assembler (begin/commit envelopes into one pack) belongs here too, next to the
-seek filter it feeds.
+The 2.6 transaction assembler (``stream.txn``) lives here too, next to the seek filter and the
+tick cut it feeds.
 """
 
 from msgstream_spark.stream.factory import Factory
