@@ -190,7 +190,7 @@ def _tail_loop(args, readers: list) -> int:
                 got_any = True
                 msg = codec.unmarshal(m.payload, m.properties, channel=m.channel, msg_id=m.id.serialize())
                 is_tick = msg.msg_type == MsgType.TimeTick
-                if not seek.keep(is_tick, int(msg.begin_ts)) or (args.no_ticks and is_tick):
+                if (seek.active and not seek.keep(is_tick, int(msg.begin_ts))) or (args.no_ticks and is_tick):
                     continue
                 print(dumps(message_dict(msg, channel=m.channel, msg_id=m.id.serialize(),
                                          properties=dict(m.properties), rows=args.rows)), flush=True)

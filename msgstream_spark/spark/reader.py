@@ -180,7 +180,7 @@ def _handle(m: Any, part: ChannelPartition, builder: Any, dedupe: Any, seek: See
         return
     except DecodeError as exc:
         return _decode_failed(exc, opts, builder, m)
-    if not seek.keep(False, int(msg.begin_ts)) or not _collection_matches(msg, part):
+    if (seek.active and not seek.keep(False, int(msg.begin_ts))) or not _collection_matches(msg, part):
         return
     if opts.output == "messages":
         builder.add_raw(m, msg)

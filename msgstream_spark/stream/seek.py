@@ -14,7 +14,8 @@ class SeekFilter:
     """Per-channel state of one seek: ``keep(is_tick, ts)`` for each message in order.
 
     ``ts`` is the message's BeginTs (a time tick's own timestamp). A filter built with
-    ``None`` keeps everything (no seek, or a start after a batch end).
+    ``None`` keeps everything (no seek, or a start after a batch end). BeginTs costs a pass over
+    an insert's row timestamps, so hot loops test ``active`` before computing it.
     """
 
     __slots__ = ("ts",)
