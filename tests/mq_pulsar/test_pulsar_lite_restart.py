@@ -74,7 +74,7 @@ def test_consumer_open_across_a_restart_loses_nothing(pulsar_lite_broker):
     ids = p.send_batch(msgs(0, 30))
     cons = c.subscribe(ch, "named", EARLIEST)
     first = drain(cons, 10)
-    assert cons.receive_batch(1, 0.0)  # sends the acks collected so far (and takes m10, not acked)
+    assert cons.receive_batch(1, 10.0)  # sends the acks collected so far (and takes m10, not acked)
     # Acks are fire-and-forget: one still on its way when the broker stops is lost and its messages
     # come again. Wait until the broker has it, to check what it keeps.
     deadline = time.monotonic() + 20
