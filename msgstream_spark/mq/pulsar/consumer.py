@@ -173,7 +173,11 @@ class PulsarConsumer(Consumer):
             old.close()
         except Exception as exc:  # noqa: BLE001 - a broker that disconnected us after the seek
             log.debug("closing the consumer of channel %s before resubscribing: %s", self.channel, exc)
-        self._bind(self._reopen())
+        try:
+            self._bind(self._reopen())
+        except BaseException:
+            self._closed = True  # nothing left to receive from or close
+            raise
 
     def ack(self, message: Message) -> None:
         self._check()
