@@ -27,7 +27,8 @@ class BackendError(MsgStreamError):
 
 
 class BackendUnavailableError(BackendError):
-    """A backend's optional client library is not installed, or the name is unknown."""
+    """A backend cannot be used: its optional client library is not installed, the name is unknown,
+    or none of its brokers accepts connections."""
 
 
 class ChannelNotFoundError(BackendError):
