@@ -7,7 +7,7 @@ STAMP := $(VENV)/.installed
 export PYSPARK_PYTHON := $(abspath $(VPY))
 export PYSPARK_DRIVER_PYTHON := $(abspath $(VPY))
 
-.PHONY: test demo lint bench check-java install clean
+.PHONY: test test-fast demo lint bench check-java install clean
 
 check-java:
 	@command -v java >/dev/null 2>&1 || { echo "error: Java 17+ is required by Spark but 'java' was not found on PATH (install a JDK 17+, e.g. apt-get install openjdk-17-jre-headless)" >&2; exit 1; }
@@ -26,6 +26,11 @@ lint: $(STAMP)
 test: check-java $(STAMP)
 	$(VENV)/bin/ruff check .
 	$(VPY) -m pytest -q $(PYTEST_ARGS)
+
+# The Spark-free tests (library, backends, CLI, planners, layer rules): about a minute.
+test-fast: $(STAMP)
+	$(VENV)/bin/ruff check .
+	$(VPY) -m pytest -q -m "not slow" $(PYTEST_ARGS)
 
 demo: check-java $(STAMP)
 	$(VPY) -m jobs.demo $(DEMO_ARGS)

@@ -26,9 +26,9 @@ def _bare_produce(config, channels: list[str], rows: int, dim: int) -> float:
     from msgstream_spark.cli.data import synthetic_batches, synthetic_schema
     from msgstream_spark.mq.base import ProducerMessage
     from msgstream_spark.mq.registry import build_client
-    from msgstream_spark.spark.writer_encode import plan_write
-    from msgstream_spark.spark.writer_options import parse_sink_options
-    from msgstream_spark.spark.writer_task import TaskWriter
+    from msgstream_spark.sink.options import parse_sink_options
+    from msgstream_spark.sink.plan import plan_write
+    from msgstream_spark.sink.task import TaskWriter
 
     opts = parse_sink_options({"config": config, "channels": ",".join(channels)})
     tw = TaskWriter(opts, plan_write(synthetic_schema(dim), opts))

@@ -61,10 +61,24 @@ def _op_total(counts: dict[str, int], op: str) -> int:
     return sum(n for k, n in counts.items() if k.lower().startswith(op))
 
 
+def _publish_ns(common: dict[str, str], args: argparse.Namespace, rows: int, start: int) -> argparse.Namespace:
+    """Arguments of jobs.publish for ``rows`` synthetic rows from primary key ``start``."""
+    return _ns(**common, input=None, synthetic=rows, dim=args.dim, start=start, partitions=args.partitions,
+               delete_fraction=args.delete_fraction, collection="demo", collection_id=None, partition="_default",
+               primary_key=None, field_types=None, max_message_size=None, writer_id=None)
+
+
+def _expected(args: argparse.Namespace, step: int) -> dict[str, int]:
+    """Row counts the demo must find: every insert, every step-th key deleted, the replay of round 2."""
+    second = range(args.rows, args.rows + args.more_rows, step) if step else range(0)
+    return {"events_insert": args.rows + args.more_rows,
+            "events_delete": (len(range(0, args.rows, step)) + len(second)) if step else 0,
+            "replay_insert": args.more_rows, "replay_delete": len(second)}
+
+
 def run(args: argparse.Namespace) -> dict[str, Any]:
     from jobs import ingest, publish, replay
     from msgstream_spark.cli.commands import latest_position
-    from msgstream_spark.cli.render import position_dict
     from msgstream_spark.config import Config
     from msgstream_spark.mq.registry import build_client
 
@@ -81,10 +95,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     step = max(1, int(round(1.0 / args.delete_fraction))) if args.delete_fraction > 0 else 0
 
     print(f"[1/6] publish {args.rows} rows ({args.dim}-dim vectors) to {channels}", flush=True)
-    pub1 = publish.run(_ns(**common, input=None, synthetic=args.rows, dim=args.dim, start=0,
-                           partitions=args.partitions, delete_fraction=args.delete_fraction,
-                           collection="demo", collection_id=None, partition="_default", primary_key=None,
-                           field_types=None, max_message_size=None, writer_id=None), spark)
+    pub1 = publish.run(_publish_ns(common, args, args.rows, 0), spark)
     events, checkpoint = work / "lake" / "events", work / "lake" / "_events_checkpoint"
     print("[2/6] ingest with Trigger.AvailableNow into Parquet", flush=True)
     ing_args = _ns(**common, output=str(events), format="parquet", checkpoint=str(checkpoint),
@@ -101,10 +112,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     pos_file.write_text(json.dumps([p.to_json_dict() for p in saved]))
 
     print(f"[4/6] publish {args.more_rows} more rows", flush=True)
-    pub2 = publish.run(_ns(**common, input=None, synthetic=args.more_rows, dim=args.dim, start=args.rows,
-                           partitions=args.partitions, delete_fraction=args.delete_fraction,
-                           collection="demo", collection_id=None, partition="_default", primary_key=None,
-                           field_types=None, max_message_size=None, writer_id=None), spark)
+    pub2 = publish.run(_publish_ns(common, args, args.more_rows, args.rows), spark)
 
     print("[5/6] replay from the saved position; ingest again (incremental)", flush=True)
     replay_out = work / "lake" / "replay"
@@ -113,34 +121,34 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     ing2 = ingest.run(ing_args, spark)
 
     print("[6/6] summary", flush=True)
-    ev, rp = _table(events), _table(replay_out)
+    summary = _summary(args, step, work, t_start, saved, (pub1, pub2), (ing1, ing2), rep, (events, replay_out))
+    _print_summary(summary)
+    if summary["got"] != summary["expected"]:
+        raise MsgStreamError(f"demo check failed: expected {summary['expected']}, got {summary['got']}")
+    return summary
+
+
+def _summary(args, step, work, t_start, saved, pubs, ings, rep, outs) -> dict[str, Any]:
+    """What the demo found against what it must find, and its throughput."""
+    from msgstream_spark.cli.render import position_dict
+
+    ev, rp = _table(outs[0]), _table(outs[1])
     ev_ops, rp_ops = _counts(ev, "op"), _counts(rp, "op")
-    expected = {
-        "events_insert": args.rows + args.more_rows,
-        "events_delete": (len(range(0, args.rows, step)) + len(range(args.rows, args.rows + args.more_rows, step))
-                          if step else 0),
-        "replay_insert": args.more_rows,
-        "replay_delete": len(range(args.rows, args.rows + args.more_rows, step)) if step else 0,
-    }
     got = {"events_insert": _op_total(ev_ops, "insert"), "events_delete": _op_total(ev_ops, "delete"),
            "replay_insert": _op_total(rp_ops, "insert"), "replay_delete": _op_total(rp_ops, "delete")}
-    summary = {
+    return {
         "events": {"rows_per_op": ev_ops, "rows_per_channel": _counts(ev, "_channel")},
         "replay": {"rows_per_op": rp_ops, "rows_per_channel": _counts(rp, "_channel")},
         "saved_positions": [position_dict(p) for p in saved],
         "throughput_rows_per_second": {
-            "publish": pub1.get("insert_rows_per_second"), "ingest": ing1.get("rows_per_second"),
+            "publish": pubs[0].get("insert_rows_per_second"), "ingest": ings[0].get("rows_per_second"),
             "replay": rep.get("rows_per_second")},
-        "ingest_runs": [ing1["rows"], ing2["rows"]],
-        "publish": [pub1, pub2],
-        "expected": expected, "got": got,
+        "ingest_runs": [ings[0]["rows"], ings[1]["rows"]],
+        "publish": list(pubs),
+        "expected": _expected(args, step), "got": got,
         "seconds": round(time.perf_counter() - t_start, 1),
         "workdir": str(work),
     }
-    _print_summary(summary)
-    if got != expected:
-        raise MsgStreamError(f"demo check failed: expected {expected}, got {got}")
-    return summary
 
 
 def _print_summary(s: dict[str, Any]) -> None:

@@ -12,27 +12,15 @@ import time
 from typing import Any
 
 from jobs._common import add_config_args, main_wrapper, source_options, spark_session
+from msgstream_spark.cli.publish_args import add_publish_args
 
 
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="publish", description=__doc__.split("\n\n")[0])
     add_config_args(p)
     p.add_argument("--channels", required=True, help="comma-separated target channels (pchannels), shard i -> i")
-    src = p.add_mutually_exclusive_group(required=True)
-    src.add_argument("--input", help="input file or directory")
-    src.add_argument("--synthetic", type=int, metavar="ROWS", help="generate ROWS rows (pk, category, score, vec)")
-    p.add_argument("--format", choices=["parquet", "csv", "json"], help="input format (default: from the suffix)")
-    p.add_argument("--dim", type=int, default=128, help="vector dimension for --synthetic (default 128)")
-    p.add_argument("--start", type=int, default=0, help="first primary key for --synthetic")
+    add_publish_args(p)
     p.add_argument("--partitions", type=int, default=None, help="Spark partitions (write tasks)")
-    p.add_argument("--delete-fraction", type=float, default=0.0,
-                   help="then delete every (1/f)-th published key (0..1, default 0)")
-    p.add_argument("--collection", default="msgstream", help="collection name")
-    p.add_argument("--collection-id", type=int, help="collection id (default: derived from the name)")
-    p.add_argument("--partition", default="_default", help="partition name")
-    p.add_argument("--primary-key", help="primary key column (default pk or id)")
-    p.add_argument("--field-types", help="Milvus types for ambiguous columns, e.g. emb:Float16Vector")
-    p.add_argument("--max-message-size", type=int, help="split size in bytes (default 2 MiB)")
     p.add_argument("--writer-id", help="stable writer id (exactly-once across reruns)")
     return p
 

@@ -60,10 +60,6 @@ class BackendTimeoutError(BackendError):
     """A backend call did not finish within its configured timeout."""
 
 
-# Short alias; import it as ``errors.TimeoutError`` or use BackendTimeoutError.
-TimeoutError = BackendTimeoutError  # noqa: A001
-
-
 class DataLossError(MsgStreamError):
     """Requested data is gone (removed by retention, channel deleted)."""
 

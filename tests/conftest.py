@@ -24,3 +24,10 @@ BACKENDS = ["local", "kafka", "pulsar", "pulsar-lite"]
 def backend(request):
     """A :class:`tests.fixtures.backend_env.BackendEnv` for each backend in turn."""
     return request.getfixturevalue(f"{request.param.replace('-', '_')}_env")
+
+
+def pytest_collection_modifyitems(items):
+    """Every test that starts Spark is ``slow`` (``make test-fast`` runs the others)."""
+    for item in items:
+        if "spark" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.slow)

@@ -4,17 +4,21 @@ from __future__ import annotations
 
 import base64
 import contextlib
-import sys
 import time
 from pathlib import Path
 from typing import Any
 
+from msgstream_spark.cli.common import UsageError, open_client, split_channels
+from msgstream_spark.cli.publish import publish
 from msgstream_spark.cli.render import dumps, message_dict, position_dict
-from msgstream_spark.errors import ConfigError, DecodeError
+from msgstream_spark.errors import BackendTimeoutError, ChannelNotFoundError, ConfigError, DecodeError
+from msgstream_spark.msg import codec, tso
+from msgstream_spark.msg.position import MsgPosition, parse_positions
+from msgstream_spark.msg.types import MsgType
+from msgstream_spark.stream.names import to_physical_channel
+from msgstream_spark.stream.seek import SeekFilter
 
-
-class UsageError(Exception):
-    """Bad combination of arguments (exit code 2)."""
+__all__ = ["COMMANDS", "UsageError", "latest_position", "run"]
 
 
 def run(args) -> int:
@@ -22,36 +26,6 @@ def run(args) -> int:
 
 
 # -- helpers -----------------------------------------------------------------------------------
-def overrides(args) -> dict[str, str]:
-    out: dict[str, str] = {}
-    for item in getattr(args, "set", []) or []:
-        key, sep, value = item.partition("=")
-        if not sep or not key.strip():
-            raise UsageError(f"--set expects KEY=VALUE, got {item!r}")
-        out[key.strip()] = value
-    return out
-
-
-def load_config(args):
-    from msgstream_spark.config import Config
-
-    return Config.load(args.config, overrides=overrides(args) or None)
-
-
-def open_client(args):
-    from msgstream_spark.mq.registry import build_client
-
-    cfg = load_config(args)
-    return build_client(cfg.mq_type, cfg)
-
-
-def split_channels(text: str | None) -> list[str]:
-    chans = [c.strip() for c in (text or "").split(",") if c.strip()]
-    if text is not None and not chans:
-        raise UsageError("--channels is empty")
-    return chans
-
-
 @contextlib.contextmanager
 def throwaway(consumer):
     """A consumer whose subscription is removed afterwards (the CLI never resumes one)."""
@@ -65,15 +39,11 @@ def message_ts(msg, channel: str) -> int:
     """Hybrid timestamp of a raw message (backend's, else the payload's MsgBase)."""
     if msg.timestamp:
         return int(msg.timestamp)
-    from msgstream_spark.msg import codec
-
     return int(codec.unmarshal(msg.payload, msg.properties, channel=channel,
                                msg_id=msg.id.serialize()).timestamp)
 
 
 def _check_channels(client, chans: list[str]) -> None:
-    from msgstream_spark.errors import ChannelNotFoundError
-
     missing = [c for c in chans if not client.channel_exists(c)]
     if missing:
         raise ChannelNotFoundError(f"channel(s) not found: {', '.join(missing)}")
@@ -81,7 +51,6 @@ def _check_channels(client, chans: list[str]) -> None:
 
 def latest_position(client, channel: str, timeout: float = 10.0):
     """MsgPosition of the last message of ``channel`` (its own timestamp), or None if empty."""
-    from msgstream_spark.msg.position import MsgPosition
 
     mid = client.latest_message_id(channel)
     if mid is None:
@@ -110,7 +79,6 @@ def cmd_channels(args) -> int:
 
 def count_messages(client, channel: str, timeout: float) -> int:
     """Number of retained messages, counted by reading the channel up to its latest id."""
-    from msgstream_spark.errors import TimeoutError as MsTimeout
 
     last = client.latest_message_id(channel)
     if last is None:
@@ -122,7 +90,7 @@ def count_messages(client, channel: str, timeout: float) -> int:
         while True:
             remaining = deadline - time.monotonic()
             if remaining <= 0:
-                raise MsTimeout(f"counting messages of channel {channel} took longer than {timeout}s "
+                raise BackendTimeoutError(f"counting messages of channel {channel} took longer than {timeout}s "
                                 "(use --timeout or --no-count)")
             batch = cons.receive_batch(4096, min(remaining, 5.0))
             n += len(batch)
@@ -134,9 +102,6 @@ def count_messages(client, channel: str, timeout: float) -> int:
 
 # -- position ----------------------------------------------------------------------------------
 def cmd_position(args) -> int:
-    from msgstream_spark.msg import tso
-    from msgstream_spark.msg.position import MsgPosition
-
     chans = split_channels(args.channels)
     with open_client(args) as client:
         _check_channels(client, chans)
@@ -164,88 +129,82 @@ def cmd_position(args) -> int:
 
 
 # -- tail --------------------------------------------------------------------------------------
-def cmd_tail(args) -> int:
-    from msgstream_spark.msg import codec
-    from msgstream_spark.msg.position import parse_positions
+def _tail_positions(start: str, chans: list[str]) -> dict:
+    """{pchannel: MsgPosition} named by ``--from`` (empty for earliest/latest)."""
+    if start.lower() in ("earliest", "latest"):
+        return {}
+    try:
+        parsed = parse_positions(start)
+    except (DecodeError, ValueError) as exc:
+        raise ConfigError(f"--from: not a position (JSON or base64 MsgPosition): {exc}") from exc
+    positions = {to_physical_channel(p.channel_name): p for p in parsed}
+    unknown = sorted(set(positions) - set(chans))
+    if unknown:
+        raise UsageError(f"--from names channel(s) not in --channels: {', '.join(unknown)}")
+    return positions
 
+
+def _open_tail_reader(client, ch: str, start: str, positions: dict):
+    """A reader of ``ch`` positioned for ``--from`` and the seek filter it needs."""
+    cons = client.reader(ch)  # the CLI never resumes: nothing is recorded on the broker
+    if start.lower() == "latest":
+        last = client.latest_message_id(ch)
+        if last is not None:
+            cons.seek(last, inclusive=False)
+        else:  # empty channel: everything that arrives from now on
+            cons.seek(client.earliest_message_id(), inclusive=True)
+        return cons, SeekFilter(None)
+    if ch in positions:  # Milvus's seek: at the msgID, then the shared seek filter
+        p = positions[ch]
+        cons.seek(client.bytes_to_message_id(p.msg_id), inclusive=True)
+        return cons, SeekFilter(p.timestamp)
+    cons.seek(client.earliest_message_id(), inclusive=True)
+    return cons, SeekFilter(None)
+
+
+def cmd_tail(args) -> int:
     chans = split_channels(args.channels)
     if args.limit is not None and args.limit <= 0:
         raise UsageError("--limit must be > 0")
     start = (args.start or "earliest").strip()
-    positions = {}
-    if start.lower() not in ("earliest", "latest"):
-        try:
-            parsed = parse_positions(start)
-        except (DecodeError, ValueError) as exc:
-            raise ConfigError(f"--from: not a position (JSON or base64 MsgPosition): {exc}") from exc
-        from msgstream_spark.stream.names import to_physical_channel
-
-        positions = {to_physical_channel(p.channel_name): p for p in parsed}
-        unknown = sorted(set(positions) - set(chans))
-        if unknown:
-            raise UsageError(f"--from names channel(s) not in --channels: {', '.join(unknown)}")
-    printed = 0
+    positions = _tail_positions(start, chans)
     with open_client(args) as client:
         _check_channels(client, chans)
-        consumers = []
-        skip_upto = {}
+        readers = []
         try:
             for ch in chans:
-                cons = client.reader(ch)  # the CLI never resumes: nothing is recorded on the broker
-                consumers.append(cons)
-                if start.lower() == "latest":
-                    last = client.latest_message_id(ch)
-                    if last is not None:
-                        cons.seek(last, inclusive=False)
-                    else:  # empty channel: everything that arrives from now on
-                        cons.seek(client.earliest_message_id(), inclusive=True)
-                elif ch in positions:
-                    p = positions[ch]
-                    cons.seek(client.bytes_to_message_id(p.msg_id), inclusive=True)
-                    skip_upto[ch] = p.timestamp
-                else:
-                    cons.seek(client.earliest_message_id(), inclusive=True)
-            idle_since = time.monotonic()
-            while True:
-                got_any = False
-                for cons in consumers:
-                    for m in cons.receive_batch(256, 0.05):
-                        got_any = True
-                        msg = codec.unmarshal(m.payload, m.properties, channel=m.channel, msg_id=m.id.serialize())
-                        ts = int(msg.timestamp)
-                        if cons.channel in skip_upto:
-                            if ts <= skip_upto[cons.channel]:
-                                continue
-                            del skip_upto[cons.channel]
-                        if args.no_ticks and _type_of(msg) == "TimeTick":
-                            continue
-                        print(dumps(message_dict(msg, channel=m.channel, msg_id=m.id.serialize(),
-                                                 properties=dict(m.properties), rows=args.rows)), flush=True)
-                        printed += 1
-                        if args.limit is not None and printed >= args.limit:
-                            return 0
-                if got_any:
-                    idle_since = time.monotonic()
-                elif not args.follow and time.monotonic() - idle_since >= args.timeout:
-                    return 0
+                readers.append(_open_tail_reader(client, ch, start, positions))
+            return _tail_loop(args, readers)
         finally:
-            for c in consumers:
-                c.unsubscribe()
+            for cons, _ in readers:
+                cons.unsubscribe()
 
 
-def _type_of(msg) -> str:
-    from msgstream_spark.msg.pb import common_pb2
-
-    try:
-        return common_pb2.MsgType.Name(msg.proto.base.msg_type)
-    except (AttributeError, ValueError):
-        return "?"
+def _tail_loop(args, readers: list) -> int:
+    printed = 0
+    idle_since = time.monotonic()
+    while True:
+        got_any = False
+        for cons, seek in readers:
+            for m in cons.receive_batch(256, 0.05):
+                got_any = True
+                msg = codec.unmarshal(m.payload, m.properties, channel=m.channel, msg_id=m.id.serialize())
+                is_tick = msg.msg_type == MsgType.TimeTick
+                if (seek.active and not seek.keep(is_tick, int(msg.begin_ts))) or (args.no_ticks and is_tick):
+                    continue
+                print(dumps(message_dict(msg, channel=m.channel, msg_id=m.id.serialize(),
+                                         properties=dict(m.properties), rows=args.rows)), flush=True)
+                printed += 1
+                if args.limit is not None and printed >= args.limit:
+                    return 0
+        if got_any:
+            idle_since = time.monotonic()
+        elif not args.follow and time.monotonic() - idle_since >= args.timeout:
+            return 0
 
 
 # -- inspect -----------------------------------------------------------------------------------
 def cmd_inspect(args) -> int:
-    from msgstream_spark.msg import codec
-
     if args.file:
         p = Path(args.file)
         if not p.is_file():
@@ -264,8 +223,6 @@ def cmd_inspect(args) -> int:
 
 # -- publish -----------------------------------------------------------------------------------
 def cmd_publish(args) -> int:
-    from msgstream_spark.cli.publish import publish
-
     summary = publish(args)
     print(dumps(summary))
     return 0
@@ -278,20 +235,3 @@ COMMANDS = {
     "inspect": cmd_inspect,
     "publish": cmd_publish,
 }
-
-
-def progress_line(done: int, total: int | None, t0: float) -> str:
-    rate = done / max(time.perf_counter() - t0, 1e-9)
-    if total:
-        frac = min(1.0, done / total)
-        bar = "#" * int(frac * 30)
-        return f"\r[{bar:<30}] {frac * 100:5.1f}% {done}/{total} rows {rate:,.0f} rows/s"
-    return f"\r{done} rows {rate:,.0f} rows/s"
-
-
-def write_progress(text: str, final: bool = False) -> None:
-    if sys.stderr.isatty():
-        sys.stderr.write(text + ("\n" if final else ""))
-        sys.stderr.flush()
-    elif final:
-        sys.stderr.write(text.lstrip("\r") + "\n")

@@ -10,6 +10,9 @@ from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.csv as pcsv
+import pyarrow.json as pjson
+import pyarrow.parquet as pq
 
 from msgstream_spark.errors import ConfigError
 
@@ -73,15 +76,9 @@ def read_table(path: str, fmt: str | None = None) -> pa.Table:
     f = detect_format(path, fmt)
     try:
         if f == "parquet":
-            import pyarrow.parquet as pq
-
             return pq.read_table(p)
         if f == "csv":
-            import pyarrow.csv as pcsv
-
             return pcsv.read_csv(p)
-        import pyarrow.json as pjson
-
         return pjson.read_json(p)
     except (pa.ArrowException, OSError) as exc:
         raise ConfigError(f"cannot read {f} file {path}: {exc}") from exc

@@ -11,6 +11,8 @@ import logging
 import sys
 from collections.abc import Sequence
 
+from msgstream_spark.cli import commands
+from msgstream_spark.cli.publish_args import add_publish_args
 from msgstream_spark.errors import MsgStreamError
 
 EXIT_ERROR = 1
@@ -45,20 +47,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("publish", help="publish a file's rows (or a synthetic collection) as insert events")
     _common(p)
     _channels_arg(p)
-    src = p.add_mutually_exclusive_group(required=True)
-    src.add_argument("--input", "-i", help="Parquet, CSV or JSON Lines file")
-    src.add_argument("--synthetic", type=int, metavar="ROWS", help="generate ROWS rows (pk, category, score, vec)")
-    p.add_argument("--format", choices=["parquet", "csv", "json", "jsonl"], help="input format (default: suffix)")
-    p.add_argument("--dim", type=int, default=128, help="vector dimension of --synthetic (default 128)")
-    p.add_argument("--start", type=int, default=0, help="first primary key of --synthetic (default 0)")
-    p.add_argument("--delete-fraction", type=float, default=0.0,
-                   help="afterwards delete this fraction of the published primary keys (0..1)")
-    p.add_argument("--collection", default="msgstream", help="collection name (default msgstream)")
-    p.add_argument("--collection-id", type=int, help="collection id (default: derived from the name)")
-    p.add_argument("--partition", default="_default", help="partition name")
-    p.add_argument("--primary-key", help="primary key column (default: pk or id)")
-    p.add_argument("--field-types", help="Milvus types for ambiguous columns, e.g. emb:Float16Vector,tags:Array")
-    p.add_argument("--max-message-size", type=int, default=2 * 1024 * 1024, help="split size in bytes (2 MiB)")
+    add_publish_args(p)
     p.add_argument("--batch-rows", type=int, default=10_000, help="rows encoded per step (default 10000)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
 
@@ -97,7 +86,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING, stream=sys.stderr,
                         format="msgstream: %(levelname)s: %(message)s")
-    from msgstream_spark.cli import commands
 
     try:
         return int(commands.run(args) or 0)

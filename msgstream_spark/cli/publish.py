@@ -10,15 +10,19 @@ from typing import Any
 
 import numpy as np
 
-from msgstream_spark.cli.commands import UsageError, overrides, progress_line, split_channels, write_progress
+from msgstream_spark.cli.common import UsageError, overrides, progress_line, split_channels, write_progress
 from msgstream_spark.cli.data import delete_batch, read_table, synthetic_batches, synthetic_schema
+from msgstream_spark.sink.options import parse_sink_options
+from msgstream_spark.sink.plan import plan_write
+from msgstream_spark.sink.task import TaskWriter
 
 
 def sink_options_from_args(args) -> dict[str, str]:
     """The sink options (same names as the Spark sink) for the CLI arguments."""
     opts: dict[str, str] = {"channels": ",".join(split_channels(args.channels)),
-                            "collection": args.collection, "partition": args.partition,
-                            "maxMessageSize": str(args.max_message_size)}
+                            "collection": args.collection, "partition": args.partition}
+    if args.max_message_size is not None:
+        opts["maxMessageSize"] = str(args.max_message_size)
     if args.config:
         opts["config"] = args.config
     if args.collection_id:
@@ -40,10 +44,6 @@ def delete_keys(pks: np.ndarray, fraction: float) -> np.ndarray:
 
 
 def publish(args) -> dict[str, Any]:
-    from msgstream_spark.spark.writer_encode import plan_write
-    from msgstream_spark.spark.writer_options import parse_sink_options
-    from msgstream_spark.spark.writer_task import TaskWriter
-
     if not 0.0 <= args.delete_fraction <= 1.0:
         raise UsageError("--delete-fraction must be between 0 and 1")
     if args.batch_rows <= 0:

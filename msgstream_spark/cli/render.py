@@ -6,6 +6,12 @@ import base64
 import json
 from typing import Any
 
+from google.protobuf import json_format
+
+from msgstream_spark.msg import tso
+from msgstream_spark.msg.columns import field_data_to_arrow
+from msgstream_spark.msg.pb import common_pb2
+
 
 def _jsonable(v: Any) -> Any:
     if isinstance(v, bytes):
@@ -22,9 +28,7 @@ def _jsonable(v: Any) -> Any:
 def message_dict(msg, *, channel: str | None = None, msg_id: bytes | None = None,
                  properties: dict | None = None, rows: bool = False, full: bool = False) -> dict[str, Any]:
     """A decoded TsMsg as a JSON-ready dict: type, ids, timestamps, counts (and rows on request)."""
-    from google.protobuf import json_format
 
-    from msgstream_spark.msg import tso
 
     proto = msg.proto
     out: dict[str, Any] = {}
@@ -55,8 +59,6 @@ def message_dict(msg, *, channel: str | None = None, msg_id: bytes | None = None
 
 
 def _type_name(proto) -> str:
-    from msgstream_spark.msg.pb import common_pb2
-
     base = getattr(proto, "base", None)
     try:
         return common_pb2.MsgType.Name(base.msg_type) if base is not None else type(proto).__name__
@@ -66,7 +68,6 @@ def _type_name(proto) -> str:
 
 def _rows(proto) -> list[dict[str, Any]]:
     """Rows of an insert (columns from FieldData) or the primary keys of a delete."""
-    from msgstream_spark.msg.columns import field_data_to_arrow
 
     if proto.DESCRIPTOR.name == "InsertRequest":
         cols = {fd.field_name: field_data_to_arrow(fd).to_pylist() for fd in proto.fields_data}

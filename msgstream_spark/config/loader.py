@@ -267,11 +267,9 @@ class Config:
     def validate(self) -> None:
         t = self.get_str("mq.type").strip().lower()
         if t not in VALID_MQ_TYPES:
-            from msgstream_spark.mq.registry import available_backends
-
             raise ConfigError(
                 f"config key mq.type has unknown backend {t!r} ({self.source}); valid: "
-                + ", ".join(["default", "rocksmq", *available_backends()])
+                + ", ".join(VALID_MQ_TYPES)
             )
         mode = self.get_str("msgstream.mode").strip().lower()
         if mode not in ("standalone", "cluster"):

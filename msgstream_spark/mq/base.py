@@ -9,7 +9,7 @@ Conventions shared by every backend:
 * ``MessageID.serialize()`` yields exactly the bytes Milvus stores in ``MsgPosition.msgID``.
 * ``Consumer.seek(id, inclusive=False)`` positions at ``id`` and skips exactly that message.
 * No call blocks forever: every blocking call takes or inherits a bounded timeout and
-  raises :class:`~msgstream_spark.errors.TimeoutError` (or returns ``None`` for receive).
+  raises :class:`~msgstream_spark.errors.BackendTimeoutError` (or returns ``None`` for receive).
 * Seeking to a position that retention removed raises
   :class:`~msgstream_spark.errors.DataLossError`, never silently jumps.
 """
@@ -18,8 +18,11 @@ from __future__ import annotations
 
 import abc
 import enum
+import uuid
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
+
+from msgstream_spark.errors import ConfigError, ProduceError
 
 
 class SubscriptionInitialPosition(enum.IntEnum):
@@ -38,8 +41,6 @@ class SubscriptionInitialPosition(enum.IntEnum):
         try:
             return cls[str(value).strip().upper()]
         except KeyError:
-            from msgstream_spark.errors import ConfigError
-
             raise ConfigError(
                 f"unknown initial position {value!r}; expected one of: earliest, latest, unknown"
             ) from None
@@ -59,6 +60,11 @@ class MessageID(abc.ABC):
     @abc.abstractmethod
     def sort_key(self) -> tuple:
         """A tuple that orders ids of one channel (used by comparisons)."""
+
+    @property
+    def offset(self) -> int | None:
+        """The integer offset this id denotes where the backend has them (Kafka, the embedded log)."""
+        return None
 
     def less_or_equal(self, other: MessageID) -> bool:
         return self.sort_key() <= other.sort_key()
@@ -127,7 +133,6 @@ class Producer(abc.ABC):
         message (``failures``) and the ids of those written (``ids``).
         Backends override this with a pipelined implementation.
         """
-        from msgstream_spark.errors import ProduceError
 
         ids: list[MessageID | None] = []
         failures: list[tuple[int, str]] = []
@@ -151,7 +156,6 @@ class Producer(abc.ABC):
 
     def _check_failures(self, errors: Mapping[int, str], n: int, ids: list) -> None:
         """Raise ProduceError for the batch's failed messages (index -> reason), if any."""
-        from msgstream_spark.errors import ProduceError
 
         if errors:
             failures = sorted(errors.items())
@@ -277,8 +281,6 @@ class Client(abc.ABC):
         non-durable reader that disappears with its connection, even if the process is killed;
         the others return a fresh subscription that stores nothing unless acked.
         """
-        import uuid
-
         return self.subscribe(channel, f"__msgstream-reader-{uuid.uuid4().hex[:12]}",
                               SubscriptionInitialPosition.UNKNOWN)
 
@@ -289,6 +291,14 @@ class Client(abc.ABC):
     @abc.abstractmethod
     def bytes_to_message_id(self, data: bytes) -> MessageID:
         """Inverse of ``MessageID.serialize`` (raises DecodeError on malformed bytes)."""
+
+    def message_id_from_offset(self, offset: int) -> MessageID | None:
+        """The id at integer ``offset``, for backends whose ids are contiguous integer offsets.
+
+        A capability: where it is not ``None`` an id range can be split into pieces (the Spark
+        source's ``minPartitions``). ``MessageID.offset`` is the inverse.
+        """
+        return None
 
     @abc.abstractmethod
     def latest_message_id(self, channel: str) -> MessageID | None:

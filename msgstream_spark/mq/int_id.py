@@ -26,6 +26,10 @@ class Int64MessageID(MessageID):
     def sort_key(self) -> tuple:
         return (self.value,)
 
+    @property
+    def offset(self) -> int:
+        return self.value
+
     @classmethod
     def deserialize(cls, data: bytes) -> Int64MessageID:
         if len(data) != 8:

@@ -7,6 +7,7 @@ missing optional client breaks only that backend, with an error naming the extra
 from __future__ import annotations
 
 import importlib
+import importlib.util
 from typing import TYPE_CHECKING
 
 from msgstream_spark.errors import BackendUnavailableError
@@ -62,8 +63,6 @@ def build_client(name: str, config: Config) -> Client:
 
 
 def _present(name: str) -> bool:
-    import importlib.util
-
     try:
         return importlib.util.find_spec(_BACKENDS[name][0]) is not None
     except ModuleNotFoundError:

@@ -7,10 +7,14 @@ Decoding takes the type from the ``msg_type`` property and falls back to the pay
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from typing import Any
 
+from google.protobuf.message import DecodeError as PbDecodeError
+
 from msgstream_spark.errors import DecodeError, UnknownMessageTypeError
+from msgstream_spark.msg.columns import field_data_rows
+from msgstream_spark.msg.pb import common_pb2, msg_pb2
 from msgstream_spark.msg.types import (
     CreateCollectionMsg,
     CreatePartitionMsg,
@@ -22,6 +26,10 @@ from msgstream_spark.msg.types import (
     TimeTickMsg,
     TsMsg,
 )
+from msgstream_spark.msg.wire import encode_varint, iter_fields, read_varint
+
+__all__ = ["encode_varint", "header_msg_type", "iter_fields", "marshal", "msg_type_name", "peek_msg_type",
+           "read_varint", "unmarshal"]
 
 MSG_TYPE_KEY = "msg_type"
 WAL_VERSION_KEY = "_v"
@@ -43,8 +51,6 @@ _PROTOS: dict[int, Any] = {}
 def _proto_class(t: int):
     if _PROTOS:
         return _PROTOS[t]
-    from msgstream_spark.msg.pb import msg_pb2
-
     _PROTOS.update({
         MsgType.Insert: msg_pb2.InsertRequest,
         MsgType.Delete: msg_pb2.DeleteRequest,
@@ -58,8 +64,6 @@ def _proto_class(t: int):
 
 
 def _type_names() -> dict[str, int]:
-    from msgstream_spark.msg.pb import common_pb2
-
     return {v.name: v.number for v in common_pb2.MsgType.DESCRIPTOR.values}
 
 
@@ -67,67 +71,10 @@ _NAMES: dict[str, int] | None = None
 
 
 def msg_type_name(t: int) -> str:
-    from msgstream_spark.msg.pb import common_pb2
-
     try:
         return common_pb2.MsgType.Name(int(t))
     except ValueError:
         return str(int(t))
-
-
-def encode_varint(value: int) -> bytes:
-    """Protobuf base-128 varint of an int (negative int64 as two's complement)."""
-    if value < 0:
-        value += 1 << 64
-    out = bytearray()
-    while True:
-        b = value & 0x7F
-        value >>= 7
-        if value:
-            out.append(b | 0x80)
-        else:
-            out.append(b)
-            return bytes(out)
-
-
-def read_varint(buf: bytes, i: int) -> tuple[int, int]:
-    """(value, next index) of the protobuf varint at ``buf[i]``."""
-    shift = result = 0
-    while True:
-        if i >= len(buf) or shift > 63:
-            raise ValueError("truncated varint")
-        b = buf[i]
-        i += 1
-        result |= (b & 0x7F) << shift
-        if not b & 0x80:
-            return result, i
-        shift += 7
-
-
-def iter_fields(buf: bytes, i: int = 0, end: int | None = None) -> Iterator[tuple[int, int, int, int]]:
-    """``(field number, wire type, value, start)`` of each protobuf field in ``buf[i:end]``.
-
-    ``value`` is the varint of a wire-0 field and the byte length of a length-delimited one,
-    whose bytes begin at ``start``; fixed32/64 fields yield 0. Raises ValueError on an unknown
-    wire type or a field running past ``end``.
-    """
-    end = len(buf) if end is None else end
-    while i < end:
-        tag, i = read_varint(buf, i)
-        wire = tag & 7
-        start = i
-        if wire == 0:
-            value, i = read_varint(buf, i)
-        elif wire == 2:
-            value, start = read_varint(buf, i)
-            i = start + value
-        elif wire in (1, 5):
-            value, i = 0, i + (8 if wire == 1 else 4)
-        else:
-            raise ValueError(f"unexpected wire type {wire}")
-        if i > end:
-            raise ValueError(f"field {tag >> 3} runs past the end of its message")
-        yield tag >> 3, wire, value, start
 
 
 def header_msg_type(payload: bytes) -> int:
@@ -191,8 +138,6 @@ def unmarshal(payload: bytes, properties: Mapping[str, str] | None = None, *, ch
     if cls is None:
         raise UnknownMessageTypeError(f"message type {msg_type_name(t)} ({t}) is not decoded by this library",
                                       channel=channel, msg_id=msg_id, payload=payload)
-    from google.protobuf.message import DecodeError as PbDecodeError
-
     proto = _proto_class(t)()
     try:
         proto.ParseFromString(payload)
@@ -207,12 +152,6 @@ def unmarshal(payload: bytes, properties: Mapping[str, str] | None = None, *, ch
     return msg
 
 
-def _field_rows(fd) -> int:
-    from msgstream_spark.msg.columns import field_data_rows
-
-    return field_data_rows(fd)
-
-
 def _check_insert(req, channel, msg_id, payload) -> None:
     n = int(req.num_rows)
     if len(req.timestamps) != n or len(req.rowIDs) != n:
@@ -223,7 +162,7 @@ def _check_insert(req, channel, msg_id, payload) -> None:
         raise DecodeError("row-based (legacy 2.0) Insert messages are not supported", channel=channel,
                           msg_id=msg_id, payload=payload)
     for fd in req.fields_data:
-        rows = _field_rows(fd)
+        rows = field_data_rows(fd)
         if rows != n:
             raise DecodeError(f"inconsistent Insert: field {fd.field_name!r} has {rows} rows, num_rows={n}",
                               channel=channel, msg_id=msg_id, payload=payload)

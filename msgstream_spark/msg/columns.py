@@ -14,6 +14,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from msgstream_spark.errors import SchemaError
+from msgstream_spark.msg.pb import schema_pb2
+from msgstream_spark.msg.wire import encode_varint
 
 # DataType numbers (schema.proto)
 BOOL, INT8, INT16, INT32, INT64, FLOAT, DOUBLE = 1, 2, 3, 4, 5, 10, 11
@@ -33,8 +35,6 @@ _SPARSE_DTYPE = np.dtype([("i", "<u4"), ("v", "<f4")])
 
 
 def type_name(t: int) -> str:
-    from msgstream_spark.msg.pb import schema_pb2
-
     try:
         return schema_pb2.DataType.Name(int(t))
     except ValueError:
@@ -67,7 +67,6 @@ def arrow_type_for(field_schema: Any) -> pa.DataType:
 # -- FieldData -> Arrow ---------------------------------------------------------------------
 def numpy_to_packed(target: Any, values: np.ndarray) -> None:
     """Fill a FloatArray/DoubleArray from numpy by parsing packed bytes (no Python floats)."""
-    from msgstream_spark.msg.codec import encode_varint
 
     data = np.ascontiguousarray(values).astype(values.dtype.newbyteorder("<"), copy=False).tobytes()
     target.MergeFromString(b"\x0a" + encode_varint(len(data)) + data if data else b"")
@@ -238,7 +237,6 @@ def arrow_to_field_data(arr: pa.Array | pa.ChunkedArray, field_schema: Any) -> A
     non-nullable field, wrong vector dimensions and unsupported types are SchemaErrors
     naming the column.
     """
-    from msgstream_spark.msg.pb import schema_pb2
 
     if isinstance(arr, pa.ChunkedArray):
         arr = arr.combine_chunks()
@@ -273,21 +271,7 @@ def arrow_to_field_data(arr: pa.Array | pa.ChunkedArray, field_schema: Any) -> A
     elif t == ARRAY:
         _array_from_arrow(arr, field_schema, fd)
     elif t in (FLOAT_VECTOR, FLOAT16_VECTOR, BFLOAT16_VECTOR, INT8_VECTOR):
-        lengths, flat = _list_parts(arr, name)
-        dim = _fixed_dim(lengths, _dim_of(field_schema), name)
-        fd.vectors.dim = dim
-        if t == INT8_VECTOR:
-            fd.vectors.int8_vector = flat.cast(pa.int8()).to_numpy(zero_copy_only=False).tobytes()
-        else:
-            f32 = flat.cast(pa.float32()).to_numpy(zero_copy_only=False)
-            if t == FLOAT_VECTOR:
-                numpy_to_packed(fd.vectors.float_vector, f32)
-            elif t == FLOAT16_VECTOR:
-                fd.vectors.float16_vector = f32.astype("<f2").tobytes()
-            else:
-                u = f32.view(np.uint32)
-                rounded = (u + np.uint32(0x7FFF) + ((u >> np.uint32(16)) & np.uint32(1))) >> np.uint32(16)
-                fd.vectors.bfloat16_vector = rounded.astype("<u2").tobytes()
+        _dense_vectors_from_arrow(arr, field_schema, fd, t)
     elif t == BINARY_VECTOR:
         if not (pa.types.is_binary(arr.type) or pa.types.is_large_binary(arr.type)
                 or pa.types.is_fixed_size_binary(arr.type)):
@@ -304,9 +288,25 @@ def arrow_to_field_data(arr: pa.Array | pa.ChunkedArray, field_schema: Any) -> A
     return fd
 
 
-def _array_from_arrow(arr: pa.Array, field_schema: Any, fd: Any) -> None:
-    from msgstream_spark.msg.pb import schema_pb2
+def _dense_vectors_from_arrow(arr: pa.Array, field_schema: Any, fd: Any, t: int) -> None:
+    """Float / Float16 / BFloat16 / Int8 vectors: list columns of one fixed dimension."""
+    lengths, flat = _list_parts(arr, field_schema.name)
+    fd.vectors.dim = _fixed_dim(lengths, _dim_of(field_schema), field_schema.name)
+    if t == INT8_VECTOR:
+        fd.vectors.int8_vector = flat.cast(pa.int8()).to_numpy(zero_copy_only=False).tobytes()
+        return
+    f32 = flat.cast(pa.float32()).to_numpy(zero_copy_only=False)
+    if t == FLOAT_VECTOR:
+        numpy_to_packed(fd.vectors.float_vector, f32)
+    elif t == FLOAT16_VECTOR:
+        fd.vectors.float16_vector = f32.astype("<f2").tobytes()
+    else:  # BFloat16: round to nearest even on the high 16 bits
+        u = f32.view(np.uint32)
+        rounded = (u + np.uint32(0x7FFF) + ((u >> np.uint32(16)) & np.uint32(1))) >> np.uint32(16)
+        fd.vectors.bfloat16_vector = rounded.astype("<u2").tobytes()
 
+
+def _array_from_arrow(arr: pa.Array, field_schema: Any, fd: Any) -> None:
     elem = int(field_schema.element_type)
     slot = _SCALAR_SLOT.get(elem)
     if slot is None or elem == JSON:

@@ -12,6 +12,10 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
+from google.protobuf.message import DecodeError as PbDecodeError
+
+from msgstream_spark.msg.pb import msg_pb2
+
 
 @dataclass(frozen=True)
 class MsgPosition:
@@ -23,8 +27,6 @@ class MsgPosition:
 
     # -- protobuf ----------------------------------------------------------------------
     def to_proto(self):
-        from msgstream_spark.msg.pb import msg_pb2
-
         return msg_pb2.MsgPosition(channel_name=self.channel_name, msgID=self.msg_id,
                                    msgGroup=self.msg_group, timestamp=self.timestamp,
                                    WAL_name=self.wal_name)
@@ -38,10 +40,6 @@ class MsgPosition:
 
     @classmethod
     def from_proto_bytes(cls, data: bytes) -> MsgPosition:
-        from google.protobuf.message import DecodeError as PbDecodeError
-
-        from msgstream_spark.msg.pb import msg_pb2
-
         p = msg_pb2.MsgPosition()
         try:
             p.ParseFromString(data)

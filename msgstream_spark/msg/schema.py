@@ -8,6 +8,7 @@ import pyarrow as pa
 
 from msgstream_spark.errors import SchemaError
 from msgstream_spark.msg import columns as C
+from msgstream_spark.msg.pb import common_pb2, schema_pb2
 
 PK_NAMES = ("pk", "id", "primary_key", "_id")
 
@@ -32,7 +33,6 @@ def collection_arrow_schema(schema: Any) -> pa.Schema:
 
 def field_schema_for_data(fd: Any, *, is_primary_key: bool = False) -> Any:
     """The FieldSchema a FieldData implies (type, dim, element type, nullable)."""
-    from msgstream_spark.msg.pb import common_pb2, schema_pb2
 
     fs = schema_pb2.FieldSchema(fieldID=int(fd.field_id), name=fd.field_name, data_type=int(fd.type),
                                 is_primary_key=is_primary_key, nullable=len(fd.valid_data) > 0,
@@ -50,7 +50,6 @@ def infer_collection_schema(insert: Any, name: str = "") -> Any:
     FieldData does not say which field is the primary key. Rule: an Int64/VarChar field
     named pk, id, primary_key or _id; else the first Int64 or VarChar field by field id.
     """
-    from msgstream_spark.msg.pb import schema_pb2
 
     fds = sorted(insert.fields_data, key=lambda f: int(f.field_id))
     keyable = [f for f in fds if int(f.type) in (C.INT64, C.VARCHAR)]
@@ -72,8 +71,6 @@ _UNSIGNED_OK = (pa.types.is_uint8, pa.types.is_uint16)
 
 
 def _parse_type_name(name: str) -> int:
-    from msgstream_spark.msg.pb import schema_pb2
-
     lookup = {n.lower(): v for n, v in schema_pb2.DataType.items()}
     t = lookup.get(name.strip().lower())
     if t is None:
@@ -92,7 +89,6 @@ def field_schema_from_arrow(name: str, pa_type: pa.DataType, *, field_id: int, i
     (e.g. "Float16Vector", "JSON", "Int8Vector"). ``dim`` may be omitted for vectors:
     it is then taken from the data (fixed_size_list gives it directly).
     """
-    from msgstream_spark.msg.pb import common_pb2, schema_pb2
 
     elem = 0
     if milvus_type is not None:

@@ -12,7 +12,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
+import pyarrow as pa
 
+from msgstream_spark.msg.columns import field_data_to_arrow
+from msgstream_spark.msg.pb import common_pb2, msg_pb2, schema_pb2
 from msgstream_spark.msg.position import MsgPosition
 
 
@@ -68,8 +71,6 @@ class TsMsg:
 
 
 def _base(msg_type: MsgType, ts: int, msg_id: int = 0, source_id: int = 0):
-    from msgstream_spark.msg.pb import common_pb2
-
     return common_pb2.MsgBase(msg_type=int(msg_type), msgID=int(msg_id), timestamp=int(ts), sourceID=int(source_id))
 
 
@@ -128,9 +129,7 @@ class InsertMsg(_DmlMsg):
 
     def to_arrow(self):
         """The user fields as a ``pyarrow.RecordBatch`` (column per FieldData, by name)."""
-        import pyarrow as pa
 
-        from msgstream_spark.msg.columns import field_data_to_arrow
 
         arrays = [field_data_to_arrow(fd) for fd in self.proto.fields_data]
         names = [fd.field_name for fd in self.proto.fields_data]
@@ -143,7 +142,6 @@ class InsertMsg(_DmlMsg):
               collection_name: str = "", partition_name: str = "", db_name: str = "",
               hash_values: Sequence[int] | np.ndarray = ()) -> InsertMsg:
         """An InsertMsg from ready FieldData (see ``columns.arrow_to_field_data``)."""
-        from msgstream_spark.msg.pb import msg_pb2
 
         if np.ndim(timestamp) == 0:
             ts = np.full(num_rows, int(timestamp), dtype=np.uint64)
@@ -184,7 +182,6 @@ class DeleteMsg(_DmlMsg):
               collection_id: int = 0, partition_id: int = -1, shard_name: str = "", msg_id: int = 0,
               source_id: int = 0, collection_name: str = "", partition_name: str = "", db_name: str = "",
               hash_values: Sequence[int] | np.ndarray = ()) -> DeleteMsg:
-        from msgstream_spark.msg.pb import msg_pb2, schema_pb2
 
         keys = primary_keys
         n = len(keys)
@@ -206,8 +203,6 @@ class TimeTickMsg(TsMsg):
 
     @classmethod
     def build(cls, ts: int, *, source_id: int = 0, msg_id: int = 0) -> TimeTickMsg:
-        from msgstream_spark.msg.pb import msg_pb2
-
         return cls(msg_pb2.TimeTickMsg(base=_base(MsgType.TimeTick, ts, msg_id, source_id)), hash_values=[0])
 
 
@@ -225,7 +220,6 @@ class CreateCollectionMsg(TsMsg):
     @property
     def schema(self):
         """The parsed ``schema.CollectionSchema`` (from the bytes field or field 13)."""
-        from msgstream_spark.msg.pb import schema_pb2
 
         if self.proto.schema:
             s = schema_pb2.CollectionSchema()
@@ -239,7 +233,6 @@ class CreateCollectionMsg(TsMsg):
     def build(cls, *, collection_id: int, collection_name: str, schema: Any, timestamp: int,
               virtual_channels: Sequence[str] = (), physical_channels: Sequence[str] = (),
               partition_ids: Sequence[int] = (), msg_id: int = 0) -> CreateCollectionMsg:
-        from msgstream_spark.msg.pb import msg_pb2
 
         req = msg_pb2.CreateCollectionRequest(
             base=_base(MsgType.CreateCollection, timestamp, msg_id), collectionName=collection_name,
@@ -259,8 +252,6 @@ class DropCollectionMsg(TsMsg):
 
     @classmethod
     def build(cls, *, collection_id: int, collection_name: str, timestamp: int, msg_id: int = 0):
-        from msgstream_spark.msg.pb import msg_pb2
-
         return cls(msg_pb2.DropCollectionRequest(base=_base(MsgType.DropCollection, timestamp, msg_id),
                                                  collectionName=collection_name, collectionID=collection_id),
                    hash_values=[0])
@@ -278,7 +269,6 @@ class _PartitionMsg(TsMsg):
     @classmethod
     def build(cls, *, collection_id: int, partition_id: int, timestamp: int, collection_name: str = "",
               partition_name: str = "", msg_id: int = 0):
-        from msgstream_spark.msg.pb import msg_pb2
 
         proto_cls = (msg_pb2.CreatePartitionRequest if cls.msg_type == MsgType.CreatePartition
                      else msg_pb2.DropPartitionRequest)

@@ -20,7 +20,10 @@ from pyspark.sql.types import StructType
 from msgstream_spark.spark.offsets import resolve_end, resolve_start
 from msgstream_spark.spark.options import ReadOptions, parse_read_options
 from msgstream_spark.spark.reader import plan_partitions, read_partition
+from msgstream_spark.spark.rows import rows_schema_ddl
 from msgstream_spark.spark.schema import infer, user_pk
+from msgstream_spark.spark.stream_reader import MsgStreamStreamReader, list_channels
+from msgstream_spark.spark.writer import batch_writer, stream_writer
 
 PK_META = "msgstream.primaryKey"
 COLLECTION_META = "msgstream.collectionId"
@@ -68,14 +71,10 @@ class MsgStreamDataSource(DataSource):
         opts = self._opts(None)
         client = opts.client()
         try:
-            from msgstream_spark.spark.stream_reader import list_channels
-
             channels = list_channels(opts, client)
         finally:
             client.close()
         if opts.schema_ddl:
-            from msgstream_spark.spark.rows import rows_schema_ddl
-
             return rows_schema_ddl(opts.schema_ddl) if opts.output == "rows" else opts.schema_ddl
         struct, pk, cid = infer(opts, channels)
         return _annotate(struct, pk, cid)
@@ -84,19 +83,15 @@ class MsgStreamDataSource(DataSource):
         return MsgStreamBatchReader(self._opts(False), schema)
 
     def streamReader(self, schema: StructType):  # noqa: N802 - Spark's name
-        from msgstream_spark.spark.stream_reader import MsgStreamStreamReader
 
         opts = self._opts(True)
         schema_json, pk, coll = _facts(schema, opts)
         return MsgStreamStreamReader(opts, schema_json, pk, coll)
 
     def writer(self, schema: StructType, overwrite: bool) -> Any:
-        from msgstream_spark.spark.writer import batch_writer
-
         return batch_writer(self.options, schema, overwrite)
 
     def streamWriter(self, schema: StructType, overwrite: bool) -> Any:  # noqa: N802
-        from msgstream_spark.spark.writer import stream_writer
 
         return stream_writer(self.options, schema, overwrite)
 
@@ -109,18 +104,15 @@ class MsgStreamBatchReader(DataSourceReader):
         self.schema_json, self.pk, self.collection = _facts(schema, opts)
 
     def partitions(self) -> list[InputPartition]:
-        from msgstream_spark.spark.stream_reader import list_channels
-
         client = self.opts.client()
         try:
             channels = list_channels(self.opts, client)
             start = resolve_start(client, channels, self.opts.starting, self.opts.starting_ts,
                                   self.opts.fail_on_data_loss, self.opts.subscription)
             end = resolve_end(client, channels, self.opts.ending, self.opts.ending_ts)
+            return plan_partitions(client, start, end, self.opts, self.schema_json, self.pk, self.collection)
         finally:
             client.close()
-        parts = plan_partitions(start, end, self.opts, self.schema_json, self.pk, self.collection)
-        return parts or []
 
     def read(self, partition: InputPartition):
         return read_partition(partition)  # type: ignore[arg-type]

@@ -17,6 +17,8 @@ from __future__ import annotations
 import base64
 import json
 import logging
+from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from msgstream_spark.errors import DataLossError, OptionError
@@ -152,3 +154,24 @@ def resolve_end(client: Any, channels: list[str], spec: str | None, ending_ts: i
         else:
             out[ch] = entry(how.msg_id, how.timestamp, exclusive=True)
     return normalize(out)
+
+
+@dataclass(frozen=True)
+class ChannelOffset:
+    """One channel's entry of a Spark offset, typed: the msgID bytes, the hybrid ts and the flags.
+
+    Round-trips exactly to the JSON entry Spark stores (``to_json``/``from_json``).
+    """
+
+    msg_id: bytes = b""
+    ts: int = 0
+    inclusive: bool = False  # a start AT msg_id, with Milvus's seek filter on ts
+    exclusive: bool = False  # an end BEFORE msg_id
+
+    @classmethod
+    def from_json(cls, e: Mapping[str, Any]) -> ChannelOffset:
+        return cls(unb64(e.get("msgID", "")), int(e.get("ts", 0)), bool(e.get("inclusive")),
+                   bool(e.get("exclusive")))
+
+    def to_json(self) -> Entry:
+        return entry(self.msg_id, self.ts, inclusive=self.inclusive, exclusive=self.exclusive)

@@ -12,7 +12,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from msgstream_spark.config import Config
 from msgstream_spark.errors import ConfigError, OptionError
+from msgstream_spark.mq.registry import build_client
+from msgstream_spark.msg import tso
 
 log = logging.getLogger(__name__)
 
@@ -89,7 +92,6 @@ def _timestamp(opts: Mapping[str, str], key: str) -> int | None:
     raw = opts.get(key)
     if raw is None or str(raw).strip() == "":
         return None
-    from msgstream_spark.msg import tso
 
     try:
         return tso.parse_timestamp(str(raw))
@@ -127,14 +129,10 @@ class ReadOptions:
 
     @property
     def mq_type(self) -> str:
-        from msgstream_spark.config import Config
-
         return Config(dict(self.config)).mq_type
 
     def client(self):
         """A new backend client (the caller closes it)."""
-        from msgstream_spark.config import Config
-        from msgstream_spark.mq.registry import build_client
 
         cfg = Config(dict(self.config), source="<spark options>")
         return build_client(cfg.mq_type, cfg)
@@ -142,7 +140,6 @@ class ReadOptions:
 
 def parse_read_options(options: Mapping[str, Any], *, streaming: bool | None) -> ReadOptions:
     """Validate every option; unknown ones are errors listing the known options."""
-    from msgstream_spark.config import Config
 
     opts = {str(k).lower(): ("" if v is None else str(v)) for k, v in options.items()}
     overrides = {k: v for k, v in opts.items() if k.startswith(CONFIG_PREFIXES)}
@@ -155,20 +152,7 @@ def parse_read_options(options: Mapping[str, Any], *, streaming: bool | None) ->
         _ = cfg.mq_type
     except ConfigError as exc:
         raise OptionError(f"option config: {exc}") from exc
-
-    channels = tuple(c.strip() for c in (opts.get("channels") or opts.get("path") or "").split(",") if c.strip())
-    pattern = opts.get("channelpattern") or None
-    if bool(channels) == bool(pattern):
-        raise OptionError("exactly one of the options channels or channelPattern must be set "
-                          f"(channels={opts.get('channels')!r}, channelPattern={pattern!r})")
-    if pattern:
-        try:
-            re.compile(pattern)
-        except re.error as exc:
-            raise OptionError(f"option channelPattern is not a valid regex: {exc}") from None
-    if len(set(channels)) != len(channels):
-        raise OptionError(f"option channels lists a channel twice: {opts.get('channels')}")
-
+    channels, pattern = _channels(opts)
     starting = opts.get("startingpositions") or None
     ending = opts.get("endingpositions") or None
     r = ReadOptions(
@@ -185,24 +169,8 @@ def parse_read_options(options: Mapping[str, Any], *, streaming: bool | None) ->
         min_partitions=_pos_int(opts, "minpartitions"), dedupe=bool(_bool(opts, "dedupe", False)),
         schema_ddl=opts.get("schema") or None,
     )
-    types = opts.get("messagetypes")
-    if types:
-        parsed = tuple(t.strip().lower() for t in types.split(",") if t.strip())
-        bad = [t for t in parsed if t not in MESSAGE_TYPES]
-        if bad:
-            raise OptionError(f"option messageTypes has unknown type(s) {', '.join(bad)}; "
-                              f"accepted: {', '.join(MESSAGE_TYPES)}")
-        if r.output == "rows" and not set(parsed) & set(ROW_TYPES):
-            raise OptionError("option messageTypes must include insert or delete with output=rows "
-                              "(other types produce no rows; use output=messages)")
-        r.message_types = parsed
-    rt = opts.get("readtimeout")
-    if rt:
-        try:
-            r.read_timeout = float(rt)
-            assert r.read_timeout > 0
-        except (ValueError, AssertionError):
-            raise OptionError(f"option readTimeout must be a positive number of seconds, got {rt!r}") from None
+    r.message_types = _message_types(opts, r.output) or r.message_types
+    r.read_timeout = _read_timeout(opts) or r.read_timeout
     r.batch_rows = _pos_int(opts, "maxbatchrows") or r.batch_rows
     if r.min_rows and r.max_rows and r.min_rows > r.max_rows:
         raise OptionError(f"option minRowsPerTrigger ({r.min_rows}) must not exceed maxRowsPerTrigger ({r.max_rows})")
@@ -210,8 +178,59 @@ def parse_read_options(options: Mapping[str, Any], *, streaming: bool | None) ->
         raise OptionError("set only one of startingPositions and startingTimestamp")
     if ending and r.ending_ts is not None:
         raise OptionError("set only one of endingPositions and endingTimestamp")
-    if streaming is None:  # schema(): the mode is not known yet
-        return r
+    if streaming is not None:  # None: schema(), the mode is not known yet
+        _check_mode(r, opts, streaming)
+    return r
+
+
+def _channels(opts: Mapping[str, str]) -> tuple[tuple[str, ...], str | None]:
+    """(channels, channelPattern): exactly one of them, no channel twice, a valid regex."""
+    channels = tuple(c.strip() for c in (opts.get("channels") or opts.get("path") or "").split(",") if c.strip())
+    pattern = opts.get("channelpattern") or None
+    if bool(channels) == bool(pattern):
+        raise OptionError("exactly one of the options channels or channelPattern must be set "
+                          f"(channels={opts.get('channels')!r}, channelPattern={pattern!r})")
+    if pattern:
+        try:
+            re.compile(pattern)
+        except re.error as exc:
+            raise OptionError(f"option channelPattern is not a valid regex: {exc}") from None
+    if len(set(channels)) != len(channels):
+        raise OptionError(f"option channels lists a channel twice: {opts.get('channels')}")
+    return channels, pattern
+
+
+def _message_types(opts: Mapping[str, str], output: str) -> tuple[str, ...] | None:
+    types = opts.get("messagetypes")
+    if not types:
+        return None
+    parsed = tuple(t.strip().lower() for t in types.split(",") if t.strip())
+    bad = [t for t in parsed if t not in MESSAGE_TYPES]
+    if bad:
+        raise OptionError(f"option messageTypes has unknown type(s) {', '.join(bad)}; "
+                          f"accepted: {', '.join(MESSAGE_TYPES)}")
+    if output == "rows" and not set(parsed) & set(ROW_TYPES):
+        raise OptionError("option messageTypes must include insert or delete with output=rows "
+                          "(other types produce no rows; use output=messages)")
+    return parsed
+
+
+def _read_timeout(opts: Mapping[str, str]) -> float | None:
+    rt = opts.get("readtimeout")
+    if not rt:
+        return None
+    try:
+        value = float(rt)
+    except ValueError:
+        value = 0.0
+    if not value > 0:  # also rejects NaN
+        raise OptionError(f"option readTimeout must be a positive number of seconds, got {rt!r}")
+    return value
+
+
+def _check_mode(r: ReadOptions, opts: Mapping[str, str], streaming: bool) -> None:
+    """Options that only one of spark.read / spark.readStream accepts."""
+    starting, ending = r.starting, r.ending
     if streaming:
         for key, val in (("endingPositions", ending), ("endingTimestamp", r.ending_ts)):
             if val is not None:
@@ -225,4 +244,3 @@ def parse_read_options(options: Mapping[str, Any], *, streaming: bool | None) ->
         for key in ("maxrowspertrigger", "maxbytespertrigger", "minrowspertrigger"):
             if opts.get(key):
                 log.warning("option %s only applies to streaming reads; ignored for spark.read", key)
-    return r

@@ -8,7 +8,6 @@ is stateless: everything it needs is inside the pickled partition.
 from __future__ import annotations
 
 import logging
-import struct
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -20,9 +19,13 @@ from pyspark.sql.datasource import InputPartition
 from msgstream_spark.errors import ConsumeError, DataLossError, DecodeError, UnknownMessageTypeError
 from msgstream_spark.msg import codec
 from msgstream_spark.msg.types import MsgType
+from msgstream_spark.sink.dedupe import ReplayFilter
 from msgstream_spark.spark.offsets import Entry, Offset, unb64
 from msgstream_spark.spark.options import ReadOptions
+from msgstream_spark.spark.ranges import plan_ranges
 from msgstream_spark.spark.rows import MessagesBuilder, RowsBuilder, wanted_type
+from msgstream_spark.spark.scan import peek_counts
+from msgstream_spark.stream.seek import SeekFilter
 
 log = logging.getLogger(__name__)
 
@@ -48,55 +51,14 @@ class ChannelPartition(InputPartition):
         InputPartition.__init__(self, self.channel)
 
 
-def _as_int(data: bytes) -> int | None:
-    return struct.unpack("<q", data)[0] if len(data) == 8 else None
-
-
-def plan_partitions(start: Offset, end: Offset, opts: ReadOptions, schema_json: str, pk_name: str | None,
-                    collection: tuple[int | None, str | None] = (None, None)) -> list[ChannelPartition]:
-    """One partition per channel with data in (start, end]; split by ``minPartitions`` when
-    the backend's ids are contiguous integers (embedded log, Kafka offsets)."""
-    ranges = []
-    for ch in sorted(end):
-        s, e = start.get(ch, {"msgID": "", "ts": 0}), end[ch]
-        if not e.get("msgID"):
-            continue
-        if s.get("msgID") == e.get("msgID") and not s.get("inclusive"):
-            continue
-        ranges.append((ch, s, e))
-    if not ranges:
-        return []
-    parts: list[ChannelPartition] = []
-    want = opts.min_partitions or 0
-    splittable = opts.mq_type in ("local", "kafka")
-    sizes = {}
-    for ch, s, e in ranges:
-        a, b = _as_int(unb64(s.get("msgID", ""))), _as_int(unb64(e["msgID"]))
-        if splittable and a is not None and b is not None and not s.get("inclusive") and not e.get("exclusive"):
-            sizes[ch] = max(0, b - a)
-    total = sum(sizes.values()) or 1
+def plan_partitions(client: Any, start: Offset, end: Offset, opts: ReadOptions, schema_json: str,
+                    pk_name: str | None, collection: tuple[int | None, str | None] = (None, None),
+                    ) -> list[ChannelPartition]:
+    """One partition per channel with data in (start, end], split by ``minPartitions`` where the
+    backend's ids are integer offsets (:func:`msgstream_spark.spark.ranges.plan_ranges`)."""
     cid, cname = collection
-    for ch, s, e in ranges:
-        pieces = 1
-        if want > len(ranges) and ch in sizes and sizes[ch] > 1:
-            pieces = max(1, min(sizes[ch], round(want * sizes[ch] / total)))
-        if pieces == 1:
-            parts.append(ChannelPartition(ch, s, e, opts, schema_json, pk_name, cid, cname))
-            continue
-        a, b = _as_int(unb64(s["msgID"])), _as_int(unb64(e["msgID"]))
-        bounds = [a + (b - a) * k // pieces for k in range(pieces + 1)]
-        for lo, hi in zip(bounds, bounds[1:]):
-            if hi > lo:
-                ps = {"msgID": _b64int(lo), "ts": 0}
-                pe = {"msgID": _b64int(hi), "ts": e["ts"] if hi == b else 0}
-                parts.append(ChannelPartition(ch, ps, pe, opts, schema_json, pk_name, cid, cname))
-    return parts
-
-
-def _b64int(v: int) -> str:
-    import base64
-
-    return base64.b64encode(struct.pack("<q", v)).decode()
+    return [ChannelPartition(ch, s.to_json(), e.to_json(), opts, schema_json, pk_name, cid, cname)
+            for ch, s, e in plan_ranges(client, start, end, opts.min_partitions)]
 
 
 def _spark_arrow_schema(schema_json: str) -> pa.Schema:
@@ -125,8 +87,6 @@ def read_partition(part: ChannelPartition) -> Iterator[pa.RecordBatch]:
                     else RowsBuilder(schema, group, part.pk_name))
     dedupe = None
     if opts.dedupe:
-        from msgstream_spark.spark.writer_dedupe import ReplayFilter
-
         dedupe = ReplayFilter()
     client = opts.client()
     consumer = None
@@ -134,7 +94,7 @@ def read_partition(part: ChannelPartition) -> Iterator[pa.RecordBatch]:
         consumer = client.reader(part.channel)  # records nothing on the broker
         start_id = unb64(part.start.get("msgID", ""))
         inclusive = bool(part.start.get("inclusive"))
-        seek_ts = int(part.start.get("ts", 0)) if inclusive else None
+        seek = SeekFilter(int(part.start.get("ts", 0)) if inclusive else None)
         _seek(client, consumer, part.channel, start_id, inclusive, opts.fail_on_data_loss)
         end_id = client.bytes_to_message_id(unb64(part.end["msgID"]))
         end_exclusive = bool(part.end.get("exclusive"))
@@ -160,7 +120,7 @@ def read_partition(part: ChannelPartition) -> Iterator[pa.RecordBatch]:
                 if m.id > end_id or (end_exclusive and m.id >= end_id):
                     done = True
                     break
-                seek_ts = _handle(m, part, builder, dedupe, seek_ts)
+                _handle(m, part, builder, dedupe, seek)
                 if builder.rows >= opts.batch_rows:  # hand rows to Spark as soon as a batch is full
                     yield from builder.flush()
                 if m.id == end_id:
@@ -195,55 +155,47 @@ def _drop(consumer: Any) -> None:
         log.warning("removing the read subscription %s failed", consumer.subscription, exc_info=True)
 
 
-def _handle(m: Any, part: ChannelPartition, builder: Any, dedupe: Any, seek_ts: int | None) -> int | None:
-    """Filter, decode and add one message; returns the seek filter still in force."""
+def _handle(m: Any, part: ChannelPartition, builder: Any, dedupe: Any, seek: SeekFilter) -> None:
+    """Filter (Milvus's seek, types, replays, collection), decode and add one message."""
     opts = part.opts
     mid = m.id.serialize()
     try:
         t = codec.peek_msg_type(m.payload, m.properties)
     except DecodeError as exc:
-        return _decode_failed(exc.with_location(part.channel, mid), opts, builder, m, seek_ts)
-    if seek_ts is not None:
-        if t == MsgType.TimeTick:
-            # Milvus: the first tick >= the position's ts ends the seek (and is dropped)
-            ts = _header_ts(m)
-            return None if ts >= seek_ts else seek_ts
+        return _decode_failed(exc.with_location(part.channel, mid), opts, builder, m)
+    if seek.active and t == MsgType.TimeTick:
+        seek.keep(True, _header_ts(m))  # a tick never survives a seek; the first one >= ts ends it
+        return
     if not wanted_type(t, opts.message_types):
-        return seek_ts
+        return
     if opts.output == "rows" and t not in (MsgType.Insert, MsgType.Delete):
-        return seek_ts
+        return
     if dedupe is not None and not dedupe.keep(part.channel, m.properties):
-        return seek_ts
+        return
     try:
         msg = codec.unmarshal(m.payload, m.properties, channel=part.channel, msg_id=mid)
     except UnknownMessageTypeError:
         if opts.output == "messages":  # tooling output keeps types we do not decode
             builder.add_raw(m, None)
-        return seek_ts
+        return
     except DecodeError as exc:
-        return _decode_failed(exc, opts, builder, m, seek_ts)
-    if seek_ts is not None and msg.begin_ts <= seek_ts:
-        return seek_ts
-    if not _collection_matches(msg, part):
-        return seek_ts
+        return _decode_failed(exc, opts, builder, m)
+    if (seek.active and not seek.keep(False, int(msg.begin_ts))) or not _collection_matches(msg, part):
+        return
     if opts.output == "messages":
         builder.add_raw(m, msg)
     else:
         builder.add(msg, part.channel, mid)
-    return seek_ts
 
 
 def _header_ts(m: Any) -> int:
-    from msgstream_spark.spark.scan import peek_counts
-
     return peek_counts(m.payload, MsgType.TimeTick)[1]
 
 
-def _decode_failed(exc: DecodeError, opts: ReadOptions, builder: Any, m: Any, seek_ts: int | None) -> int | None:
+def _decode_failed(exc: DecodeError, opts: ReadOptions, builder: Any, m: Any) -> None:
     if opts.on_decode_error == "fail":
         raise DecodeError(f"{exc.reason} (set onDecodeError=skip to skip such messages)", channel=exc.channel,
                           msg_id=exc.msg_id, payload=exc.payload) from exc
     log.warning("skipping undecodable message (onDecodeError=skip): %s", exc)
     if opts.output == "messages":
         builder.add_raw(m, None)
-    return seek_ts

@@ -8,17 +8,16 @@ count from a walk over the payload's top-level fields).
 from __future__ import annotations
 
 import logging
-import math
 import weakref
 from dataclasses import dataclass, field
 from typing import Any
 
 from msgstream_spark.errors import DataLossError, DecodeError
-from msgstream_spark.mq.base import MessageID
 from msgstream_spark.msg import codec
-from msgstream_spark.msg.codec import iter_fields
 from msgstream_spark.msg.types import MsgType
+from msgstream_spark.msg.wire import iter_fields
 from msgstream_spark.spark.offsets import Entry, Offset, entry, normalize, unb64
+from msgstream_spark.stream.ticks import Item, plan_cut
 
 log = logging.getLogger(__name__)
 
@@ -43,17 +42,6 @@ def peek_counts(payload: bytes, msg_type: int) -> tuple[int, int]:
     except (IndexError, ValueError):
         pass
     return rows, ts
-
-
-@dataclass
-class Item:
-    """One scanned message: id, timestamp, tick flag, rows and bytes it contributes."""
-
-    id: MessageID
-    ts: int
-    tick: bool
-    rows: int
-    size: int
 
 
 @dataclass
@@ -135,19 +123,12 @@ class Scanner:
 
 
     # -- planning ------------------------------------------------------------------------
-    def plan_end(self, start: Offset, *, align: bool | None, max_rows: int | None = None,
-                 max_bytes: int | None = None, cap: Offset | None = None) -> tuple[Offset, int]:
-        """The end offset of the next batch and the rows it holds.
-
-        Aligned channels (those carrying time ticks, or all when ``align`` is true) end at
-        the last tick with ts <= T, T being the lowest tick every aligned channel with
-        pending data has reached. Row/byte caps pick the largest such cut within budget
-        (always at least one step of progress). ``cap`` (Trigger.AvailableNow) bounds it.
-        """
+    def _views(self, start: Offset, cap: Offset | None) -> dict[str, list[Item]]:
+        """Scanned items per channel, bounded by ``cap`` (Trigger.AvailableNow's target)."""
         views: dict[str, list[Item]] = {}
         for ch in start:
             items = self.chans[ch].items if ch in self.chans else []
-            if cap is not None:  # Trigger.AvailableNow: nothing past the target
+            if cap is not None:
                 cmid = cap.get(ch, {}).get("msgID", "")
                 if not cmid:
                     items = []
@@ -155,65 +136,19 @@ class Scanner:
                     cid = self.client.bytes_to_message_id(unb64(cmid))
                     items = [it for it in items if it.id <= cid]
             views[ch] = items
+        return views
+
+    def plan_end(self, start: Offset, *, align: bool | None, max_rows: int | None = None,
+                 max_bytes: int | None = None, cap: Offset | None = None) -> tuple[Offset, int]:
+        """The end offset of the next batch and the rows it holds (the cut: stream.ticks).
+
+        Aligned channels are those carrying time ticks, or all when ``align`` is true.
+        """
+        views = self._views(start, cap)
         aligned = {ch for ch in start if align is True or (align is None and self.chans.get(ch) and
                                                           self.chans[ch].has_ticks)}
-        # T: the highest tick every aligned channel with pending data reached
-        bound = math.inf
-        for ch in aligned:
-            items = views[ch]
-            ticks = [it for it in items if it.tick]
-            pending = items and not items[-1].tick
-            if pending:
-                bound = min(bound, ticks[-1].ts if ticks else int(start[ch].get("ts", 0)))
-        candidates = sorted({it.ts for ch in aligned for it in views[ch] if it.tick and it.ts <= bound})
-
-        def cut(t: float) -> dict[str, int]:
-            """Index (exclusive) of items included per aligned channel for tick cut ``t``."""
-            out = {}
-            for ch in aligned:
-                last = -1
-                for i, it in enumerate(views[ch]):
-                    if it.tick and it.ts <= t:
-                        last = i
-                out[ch] = last + 1
-            return out
-
-        def totals(idx: dict[str, int]) -> tuple[int, int]:
-            rows = sum(it.rows for ch, n in idx.items() for it in views[ch][:n])
-            size = sum(it.size for ch, n in idx.items() for it in views[ch][:n])
-            return rows, size
-
-        chosen = cut(candidates[-1]) if candidates else {ch: 0 for ch in aligned}
-        if (max_rows or max_bytes) and candidates:
-            for i, t in enumerate(candidates):
-                idx = cut(t)
-                r, b = totals(idx)
-                if i > 0 and ((max_rows and r > max_rows) or (max_bytes and b > max_bytes)):
-                    break
-                chosen = idx
-        used_rows, used_bytes = totals(chosen)
-        # unaligned channels: message granularity, sharing what is left of the budget
-        free = [ch for ch in start if ch not in aligned and views[ch]]
-        for n, ch in enumerate(free):
-            items = views[ch]
-            take = len(items)
-            if max_rows or max_bytes:
-                share_r = None if not max_rows else max(0, (max_rows - used_rows)) // (len(free) - n)
-                share_b = None if not max_bytes else max(0, (max_bytes - used_bytes)) // (len(free) - n)
-                r = b = 0
-                take = 0
-                for it in items:
-                    if take > 0 and ((share_r is not None and r + it.rows > share_r) or
-                                     (share_b is not None and b + it.size > share_b)):
-                        break
-                    r += it.rows
-                    b += it.size
-                    take += 1
-                used_rows += r
-                used_bytes += b
-            else:
-                used_rows += sum(it.rows for it in items)
-            chosen[ch] = take
+        start_ts = {ch: int(st.get("ts", 0)) for ch, st in start.items()}
+        chosen, rows = plan_cut(views, aligned, start_ts, max_rows=max_rows, max_bytes=max_bytes)
         end: Offset = {}
         for ch, st in start.items():
             n = chosen.get(ch, 0)
@@ -222,7 +157,7 @@ class Scanner:
             else:
                 last = views[ch][n - 1]
                 end[ch] = entry(last.id.serialize(), last.ts)
-        return normalize(end), used_rows
+        return normalize(end), rows
 
     def latest(self, start: Offset) -> Offset:
         """Uncapped end: every scanned message (for reportLatestOffset / AvailableNow targets)."""

@@ -12,6 +12,7 @@ from typing import Any
 
 from msgstream_spark.errors import SchemaError
 from msgstream_spark.msg import codec
+from msgstream_spark.msg.schema import collection_arrow_schema, infer_collection_schema
 from msgstream_spark.msg.types import MsgType
 from msgstream_spark.spark.options import ReadOptions
 from msgstream_spark.spark.rows import METADATA, OP, messages_struct, rows_struct
@@ -27,7 +28,6 @@ def collection_fields(coll_schema: Any) -> tuple[list, str | None]:
     from pyspark.sql.pandas.types import from_arrow_type
     from pyspark.sql.types import StructField
 
-    from msgstream_spark.msg.schema import collection_arrow_schema
 
     arrow = collection_arrow_schema(coll_schema)
     pk = next((f.name for f in coll_schema.fields if f.is_primary_key), None)
@@ -43,7 +43,6 @@ def infer(opts: ReadOptions, channels: list[str]) -> tuple[Any, str | None, int 
     """(StructType, pk name, collection id) for ``opts``; SchemaError if nothing is found."""
     if opts.output == "messages":
         return messages_struct(), None, None
-    from msgstream_spark.msg.schema import infer_collection_schema
 
     found: dict[int, tuple[Any, str]] = {}  # collection id -> (CollectionSchema, source)
     client = opts.client()

@@ -130,7 +130,7 @@ class MsgStreamStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
         return self._scanner.latest(self._last_start)
 
     def partitions(self, start: dict, end: dict) -> list[InputPartition]:
-        return plan_partitions(normalize(start), normalize(end), self.opts, self.schema_json, self.pk,
+        return plan_partitions(self._c(), normalize(start), normalize(end), self.opts, self.schema_json, self.pk,
                                self.collection)
 
     def read(self, partition: InputPartition):

@@ -3,7 +3,7 @@
 ``df.write.format("msgstream")`` and ``df.writeStream.format("msgstream")`` end here.
 Options, the schema plan and validation happen on the driver when the writer is built
 (so a DataFrame the collection cannot hold fails before any task runs); each task then
-encodes its Arrow batches column-wise and produces them (:mod:`writer_task`).
+encodes its Arrow batches column-wise and produces them (:mod:`msgstream_spark.sink.task`).
 Writers and commit messages hold plain data only.
 """
 
@@ -17,10 +17,10 @@ from typing import Any
 import pyarrow as pa
 from pyspark.sql.datasource import DataSourceArrowWriter, DataSourceStreamArrowWriter, WriterCommitMessage
 
-from msgstream_spark.errors import OptionError
-from msgstream_spark.spark.writer_encode import WritePlan, plan_write
-from msgstream_spark.spark.writer_options import SinkOptions, parse_sink_options
-from msgstream_spark.spark.writer_task import TaskResult, TaskWriter, committed_key
+from msgstream_spark.errors import OptionError, SchemaError
+from msgstream_spark.sink.options import METADATA_COLUMNS, SinkOptions, parse_sink_options
+from msgstream_spark.sink.plan import WritePlan, plan_write
+from msgstream_spark.sink.task import TaskResult, TaskWriter, committed_key
 
 log = logging.getLogger(__name__)
 
@@ -72,8 +72,6 @@ def _arrow_schema(schema) -> pa.Schema:
     from pyspark.sql.pandas.types import to_arrow_schema
     from pyspark.sql.types import StructType
 
-    from msgstream_spark.errors import SchemaError
-    from msgstream_spark.spark.writer_options import METADATA_COLUMNS
 
     kept = StructType([f for f in schema.fields if f.name not in METADATA_COLUMNS])
     try:

@@ -9,7 +9,6 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
 
 from msgstream_spark.errors import ConfigError, ConsumeError, DecodeError, MsgStreamError, ProduceError
 from msgstream_spark.mq.base import (
@@ -24,6 +23,8 @@ from msgstream_spark.mq.base import (
 from msgstream_spark.msg import codec
 from msgstream_spark.msg.position import MsgPosition
 from msgstream_spark.msg.types import MsgPack, TsMsg
+from msgstream_spark.stream.names import to_physical_channel
+from msgstream_spark.stream.sender import close_all, send_per_channel
 
 log = logging.getLogger(__name__)
 
@@ -101,26 +102,7 @@ class MsgStream:
 
     def _send_groups(self, per_channel: Mapping[str, list[TsMsg]], *, with_type: bool) -> dict[str, list[MessageID]]:
         encoded = {ch: [self._encode(m, with_type) for m in ms] for ch, ms in per_channel.items()}
-        if len(encoded) == 1:
-            ch, batch = next(iter(encoded.items()))
-            return {ch: self._producers[ch].send_batch(batch)}
-        results: dict[str, list[MessageID]] = {}
-        errors: list[ProduceError] = []
-        with ThreadPoolExecutor(max_workers=min(8, len(encoded))) as pool:
-            futs = {ch: pool.submit(self._producers[ch].send_batch, batch) for ch, batch in encoded.items()}
-            for ch, fut in futs.items():
-                try:
-                    results[ch] = fut.result()
-                except ProduceError as exc:
-                    errors.append(exc)
-        if errors:
-            chans = ", ".join(str(e.channel) for e in errors)
-            first = errors[0]
-            err = ProduceError(f"produce failed on channel(s) {chans}: {first}", channel=first.channel,
-                               failures=first.failures, ids=first.ids)
-            err.results = results  # type: ignore[attr-defined]  # what was written elsewhere
-            raise err from first
-        return results
+        return send_per_channel(encoded, lambda ch, batch: self._producers[ch].send_batch(batch))
 
     @staticmethod
     def _encode(m: TsMsg, with_type: bool) -> ProducerMessage:
@@ -163,8 +145,6 @@ class MsgStream:
             return self._consumers[channel]
         except KeyError:
             # Milvus positions may name a vchannel; map it to its pchannel.
-            from msgstream_spark.stream.names import to_physical_channel
-
             phys = to_physical_channel(channel)
             if phys in self._consumers:
                 return self._consumers[phys]
@@ -253,17 +233,8 @@ class MsgStream:
         if self._closed:
             return
         self._closed = True
-        first: BaseException | None = None
-        for res in [*self._producers.values(), *self._consumers.values()]:
-            try:
-                res.close()
-            except Exception as exc:  # noqa: BLE001 - close everything, re-raise the first
-                first = first or exc
-        if self.own_client:
-            try:
-                self.client.close()
-            except Exception as exc:  # noqa: BLE001
-                first = first or exc
+        first = close_all([*self._producers.values(), *self._consumers.values()],
+                          *([self.client.close] if self.own_client else []))
         if first is not None:
             raise first
 

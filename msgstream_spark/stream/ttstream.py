@@ -20,10 +20,13 @@ from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from msgstream_spark.errors import ConfigError
 from msgstream_spark.mq.base import Client, Message
 from msgstream_spark.msg.position import MsgPosition
 from msgstream_spark.msg.types import DeleteMsg, InsertMsg, MsgPack, MsgType, TsMsg
 from msgstream_spark.stream.msgstream import MsgStream, RepackFunc
+from msgstream_spark.stream.seek import SeekFilter
+from msgstream_spark.stream.ticks import common_tick, split_at
 
 
 @dataclass
@@ -33,7 +36,7 @@ class _ChannelState:
     tt: int = 0  # last time tick read
     tt_position: MsgPosition | None = None
     current: MsgPosition | None = None
-    seek_ts: int | None = None  # while set, drop messages at or before it (seek semantics)
+    seek: SeekFilter = field(default_factory=lambda: SeekFilter(None))  # Milvus's seek, while active
 
 
 class TtMsgStream(MsgStream):
@@ -65,7 +68,7 @@ class TtMsgStream(MsgStream):
             st = self._st(ch)
             st.buffer.clear()
             st.pending.clear()
-            st.seek_ts = p.timestamp
+            st.seek = SeekFilter(p.timestamp)
             st.tt = 0
             st.current = MsgPosition(ch, p.msg_id, self.subscription or "", p.timestamp)
         if positions:
@@ -79,14 +82,9 @@ class TtMsgStream(MsgStream):
             return False
         st = self._st(ch)
         is_tt = msg.msg_type == MsgType.TimeTick
-        if st.seek_ts is not None:
-            if is_tt:
-                if msg.timestamp >= st.seek_ts:
-                    st.seek_ts = None  # seeking done; this tick itself is dropped
-                return False
-            if msg.begin_ts <= st.seek_ts:
-                return False
-            st.buffer.append(msg)
+        if st.seek.active:
+            if st.seek.keep(is_tt, int(msg.timestamp if is_tt else msg.begin_ts)):
+                st.buffer.append(msg)
             return False
         if is_tt:
             st.tt = int(msg.timestamp)
@@ -114,8 +112,6 @@ class TtMsgStream(MsgStream):
     def consume(self, timeout: float = 1.0) -> MsgPack | None:
         """The next time-tick aligned pack, or None when none is complete within ``timeout``."""
         if not self._consumers:
-            from msgstream_spark.errors import ConfigError
-
             raise ConfigError("this TtMsgStream has no consumers: call as_consumer(...) first")
         deadline = time.monotonic() + max(0.0, timeout)
         chans = self.consumer_channels
@@ -128,7 +124,7 @@ class TtMsgStream(MsgStream):
                 for ch in chans:  # catch up with what is already available
                     if self._st(ch).tt < top:
                         self._read_until_tick(ch, top - 1, 0.0)
-                return self._cut(min(self._st(ch).tt for ch in chans))
+                return self._cut(common_tick(self._st(ch).tt for ch in chans))
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 return None
@@ -144,8 +140,7 @@ class TtMsgStream(MsgStream):
         for ch in self.consumer_channels:
             st = self._st(ch)
             had = bool(st.buffer)
-            take = [m for m in st.buffer if m.end_ts <= t]
-            st.buffer = [m for m in st.buffer if m.end_ts > t]
+            take, st.buffer = split_at(st.buffer, t)
             if had:
                 starts.append(st.current or MsgPosition(ch, b"", sub, self.last_end_ts))
             for m in take:

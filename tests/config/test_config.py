@@ -6,9 +6,10 @@ import textwrap
 
 import pytest
 
-from msgstream_spark.config import Config, Factory
+from msgstream_spark.config import Config
 from msgstream_spark.errors import BackendUnavailableError, ConfigError
 from msgstream_spark.mq.registry import build_client
+from msgstream_spark.stream import Factory
 
 
 def write(tmp_path, text: str, name: str = "milvus.yaml"):

@@ -43,6 +43,7 @@ def test_positions_use_milvus_kafka_encoding(kafka_env):
     c.close()
 
 
+@pytest.mark.slow  # a broker or process fault: waits out real timeouts
 def test_broker_paused_during_produce_and_consume_delivers_once_in_order(kafka_broker):
     c = KafkaClient(kafka_config(kafka_broker.bootstrap))
     ch = "paused"
@@ -67,6 +68,7 @@ def test_broker_paused_during_produce_and_consume_delivers_once_in_order(kafka_b
     c.close()
 
 
+@pytest.mark.slow  # a broker or process fault: waits out real timeouts
 def test_broker_killed_gives_a_clear_error_within_the_timeout(kafka_broker):
     c = KafkaClient(kafka_config(kafka_broker.bootstrap, requestTimeout=3, readTimeout=3))
     p = c.create_producer("doomed")

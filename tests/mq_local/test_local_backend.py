@@ -44,6 +44,7 @@ def _consume(path: str, channel: str, n: int, q) -> None:
     q.put(got)
 
 
+@pytest.mark.slow  # a broker or process fault: waits out real timeouts
 def test_two_producer_processes_and_a_consumer_process(tmp_path):
     path = str(tmp_path / "log.db")
     LocalClient(cfg(path)).create_producer("shared").close()
@@ -62,6 +63,7 @@ def test_two_producer_processes_and_a_consumer_process(tmp_path):
         assert seq == list(range(1000)), f"order of producer {tag} not kept"
 
 
+@pytest.mark.slow  # a broker or process fault: waits out real timeouts
 def test_many_connections_opening_a_fresh_file_at_once(tmp_path):
     # Spark tasks open the same new log file together. Switching a new file to WAL can answer
     # "database is locked" without waiting for the busy handler; no opener may fail because of it.
@@ -97,6 +99,7 @@ def _endless_batches(path: str, ready) -> None:
             ready.set()
 
 
+@pytest.mark.slow  # a broker or process fault: waits out real timeouts
 def test_producer_killed_mid_batch_leaves_no_partial_batch(tmp_path):
     path = str(tmp_path / "log.db")
     ready = CTX.Event()

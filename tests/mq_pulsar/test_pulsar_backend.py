@@ -223,6 +223,7 @@ def test_connections_dropped_mid_stream_lose_and_duplicate_nothing(pulsar_broker
     c.close()
 
 
+@pytest.mark.slow  # a broker or process fault: waits out real timeouts
 def test_broker_gone_gives_a_clear_error_within_the_timeout():
     broker = PulsarTestBroker().start()
     c = client_for(broker, requestTimeout=2)

@@ -134,8 +134,8 @@ def test_sparse_rows_are_sorted_by_index_on_write():
 
 
 def test_every_type_roundtrips_through_the_embedded_log(tmp_path):
-    from msgstream_spark.config import Factory
     from msgstream_spark.msg.types import MsgPack
+    from msgstream_spark.stream import Factory
 
     schemas = {n: _field_schema(n, spec, 100 + i) for i, (n, spec) in enumerate(COLUMNS.items())}
     fds = [arrow_to_field_data(spec[1], schemas[n]) for n, spec in COLUMNS.items()]

@@ -7,10 +7,11 @@ import pyarrow as pa
 import pytest
 
 from msgstream_spark.errors import OptionError, SchemaError
-from msgstream_spark.spark.writer_dedupe import ReplayFilter
-from msgstream_spark.spark.writer_encode import plan_write, split_points
-from msgstream_spark.spark.writer_options import parse_sink_options
-from msgstream_spark.spark.writer_task import PROP_BATCH, PROP_SEQ, PROP_TASK, PROP_WRITER, TaskWriter
+from msgstream_spark.sink.dedupe import ReplayFilter
+from msgstream_spark.sink.encode import split_points
+from msgstream_spark.sink.options import parse_sink_options
+from msgstream_spark.sink.plan import plan_write
+from msgstream_spark.sink.task import PROP_BATCH, PROP_SEQ, PROP_TASK, PROP_WRITER, TaskWriter
 from tests.sink.helpers import config_file, deleted_keys, inserted_rows, read_all
 
 # Milvus's Hash32Int64 test vectors (wire doc §5.4) and the CRC32 vector for VarChar keys.
@@ -199,7 +200,7 @@ def test_retried_task_reproduces_keys_and_replay_filter_drops_them(backend, tmp_
 def test_fast_float_vector_bytes_equal_the_protobuf_serialization():
     from msgstream_spark.msg.columns import arrow_to_field_data
     from msgstream_spark.msg.pb import schema_pb2
-    from msgstream_spark.spark.writer_wire import fields_data_entry, float_vector_entry
+    from msgstream_spark.sink.wire import fields_data_entry, float_vector_entry
 
     arr = pa.array([[float(i), -0.5, 1e-3] for i in range(300)], type=pa.list_(pa.float32())).slice(7, 200)
     fs = schema_pb2.FieldSchema(name="vec", fieldID=103, data_type=schema_pb2.FloatVector)
@@ -254,7 +255,7 @@ def test_produce_failure_names_the_channel_and_reports_nothing_unwritten(local_e
 
 
 def test_a_committed_streaming_batch_is_recognised_for_a_stable_writer_id(local_env, tmp_path):
-    from msgstream_spark.spark.writer_task import committed_key
+    from msgstream_spark.sink.task import committed_key
 
     batch = _vec_batch([1])
     cfg = config_file(local_env, tmp_path)

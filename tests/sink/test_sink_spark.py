@@ -3,11 +3,16 @@
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 import zlib
+from pathlib import Path
 
 import pytest
 
-from msgstream_spark.spark.writer_dedupe import ReplayFilter
+from msgstream_spark.sink.dedupe import ReplayFilter
+from tests.sink import failpoint
 from tests.sink.helpers import config_file, deleted_keys, inserted_rows, read_all
 
 pytestmark = pytest.mark.slow
@@ -179,20 +184,17 @@ def test_streaming_exactly_once_after_a_killed_task(spark, local_env, tmp_path):
     cfg = config_file(local_env, tmp_path)
     marker = tmp_path / "killed.marker"
     chk = tmp_path / "chk"
-
-    def start():
-        stream = spark.readStream.schema("pk long, v double").parquet(str(src))
-        return (stream.writeStream.format("msgstream").option("config", cfg).option("channels", ",".join(chans))
-                .option("writerId", "eo-test").option("_failAfterProduce", str(marker))
-                .option("checkpointLocation", str(chk)).trigger(availableNow=True).start())
-
-    q = start()
-    with pytest.raises(Exception):  # noqa: B017 - the killed worker fails the query
-        q.awaitTermination(300)
-        if q.exception() is not None:
-            raise RuntimeError(str(q.exception()))
+    root = Path(__file__).resolve().parents[2]
+    # The failpoint lives in tests: a process of its own whose Spark workers load it (sitecustomize).
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(root / "tests" / "sink" / "site"), str(root)]),
+           failpoint.ENV: str(marker), "PYSPARK_PYTHON": sys.executable}
+    run = subprocess.run([sys.executable, "-m", "tests.sink.killed_sink", cfg, ",".join(chans), str(src), str(chk)],
+                         cwd=root, env=env, capture_output=True, text=True, timeout=300)
+    assert run.returncode == 3, run.stdout + run.stderr[-2000:]  # the killed worker failed the query
     assert marker.exists()
-    q = start()
+    q = (spark.readStream.schema("pk long, v double").parquet(str(src)).writeStream.format("msgstream")
+         .option("config", cfg).option("channels", ",".join(chans)).option("writerId", "eo-test")
+         .option("checkpointLocation", str(chk)).trigger(availableNow=True).start())
     assert q.awaitTermination(300)
     assert q.exception() is None
     with local_env.client() as c:

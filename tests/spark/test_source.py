@@ -11,6 +11,8 @@ from chispa import assert_df_equality
 from msgstream_spark.msg.position import MsgPosition
 from tests.spark.helpers import COLLECTION, MS, TS0, Publisher, spark_options
 
+pytestmark = pytest.mark.slow  # Spark end to end
+
 
 @pytest.fixture
 def pub(backend):

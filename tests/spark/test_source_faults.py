@@ -19,6 +19,8 @@ from msgstream_spark.msg.types import InsertMsg, TimeTickMsg
 from tests.msg.test_columns import COLUMNS, N, _field_schema
 from tests.spark.helpers import Publisher, spark_options
 
+pytestmark = pytest.mark.slow  # Spark end to end
+
 
 @pytest.fixture
 def env(local_env):

@@ -6,14 +6,13 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from msgstream_spark.config import Factory
 from msgstream_spark.errors import DecodeError
 from msgstream_spark.mq.base import ProducerMessage
 from msgstream_spark.msg.columns import arrow_to_field_data
 from msgstream_spark.msg.hashing import shard_indices
 from msgstream_spark.msg.schema import field_schema_from_arrow
 from msgstream_spark.msg.types import DeleteMsg, InsertMsg, MsgPack, MsgType, TimeTickMsg
-from msgstream_spark.stream import to_physical_channel, vchannel_name
+from msgstream_spark.stream import Factory, to_physical_channel, vchannel_name
 
 PK = field_schema_from_arrow("pk", pa.int64(), field_id=100, is_primary_key=True)
 

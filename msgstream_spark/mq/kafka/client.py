@@ -147,6 +147,9 @@ class KafkaClient(Client):
     def earliest_message_id(self) -> MessageID:
         return KafkaMessageID(OFFSET_BEGINNING)
 
+    def message_id_from_offset(self, offset: int) -> MessageID:
+        return KafkaMessageID(offset)
+
     def bytes_to_message_id(self, data: bytes) -> MessageID:
         return KafkaMessageID.deserialize(data)
 
@@ -191,7 +194,7 @@ class KafkaClient(Client):
                 for m in batch:
                     if m.timestamp is None or m.timestamp >= hybrid_ts:
                         return m.id
-                    if m.id.sort_key()[0] >= high - 1:
+                    if m.id.offset >= high - 1:
                         return None
         finally:
             cons._acked = None  # a probe: nothing to commit
@@ -250,7 +253,7 @@ class KafkaClient(Client):
 
         c = CKConsumer(self.settings.consumer_conf(subscription))
         try:
-            c.commit(offsets=[TopicPartition(channel, 0, msg_id.sort_key()[0] + 1)], asynchronous=False)
+            c.commit(offsets=[TopicPartition(channel, 0, msg_id.offset + 1)], asynchronous=False)
         finally:
             c.close()
 

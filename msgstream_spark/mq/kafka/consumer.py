@@ -123,7 +123,7 @@ class KafkaConsumer(Consumer):
     def seek(self, msg_id: MessageID, inclusive: bool = True) -> None:
         if self._closed:
             raise ConsumeError(f"consumer of channel {self.channel} ({self._sub}) is closed")
-        off = msg_id.sort_key()[0]
+        off = msg_id.offset
         if off < 0:
             self._assign(OFFSET_BEGINNING)
             return
@@ -134,7 +134,7 @@ class KafkaConsumer(Consumer):
         self._assign(off if inclusive else off + 1)
 
     def ack(self, message: Message) -> None:
-        off = message.id.sort_key()[0]
+        off = message.id.offset
         if self._acked is None or off > self._acked:
             self._acked = off
 

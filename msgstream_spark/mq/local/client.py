@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from msgstream_spark.config import Config
-from msgstream_spark.errors import ConsumeError
+from msgstream_spark.errors import ConfigError, ConsumeError
 from msgstream_spark.mq.base import Client, Consumer, MessageID, Producer, SubscriptionInitialPosition
 from msgstream_spark.mq.local.consumer import LocalConsumer
 from msgstream_spark.mq.local.message_id import EARLIEST, LocalMessageID
@@ -54,12 +54,13 @@ class LocalClient(Client):
     @staticmethod
     def _check_name(channel: str) -> None:
         if not channel or not isinstance(channel, str):
-            from msgstream_spark.errors import ConfigError
-
             raise ConfigError(f"invalid channel name {channel!r}")
 
     def earliest_message_id(self) -> MessageID:
         return LocalMessageID(EARLIEST)
+
+    def message_id_from_offset(self, offset: int) -> MessageID:
+        return LocalMessageID(offset)
 
     def bytes_to_message_id(self, data: bytes) -> MessageID:
         return LocalMessageID.deserialize(data)
@@ -113,7 +114,7 @@ class LocalClient(Client):
             with write_txn(conn, channel):
                 conn.execute("INSERT INTO subscriptions (sub, channel, cursor) VALUES (?, ?, ?) "
                              "ON CONFLICT (sub, channel) DO UPDATE SET cursor = excluded.cursor",
-                             (subscription, channel, msg_id.sort_key()[0]))
+                             (subscription, channel, msg_id.offset))
 
     def apply_retention(self, channel: str | None = None) -> int:
         """Apply age and size retention now; returns the number of messages removed."""

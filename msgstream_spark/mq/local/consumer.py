@@ -86,7 +86,7 @@ class LocalConsumer(Consumer):
     def seek(self, msg_id: MessageID, inclusive: bool = True) -> None:
         if self._closed:
             raise ConsumeError(f"consumer of channel {self.channel} ({self._sub}) is closed")
-        target = msg_id.sort_key()[0]
+        target = msg_id.offset
         if target <= 0:  # earliest sentinel
             self._after = -1
             return
@@ -101,7 +101,7 @@ class LocalConsumer(Consumer):
         self._after = target - 1 if inclusive else target
 
     def ack(self, message: Message) -> None:
-        mid = message.id.sort_key()[0]
+        mid = message.id.offset
         if self._acked is None or mid > self._acked:
             self._acked = mid
         self._acks_since_flush += 1

@@ -123,7 +123,7 @@ def _open_once(s: LocalSettings) -> sqlite3.Connection:
 
 
 class write_txn:  # noqa: N801 - used as a context manager like a function
-    """BEGIN IMMEDIATE ... COMMIT, rolling back on error; lock timeouts become TimeoutError."""
+    """BEGIN IMMEDIATE ... COMMIT, rolling back on error; lock timeouts become BackendTimeoutError."""
 
     def __init__(self, conn: sqlite3.Connection, channel: str) -> None:
         self.conn = conn

@@ -24,7 +24,7 @@ from typing import Any
 
 from msgstream_spark.config import Config
 from msgstream_spark.errors import BackendError, BackendTimeoutError
-from msgstream_spark.mq.base import Client, Consumer, MessageID, Producer, SubscriptionInitialPosition
+from msgstream_spark.mq.base import Client, Consumer, MessageID, Producer, ProducerMessage, SubscriptionInitialPosition
 from msgstream_spark.mq.pulsar.admin import AdminAPIUnavailableError, list_topics
 from msgstream_spark.mq.pulsar.consumer import PulsarConsumer, last_id
 from msgstream_spark.mq.pulsar.message_id import PulsarMessageID
@@ -297,6 +297,4 @@ class PulsarClient(Client):
 
 
 def _meta_message(key: str, value: str):
-    from msgstream_spark.mq.base import ProducerMessage
-
     return ProducerMessage(value.encode(), {"key": key})

@@ -13,8 +13,8 @@ from typing import Any
 
 from msgstream_spark.errors import DecodeError
 from msgstream_spark.mq.base import MessageID
-from msgstream_spark.msg.codec import encode_varint as _varint
-from msgstream_spark.msg.codec import iter_fields
+from msgstream_spark.msg.wire import encode_varint as _varint
+from msgstream_spark.msg.wire import iter_fields
 
 _U64 = 1 << 64
 

@@ -57,11 +57,7 @@ class PulsarProducer(Producer):
                 for j in range(i + 1, n):
                     errors[j] = "not sent: an earlier message of the batch failed"
                 break
-            props = {k: str(v) for k, v in m.properties.items()} if m.properties else {}
-            kwargs: dict[str, Any] = {}
-            if m.timestamp is not None:
-                props[TS_PROPERTY] = str(int(m.timestamp))
-                kwargs["event_timestamp"] = max(1, int(m.timestamp) >> 18)
+            props, kwargs = _send_args(m)
             deadline = time.monotonic() + self._s.request_timeout
             while True:
                 try:
@@ -103,3 +99,13 @@ class PulsarProducer(Producer):
             self._p.flush()
         finally:
             self._p.close()
+
+
+def _send_args(m: ProducerMessage) -> tuple[dict[str, str], dict[str, Any]]:
+    """Properties (with the exact hybrid timestamp) and send_async keyword arguments of a message."""
+    props = {k: str(v) for k, v in m.properties.items()} if m.properties else {}
+    kwargs: dict[str, Any] = {}
+    if m.timestamp is not None:
+        props[TS_PROPERTY] = str(int(m.timestamp))
+        kwargs["event_timestamp"] = max(1, int(m.timestamp) >> 18)
+    return props, kwargs

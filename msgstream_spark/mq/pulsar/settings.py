@@ -43,6 +43,18 @@ def parse_auth_params(raw: str, source: str) -> dict[str, str]:
     return out
 
 
+def _token_of(params: dict[str, str], source: str) -> str:
+    """The JWT of ``token:<jwt>``, or read from ``file:<path>``."""
+    if not params.get("file"):
+        return params.get("token", "")
+    try:
+        with open(params["file"].removeprefix("file://")) as fh:
+            return fh.read().strip()
+    except OSError as exc:
+        raise ConfigError(f"config key pulsar.authParams: cannot read the token file "
+                          f"({exc.strerror}) ({source})") from None
+
+
 class PulsarSettings:
     def __init__(self, config: Config) -> None:
         address = config.get_str("pulsar.address").strip()
@@ -84,14 +96,7 @@ class PulsarSettings:
                 raise ConfigError(f"config key pulsar.authParams is set but pulsar.authPlugin is empty "
                                   f"({config.source}); set authPlugin to token or tls")
         elif low in _TOKEN_PLUGINS:
-            token = params.get("token") or params.get("file", "")
-            if params.get("file"):
-                try:
-                    with open(params["file"].removeprefix("file://")) as fh:
-                        token = fh.read().strip()
-                except OSError as exc:
-                    raise ConfigError(f"config key pulsar.authParams: cannot read the token file "
-                                      f"({exc.strerror}) ({config.source})") from None
+            token = _token_of(params, config.source)
             if not token:
                 raise ConfigError(f"config key pulsar.authParams needs token:<jwt> (or file:<path>) when "
                                   f"pulsar.authPlugin is token ({config.source})")

@@ -15,6 +15,7 @@ from typing import Any
 
 from msgstream_spark.errors import DecodeError
 from msgstream_spark.msg import codec
+from msgstream_spark.msg.pb import schema_pb2
 from msgstream_spark.msg.position import MsgPosition
 from msgstream_spark.msg.types import DeleteMsg, InsertMsg, TimeTickMsg, TsMsg
 from msgstream_spark.msg.wal26 import fields
@@ -73,8 +74,6 @@ class WalMsg(TsMsg):
     @property
     def schema(self):
         """The new ``CollectionSchema`` of an AlterCollection / SchemaChange body, else None."""
-        from msgstream_spark.msg.pb import schema_pb2
-
         try:
             if self.wal.msg_type == T.AlterCollection:
                 updates = fields.decode(_ALTER_BODY, self.body)["updates"] or {}

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from msgstream_spark.msg.codec import iter_fields, read_varint
+from msgstream_spark.msg.wire import iter_fields, read_varint
 
 # kind: "int64" | "uint64" | "int32" | "bool" | "enum" | "string" | "bytes" | a nested Spec;
 # a kind wrapped in a list means a repeated field (a map is a repeated {1: key, 2: value} entry).

@@ -15,11 +15,11 @@ import struct
 from dataclasses import dataclass
 
 from msgstream_spark.errors import DecodeError
-from msgstream_spark.msg.codec import encode_varint, iter_fields
 from msgstream_spark.msg.position import MsgPosition
 from msgstream_spark.msg.wal26 import fields
 from msgstream_spark.msg.wal26.headers import MESSAGE_ID, WAL_CHECKPOINT
 from msgstream_spark.msg.wal26.types import WALName, b36decode, b36encode
+from msgstream_spark.msg.wire import encode_varint, iter_fields
 
 _INT_WALS = (WALName.Kafka, WALName.RocksMQ)
 

@@ -14,7 +14,11 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from msgstream_spark.spark.writer_task import PROP_BATCH, PROP_SEQ, PROP_TASK, PROP_WRITER
+# Message property keys of the exactly-once protocol (consumers ignore unknown keys).
+PROP_WRITER = "msgstream.writer"
+PROP_BATCH = "msgstream.batch"
+PROP_TASK = "msgstream.task"
+PROP_SEQ = "msgstream.seq"
 
 
 def replay_key(properties: Mapping[str, str]) -> tuple[str, str, int, int] | None:

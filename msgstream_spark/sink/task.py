@@ -10,24 +10,30 @@ from __future__ import annotations
 
 import base64
 import logging
-import os
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
+import numpy as np
 import pyarrow as pa
 
 from msgstream_spark.errors import BackendError, MsgStreamError, ProduceError
-from msgstream_spark.spark.writer_encode import OP_INSERT, EncodedMessage, Encoder, WritePlan
-from msgstream_spark.spark.writer_options import SinkOptions, stable_id
+from msgstream_spark.mq.base import ProducerMessage
+from msgstream_spark.mq.registry import build_client
+from msgstream_spark.msg import tso
+from msgstream_spark.msg.pb import common_pb2, msg_pb2
+from msgstream_spark.sink.dedupe import PROP_BATCH, PROP_SEQ, PROP_TASK, PROP_WRITER
+from msgstream_spark.sink.encode import OP_INSERT, EncodedMessage, Encoder
+from msgstream_spark.sink.options import SinkOptions, stable_id
+from msgstream_spark.sink.plan import WritePlan
+from msgstream_spark.stream.sender import close_all, send_per_channel
 
 log = logging.getLogger(__name__)
 
-# Message property keys of the exactly-once protocol (consumers ignore unknown keys).
-PROP_WRITER = "msgstream.writer"
-PROP_BATCH = "msgstream.batch"
-PROP_TASK = "msgstream.task"
-PROP_SEQ = "msgstream.seq"
+# Called with the TaskWriter once its rows are produced and acknowledged, before the closing
+# time ticks. Empty in the product; fault-injection tests install theirs here.
+AFTER_PRODUCE: list[Callable[[TaskWriter], None]] = []
+
 
 
 def committed_key(writer_id: str) -> str:
@@ -72,8 +78,6 @@ class HybridClock:
         self.last = 0
 
     def __call__(self) -> int:
-        from msgstream_spark.msg import tso
-
         ts = max(int(tso.now()), self.last + 1)
         self.last = ts
         return ts
@@ -108,8 +112,6 @@ class TaskWriter:
         return stable_id(r.writer_id, str(r.batch_id), str(r.task_id), self.opts.channels[shard], str(seq)), seq
 
     def _row_ids(self, n: int):
-        import numpy as np
-
         start = self._rows_used
         self._rows_used += n
         return np.arange(self._row_base + start, self._row_base + start + n, dtype=np.int64)
@@ -118,8 +120,6 @@ class TaskWriter:
     @property
     def client(self):
         if self._client is None:
-            from msgstream_spark.mq.registry import build_client
-
             cfg = self.opts.load_config()
             self._client = build_client(cfg.mq_type, cfg)
         return self._client
@@ -170,7 +170,6 @@ class TaskWriter:
         The send runs in a background thread (one at a time, so order is kept) while the
         caller encodes more; ``wait`` blocks until everything sent is acknowledged.
         """
-        from msgstream_spark.mq.base import ProducerMessage
 
         if not self._pending:
             if wait:
@@ -199,20 +198,14 @@ class TaskWriter:
     def _send(self, work: dict) -> None:
         for ch in work:
             self._producer(ch)  # open producers before threads start
-        if len(work) == 1:
-            ch, (msgs, pms) = next(iter(work.items()))
-            self._record(ch, msgs, self._send_one(ch, pms))
-            return
-        errors = []
-        with ThreadPoolExecutor(max_workers=min(4, len(work))) as pool:
-            futs = {ch: pool.submit(self._send_one, ch, pms) for ch, (_, pms) in work.items()}
-            for ch, fut in futs.items():
-                try:
-                    self._record(ch, work[ch][0], fut.result())
-                except ProduceError as exc:
-                    errors.append(exc)
-        if errors:
-            raise errors[0]
+        try:
+            ids = send_per_channel({ch: pms for ch, (_, pms) in work.items()}, self._send_one, max_workers=4)
+        except ProduceError as exc:
+            for ch, written in getattr(exc, "results", {}).items():
+                self._record(ch, work[ch][0], written)
+            raise
+        for ch, written in ids.items():
+            self._record(ch, work[ch][0], written)
 
     def _send_one(self, ch: str, pms: list) -> list:
         try:
@@ -245,12 +238,10 @@ class TaskWriter:
     def finish(self) -> None:
         """Flush, then end with a time tick on the sink's channels (``timeTick`` option)."""
         self.flush(wait=True)
-        self._maybe_fail_after_produce()
+        for hook in AFTER_PRODUCE:
+            hook(self)
         if self.opts.time_tick == "none" or not self.result.channels:
             return
-        from msgstream_spark.mq.base import ProducerMessage
-        from msgstream_spark.msg.pb import common_pb2, msg_pb2
-
         chans = self.opts.channels if self.opts.time_tick == "all" else tuple(self.result.channels)
         tt = self.clock()
         tick = msg_pb2.TimeTickMsg(base=common_pb2.MsgBase(msg_type=common_pb2.TimeTick, timestamp=tt,
@@ -266,39 +257,16 @@ class TaskWriter:
         for ch in chans:
             self._send_one(ch, [pm])
 
-    def _maybe_fail_after_produce(self) -> None:
-        marker = self.opts.fail_after_produce
-        if not marker:
-            return
-        try:
-            fd = os.open(marker, os.O_CREAT | os.O_EXCL | os.O_WRONLY)
-        except FileExistsError:
-            return
-        os.write(fd, f"killed task {self.result.task_id} batch {self.result.batch_id}\n".encode())
-        os.close(fd)
-        for p in self._producers.values():
-            p.flush(10.0)
-        log.error("failpoint _failAfterProduce: killing this Python worker after producing")
-        os._exit(17)
-
     def close(self) -> None:
         """Close producers and the client (when owned); keeps the first error."""
-        first = None
         if self._io is not None:
             self._io.shutdown(wait=True)
             self._io = None
             self._inflight = None
-        for p in self._producers.values():
-            try:
-                p.close()
-            except Exception as exc:  # noqa: BLE001 - close everything, report the first
-                first = first or exc
+        client = self._client if self._own_client else None
+        first = close_all(self._producers.values(), *([client.close] if client is not None else []))
         self._producers = {}
-        if self._own_client and self._client is not None:
-            try:
-                self._client.close()
-            except Exception as exc:  # noqa: BLE001
-                first = first or exc
+        if client is not None:
             self._client = None
         if first is not None:
             log.warning("closing the sink's producers failed: %s", first)

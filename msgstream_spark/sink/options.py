@@ -8,13 +8,16 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import re
 import uuid
 import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from msgstream_spark.config import Config
 from msgstream_spark.errors import OptionError
+from msgstream_spark.stream.names import looks_like_milvus_dml
 
 log = logging.getLogger(__name__)
 
@@ -30,10 +33,6 @@ OP_COLUMN = "op"
 SINK_OPTIONS = ("config", "channels", "collection", "collectionID", "partition", "partitionID",
                 "dbName", "primaryKey", "shardsNum", "maxMessageSize", "fieldTypes", "writerId",
                 "timeTick", "bufferBytes", "sourceID")
-
-# Fault injection for the exactly-once test: the path of a marker file. The first task that
-# finds it missing creates it and kills its Python worker right after producing.
-TEST_OPTIONS = ("_failAfterProduce",)
 
 # Options Spark itself passes to a sink (ignored).
 SPARK_OPTIONS = frozenset({"path", "checkpointlocation", "queryname"})
@@ -80,7 +79,6 @@ def _time_tick(raw: str | None) -> str:
 
 def parse_field_types(text: str | None) -> tuple[dict[str, str], dict[str, int]]:
     """``"emb:Float16Vector(128),tags:Array"`` -> (types by column, dims by column)."""
-    import re
 
     types: dict[str, str] = {}
     dims: dict[str, int] = {}
@@ -122,7 +120,6 @@ class SinkOptions:
     time_tick: str = "all"  # all: tick every sink channel; written: only channels written; none
     buffer_bytes: int = DEFAULT_BUFFER_BYTES
     source_id: int = 0
-    fail_after_produce: str | None = None
     config_values: dict[str, Any] = field(default_factory=dict, repr=False)  # may hold secrets
     config_source: str = ""
 
@@ -133,7 +130,6 @@ class SinkOptions:
 
     def load_config(self):
         """The backend configuration, loaded on the driver (executors need no config file)."""
-        from msgstream_spark.config import Config
 
         if self.config_values:
             return Config(dict(self.config_values), self.config_source)
@@ -143,7 +139,7 @@ class SinkOptions:
 def parse_sink_options(options: Mapping[str, Any], *, streaming: bool = False) -> SinkOptions:
     """Parse and validate the sink options (keys are case-insensitive)."""
     opts = {str(k).lower(): ("" if v is None else str(v)) for k, v in options.items()}
-    known = {o.lower() for o in SINK_OPTIONS} | {o.lower() for o in TEST_OPTIONS} | SPARK_OPTIONS
+    known = {o.lower() for o in SINK_OPTIONS} | SPARK_OPTIONS
     overrides = {k: v for k, v in opts.items() if k.startswith(CONFIG_PREFIXES)}
     unknown = sorted(k for k in opts if k not in known and k not in overrides)
     if unknown:
@@ -151,7 +147,6 @@ def parse_sink_options(options: Mapping[str, Any], *, streaming: bool = False) -
                           f"{', '.join(SINK_OPTIONS)} and config keys ({', '.join(CONFIG_PREFIXES)}...)")
     config_path = opts.get("config") or None
     shards = _int(opts, "shardsNum", None, minimum=1)
-    from msgstream_spark.config import Config
 
     cfg = Config.load(config_path, overrides=overrides or None)
     cfg.mq_type  # noqa: B018 - fail here, on the driver, when no backend is configured
@@ -194,7 +189,6 @@ def parse_sink_options(options: Mapping[str, Any], *, streaming: bool = False) -
         time_tick=_time_tick(opts.get("timetick")),
         buffer_bytes=int(_int(opts, "bufferBytes", DEFAULT_BUFFER_BYTES, minimum=1) or DEFAULT_BUFFER_BYTES),
         source_id=int(_int(opts, "sourceID", 0, minimum=0) or 0),
-        fail_after_produce=opts.get("_failafterproduce") or None,
         config_values=dict(cfg.values),
         config_source=cfg.source,
     )
@@ -212,7 +206,6 @@ LIVE_MILVUS_WARNING = (
 
 def warn_if_live_milvus(channels: tuple[str, ...] | list[str]) -> bool:
     """Warn (``warnings``, shown once on stderr) when channel names look like a live Milvus's DML channels."""
-    from msgstream_spark.stream.names import looks_like_milvus_dml
 
     hits = [c for c in channels if looks_like_milvus_dml(c)]
     if not hits:

@@ -10,14 +10,19 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from msgstream_spark.errors import MsgStreamError, SchemaError
-from msgstream_spark.spark.writer_options import METADATA_COLUMNS, OP_COLUMN, SinkOptions
+from msgstream_spark.msg.columns import arrow_to_field_data
+from msgstream_spark.msg.hashing import shard_indices
+from msgstream_spark.msg.pb import common_pb2, msg_pb2
+from msgstream_spark.sink import wire
+from msgstream_spark.sink.options import OP_COLUMN, SinkOptions
+from msgstream_spark.sink.plan import FieldPlan, WritePlan
 
 log = logging.getLogger(__name__)
 
@@ -25,116 +30,6 @@ OP_INSERT = 0
 OP_DELETE = 1
 _OP_NAMES = {"insert": OP_INSERT, "i": OP_INSERT, "upsert": OP_INSERT, "delete": OP_DELETE, "d": OP_DELETE}
 _VECTOR_TYPES = ("FloatVector", "Float16Vector", "BFloat16Vector", "Int8Vector", "BinaryVector")
-PK_CANDIDATES = ("pk", "id")
-
-
-@dataclass(frozen=True)
-class FieldPlan:
-    """One collection field: its column, Milvus schema (serialized FieldSchema) and type name."""
-
-    name: str
-    field_id: int
-    schema_bytes: bytes
-    type_name: str
-    dim: int | None = None
-
-
-@dataclass(frozen=True)
-class WritePlan:
-    """What a write task needs to encode rows: the fields (pk first) and the op column."""
-
-    pk: str
-    pk_is_string: bool
-    fields: tuple[FieldPlan, ...]
-    has_op: bool
-    # column -> dimension fixed by the plan (None: taken from the first row of each task)
-    dims: dict[str, int] = field(default_factory=dict)
-
-    def field_schemas(self):
-        from msgstream_spark.msg.pb import schema_pb2
-
-        out = []
-        for f in self.fields:
-            fs = schema_pb2.FieldSchema()
-            fs.ParseFromString(f.schema_bytes)
-            out.append(fs)
-        return out
-
-
-def _type_name(fs) -> str:
-    from msgstream_spark.msg.pb import schema_pb2
-
-    return schema_pb2.DataType.Name(fs.data_type)
-
-
-def plan_write(schema: pa.Schema, opts: SinkOptions) -> WritePlan:
-    """Map the input Arrow schema to collection fields; reject what Milvus cannot hold.
-
-    Raises :class:`SchemaError` naming the column (unsupported type, bad primary key,
-    bad ``op`` column) before anything is produced.
-    """
-    from msgstream_spark.msg.pb import schema_pb2
-    from msgstream_spark.msg.schema import field_schema_from_arrow
-
-    names = [n for n in schema.names if n not in METADATA_COLUMNS]
-    has_op = OP_COLUMN in names
-    if has_op:
-        t = schema.field(OP_COLUMN).type
-        if not (pa.types.is_string(t) or pa.types.is_large_string(t)):
-            raise SchemaError(f"column {OP_COLUMN!r} must be a string ('insert' or 'delete'), got {t}")
-        names.remove(OP_COLUMN)
-    pk = opts.primary_key
-    if pk is None:
-        pk = next((c for c in PK_CANDIDATES if c in names), None)
-        if pk is None:
-            raise SchemaError(f"no primary key column: set option primaryKey (columns: {', '.join(names)})")
-    if pk not in names:
-        raise SchemaError(f"option primaryKey names column {pk!r}, which the DataFrame does not have "
-                          f"(columns: {', '.join(names)})")
-    pk_type = schema.field(pk).type
-    if pa.types.is_integer(pk_type):
-        pk_is_string = False
-    elif pa.types.is_string(pk_type) or pa.types.is_large_string(pk_type):
-        pk_is_string = True
-    else:
-        raise SchemaError(f"primary key column {pk!r} must be an integer (Int64) or a string (VarChar), got {pk_type}")
-    unknown_types = set(opts.field_types) - set(names)
-    if unknown_types:
-        raise SchemaError(f"option fieldTypes names column(s) the DataFrame does not have: "
-                          f"{', '.join(sorted(unknown_types))}")
-    ordered = [pk] + [n for n in names if n != pk]
-    plans = []
-    for i, name in enumerate(ordered):
-        typ = schema.field(name).type
-        if name == pk and not pk_is_string:
-            typ = pa.int64()
-        override = opts.field_types.get(name)
-        if pa.types.is_map(typ) and not (pa.types.is_integer(typ.key_type) and pa.types.is_floating(typ.item_type)):
-            raise SchemaError(f"column {name!r} ({typ}) cannot be stored in a collection: only map<integer, float> "
-                              "(a SparseFloatVector) is supported")
-        try:
-            fs = field_schema_from_arrow(name, typ, field_id=100 + i, is_primary_key=(name == pk),
-                                         nullable=(name != pk and schema.field(name).nullable),
-                                         milvus_type=override, dim=opts_dim(opts, name))
-        except MsgStreamError as exc:
-            raise SchemaError(f"column {name!r} ({typ}) cannot be stored in a collection: {exc}") from exc
-        except (TypeError, ValueError, KeyError) as exc:
-            raise SchemaError(f"column {name!r} ({typ}) cannot be stored in a collection: {exc}") from exc
-        tname = schema_pb2.DataType.Name(fs.data_type)
-        dim = None
-        for p in fs.type_params:
-            if p.key == "dim" and p.value:
-                dim = int(p.value)
-        plans.append(FieldPlan(name, 100 + i, fs.SerializeToString(), tname, dim))
-    dims = {p.name: p.dim for p in plans if p.dim}
-    return WritePlan(pk, pk_is_string, tuple(plans), has_op, dims)
-
-
-def opts_dim(opts: SinkOptions, name: str) -> int | None:
-    """A dimension fixed by ``fieldTypes`` (``emb:FloatVector(128)``), else None."""
-    return opts.field_dims.get(name)
-
-
 # -- per-row byte estimates (Milvus splits by estimated size) ----------------------------------
 def _row_sizes(batch: pa.RecordBatch, plan: WritePlan) -> np.ndarray:
     n = batch.num_rows
@@ -251,7 +146,6 @@ def _check_binary_dim(arr: pa.Array, f: FieldPlan, dims: dict[str, int]) -> None
 # -- grouping ------------------------------------------------------------------------------------
 def shard_of(batch: pa.RecordBatch, plan: WritePlan, n_shards: int) -> np.ndarray:
     """Shard index per row with Milvus's hash of the primary key (wire doc §5.4)."""
-    from msgstream_spark.msg.hashing import shard_indices
 
     pk = batch.column(plan.pk)
     if plan.pk_is_string:
@@ -376,8 +270,6 @@ class Encoder:
 
     def _inserts(self, batch: pa.RecordBatch, idx: np.ndarray, shard: int, vectors: dict[str, np.ndarray],
                  sizes: np.ndarray) -> list[EncodedMessage]:
-        from msgstream_spark.msg.pb import common_pb2, msg_pb2
-        from msgstream_spark.spark import writer_wire as wire
 
         others = [f.name for f in self.plan.fields if f.name not in vectors]
         rows = batch.select(others).take(pa.array(idx))
@@ -411,7 +303,6 @@ class Encoder:
 
     def _field_bytes(self, col: pa.Array, f: FieldPlan, fs) -> bytes:
         """One column as serialized FieldData (via the codec's arrow_to_field_data)."""
-        from msgstream_spark.msg.columns import arrow_to_field_data
 
         if f.name == self.plan.pk and not self.plan.pk_is_string:
             col = col.cast(pa.int64())
@@ -423,8 +314,6 @@ class Encoder:
             raise SchemaError(f"column {f.name!r}: {exc}") from exc
 
     def _deletes(self, rows: pa.RecordBatch, shard: int) -> list[EncodedMessage]:
-        from msgstream_spark.msg.pb import common_pb2, msg_pb2
-
         pk = rows.column(self.plan.pk)
         if self.plan.pk_is_string:
             sizes = pc.binary_length(pk).to_numpy(zero_copy_only=False).astype(np.int64) + 16

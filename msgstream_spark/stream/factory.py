@@ -9,6 +9,8 @@ from typing import Any
 from msgstream_spark.config.loader import Config
 from msgstream_spark.mq.base import Client
 from msgstream_spark.mq.registry import build_client
+from msgstream_spark.stream.msgstream import MsgStream
+from msgstream_spark.stream.ttstream import TtMsgStream
 
 
 class Factory:
@@ -36,16 +38,12 @@ class Factory:
     def client(self) -> Client:
         return build_client(self.backend, self.config)
 
-    def msgstream(self, **kwargs: Any):
+    def msgstream(self, **kwargs: Any) -> MsgStream:
         """A plain :class:`~msgstream_spark.stream.MsgStream` owning a new client."""
-        from msgstream_spark.stream import MsgStream
-
         return MsgStream(self.client(), **kwargs)
 
-    def tt_msgstream(self, **kwargs: Any):
+    def tt_msgstream(self, **kwargs: Any) -> TtMsgStream:
         """A time-tick aligned :class:`~msgstream_spark.stream.TtMsgStream` owning a new client."""
-        from msgstream_spark.stream import TtMsgStream
-
         return TtMsgStream(self.client(), **kwargs)
 
     def __repr__(self) -> str:

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from msgstream_spark.msg.codec import encode_varint as varint
+from msgstream_spark.msg.wire import encode_varint as varint
 
 FLOAT_VECTOR = 101
 _LEN = 2  # wire type of length-delimited fields

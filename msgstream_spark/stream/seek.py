@@ -1,0 +1,42 @@
+"""Milvus's seek filter, the one copy every reader uses (wire doc §7.5).
+
+Resuming from a ``MsgPosition`` starts AT its msgID (inclusive) and then drops every
+message whose BeginTs is at or before the position's timestamp, until the first time tick
+whose timestamp is >= it; that tick is dropped too and everything after it is kept. The
+library's ``TtMsgStream``, the Spark source's read tasks and ``msgstream tail --from`` all
+decide with :class:`SeekFilter`, so they keep exactly the same messages.
+"""
+
+from __future__ import annotations
+
+
+class SeekFilter:
+    """Per-channel state of one seek: ``keep(is_tick, ts)`` for each message in order.
+
+    ``ts`` is the message's BeginTs (a time tick's own timestamp). A filter built with
+    ``None`` keeps everything (no seek, or a start after a batch end). BeginTs costs a pass over
+    an insert's row timestamps, so hot loops test ``active`` before computing it.
+    """
+
+    __slots__ = ("ts",)
+
+    def __init__(self, ts: int | None) -> None:
+        self.ts = None if ts is None else int(ts)
+
+    @property
+    def active(self) -> bool:
+        """True while messages can still be dropped."""
+        return self.ts is not None
+
+    def keep(self, is_tick: bool, ts: int) -> bool:
+        """Whether the next message of the channel survives the seek."""
+        if self.ts is None:
+            return True
+        if is_tick:
+            if ts >= self.ts:
+                self.ts = None  # the seek ends here; this tick itself is dropped
+            return False
+        return ts > self.ts
+
+    def __repr__(self) -> str:
+        return f"SeekFilter(ts={self.ts})"

@@ -1,0 +1,154 @@
+"""The package's structure: layers import downward only, no cycles, small modules and functions.
+
+Parses every module of ``msgstream_spark`` with ``ast`` (nothing is imported), so a violation
+is reported with the file and line that causes it.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+PKG = Path(__file__).resolve().parents[1] / "msgstream_spark"
+
+# Lowest first; a module may import its own layer and the ones below it (design.md, "Layers").
+LAYERS = ["errors", "msg", "config", "mq", "stream", "sink", "spark", "cli"]
+RANK = {name: i for i, name in enumerate(LAYERS)}
+# cli and jobs sit on top; spark (the adapters) uses the Spark-free sink core below it
+
+# Imports allowed inside functions: optional clients and pyspark stay lazy so a missing extra
+# breaks only what needs it, and the Spark-free layers load without the JVM bridge.
+LAZY_ALLOWED = ("confluent_kafka", "pulsar", "pyspark")
+MAX_MODULE_LINES = 400
+MAX_FUNCTION_LINES = 60
+
+
+def _modules() -> dict[str, Path]:
+    out = {}
+    for path in sorted(PKG.rglob("*.py")):
+        if path.name.endswith("_pb2.py"):
+            continue
+        rel = path.relative_to(PKG.parent).with_suffix("")
+        parts = list(rel.parts)
+        if parts[-1] == "__init__":
+            parts.pop()
+        out[".".join(parts)] = path
+    return out
+
+
+def _layer(module: str) -> str | None:
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 else None
+
+
+def _imports(path: Path, module: str) -> list[tuple[str, int, bool]]:
+    """(imported module, line, at function level) for every import of the package's modules."""
+    tree = ast.parse(path.read_text(), str(path))
+    found: list[tuple[str, int, bool]] = []
+
+    def visit(node: ast.AST, nested: bool) -> None:
+        for child in ast.iter_child_nodes(node):
+            inner = nested or isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda))
+            if isinstance(child, ast.Import):
+                found.extend((a.name, child.lineno, nested) for a in child.names)
+            elif isinstance(child, ast.ImportFrom):
+                base = child.module or ""
+                if child.level:
+                    pkg = module.split(".")[: len(module.split(".")) - child.level + (path.name == "__init__.py")]
+                    base = ".".join(pkg + ([base] if base else []))
+                found.append((base, child.lineno, nested))
+                found.extend((f"{base}.{a.name}", child.lineno, nested) for a in child.names)
+            elif isinstance(child, ast.If) and _is_type_checking(child.test):
+                continue  # typing-only imports are not imports at run time
+            visit(child, inner)
+
+    visit(tree, False)
+    return found
+
+
+def _is_type_checking(test: ast.expr) -> bool:
+    return isinstance(test, ast.Name) and test.id == "TYPE_CHECKING"
+
+
+def _graph() -> tuple[dict[str, set[str]], list[str]]:
+    mods = _modules()
+    graph: dict[str, set[str]] = {m: set() for m in mods}
+    problems = []
+    for mod, path in mods.items():
+        for target, line, nested in _imports(path, mod):
+            root = target.split(".")[0]
+            if nested and root != "msgstream_spark" and root not in LAZY_ALLOWED:
+                problems.append(f"{path.relative_to(PKG.parent)}:{line}: function-level import of {target}")
+            if target not in mods or target == mod:
+                continue
+            if nested:
+                problems.append(f"{path.relative_to(PKG.parent)}:{line}: function-level import of {target} "
+                                "(import package modules at module top)")
+            graph[mod].add(target)
+    return graph, problems
+
+
+def test_imports_go_downward_only():
+    graph, _ = _graph()
+    bad = []
+    for mod, targets in graph.items():
+        src = _layer(mod)
+        for t in targets:
+            dst = _layer(t)
+            if src is None or dst is None or src == dst:
+                continue
+            if RANK[dst] >= RANK[src]:
+                bad.append(f"{mod} ({src}) imports {t} ({dst})")
+    assert not bad, "upward or sideways imports:\n" + "\n".join(sorted(bad))
+
+
+def test_no_import_cycles():
+    graph, _ = _graph()
+    # A package imports its submodules through __init__; only edges between modules count.
+    state: dict[str, int] = {}
+    cycles = []
+
+    def dfs(node: str, stack: list[str]) -> None:
+        state[node] = 1
+        stack.append(node)
+        for nxt in sorted(graph[node]):
+            if state.get(nxt) == 1 and not _is_package_edge(stack[stack.index(nxt):] + [nxt]):
+                cycles.append(" -> ".join(stack[stack.index(nxt):] + [nxt]))
+            elif nxt not in state:
+                dfs(nxt, stack)
+        stack.pop()
+        state[node] = 2
+
+    for m in sorted(graph):
+        if m not in state:
+            dfs(m, [])
+    assert not cycles, "import cycles:\n" + "\n".join(cycles)
+
+
+def _is_package_edge(cycle: list[str]) -> bool:
+    """``pkg.mod -> pkg`` (reaching one's own package __init__) is how Python loads packages."""
+    return any(b != a and a.startswith(b + ".") for a, b in zip(cycle, cycle[1:]))
+
+
+def test_imports_at_module_top():
+    _, problems = _graph()
+    assert not problems, "\n".join(problems)
+
+
+def test_modules_and_functions_are_small():
+    """The package, the jobs and the auto-registration module (bench and the test broker aside)."""
+    too_big = []
+    paths = {**_modules(), **{f"{p.parent.name}.{p.stem}": p for d in ("jobs", "pyspark_msgstream")
+                              for p in sorted((PKG.parent / d).glob("*.py"))}}
+    for mod, path in paths.items():
+        text = path.read_text()
+        n = len(text.splitlines())
+        if n > MAX_MODULE_LINES:
+            too_big.append(f"{mod}: {n} lines (max {MAX_MODULE_LINES})")
+        for node in ast.walk(ast.parse(text)):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                length = node.end_lineno - node.lineno + 1
+                if length > MAX_FUNCTION_LINES:
+                    too_big.append(f"{mod}.{node.name} (line {node.lineno}): {length} lines "
+                                   f"(max {MAX_FUNCTION_LINES})")
+    assert not too_big, "\n".join(too_big)
