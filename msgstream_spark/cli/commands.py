@@ -62,9 +62,12 @@ def throwaway(consumer):
 
 
 def message_ts(msg, channel: str) -> int:
-    """Hybrid timestamp of a raw message (backend's, else the payload's MsgBase)."""
-    if msg.timestamp:
-        return int(msg.timestamp)
+    """Milvus hybrid timestamp of a raw message, from the message itself (never the broker's clock)."""
+    from msgstream_spark.stream.timeseek import message_time
+
+    t = message_time(msg.payload, msg.properties)
+    if t is not None:
+        return t
     from msgstream_spark.msg import codec
 
     return int(codec.unmarshal(msg.payload, msg.properties, channel=channel,
@@ -136,6 +139,7 @@ def count_messages(client, channel: str, timeout: float) -> int:
 def cmd_position(args) -> int:
     from msgstream_spark.msg import tso
     from msgstream_spark.msg.position import MsgPosition
+    from msgstream_spark.stream.timeseek import first_at_or_after
 
     chans = split_channels(args.channels)
     with open_client(args) as client:
@@ -153,7 +157,7 @@ def cmd_position(args) -> int:
                     print(dumps({"channel_name": ch, "empty": True}))
                     continue
             else:
-                mid = client.message_id_at_timestamp(ch, at)
+                mid = first_at_or_after(client, ch, at)  # by the messages' own times
                 if mid is None:
                     print(dumps({"channel_name": ch, "empty": True, "timestamp": at}))
                     continue
@@ -184,6 +188,7 @@ def cmd_tail(args) -> int:
         unknown = sorted(set(positions) - set(chans))
         if unknown:
             raise UsageError(f"--from names channel(s) not in --channels: {', '.join(unknown)}")
+    from_ts = _from_timestamp(args)
     printed = 0
     with open_client(args) as client:
         _check_channels(client, chans)
@@ -193,7 +198,9 @@ def cmd_tail(args) -> int:
             for ch in chans:
                 cons = client.reader(ch)  # the CLI never resumes: nothing is recorded on the broker
                 consumers.append(cons)
-                if start.lower() == "latest":
+                if from_ts is not None:
+                    _seek_time(client, cons, ch, from_ts)
+                elif start.lower() == "latest":
                     last = client.latest_message_id(ch)
                     if last is not None:
                         cons.seek(last, inclusive=False)
@@ -231,6 +238,34 @@ def cmd_tail(args) -> int:
         finally:
             for c in consumers:
                 c.unsubscribe()
+
+
+def _from_timestamp(args) -> int | None:
+    """``tail --from-timestamp`` as a hybrid ts (None when not given)."""
+    raw = getattr(args, "from_timestamp", None)
+    if raw is None:
+        return None
+    from msgstream_spark.msg import tso
+
+    try:
+        return int(tso.parse_timestamp(raw))
+    except (ValueError, TypeError) as exc:
+        raise ConfigError(f"--from-timestamp: cannot parse timestamp {raw!r}: {exc}") from exc
+
+
+def _seek_time(client, cons, channel: str, ts: int) -> None:
+    """Position ``cons`` at the first message whose own Milvus time is >= ``ts`` (or past the end)."""
+    from msgstream_spark.stream.timeseek import first_at_or_after
+
+    mid = first_at_or_after(client, channel, ts)
+    if mid is not None:
+        cons.seek(mid, inclusive=True)
+        return
+    last = client.latest_message_id(channel)
+    if last is not None:
+        cons.seek(last, inclusive=False)
+    else:
+        cons.seek(client.earliest_message_id(), inclusive=True)
 
 
 def _type_of(msg) -> str:
