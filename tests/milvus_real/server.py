@@ -79,6 +79,10 @@ def render_config(template: str, values: dict[str, object], kafka_brokers: str) 
         return default.strip()
 
     text = _PLACEHOLDER.sub(fill, template)
+    if "etcd_config_path" in values:  # the embedded etcd ignores etcd.endpoints: its own file sets its ports
+        text, n = re.subn(r"(?m)^etcd:\n", f"etcd:\n  config:\n    path: {values['etcd_config_path']}\n", text)
+        if n != 1:
+            raise ValueError("config template: etcd section not found")
     text, n = re.subn(r"(?m)^(mq:\n(?:\s*#.*\n)*\s+type:) rocksmq", r"\1 kafka", text)
     if n != 1:
         raise ValueError("config template: mq.type not found")
@@ -113,6 +117,15 @@ class MilvusServer:
         values.update(etcd_log_path=str(d / "logs" / "etcd.log"), system_log_path=str(d / "logs"),
                       etcd_data_dir=str(d / "data" / "etcd.data"), local_storage_dir=str(d / "data"),
                       rocksmq_data_dir=str(d / "data" / "rocksmq"), etcd_log_level="warn")
+        peer = free_port()
+        etcd_yaml = d / "configs" / "etcd.yaml"
+        etcd_yaml.write_text("\n".join([
+            "name: default", f"data-dir: {d / 'data' / 'etcd.data'}",
+            f"listen-client-urls: http://127.0.0.1:{self.ports['etcd_port']}",
+            f"advertise-client-urls: http://127.0.0.1:{self.ports['etcd_port']}",
+            f"listen-peer-urls: http://127.0.0.1:{peer}", f"initial-advertise-peer-urls: http://127.0.0.1:{peer}",
+            f"initial-cluster: default=http://127.0.0.1:{peer}", ""]))
+        values["etcd_config_path"] = str(etcd_yaml)
         text = render_config((home / "config.yaml.template").read_text(), values, self.kafka_brokers)
         (d / "configs" / "milvus.yaml").write_text(text)
         shutil.copy(home / "glog.conf", d / "configs" / "glog.conf")
@@ -141,7 +154,7 @@ class MilvusServer:
 
     def log_tail(self, chars: int = 6000) -> str:
         parts = []
-        for f in sorted((self.dir / "logs").glob("*.log")):
+        for f in sorted((self.dir / "logs").glob("stdout.log")):
             with contextlib.suppress(OSError):
                 parts.append(f"--- {f.name}\n" + f.read_text(errors="replace")[-chars:])
         return "\n".join(parts)
@@ -152,7 +165,7 @@ class MilvusServer:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(p.pid, signal.SIGTERM)
             try:
-                p.wait(20)
+                p.wait(5)
             except subprocess.TimeoutExpired:
                 with contextlib.suppress(ProcessLookupError):
                     os.kill(p.pid, signal.SIGKILL)

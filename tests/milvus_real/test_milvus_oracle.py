@@ -1,0 +1,200 @@
+"""A real Milvus 2.3.5 writes the stream; what Milvus acknowledged and what ``query`` returns are the truth.
+
+One collection with every type Milvus 2.3.5 has (all scalars, JSON, arrays of Int64 and VarChar,
+a float vector, a dynamic field, a partition key over 3 partitions) on 2 shards gets inserts,
+deletes and upserts through pymilvus; a second one (2.3.5 allows one vector field per collection)
+has a binary vector, a VarChar key and named partitions. No float16 vectors (2.4+), no nullable
+fields (2.4+) in 2.3.5. The batch source, a restarted AvailableNow stream,
+``msgstream tail``/``inspect``, schema inference, replay from Milvus's etcd channel checkpoints and
+starting/ending timestamps at Milvus's own MutationResult timestamps are compared with it.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import urllib.request
+
+import pytest
+
+from tests.milvus_real.workload import Workload, create_all_types, expected_row, load_for_query, normalize
+from tests.spark.helpers import spark_options
+
+pytestmark = [pytest.mark.slow, pytest.mark.filterwarnings("ignore:.*ORM-style PyMilvus API")]
+
+PATTERN = "by-dev-rootcoord-dml_.*"
+FIELDS = ["pk", "b", "i8", "i16", "i32", "f", "d", "s", "j", "arr_i", "arr_s", "cat", "fv", "$meta"]
+
+
+@pytest.fixture(scope="module")
+def coll(milvus_stack, pymilvus_orm):
+    """The all-types collection after inserts, deletes and an upsert; loaded for query."""
+    w = Workload("all_types", create_all_types(pymilvus_orm, "all_types"))
+    w.insert(range(0, 200))
+    w.insert(range(200, 400))
+    w.delete(list(range(0, 10)) + list(range(200, 205)))
+    w.upsert(range(10, 30), gen=1)
+    w.insert(range(400, 500))
+    load_for_query(w.collection)
+    return w
+
+
+def source(spark, stack, name, **opts):
+    r = (spark.read.format("msgstream").options(**spark_options(stack.env)).option("channelPattern", PATTERN)
+         .option("collection", name))
+    return r.options(**{k: str(v) for k, v in opts.items()}).load()
+
+
+def milvus_rows(col) -> dict[int, dict]:
+    got = col.query("pk >= 0", output_fields=["*"], consistency_level="Strong", limit=16384)
+    out = {}
+    for r in got:  # query flattens the dynamic field's keys into the row: put them back under $meta
+        d = {k: r.get(k) for k in FIELDS if k != "$meta"}
+        d["$meta"] = {k: v for k, v in r.items() if k not in FIELDS}
+        out[int(r["pk"])] = normalize(d)
+    return out
+
+
+def as_dict(r) -> dict:
+    d = r.asDict(recursive=True)
+    return normalize({k: d.get(k) for k in FIELDS})
+
+
+def apply(rows) -> dict[int, dict]:
+    """The collection's state after the stream's rows, in timestamp order (a delete at the same
+    timestamp as an insert does not remove it: Milvus's rule; upserts rely on it)."""
+    state: dict[int, dict] = {}
+    for r in sorted(rows, key=lambda r: (r._ts, r.op != "delete")):
+        if r.op == "delete":
+            state.pop(r.pk, None)
+        else:
+            state[r.pk] = as_dict(r)
+    return state
+
+
+def test_batch_read_equals_what_milvus_acked_and_returns(spark, milvus_stack, coll):
+    df = source(spark, milvus_stack, coll.name)
+    rows = df.collect()
+    inserts = [r for r in rows if r.op == "insert"]
+    deletes = [r for r in rows if r.op == "delete"]
+    for a in coll.acked:  # every acknowledged insert/upsert row, at its MutationResult timestamp
+        if a.kind == "delete":
+            continue
+        got = {r.pk: r for r in inserts if r._ts == a.ts}
+        assert sorted(got) == sorted(a.pks), a.kind
+        for pk in a.pks:
+            assert as_dict(got[pk]) == expected_row(pk, a.gen)
+    assert len(inserts) == sum(len(a.pks) for a in coll.acked if a.kind != "delete")
+    plain = [a for a in coll.acked if a.kind == "delete"]
+    upserts = [a for a in coll.acked if a.kind == "upsert"]
+    assert sorted(r.pk for r in deletes) == sorted(p for a in plain + upserts for p in a.pks)
+    # an upsert is an insert plus a delete of the same keys at the same timestamp
+    assert {r._ts for r in deletes if r.pk in upserts[0].pks} == {upserts[0].ts}
+    # shards: the collection's two vchannels, named after their pchannel
+    shards = {(r._channel, r._shard) for r in rows}
+    assert len({s for _, s in shards}) == 2
+    assert all(s.startswith(f"{c}_{r0._collection}v") for c, s in shards for r0 in rows[:1])
+    assert len({r._partition for r in inserts}) == 3  # the partition key's three partitions
+    assert apply(rows) == milvus_rows(coll.collection)
+
+
+def test_schema_is_inferred_from_the_real_create_collection(spark, milvus_stack, coll):
+    df = source(spark, milvus_stack, coll.name)
+    types = {f.name: f.dataType.simpleString() for f in df.schema.fields}
+    assert {k: types[k] for k in FIELDS} == {
+        "pk": "bigint", "b": "boolean", "i8": "tinyint", "i16": "smallint", "i32": "int", "f": "float",
+        "d": "double", "s": "string", "j": "string", "arr_i": "array<bigint>", "arr_s": "array<string>",
+        "cat": "bigint", "fv": "array<float>", "$meta": "string"}
+    explicit = source(spark, milvus_stack, coll.name, schema="pk bigint, arr_i array<bigint>, arr_s array<string>")
+    got = {r.pk: (r.arr_i, r.arr_s) for r in explicit.where("op = 'insert'").collect()}
+    assert got[401] == ([401, 402], ["x401"])
+
+
+def test_timestamps_at_milvus_mutation_results(spark, milvus_stack, coll):
+    rows = [(r.op, r.pk, r._ts) for r in source(spark, milvus_stack, coll.name).select("op", "pk", "_ts").collect()]
+    for a in coll.acked:
+        if not a.ts:  # Milvus 2.3.5 acknowledges a delete with timestamp 0
+            continue
+        end = sorted((op, pk, ts) for op, pk, ts in
+                     (tuple(r) for r in source(spark, milvus_stack, coll.name, endingTimestamp=a.ts)
+                      .select("op", "pk", "_ts").collect()))
+        assert end == sorted(r for r in rows if r[2] <= a.ts), f"endingTimestamp={a.ts} ({a.kind})"
+        start = sorted(tuple(r) for r in source(spark, milvus_stack, coll.name, startingTimestamp=a.ts)
+                       .select("op", "pk", "_ts").collect())
+        assert start == sorted(r for r in rows if r[2] >= a.ts), f"startingTimestamp={a.ts} ({a.kind})"
+
+
+def _etcd_range(stack, prefix: str) -> dict[str, bytes]:
+    """Keys under ``prefix`` from the embedded etcd (its v3 JSON gateway on the client port)."""
+    key = prefix.encode()
+    body = json.dumps({"key": base64.b64encode(key).decode(),
+                       "range_end": base64.b64encode(key[:-1] + bytes([key[-1] + 1])).decode()}).encode()
+    req = urllib.request.Request(f"http://{stack.server.etcd}/v3/kv/range", data=body)
+    with urllib.request.urlopen(req, timeout=10) as resp:
+        kvs = json.loads(resp.read()).get("kvs", [])
+    return {base64.b64decode(kv["key"]).decode(): base64.b64decode(kv["value"]) for kv in kvs}
+
+
+def test_replay_from_milvus_etcd_channel_checkpoints(spark, milvus_stack, coll):
+    from msgstream_spark.msg.position import MsgPosition
+    from msgstream_spark.stream.names import to_physical_channel
+
+    cid = source(spark, milvus_stack, coll.name).first()._collection
+    cps = {k.rsplit("/", 1)[1]: v for k, v in
+           _etcd_range(milvus_stack, "by-dev/meta/datacoord-meta/channel-cp/").items() if f"_{cid}v" in k}
+    assert len(cps) == 2
+    coll.insert(range(500, 520))  # after the flush: what a replay from the checkpoint must bring back
+    spec = ",".join(base64.b64encode(v).decode() for v in cps.values())  # etcd's bytes, as they are
+    positions = [MsgPosition.from_base64(base64.b64encode(v).decode()) for v in cps.values()]
+    chans = sorted({to_physical_channel(p.channel_name) for p in positions})
+    full = source(spark, milvus_stack, coll.name).where(f"_channel in ('{chans[0]}', '{chans[-1]}')")
+    cp_ts = {to_physical_channel(p.channel_name): p.timestamp for p in positions}
+    want = sorted((r.op, r.pk) for r in full.collect() if r._ts > cp_ts[r._channel])
+    replay = (spark.read.format("msgstream").options(**spark_options(milvus_stack.env))
+              .option("channels", ",".join(chans)).option("collection", coll.name)
+              .option("startingPositions", spec).load())
+    got = sorted((r.op, r.pk) for r in replay.collect())
+    assert got == want
+    assert {("insert", pk) for pk in range(500, 520)} <= set(got)
+
+
+@pytest.fixture(scope="module")
+def bin_coll(milvus_stack, pymilvus_orm):
+    """Binary vectors, a VarChar key, partitions p1 and p2 besides _default; a delete in p1."""
+    from pymilvus import Collection
+
+    from tests.milvus_real.workload import bin_row, bin_schema
+
+    col = Collection("bin_parts", bin_schema(), using=pymilvus_orm, shards_num=2)
+    for p in ("p1", "p2"):
+        col.create_partition(p)
+    parts = {"_default": range(0, 10), "p1": range(10, 30), "p2": range(30, 35)}
+    for p, keys in parts.items():
+        col.insert([bin_row(i) for i in keys], partition_name=p)
+    col.delete('key in ["k10", "k11"]', partition_name="p1")
+    load_for_query(col, "bv")
+    return col, parts
+
+
+def test_binary_vectors_varchar_keys_and_partitions(spark, milvus_stack, bin_coll):
+    from tests.milvus_real.workload import bin_row
+
+    col, parts = bin_coll
+    df = source(spark, milvus_stack, "bin_parts")
+    assert {f.name: f.dataType.simpleString() for f in df.schema.fields}["bv"] == "binary"
+    rows = df.collect()
+    inserts = {r.key: r for r in rows if r.op == "insert"}
+    want_bv = {f"k{i}": bin_row(i)["bv"] for ks in parts.values() for i in ks}
+    assert {k: bytes(r.bv) for k, r in inserts.items()} == want_bv
+    by_part: dict[int, set] = {}
+    for r in inserts.values():
+        by_part.setdefault(r._partition, set()).add(r.key)
+    want = {frozenset(f"k{i}" for i in ks) for ks in parts.values()}
+    assert {frozenset(v) for v in by_part.values()} == want  # one partition id per named partition
+    assert sorted(r.key for r in rows if r.op == "delete") == ["k10", "k11"]
+    for p, keys in parts.items():
+        got = {r["key"] for r in col.query("key != ''", output_fields=["key"], partition_names=[p],
+                                           consistency_level="Strong")}
+        part_id = inserts[f"k{keys[-1]}"]._partition
+        stream = {r.key for r in rows if r.op == "insert" and r._partition == part_id}
+        assert got == stream - {"k10", "k11"}
