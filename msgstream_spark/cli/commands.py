@@ -194,12 +194,14 @@ def cmd_tail(args) -> int:
         _check_channels(client, chans)
         consumers = []
         skip_upto = {}
+        past_end = set(chans) if start.lower() == "latest" and from_ts is None else set()
         try:
             for ch in chans:
                 cons = client.reader(ch)  # the CLI never resumes: nothing is recorded on the broker
                 consumers.append(cons)
                 if from_ts is not None:
-                    _seek_time(client, cons, ch, from_ts)
+                    if not _seek_time(client, cons, ch, from_ts):
+                        past_end.add(ch)
                 elif start.lower() == "latest":
                     last = client.latest_message_id(ch)
                     if last is not None:
@@ -212,14 +214,24 @@ def cmd_tail(args) -> int:
                     skip_upto[ch] = p.timestamp
                 else:
                     cons.seek(client.earliest_message_id(), inclusive=True)
+            # Without --follow, a channel is done at the last message it had when tail started:
+            # a live Milvus writes a time tick every 200 ms, so "nothing arrives" never happens there.
+            ends = {} if args.follow else {c.channel: None if c.channel in past_end else
+                                           client.latest_message_id(c.channel) for c in consumers}
             idle_since = time.monotonic()
             while True:
                 got_any = False
                 for cons in consumers:
+                    if not args.follow and _reached(cons.channel, ends):
+                        continue
                     for m in cons.receive_batch(256, 0.05):
                         got_any = True
+                        if not args.follow and _reached(m.channel, ends):
+                            break
+                        if not args.follow and ends.get(m.channel) is not None and m.id >= ends[m.channel]:
+                            ends[m.channel] = None  # this is its last message to show
                         msg = codec.unmarshal(m.payload, m.properties, channel=m.channel, msg_id=m.id.serialize())
-                        ts = int(msg.timestamp)
+                        ts = int(msg.begin_ts)  # Milvus's seek rule; an upsert's insert has base ts 0
                         if cons.channel in skip_upto:
                             if ts <= skip_upto[cons.channel]:
                                 continue
@@ -231,6 +243,8 @@ def cmd_tail(args) -> int:
                         printed += 1
                         if args.limit is not None and printed >= args.limit:
                             return 0
+                if not args.follow and all(_reached(c.channel, ends) for c in consumers):
+                    return 0
                 if got_any:
                     idle_since = time.monotonic()
                 elif not args.follow and time.monotonic() - idle_since >= args.timeout:
@@ -238,6 +252,11 @@ def cmd_tail(args) -> int:
         finally:
             for c in consumers:
                 c.unsubscribe()
+
+
+def _reached(channel: str, ends: dict) -> bool:
+    """True once ``channel`` showed its last message as of the start (or was empty then)."""
+    return channel in ends and ends[channel] is None
 
 
 def _from_timestamp(args) -> int | None:
@@ -253,19 +272,21 @@ def _from_timestamp(args) -> int | None:
         raise ConfigError(f"--from-timestamp: cannot parse timestamp {raw!r}: {exc}") from exc
 
 
-def _seek_time(client, cons, channel: str, ts: int) -> None:
-    """Position ``cons`` at the first message whose own Milvus time is >= ``ts`` (or past the end)."""
+def _seek_time(client, cons, channel: str, ts: int) -> bool:
+    """Position ``cons`` at the first message whose own Milvus time is >= ``ts``; False when there
+    is none yet (then past the end, for --follow)."""
     from msgstream_spark.stream.timeseek import first_at_or_after
 
     mid = first_at_or_after(client, channel, ts)
     if mid is not None:
         cons.seek(mid, inclusive=True)
-        return
+        return True
     last = client.latest_message_id(channel)
     if last is not None:
         cons.seek(last, inclusive=False)
     else:
         cons.seek(client.earliest_message_id(), inclusive=True)
+    return False
 
 
 def _type_of(msg) -> str:

@@ -156,7 +156,12 @@ class MilvusServer:
         parts = []
         for f in sorted((self.dir / "logs").glob("stdout.log")):
             with contextlib.suppress(OSError):
-                parts.append(f"--- {f.name}\n" + f.read_text(errors="replace")[-chars:])
+                text = f.read_text(errors="replace")
+                crash = min((i for i in (text.find("panic:"), text.find("fatal error:"), text.find("SIGABRT"))
+                             if i >= 0), default=-1)
+                if crash >= 0:  # a Go crash: its first lines say why, the goroutine dump does not
+                    parts.append(f"--- {f.name} (crash)\n" + text[max(0, crash - chars // 2):crash + chars // 2])
+                parts.append(f"--- {f.name}\n" + text[-chars:])
         return "\n".join(parts)
 
     def stop(self) -> None:
