@@ -170,50 +170,28 @@ def cmd_position(args) -> int:
 # -- tail --------------------------------------------------------------------------------------
 def cmd_tail(args) -> int:
     from msgstream_spark.msg import codec
-    from msgstream_spark.msg.position import parse_positions
 
     chans = split_channels(args.channels)
     if args.limit is not None and args.limit <= 0:
         raise UsageError("--limit must be > 0")
     start = (args.start or "earliest").strip()
-    positions = {}
-    if start.lower() not in ("earliest", "latest"):
-        try:
-            parsed = parse_positions(start)
-        except (DecodeError, ValueError) as exc:
-            raise ConfigError(f"--from: not a position (JSON or base64 MsgPosition): {exc}") from exc
-        from msgstream_spark.stream.names import to_physical_channel
-
-        positions = {to_physical_channel(p.channel_name): p for p in parsed}
-        unknown = sorted(set(positions) - set(chans))
-        if unknown:
-            raise UsageError(f"--from names channel(s) not in --channels: {', '.join(unknown)}")
+    positions = _tail_positions(start, chans)
     from_ts = _from_timestamp(args)
     printed = 0
     with open_client(args) as client:
         _check_channels(client, chans)
         consumers = []
         skip_upto = {}
-        past_end = set(chans) if start.lower() == "latest" and from_ts is None else set()
+        past_end = set()
         try:
             for ch in chans:
                 cons = client.reader(ch)  # the CLI never resumes: nothing is recorded on the broker
                 consumers.append(cons)
-                if from_ts is not None:
-                    if not _seek_time(client, cons, ch, from_ts):
-                        past_end.add(ch)
-                elif start.lower() == "latest":
-                    last = client.latest_message_id(ch)
-                    if last is not None:
-                        cons.seek(last, inclusive=False)
-                    else:  # empty channel: everything that arrives from now on
-                        cons.seek(client.earliest_message_id(), inclusive=True)
-                elif ch in positions:
-                    p = positions[ch]
-                    cons.seek(client.bytes_to_message_id(p.msg_id), inclusive=True)
-                    skip_upto[ch] = p.timestamp
-                else:
-                    cons.seek(client.earliest_message_id(), inclusive=True)
+                skip, at_end = _tail_seek(client, cons, ch, start, positions.get(ch), from_ts)
+                if skip is not None:
+                    skip_upto[ch] = skip
+                if at_end:
+                    past_end.add(ch)
             # Without --follow, a channel is done at the last message it had when tail started:
             # a live Milvus writes a time tick every 200 ms, so "nothing arrives" never happens there.
             ends = {} if args.follow else {c.channel: None if c.channel in past_end else
@@ -252,6 +230,42 @@ def cmd_tail(args) -> int:
         finally:
             for c in consumers:
                 c.unsubscribe()
+
+
+def _tail_positions(start: str, chans: list[str]) -> dict:
+    """``tail --from POSITIONS`` per physical channel ({} for earliest/latest)."""
+    from msgstream_spark.msg.position import parse_positions
+    from msgstream_spark.stream.names import to_physical_channel
+
+    if start.lower() in ("earliest", "latest"):
+        return {}
+    try:
+        parsed = parse_positions(start)
+    except (DecodeError, ValueError) as exc:
+        raise ConfigError(f"--from: not a position (JSON or base64 MsgPosition): {exc}") from exc
+    positions = {to_physical_channel(p.channel_name): p for p in parsed}
+    unknown = sorted(set(positions) - set(chans))
+    if unknown:
+        raise UsageError(f"--from names channel(s) not in --channels: {', '.join(unknown)}")
+    return positions
+
+
+def _tail_seek(client, cons, ch: str, start: str, pos, from_ts: int | None) -> tuple[int | None, bool]:
+    """Position one tail reader; returns (skip BeginTs <= this, True when it starts past the end)."""
+    if from_ts is not None:
+        return None, not _seek_time(client, cons, ch, from_ts)
+    if start.lower() == "latest":
+        last = client.latest_message_id(ch)
+        if last is not None:
+            cons.seek(last, inclusive=False)
+        else:  # empty channel: everything that arrives from now on
+            cons.seek(client.earliest_message_id(), inclusive=True)
+        return None, True
+    if pos is not None:
+        cons.seek(client.bytes_to_message_id(pos.msg_id), inclusive=True)
+        return pos.timestamp, False
+    cons.seek(client.earliest_message_id(), inclusive=True)
+    return None, False
 
 
 def _reached(channel: str, ends: dict) -> bool:
