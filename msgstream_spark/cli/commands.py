@@ -17,6 +17,7 @@ from msgstream_spark.msg.position import MsgPosition, parse_positions
 from msgstream_spark.msg.types import MsgType
 from msgstream_spark.stream.names import to_physical_channel
 from msgstream_spark.stream.seek import SeekFilter
+from msgstream_spark.stream.timeseek import first_at_or_after, message_time
 
 __all__ = ["COMMANDS", "UsageError", "latest_position", "run"]
 
@@ -36,9 +37,10 @@ def throwaway(consumer):
 
 
 def message_ts(msg, channel: str) -> int:
-    """Hybrid timestamp of a raw message (backend's, else the payload's MsgBase)."""
-    if msg.timestamp:
-        return int(msg.timestamp)
+    """Milvus hybrid timestamp of a raw message, from the message itself (never the broker's clock)."""
+    t = message_time(msg.payload, msg.properties)
+    if t is not None:
+        return t
     return int(codec.unmarshal(msg.payload, msg.properties, channel=channel,
                                msg_id=msg.id.serialize()).timestamp)
 
@@ -118,7 +120,7 @@ def cmd_position(args) -> int:
                     print(dumps({"channel_name": ch, "empty": True}))
                     continue
             else:
-                mid = client.message_id_at_timestamp(ch, at)
+                mid = first_at_or_after(client, ch, at)  # by the messages' own times
                 if mid is None:
                     print(dumps({"channel_name": ch, "empty": True, "timestamp": at}))
                     continue
@@ -144,22 +146,46 @@ def _tail_positions(start: str, chans: list[str]) -> dict:
     return positions
 
 
-def _open_tail_reader(client, ch: str, start: str, positions: dict):
-    """A reader of ``ch`` positioned for ``--from`` and the seek filter it needs."""
+def _open_tail_reader(client, ch: str, start: str, positions: dict, from_ts: int | None):
+    """A reader of ``ch`` positioned for ``--from`` / ``--from-timestamp``: (reader, the seek filter
+    it needs, True when it starts past the channel's end)."""
     cons = client.reader(ch)  # the CLI never resumes: nothing is recorded on the broker
+    if from_ts is not None:
+        mid = first_at_or_after(client, ch, from_ts)  # by the messages' own times
+        if mid is not None:
+            cons.seek(mid, inclusive=True)
+            return cons, SeekFilter(None), False
+        _seek_past_end(client, cons, ch)
+        return cons, SeekFilter(None), True
     if start.lower() == "latest":
-        last = client.latest_message_id(ch)
-        if last is not None:
-            cons.seek(last, inclusive=False)
-        else:  # empty channel: everything that arrives from now on
-            cons.seek(client.earliest_message_id(), inclusive=True)
-        return cons, SeekFilter(None)
+        _seek_past_end(client, cons, ch)
+        return cons, SeekFilter(None), True
     if ch in positions:  # Milvus's seek: at the msgID, then the shared seek filter
         p = positions[ch]
         cons.seek(client.bytes_to_message_id(p.msg_id), inclusive=True)
-        return cons, SeekFilter(p.timestamp)
+        return cons, SeekFilter(p.timestamp), False
     cons.seek(client.earliest_message_id(), inclusive=True)
-    return cons, SeekFilter(None)
+    return cons, SeekFilter(None), False
+
+
+def _seek_past_end(client, cons, ch: str) -> None:
+    """Position ``cons`` after the last message of ``ch``: everything that arrives from now on."""
+    last = client.latest_message_id(ch)
+    if last is not None:
+        cons.seek(last, inclusive=False)
+    else:  # empty channel
+        cons.seek(client.earliest_message_id(), inclusive=True)
+
+
+def _from_timestamp(args) -> int | None:
+    """``tail --from-timestamp`` as a hybrid ts (None when not given)."""
+    raw = getattr(args, "from_timestamp", None)
+    if raw is None:
+        return None
+    try:
+        return int(tso.parse_timestamp(raw))
+    except (ValueError, TypeError) as exc:
+        raise ConfigError(f"--from-timestamp: cannot parse timestamp {raw!r}: {exc}") from exc
 
 
 def cmd_tail(args) -> int:
@@ -168,35 +194,54 @@ def cmd_tail(args) -> int:
         raise UsageError("--limit must be > 0")
     start = (args.start or "earliest").strip()
     positions = _tail_positions(start, chans)
+    from_ts = _from_timestamp(args)
     with open_client(args) as client:
         _check_channels(client, chans)
         readers = []
         try:
             for ch in chans:
-                readers.append(_open_tail_reader(client, ch, start, positions))
-            return _tail_loop(args, readers)
+                readers.append(_open_tail_reader(client, ch, start, positions, from_ts))
+            # Without --follow, a channel is done at the last message it had when tail started:
+            # a live Milvus writes a time tick every 200 ms, so "nothing arrives" never happens there.
+            ends = {} if args.follow else {c.channel: None if past else client.latest_message_id(c.channel)
+                                           for c, _, past in readers}
+            return _tail_loop(args, [(c, s) for c, s, _ in readers], ends)
         finally:
-            for cons, _ in readers:
+            for cons, _, _ in readers:
                 cons.unsubscribe()
 
 
-def _tail_loop(args, readers: list) -> int:
+def _reached(channel: str, ends: dict) -> bool:
+    """True once ``channel`` showed its last message as of the start (or was empty then)."""
+    return channel in ends and ends[channel] is None
+
+
+def _tail_loop(args, readers: list, ends: dict) -> int:
     printed = 0
     idle_since = time.monotonic()
     while True:
         got_any = False
         for cons, seek in readers:
+            if _reached(cons.channel, ends):
+                continue
             for m in cons.receive_batch(256, 0.05):
                 got_any = True
+                if ends.get(m.channel) is not None and m.id >= ends[m.channel]:
+                    ends[m.channel] = None  # this is its last message to show
                 msg = codec.unmarshal(m.payload, m.properties, channel=m.channel, msg_id=m.id.serialize())
                 is_tick = msg.msg_type == MsgType.TimeTick
                 if (seek.active and not seek.keep(is_tick, int(msg.begin_ts))) or (args.no_ticks and is_tick):
-                    continue
-                print(dumps(message_dict(msg, channel=m.channel, msg_id=m.id.serialize(),
-                                         properties=dict(m.properties), rows=args.rows)), flush=True)
-                printed += 1
-                if args.limit is not None and printed >= args.limit:
-                    return 0
+                    pass
+                else:
+                    print(dumps(message_dict(msg, channel=m.channel, msg_id=m.id.serialize(),
+                                             properties=dict(m.properties), rows=args.rows)), flush=True)
+                    printed += 1
+                    if args.limit is not None and printed >= args.limit:
+                        return 0
+                if _reached(m.channel, ends):
+                    break
+        if ends and all(_reached(c.channel, ends) for c, _ in readers):
+            return 0
         if got_any:
             idle_since = time.monotonic()
         elif not args.follow and time.monotonic() - idle_since >= args.timeout:

@@ -57,6 +57,9 @@ def build_parser() -> argparse.ArgumentParser:
     where = p.add_mutually_exclusive_group()
     where.add_argument("--from", dest="start", default="earliest",
                        help="earliest (default), latest, or a position (JSON or base64 MsgPosition)")
+    where.add_argument("--from-timestamp", dest="from_timestamp",
+                       help="hybrid timestamp or ISO-8601 time: from the first message whose own Milvus "
+                            "time is at or after it")
     p.add_argument("--limit", "-n", type=int, help="stop after this many messages")
     p.add_argument("--follow", "-f", action="store_true", help="keep waiting for new messages (Ctrl-C stops)")
     p.add_argument("--timeout", type=float, default=2.0,

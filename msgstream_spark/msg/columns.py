@@ -98,9 +98,35 @@ def _scalar_to_arrow(t: int, sf: Any) -> pa.Array:
     return pa.array(list(data), pa.string())
 
 
-def _array_to_arrow(fd: Any) -> pa.Array:
+# The element type an Array row's populated ScalarField slot implies (Int8/Int16 also use int_data).
+_SLOT_ELEMENT = {"bool_data": BOOL, "int_data": INT32, "long_data": INT64, "float_data": FLOAT,
+                 "double_data": DOUBLE, "string_data": VARCHAR}
+
+
+def array_element_type(fd: Any) -> int:
+    """Element type of an Array FieldData: ``array_data.element_type``, else what its rows hold.
+
+    Milvus 2.3.5 leaves ``element_type`` at 0 in InsertRequest (the type is only in the
+    CreateCollection schema); the rows still sit in one slot (``long_data``, ``string_data``...),
+    which gives the type up to integer width, and the reader casts to the schema's type.
+    0 when neither says (every row empty).
+    """
     arr = fd.scalars.array_data
     elem = int(arr.element_type)
+    if elem:
+        return elem
+    for sf in arr.data:
+        slot = sf.WhichOneof("data")
+        if slot is not None:
+            return _SLOT_ELEMENT.get(slot, 0)
+    return 0
+
+
+def _array_to_arrow(fd: Any) -> pa.Array:
+    arr = fd.scalars.array_data
+    elem = array_element_type(fd)
+    if elem == 0:  # no type anywhere and no values: empty lists (cast to the schema's type later)
+        return pa.ListArray.from_arrays(pa.array(np.zeros(len(arr.data) + 1, np.int32)), pa.nulls(0))
     slot = _SCALAR_SLOT.get(elem)
     if slot is None or elem == JSON:
         raise SchemaError(f"Array element type {type_name(elem)} is not supported")

@@ -40,7 +40,7 @@ def field_schema_for_data(fd: Any, *, is_primary_key: bool = False) -> Any:
     if fd.WhichOneof("field") == "vectors" and int(fd.type) != C.SPARSE_VECTOR:
         fs.type_params.append(common_pb2.KeyValuePair(key="dim", value=str(int(fd.vectors.dim))))
     if int(fd.type) == C.ARRAY:
-        fs.element_type = int(fd.scalars.array_data.element_type)
+        fs.element_type = C.array_element_type(fd)  # Milvus 2.3.5 writes 0: then the rows' slot says
     return fs
 
 

@@ -24,6 +24,7 @@ from typing import Any
 from msgstream_spark.errors import DataLossError, OptionError
 from msgstream_spark.msg.position import MsgPosition, parse_positions
 from msgstream_spark.stream.names import to_physical_channel
+from msgstream_spark.stream.timeseek import first_after, first_at_or_after
 
 log = logging.getLogger(__name__)
 
@@ -100,7 +101,7 @@ def resolve_start(client: Any, channels: list[str], spec: str | None, starting_t
     for ch in channels:
         how = per.get(ch, default)
         if starting_ts is not None:
-            mid = client.message_id_at_timestamp(ch, starting_ts)
+            mid = first_at_or_after(client, ch, starting_ts)  # by the messages' own times
             if mid is None:
                 latest = client.latest_message_id(ch)
                 out[ch] = entry(latest.serialize() if latest else b"", starting_ts)
@@ -141,7 +142,7 @@ def resolve_end(client: Any, channels: list[str], spec: str | None, ending_ts: i
     for ch in channels:
         how = per.get(ch, "latest")
         if ending_ts is not None:
-            mid = client.message_id_at_timestamp(ch, ending_ts + 1)
+            mid = first_after(client, ch, ending_ts)  # by the messages' own times
             if mid is not None:
                 out[ch] = entry(mid.serialize(), ending_ts, exclusive=True)
                 continue

@@ -45,6 +45,7 @@ def infer(opts: ReadOptions, channels: list[str]) -> tuple[Any, str | None, int 
         return messages_struct(), None, None
 
     found: dict[int, tuple[Any, str]] = {}  # collection id -> (CollectionSchema, source)
+    created: dict[int, int] = {}  # collection id -> time of its CreateCollection (else first insert)
     client = opts.client()
     deadline = time.monotonic() + INFER_SECONDS
     try:
@@ -75,8 +76,10 @@ def infer(opts: ReadOptions, channels: list[str]) -> tuple[Any, str | None, int 
                             continue
                         if t == MsgType.CreateCollection and msg.schema is not None:
                             found[cid] = (msg.schema, "CreateCollection")
+                            created[cid] = msg.timestamp
                         elif cid not in found:
                             found[cid] = (infer_collection_schema(msg.proto, name), "Insert")
+                            created.setdefault(cid, msg.begin_ts)
                     if found and opts.collection is not None:
                         break
             finally:
@@ -88,6 +91,12 @@ def infer(opts: ReadOptions, channels: list[str]) -> tuple[Any, str | None, int 
         raise SchemaError(
             f"cannot infer a schema: no CreateCollection or Insert message of {what} found in channel(s) "
             f"{', '.join(channels)}; give one with .schema(...) or option schema, or use output=messages")
+    if len(found) > 1 and opts.collection is not None and not opts.collection.isdigit():
+        # dropped and re-created under the same name: the newest incarnation's schema
+        newest = max(found, key=lambda c: created.get(c, 0))
+        log.info("collection %r: ids %s share the name; using the newest, %s", opts.collection,
+                 sorted(found), newest)
+        found = {newest: found[newest]}
     if len(found) > 1:
         raise SchemaError(f"channels {', '.join(channels)} carry several collections (ids "
                           f"{', '.join(map(str, sorted(found)))}): set option collection to pick one")

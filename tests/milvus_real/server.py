@@ -1,0 +1,180 @@
+"""A real Milvus 2.3.5 standalone (PyPI ``milvus``, "embedded Milvus") writing to tansu through the shim.
+
+The wheel is fetched once with ``pip download`` and its lzma-compressed binaries unpacked into
+``~/.cache/msgstream-spark/milvus-2.3.5`` (override: ``MSGSTREAM_CACHE``). Each server runs from a
+fresh temp dir with the package's config template: ``mq.type: kafka`` on the shim, embedded etcd,
+local storage, every port free. ``stop`` kills by pid; ``log_tail`` is shown when a test fails.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import lzma
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+import zipfile
+from pathlib import Path
+
+VERSION = "2.3.5"
+WHEEL = f"milvus-{VERSION}-py3-none-manylinux2014_x86_64.whl"
+PORT_KEYS = ("etcd_port", "root_coord_port", "proxy_port", "proxy_internal_port", "query_coord_port",
+             "query_node_port", "index_coord_port", "index_node_port", "data_coord_port", "data_node_port")
+_PLACEHOLDER = re.compile(r"\{\{\s*(\w+)(?:\((\w+)\))?\s*(?::\s*([^}]*?))?\s*\}\}")
+
+
+def cache_dir() -> Path:
+    return Path(os.environ.get("MSGSTREAM_CACHE", Path.home() / ".cache" / "msgstream-spark"))
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def install(timeout: float = 300.0) -> Path:
+    """The unpacked server (bin/, config template), downloading the wheel on first use."""
+    home = cache_dir() / f"milvus-{VERSION}"
+    if (home / ".complete").exists():
+        return home
+    wheels = cache_dir() / "wheels"
+    wheel = wheels / WHEEL
+    if not wheel.exists():
+        wheels.mkdir(parents=True, exist_ok=True)
+        subprocess.run([sys.executable, "-m", "pip", "download", "-q", "--no-deps", f"milvus=={VERSION}",
+                        "--only-binary", ":all:", "-d", str(wheels)], check=True, timeout=timeout)
+    tmp = Path(tempfile.mkdtemp(prefix=f"milvus-{VERSION}-", dir=cache_dir()))
+    (tmp / "bin").mkdir()
+    with zipfile.ZipFile(wheel) as z:
+        for name in z.namelist():
+            if name.startswith("milvus/data/bin/") and name.endswith(".lzma"):
+                (tmp / "bin" / Path(name).name[:-5]).write_bytes(lzma.decompress(z.read(name)))
+            elif name in ("milvus/data/config.yaml.template", "milvus/data/glog.conf"):
+                (tmp / Path(name).name).write_bytes(z.read(name))
+    (tmp / "bin" / "milvus").chmod(0o755)
+    (tmp / ".complete").touch()
+    shutil.rmtree(home, ignore_errors=True)
+    tmp.rename(home)
+    return home
+
+
+def render_config(template: str, values: dict[str, object], kafka_brokers: str) -> str:
+    """The template with its ``{{ name(type): default }}`` holes filled, on Kafka instead of rocksmq."""
+
+    def fill(m: re.Match) -> str:
+        name, default = m.group(1), m.group(3)
+        if name in values:
+            v = values[name]
+            return str(v).lower() if isinstance(v, bool) else str(v)
+        if default is None:
+            raise KeyError(f"config template value {name!r} has no default and was not given")
+        return default.strip()
+
+    text = _PLACEHOLDER.sub(fill, template)
+    if "etcd_config_path" in values:  # the embedded etcd ignores etcd.endpoints: its own file sets its ports
+        text, n = re.subn(r"(?m)^etcd:\n", f"etcd:\n  config:\n    path: {values['etcd_config_path']}\n", text)
+        if n != 1:
+            raise ValueError("config template: etcd section not found")
+    text, n = re.subn(r"(?m)^(mq:\n(?:\s*#.*\n)*\s+type:) rocksmq", r"\1 kafka", text)
+    if n != 1:
+        raise ValueError("config template: mq.type not found")
+    return text + f"\nkafka:\n  brokerList: {kafka_brokers}\n"
+
+
+class MilvusServer:
+    """One standalone Milvus process; ``uri`` is its gRPC address, ``etcd`` its embedded etcd's."""
+
+    def __init__(self, kafka_brokers: str, startup_timeout: float = 180.0) -> None:
+        self.kafka_brokers = kafka_brokers
+        self.startup_timeout = startup_timeout
+        self.ports = {k: free_port() for k in PORT_KEYS}
+        self.metrics_port = free_port()
+        self.dir = Path(tempfile.mkdtemp(prefix="milvus-real-"))
+        self.proc: subprocess.Popen | None = None
+
+    @property
+    def uri(self) -> str:
+        return f"http://127.0.0.1:{self.ports['proxy_port']}"
+
+    @property
+    def etcd(self) -> str:
+        return f"127.0.0.1:{self.ports['etcd_port']}"
+
+    def start(self) -> MilvusServer:
+        home = install()
+        d = self.dir
+        for sub in ("configs", "logs", "data"):
+            (d / sub).mkdir(exist_ok=True)
+        values: dict[str, object] = dict(self.ports)
+        values.update(etcd_log_path=str(d / "logs" / "etcd.log"), system_log_path=str(d / "logs"),
+                      etcd_data_dir=str(d / "data" / "etcd.data"), local_storage_dir=str(d / "data"),
+                      rocksmq_data_dir=str(d / "data" / "rocksmq"), etcd_log_level="warn")
+        peer = free_port()
+        etcd_yaml = d / "configs" / "etcd.yaml"
+        etcd_yaml.write_text("\n".join([
+            "name: default", f"data-dir: {d / 'data' / 'etcd.data'}",
+            f"listen-client-urls: http://127.0.0.1:{self.ports['etcd_port']}",
+            f"advertise-client-urls: http://127.0.0.1:{self.ports['etcd_port']}",
+            f"listen-peer-urls: http://127.0.0.1:{peer}", f"initial-advertise-peer-urls: http://127.0.0.1:{peer}",
+            f"initial-cluster: default=http://127.0.0.1:{peer}", ""]))
+        values["etcd_config_path"] = str(etcd_yaml)
+        text = render_config((home / "config.yaml.template").read_text(), values, self.kafka_brokers)
+        (d / "configs" / "milvus.yaml").write_text(text)
+        shutil.copy(home / "glog.conf", d / "configs" / "glog.conf")
+        env = dict(os.environ, DEPLOY_MODE="STANDALONE", METRICS_PORT=str(self.metrics_port),
+                   MILVUS_RUN_DIR=str(d / "run"),
+                   LD_LIBRARY_PATH=f"{home / 'bin'}:{os.environ.get('LD_LIBRARY_PATH', '')}")
+        with open(d / "logs" / "stdout.log", "wb") as out:
+            self.proc = subprocess.Popen([str(home / "bin" / "milvus"), "run", "standalone"], cwd=d, env=env,
+                                         stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+        self.wait_ready()
+        return self
+
+    def wait_ready(self) -> None:
+        deadline = time.monotonic() + self.startup_timeout
+        url = f"http://127.0.0.1:{self.metrics_port}/healthz"
+        while True:
+            if self.proc is not None and self.proc.poll() is not None:
+                raise RuntimeError(f"Milvus exited with {self.proc.returncode}; log:\n{self.log_tail()}")
+            with contextlib.suppress(OSError):
+                with urllib.request.urlopen(url, timeout=2) as resp:
+                    if b"OK" in resp.read():
+                        return
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"Milvus not healthy within {self.startup_timeout:.0f}s; log:\n{self.log_tail()}")
+            time.sleep(0.5)  # polling a health endpoint: the wait is bounded by the deadline above
+
+    def log_tail(self, chars: int = 6000) -> str:
+        parts = []
+        for f in sorted((self.dir / "logs").glob("stdout.log")):
+            with contextlib.suppress(OSError):
+                text = f.read_text(errors="replace")
+                crash = min((i for i in (text.find("panic:"), text.find("fatal error:"), text.find("SIGABRT"))
+                             if i >= 0), default=-1)
+                if crash >= 0:  # a Go crash: its first lines say why, the goroutine dump does not
+                    parts.append(f"--- {f.name} (crash)\n" + text[max(0, crash - chars // 2):crash + chars // 2])
+                parts.append(f"--- {f.name}\n" + text[-chars:])
+        return "\n".join(parts)
+
+    def stop(self) -> None:
+        p = self.proc
+        if p is not None and p.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(p.pid, signal.SIGTERM)
+            try:
+                p.wait(5)
+            except subprocess.TimeoutExpired:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(p.pid, signal.SIGKILL)
+                p.wait(10)
+
+    def cleanup(self) -> None:
+        shutil.rmtree(self.dir, ignore_errors=True)
