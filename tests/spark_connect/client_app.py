@@ -3,9 +3,9 @@
 Run by tests/spark_connect in its own process from a temp directory (pyspark allows one kind of session per
 process, and a Connect session switches the whole process into Connect mode). Prints one JSON line.
 
-spec: url, action (read | stream | write), options (Spark options), register (register the data source from
-the client first), plus per action: read: formats; stream: checkpoint, out, subscription; write: rows
-([pk, [floats], name]).
+spec: url, action (read | stream | write | stream_write), options (Spark options), register (register the
+data source from the client first), plus per action: read: formats; stream: checkpoint, out, subscription;
+write: rows ([pk, [floats], name]); stream_write: checkpoint, subscription, sink_options.
 """
 
 from __future__ import annotations
@@ -32,6 +32,14 @@ def stream(spark, spec: dict) -> dict:
     return {"finished": finished is not False, "rows": _rows(spark.read.parquet(spec["out"]))}
 
 
+def stream_write(spark, spec: dict) -> dict:
+    """msgstream channels -> msgstream channels, AvailableNow (deletes stay deletes: the reader's op column)."""
+    df = spark.readStream.format("msgstream").options(**spec["options"]).option("subscription", spec["subscription"])
+    q = (df.load().writeStream.format("msgstream").options(**spec["sink_options"])
+         .option("checkpointLocation", spec["checkpoint"]).trigger(availableNow=True).start())
+    return {"finished": q.awaitTermination(240) is not False}
+
+
 def write(spark, spec: dict) -> dict:
     df = spark.createDataFrame([tuple(r) for r in spec["rows"]], "pk long, vec array<float>, name string")
     df.write.format("msgstream").options(**spec["options"]).mode("append").save()
@@ -55,7 +63,8 @@ def main(spec: dict) -> dict:
         spark.dataSource.register(MsgStreamDataSource)
         spark.dataSource.register(ClientSideAlias)
     try:
-        return {"read": read, "stream": stream, "write": write}[spec["action"]](spark, spec)
+        actions = {"read": read, "stream": stream, "write": write, "stream_write": stream_write}
+        return actions[spec["action"]](spark, spec)
     finally:
         spark.stop()
 

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.sink.helpers import inserted_rows, read_all
+from tests.sink.helpers import deleted_keys, inserted_rows, read_all
 from tests.spark.helpers import Publisher, spark_options
 
 APP = Path(__file__).with_name("client_app.py")
@@ -39,7 +39,7 @@ def env(local_env):
     return local_env
 
 
-@pytest.fixture(params=["local", "kafka"])
+@pytest.fixture(params=["local", "kafka", "pulsar"])
 def any_env(request):
     return request.getfixturevalue(f"{request.param}_env")
 
@@ -110,3 +110,23 @@ def test_batch_write(spark_connect_url, env, tmp_path):
     got = sorted([r["pk"], r["vec"], r["name"]] for ch in channels for r in inserted_rows(reads[ch]))
     assert got == rows
     assert all(inserted_rows(reads[ch]) for ch in channels)  # sharded over both channels
+
+
+def test_streaming_write(spark_connect_url, env, pub, tmp_path):
+    pub.rounds(2, rows=3)
+    pub.delete(pub.channels[1], [3, 4])
+    pub.tick()
+    targets = [env.new_channel("copy"), env.new_channel("copy")]
+    sink = {**spark_options(env), "channels": ",".join(targets), "collection": "connect_copy",
+            "writerId": "connect-copy"}
+    got = client(spark_connect_url, tmp_path, action="stream_write", options=source_options(env, pub),
+                 subscription="connect-copy", checkpoint=str(tmp_path / "chk"), sink_options=sink)
+    assert got["finished"]
+    c = env.client()
+    try:
+        reads = read_all(c, targets)
+    finally:
+        c.close()
+    copied = sorted(r["pk"] for ch in targets for r in inserted_rows(reads[ch]))
+    assert copied == list(range(12))
+    assert sorted(k for ch in targets for k in deleted_keys(reads[ch])) == [3, 4]
