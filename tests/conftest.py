@@ -15,6 +15,8 @@ pytest_plugins = [
     "tests.fixtures.pulsar_env",
     "tests.fixtures.pulsar_lite_env",
     "tests.fixtures.spark_env",
+    "tests.fixtures.spark_connect",
+    "tests.fixtures.wheel_env",
 ]
 
 BACKENDS = ["local", "kafka", "pulsar", "pulsar-lite"]

@@ -39,13 +39,11 @@ def _matches(opts: ReadOptions, cid: int, name: str) -> bool:
     return want is None or want == str(cid) or want == name
 
 
-def infer(opts: ReadOptions, channels: list[str]) -> tuple[Any, str | None, int | None]:
-    """(StructType, pk name, collection id) for ``opts``; SchemaError if nothing is found."""
-    if opts.output == "messages":
-        return messages_struct(), None, None
-
-    found: dict[int, tuple[Any, str]] = {}  # collection id -> (CollectionSchema, source)
-    created: dict[int, int] = {}  # collection id -> time of its CreateCollection (else first insert)
+def _scan_schemas(opts: ReadOptions, channels: list[str]) -> tuple[dict[int, tuple[Any, str]], dict[int, int]]:
+    """({collection id: (CollectionSchema, source)}, {collection id: creation time}) found in the
+    channels' CreateCollection messages (else their first insert), within the inference budget."""
+    found: dict[int, tuple[Any, str]] = {}
+    created: dict[int, int] = {}  # time of its CreateCollection (else first insert)
     client = opts.client()
     deadline = time.monotonic() + INFER_SECONDS
     try:
@@ -60,32 +58,45 @@ def infer(opts: ReadOptions, channels: list[str]) -> tuple[Any, str | None, int 
                         break
                     seen += len(batch)
                     for m in batch:
-                        try:
-                            t = codec.peek_msg_type(m.payload, m.properties)
-                        except Exception:  # noqa: BLE001 - corrupt messages do not stop inference
-                            continue
-                        if t not in (MsgType.CreateCollection, MsgType.Insert):
-                            continue
-                        try:
-                            msg = codec.unmarshal(m.payload, m.properties, channel=ch)
-                        except Exception:  # noqa: BLE001
-                            continue
-                        name = getattr(msg.proto, "collectionName", "") or getattr(msg.proto, "collection_name", "")
-                        cid = msg.collection_id
-                        if not _matches(opts, cid, name):
-                            continue
-                        if t == MsgType.CreateCollection and msg.schema is not None:
-                            found[cid] = (msg.schema, "CreateCollection")
-                            created[cid] = msg.timestamp
-                        elif cid not in found:
-                            found[cid] = (infer_collection_schema(msg.proto, name), "Insert")
-                            created.setdefault(cid, msg.begin_ts)
+                        _note_schema(opts, ch, m, found, created)
                     if found and opts.collection is not None:
                         break
             finally:
                 cons.unsubscribe()  # a throwaway inference subscription
     finally:
         client.close()
+    return found, created
+
+
+def _note_schema(opts: ReadOptions, ch: str, m: Any, found: dict, created: dict) -> None:
+    """Record the schema one raw message tells (a CreateCollection wins over an insert)."""
+    try:
+        t = codec.peek_msg_type(m.payload, m.properties)
+    except Exception:  # noqa: BLE001 - corrupt messages do not stop inference
+        return
+    if t not in (MsgType.CreateCollection, MsgType.Insert):
+        return
+    try:
+        msg = codec.unmarshal(m.payload, m.properties, channel=ch)
+    except Exception:  # noqa: BLE001
+        return
+    name = getattr(msg.proto, "collectionName", "") or getattr(msg.proto, "collection_name", "")
+    cid = msg.collection_id
+    if not _matches(opts, cid, name):
+        return
+    if t == MsgType.CreateCollection and msg.schema is not None:
+        found[cid] = (msg.schema, "CreateCollection")
+        created[cid] = msg.timestamp
+    elif cid not in found:
+        found[cid] = (infer_collection_schema(msg.proto, name), "Insert")
+        created.setdefault(cid, msg.begin_ts)
+
+
+def infer(opts: ReadOptions, channels: list[str]) -> tuple[Any, str | None, int | None]:
+    """(StructType, pk name, collection id) for ``opts``; SchemaError if nothing is found."""
+    if opts.output == "messages":
+        return messages_struct(), None, None
+    found, created = _scan_schemas(opts, channels)
     if not found:
         what = f"collection {opts.collection!r}" if opts.collection else "any collection"
         raise SchemaError(
