@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import os
 import sys
+import time
 
 os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 
@@ -60,8 +61,22 @@ def main() -> None:
         w = w.trigger(processingTime="300 milliseconds")
     q = w.start()
     print("started", flush=True)
-    q.awaitTermination(spec.get("timeout", 1800))
+    watch(q, spec.get("timeout", 1800))
     print("done", flush=True)
+
+
+def watch(q, timeout: float) -> None:
+    """Wait for the query, printing one ``[progress]`` line per micro-batch (the soak reads the lag off them)."""
+    deadline, seen, total = time.monotonic() + timeout, -1, 0
+    while time.monotonic() < deadline:
+        finished = q.awaitTermination(1)
+        for p in q.recentProgress:
+            if p["batchId"] > seen:
+                seen = p["batchId"]
+                total += int(p.get("numInputRows") or 0)
+                print(f"[progress] {json.dumps({'batch': seen, 'rows': total, 't': time.time()})}", flush=True)
+        if finished:
+            return
 
 
 def phases(spark, spec: dict) -> None:

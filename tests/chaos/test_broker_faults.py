@@ -47,7 +47,7 @@ def test_pulsar_lite_restarted_mid_stream_the_query_continues_and_loses_nothing(
             b.restart(signal.SIGKILL)
             fig.injected += 1
             base = commits(chk)
-            wait_for(lambda: commits(chk) > base, START_S, f"a commit after restart {i + 1}", d.alive)
+            wait_for(lambda base=base: commits(chk) > base, START_S, f"a commit after restart {i + 1}", d.alive)
             fig.recovery_s.append(round(time.monotonic() - t0, 2))
         prod.stop()
         want = len(prod.inserted)

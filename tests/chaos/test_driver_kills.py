@@ -25,7 +25,7 @@ def _kill_loop(fault: str, spec: dict, chk, tmp_path, kills: int, fig: Figures, 
             _stop_producers(prod)
         d = Driver(dict(spec, trigger="available") if last else spec, tmp_path, f"{fault}-{i}").start()
         base = commits(chk)
-        wait_for(lambda: commits(chk) > base or (last and d.proc.poll() == 0), START_S,
+        wait_for(lambda base=base, last=last, d=d: commits(chk) > base or (last and d.proc.poll() == 0), START_S,
                  f"{fault}: a commit after (re)start {i}", d.alive if not last else None)
         if t_kill is not None:
             fig.recovery_s.append(round(time.monotonic() - t_kill, 2))

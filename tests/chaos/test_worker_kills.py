@@ -9,7 +9,7 @@ import time
 import psutil
 import pytest
 
-from tests.chaos.harness import Driver, wait_for
+from tests.chaos.harness import Driver
 from tests.chaos.knobs import Figures, rng, size
 from tests.spark.helpers import Publisher, spark_options
 
