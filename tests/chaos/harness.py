@@ -102,7 +102,8 @@ class Driver:
             raise AssertionError(f"driver {self.name} exited with {self.proc.returncode}: {self.tail()}")
 
     def tail(self, n: int = 3000) -> str:
-        self.log.flush()
+        if not self.log.closed:
+            self.log.flush()
         return (self.logdir / f"{self.name}.log").read_text(errors="replace")[-n:]
 
     def kill(self) -> None:
