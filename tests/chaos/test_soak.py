@@ -55,14 +55,14 @@ def test_soak_memory_flat_lag_bounded_rows_exact(spark, local_env, tmp_path):
     spec = {"mode": "read", "out": str(out), "chk": str(chk), "max_rows": 20000,
             "options": {**spark_options(env), "channels": ",".join(channels), "subscription": "soak",
                         "startingPositions": "earliest"}}
+    prod = Producers(env, channels, rows=20, pause=0.2).start()
+    wait_for(lambda: prod.rounds >= 1, 60, "the producers' first round")
     d = Driver(spec, tmp_path, "soak").start()
-    prod = Producers(env, channels, rows=20, pause=0.2)
     fig = Figures("soak", "local")
     mem: dict[str, list] = {"driver": [], "jvm": [], "workers": []}
     lags: list[int] = []
     try:
-        wait_for(lambda: "[progress]" in d.tail(), 300, "the soak query's first batch", d.alive)
-        prod.start()
+        wait_for(lambda: "[progress]" in d.tail(100_000), 300, "the soak query's first batch", d.alive)
         t0 = time.monotonic()
         while time.monotonic() - t0 < soak_s:
             d.alive()
