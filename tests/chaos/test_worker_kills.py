@@ -17,14 +17,20 @@ PHASES = ("batch", "stream-read", "stream-write")
 
 
 def python_workers(driver_pid: int) -> list[psutil.Process]:
-    """Workers forked by the pyspark daemons under the driver process (not the daemons themselves)."""
-    out = []
+    """Task workers forked by the pyspark daemons under the driver process. The daemons that serve the
+    driver's own planning and commit calls (``pyspark.sql.worker.*``) are left alone: those are not tasks."""
+    out: list[psutil.Process] = []
     try:
-        for p in psutil.Process(driver_pid).children(recursive=True):
-            if "pyspark.daemon" in " ".join(p.cmdline()):
-                out += p.children()
+        procs = psutil.Process(driver_pid).children(recursive=True)
     except psutil.Error:
-        pass
+        return out
+    for p in procs:
+        try:
+            cmd = " ".join(p.cmdline())
+            if "pyspark.daemon" in cmd and "pyspark.sql.worker" not in cmd and p.ppid() not in {q.pid for q in out}:
+                out += [c for c in p.children() if "pyspark.daemon" in " ".join(c.cmdline())]
+        except psutil.Error:
+            continue
     return out
 
 
