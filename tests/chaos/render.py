@@ -26,12 +26,13 @@ def _notes(r: dict) -> str:
 
 def table(results: list[dict]) -> str:
     results = sorted(results, key=lambda r: (ORDER.index(r["fault"]) if r["fault"] in ORDER else 99, r["backend"]))
-    lines = ["| fault | backend | size | injected | rows expected | lost | duplicated | recovery s (mean / max) | notes |",
+    lines = ["| fault | backend | size | injected | rows expected | lost | duplicated | recovery s (mean / max) "
+             "| notes |",
              "|---|---|---|---|---|---|---|---|---|"]
     for r in results:
         rec = "—" if r["recovery_max_s"] is None else f"{r['recovery_mean_s']} / {r['recovery_max_s']}"
-        lines.append(f"| {r['fault']} | {r['backend']} | {r['size']} | {r['injected']} | {r['rows_expected']} | {r['rows_lost']} | "
-                     f"{r['rows_duplicated']} | {rec} | {_notes(r)} |")
+        lines.append(f"| {r['fault']} | {r['backend']} | {r['size']} | {r['injected']} | {r['rows_expected']} | "
+                     f"{r['rows_lost']} | {r['rows_duplicated']} | {rec} | {_notes(r)} |")
     runs = sorted({(r["size"], r["seed"]) for r in results})
     when = max(r["at"] for r in results) if results else "—"
     head = ", ".join(f"size `{s}`, seed {seed}" for s, seed in runs)
