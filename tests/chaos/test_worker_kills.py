@@ -16,9 +16,17 @@ from tests.spark.helpers import Publisher, spark_options
 PHASES = ("batch", "stream-read", "stream-write")
 
 
+def _daemon_module(cmd: list[str]) -> str | None:
+    """The worker module a ``python -m pyspark.daemon [module]`` process serves, None for other processes."""
+    if "pyspark.daemon" not in cmd:
+        return None
+    rest = cmd[cmd.index("pyspark.daemon") + 1:]
+    return rest[0] if rest else "pyspark.worker"
+
+
 def python_workers(driver_pid: int) -> list[psutil.Process]:
-    """Task workers forked by the pyspark daemons under the driver process. The daemons that serve the
-    driver's own planning and commit calls (``pyspark.sql.worker.*``) are left alone: those are not tasks."""
+    """Task workers (``pyspark.worker``) forked by the daemon under the driver process. The daemons that serve
+    the driver's own calls (planning, the streaming source and sink runners) are left alone: not tasks."""
     out: list[psutil.Process] = []
     try:
         procs = psutil.Process(driver_pid).children(recursive=True)
@@ -26,9 +34,8 @@ def python_workers(driver_pid: int) -> list[psutil.Process]:
         return out
     for p in procs:
         try:
-            cmd = " ".join(p.cmdline())
-            if "pyspark.daemon" in cmd and "pyspark.sql.worker" not in cmd and p.ppid() not in {q.pid for q in out}:
-                out += [c for c in p.children() if "pyspark.daemon" in " ".join(c.cmdline())]
+            if _daemon_module(p.cmdline()) == "pyspark.worker" and _daemon_module(p.parent().cmdline()) is None:
+                out += p.children()  # the daemon's forks are the workers
         except psutil.Error:
             continue
     return out
