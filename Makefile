@@ -7,7 +7,7 @@ STAMP := $(VENV)/.installed
 export PYSPARK_PYTHON := $(abspath $(VPY))
 export PYSPARK_DRIVER_PYTHON := $(abspath $(VPY))
 
-.PHONY: test test-fast demo lint bench check-java install clean
+.PHONY: test test-fast demo lint bench chaos check-java install clean
 
 check-java:
 	@command -v java >/dev/null 2>&1 || { echo "error: Java 17+ is required by Spark but 'java' was not found on PATH (install a JDK 17+, e.g. apt-get install openjdk-17-jre-headless)" >&2; exit 1; }
@@ -35,8 +35,16 @@ test-fast: $(STAMP)
 demo: check-java $(STAMP)
 	$(VPY) -m jobs.demo $(DEMO_ARGS)
 
+# The chaos suite at its large size (MSGSTREAM_CHAOS_SIZE=medium for a shorter run); figures -> docs/reliability.md.
+CHAOS_RESULTS := $(abspath chaos-results)
+chaos: check-java $(STAMP)
+	rm -rf $(CHAOS_RESULTS)
+	MSGSTREAM_CHAOS_SIZE=$${MSGSTREAM_CHAOS_SIZE:-large} MSGSTREAM_CHAOS_RESULTS=$(CHAOS_RESULTS) \
+	  $(VPY) -m pytest -q -s --timeout 3600 tests/chaos $(PYTEST_ARGS); rc=$$?; \
+	  $(VPY) -m tests.chaos.render $(CHAOS_RESULTS) docs/reliability.md; exit $$rc
+
 bench: check-java $(STAMP)
 	$(VPY) -m bench.run_all
 
 clean:
-	rm -rf $(VENV) msgstream-data demo-output .pytest_cache
+	rm -rf $(VENV) msgstream-data demo-output .pytest_cache chaos-results

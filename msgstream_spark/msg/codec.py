@@ -144,6 +144,10 @@ def unmarshal(payload: bytes, properties: Mapping[str, str] | None = None, *, ch
     except (PbDecodeError, ValueError, RuntimeError) as exc:
         raise DecodeError(f"malformed {msg_type_name(t)} payload: {exc}", channel=channel, msg_id=msg_id,
                           payload=payload) from exc
+    header = int(proto.base.msg_type)
+    if header != t:
+        raise DecodeError(f"the msg_type property says {msg_type_name(t)} but the payload's header says "
+                          f"{msg_type_name(header)} ({header})", channel=channel, msg_id=msg_id, payload=payload)
     msg = cls(proto, properties=props)
     if t == MsgType.Insert:
         _check_insert(proto, channel, msg_id, payload)
@@ -163,6 +167,9 @@ def _check_insert(req, channel, msg_id, payload) -> None:
                           msg_id=msg_id, payload=payload)
     for fd in req.fields_data:
         rows = field_data_rows(fd)
+        if rows < 0:
+            raise DecodeError(f"inconsistent Insert: field {fd.field_name!r} (type {fd.type}, dim {fd.vectors.dim}) "
+                              "does not hold a whole number of rows", channel=channel, msg_id=msg_id, payload=payload)
         if rows != n:
             raise DecodeError(f"inconsistent Insert: field {fd.field_name!r} has {rows} rows, num_rows={n}",
                               channel=channel, msg_id=msg_id, payload=payload)

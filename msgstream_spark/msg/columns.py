@@ -200,21 +200,27 @@ def field_data_to_arrow(fd: Any) -> pa.Array:
     return arr
 
 
+def _whole(n: int, unit: int) -> int:
+    """Rows in ``n`` values of ``unit`` each; -1 when they are not a whole number of rows."""
+    return n // unit if unit > 0 and n % unit == 0 else -1
+
+
 def field_data_rows(fd: Any) -> int:
-    """Row count of a FieldData without building arrays."""
+    """Row count of a FieldData without building arrays; -1 when it cannot be read as whole rows
+    (a vector whose length is not a multiple of its dimension, a dimension <= 0, an unknown type)."""
     t = int(fd.type)
     if fd.WhichOneof("field") == "vectors" or t >= 100:
         vf = fd.vectors
         dim = int(vf.dim)
         if t == FLOAT_VECTOR:
-            return len(vf.float_vector.data) // dim if dim else 0
+            return _whole(len(vf.float_vector.data), dim)
         if t in (FLOAT16_VECTOR, BFLOAT16_VECTOR):
             raw = vf.float16_vector if t == FLOAT16_VECTOR else vf.bfloat16_vector
-            return len(raw) // (2 * dim) if dim else 0
+            return _whole(len(raw), 2 * dim)
         if t == INT8_VECTOR:
-            return len(vf.int8_vector) // dim if dim else 0
+            return _whole(len(vf.int8_vector), dim)
         if t == BINARY_VECTOR:
-            return len(vf.binary_vector) // (dim // 8) if dim >= 8 else 0
+            return _whole(len(vf.binary_vector), dim // 8 if dim % 8 == 0 else 0)
         if t == SPARSE_VECTOR:
             return len(vf.sparse_float_vector.contents)
         return -1

@@ -52,8 +52,33 @@ def messages_struct() -> object:
     return T.StructType(_spark_fields(MESSAGES_DDL))
 
 
+def _ddl_columns(ddl: str) -> list[str]:
+    """The column definitions of a Spark DDL list, split at top-level commas."""
+    out, depth, cur = [], 0, []
+    for ch in ddl:
+        if ch in "<(":
+            depth += 1
+        elif ch in ">)":
+            depth -= 1
+        if ch == "," and depth == 0:
+            out.append("".join(cur).strip())
+            cur = []
+        else:
+            cur.append(ch)
+    out.append("".join(cur).strip())
+    return [c for c in out if c]
+
+
 def rows_schema_ddl(field_ddl: str) -> str:
-    return f"{OP} string, {field_ddl}, {METADATA_DDL}" if field_ddl else f"{OP} string, {METADATA_DDL}"
+    """The rows schema for a user's ``schema`` option: ``op``, the fields, the metadata columns.
+
+    Columns the source adds itself (``op``, ``_channel``, ...) are dropped from the user's list, so a
+    schema copied from a DataFrame this source produced works instead of repeating a column (which
+    made Spark fail reading the Arrow batches with an IndexOutOfBoundsException).
+    """
+    reserved = {OP, *METADATA}
+    fields = [c for c in _ddl_columns(field_ddl) if c.split(None, 1)[0].strip("`").lower() not in reserved]
+    return ", ".join([f"{OP} string", *fields, METADATA_DDL])
 
 
 def resume_position(channel: str, msg_id: bytes, begin_ts: int, group: str = "") -> str:

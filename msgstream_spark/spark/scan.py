@@ -75,7 +75,8 @@ class Scanner:
                 cons.seek(self.client.earliest_message_id(), inclusive=True)
         except DataLossError as exc:
             if self.fail_on_data_loss:
-                raise
+                raise DataLossError(f"{exc}; set failOnDataLoss=false to continue at the first retained message",
+                                    channel=exc.channel) from exc
             log.warning("%s; scanning from the first retained message (failOnDataLoss=false)", exc)
             cons.seek(self.client.earliest_message_id(), inclusive=True)
         cs.consumer = cons

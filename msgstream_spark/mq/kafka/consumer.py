@@ -131,6 +131,10 @@ class KafkaConsumer(Consumer):
         if off < low:
             raise DataLossError(f"channel {self.channel}: position {off} was removed by retention "
                                 f"(first retained offset: {low})", channel=self.channel)
+        if (off if inclusive else off + 1) > high:  # the log is shorter than the position: the broker lost it
+            raise DataLossError(f"channel {self.channel}: position {off} is past the end of the log (next offset: "
+                                f"{high}); the broker lost messages (e.g. a restarted memory-only broker or a "
+                                "recreated topic)", channel=self.channel)
         self._assign(off if inclusive else off + 1)
 
     def ack(self, message: Message) -> None:

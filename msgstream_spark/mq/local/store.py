@@ -133,7 +133,7 @@ class write_txn:  # noqa: N801 - used as a context manager like a function
         try:
             self.conn.execute("BEGIN IMMEDIATE")
         except sqlite3.OperationalError as exc:
-            raise _lock_error(exc, self.channel) from exc
+            raise _lock_error(exc, self.channel, self.conn) from exc
         return self.conn
 
     def __exit__(self, exc_type, exc, tb) -> None:
@@ -141,17 +141,35 @@ class write_txn:  # noqa: N801 - used as a context manager like a function
             try:
                 self.conn.execute("COMMIT")
                 return
-            except sqlite3.OperationalError as err:
-                self.conn.execute("ROLLBACK")
-                raise _lock_error(err, self.channel) from err
+            except sqlite3.Error as err:
+                self._rollback()
+                raise _lock_error(err, self.channel, self.conn) from err
+        self._rollback()
+        if isinstance(exc, sqlite3.Error):  # e.g. "database or disk is full" while inserting
+            raise _lock_error(exc, self.channel, self.conn) from exc
+
+    def _rollback(self) -> None:
+        """Roll back if SQLite has not already done so itself (it does after a failed COMMIT on a full disk)."""
         if self.conn.in_transaction:
-            self.conn.execute("ROLLBACK")
+            try:
+                self.conn.execute("ROLLBACK")
+            except sqlite3.Error:
+                pass
 
 
-def _lock_error(exc: sqlite3.OperationalError, channel: str) -> BackendError:
+def _db_file(conn: sqlite3.Connection | None) -> str:
+    try:
+        return conn.execute("PRAGMA database_list").fetchone()[2] if conn is not None else "?"
+    except (sqlite3.Error, TypeError):
+        return "?"
+
+
+def _lock_error(exc: sqlite3.Error, channel: str, conn: sqlite3.Connection | None = None) -> BackendError:
+    where = f"embedded log {_db_file(conn)}"
     if "locked" in str(exc) or "busy" in str(exc):
-        return BackendTimeoutError(f"embedded log: timed out waiting for the write lock (channel {channel}): {exc}")
-    return BackendError(f"embedded log error on channel {channel}: {exc}")
+        return BackendTimeoutError(f"{where}: timed out waiting for the write lock held by another connection "
+                                   f"(channel {channel}; local.busyTimeout): {exc}")
+    return BackendError(f"{where}: write to channel {channel} failed, nothing of it was kept: {exc}")
 
 
 def ensure_channel(conn: sqlite3.Connection, channel: str) -> None:
