@@ -14,6 +14,7 @@ pytest_plugins = [
     "tests.fixtures.kafka_env",
     "tests.fixtures.pulsar_env",
     "tests.fixtures.spark_env",
+    "tests.fixtures.spark_cluster",
 ]
 
 BACKENDS = ["local", "kafka", "pulsar"]
