@@ -122,8 +122,8 @@ def make_env(env_dir: Path, wheel: Path, requirements: list[str], timeout: float
     subprocess.run(pip + requirements, check=True, timeout=timeout)
     subprocess.run(pip + ["--no-deps", str(wheel)], check=True, timeout=timeout)
     # As on an executor: pyspark from a Spark installation's zips, nothing from the current directory.
-    probe = subprocess.run([target, "-c", "import msgstream_spark.spark.datasource"], capture_output=True,
-                           text=True, timeout=timeout, cwd=env_dir, env=dict(os.environ, PYTHONPATH=spark_python_path()))
+    probe = subprocess.run([target, "-c", "import msgstream_spark.spark.datasource"], capture_output=True, text=True,
+                           timeout=timeout, cwd=env_dir, env=dict(os.environ, PYTHONPATH=spark_python_path()))
     if probe.returncode != 0:
         raise SystemExit(f"pack_env: the packed environment cannot import the data source:\n{probe.stderr}")
 
