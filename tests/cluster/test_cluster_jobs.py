@@ -26,9 +26,12 @@ DIM = 8
 
 def summary(proc: subprocess.CompletedProcess) -> dict:
     """The JSON summary a job prints last on stdout."""
+    # spark-submit merges the Python driver's stderr (log lines) into stdout; the summary is printed
+    # with indent=2, so it starts and ends with a brace alone on a line.
     lines = proc.stdout.splitlines()
-    start = max(i for i, ln in enumerate(lines) if ln == "{")  # printed with indent=2: "{" alone on a line
-    return json.loads("\n".join(lines[start:]))
+    start = max(i for i, ln in enumerate(lines) if ln == "{")
+    end = lines.index("}", start)
+    return json.loads("\n".join(lines[start:end + 1]))
 
 
 def broker_rows(env, chans) -> tuple[dict, set]:
