@@ -17,7 +17,9 @@ from msgstream_spark.cli.data import SYNTHETIC_CATEGORIES
 from tests.jobs.test_jobs import table
 from tests.sink.helpers import config_file, deleted_keys, inserted_rows, read_all
 
-pytestmark = pytest.mark.slow
+# Each spark-submit starts a driver and an executor and unpacks the archive on both: ~30 s on an idle
+# 2-core machine, minutes on a loaded one; every submit is bounded by Submitter.run's own timeout.
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(1800)]
 
 ROOT = Path(__file__).resolve().parents[2]
 JOBS = ROOT / "jobs"
