@@ -92,12 +92,26 @@ def runtime_requirements(metadata: str, extras: set[str]) -> list[str]:
     return out
 
 
-def cache_key(record: str, extras: set[str], python: str) -> str:
+def cache_key(metadata: str, record: str, extras: set[str], python: str) -> str:
+    """What the archive depends on: the packaged files' hashes, the requirements, extras, interpreter.
+
+    The README (the long description in METADATA) is left out, so editing docs does not repack.
+    """
+    files = sorted(line for line in record.splitlines() if ".dist-info/" not in line)
+    reqs = sorted(line for line in metadata.splitlines() if line.startswith("Requires-Dist:"))
     h = hashlib.sha256()
-    for part in (record, ",".join(sorted(extras)), os.path.realpath(python), sys.version):
+    for part in ("\n".join(files), "\n".join(reqs), ",".join(sorted(extras)), os.path.realpath(python),
+                 sys.version):
         h.update(part.encode())
         h.update(b"\0")
     return h.hexdigest()[:16]
+
+
+def prune_cache(cache_dir: Path, keep: int = 2) -> None:
+    """Keep the ``keep`` newest archives in ``cache_dir`` (each is ~130 MiB)."""
+    archives = sorted(cache_dir.glob("msgstream-env-*.tar.gz"), key=lambda p: p.stat().st_mtime, reverse=True)
+    for old in archives[keep:]:
+        old.unlink(missing_ok=True)
 
 
 def spark_python_path() -> str:
@@ -145,14 +159,18 @@ def build(output: Path, extras: set[str], wheel: Path | None = None, cache_dir: 
     with tempfile.TemporaryDirectory(prefix="msgstream-pack-") as tmp:
         wheel = wheel or build_wheel(Path(tmp) / "wheel", timeout=timeout)
         metadata, record = wheel_metadata(wheel)
-        cached = cache_dir / f"msgstream-env-{cache_key(record, extras, sys.executable)}.tar.gz" if cache_dir else None
+        key = cache_key(metadata, record, extras, sys.executable)
+        cached = cache_dir / f"msgstream-env-{key}.tar.gz" if cache_dir else None
         if cached is not None and cached.is_file():
             src, how = cached, "cached"
+            os.utime(cached)  # recently used: kept by prune_cache
         else:
             env_dir = Path(tmp) / "env"
             make_env(env_dir, wheel, runtime_requirements(metadata, extras), timeout)
             src, how = cached or output, "built"
             pack(env_dir, src)
+            if cache_dir is not None:
+                prune_cache(cache_dir)
         if src != output:
             output.parent.mkdir(parents=True, exist_ok=True)
             shutil.copyfile(src, output)
