@@ -27,7 +27,8 @@ class BackendError(MsgStreamError):
 
 
 class BackendUnavailableError(BackendError):
-    """A backend's optional client library is not installed, or the name is unknown."""
+    """A backend cannot be used: its optional client library is not installed, the name is unknown,
+    or none of its brokers accepts connections."""
 
 
 class ChannelNotFoundError(BackendError):
@@ -101,7 +102,7 @@ class DecodeError(MsgStreamError):
 
     def with_location(self, channel: str | None, msg_id: bytes | None) -> DecodeError:
         """Return a copy of this error that also names where the message was read."""
-        err = DecodeError(self.reason, channel=channel or self.channel,
+        err = type(self)(self.reason, channel=channel or self.channel,
                           msg_id=msg_id if msg_id is not None else self.msg_id,
                           payload=self.payload)
         err.__cause__ = self.__cause__

@@ -1,8 +1,8 @@
 """Shared fixtures. Each backend's fixtures live in tests/fixtures/<backend>_env.py.
 
 ``backend`` is parametrised over every backend, so a test written once runs on the
-embedded log, on Kafka (tansu or an external broker) and on Pulsar (the suite's own
-broker or an external one).
+embedded log, on Kafka (tansu or an external broker), on Pulsar (the suite's own
+broker or an external one) and on pulsar-lite (an independent, persistent Pulsar broker).
 """
 
 from __future__ import annotations
@@ -13,14 +13,15 @@ pytest_plugins = [
     "tests.fixtures.local_env",
     "tests.fixtures.kafka_env",
     "tests.fixtures.pulsar_env",
+    "tests.fixtures.pulsar_lite_env",
     "tests.fixtures.spark_env",
     "tests.fixtures.spark_cluster",
 ]
 
-BACKENDS = ["local", "kafka", "pulsar"]
+BACKENDS = ["local", "kafka", "pulsar", "pulsar-lite"]
 
 
 @pytest.fixture(params=BACKENDS)
 def backend(request):
     """A :class:`tests.fixtures.backend_env.BackendEnv` for each backend in turn."""
-    return request.getfixturevalue(f"{request.param}_env")
+    return request.getfixturevalue(f"{request.param.replace('-', '_')}_env")

@@ -33,6 +33,8 @@ class TsMsg:
     """Base of every message. ``hash_values`` route it on produce (not on the wire)."""
 
     msg_type: MsgType
+    # Milvus 2.6 WAL messages carry their decoded properties (a ``wal26.Envelope``); None for 2.5 ones.
+    wal: Any = None
 
     def __init__(self, proto: Any, *, hash_values: Sequence[int] | np.ndarray = (),
                  position: MsgPosition | None = None, properties: Mapping[str, str] | None = None) -> None:

@@ -89,7 +89,7 @@ def test_unreachable_broker_is_a_bounded_clear_error():
 
     c = KafkaClient(kafka_config(f"127.0.0.1:{free_port()}", requestTimeout=2))
     t0 = time.monotonic()
-    with pytest.raises(BackendError, match="did not answer"):
+    with pytest.raises(BackendError, match="refused"):
         c.create_producer("nowhere")
     assert time.monotonic() - t0 < 20
 

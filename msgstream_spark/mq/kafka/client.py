@@ -66,7 +66,11 @@ class KafkaClient(Client):
         from confluent_kafka import KafkaException
 
         try:
-            return self._admin_client().list_topics(timeout=self.settings.request_timeout).topics
+            admin = self._admin_client()
+            try:
+                return self.settings.call("listing Kafka topics", lambda t: admin.list_topics(timeout=t).topics)
+            finally:
+                admin.poll(0)  # hands librdkafka's queued log lines to Python logging
         except KafkaException as exc:
             raise BackendTimeoutError(f"Kafka brokers {self.settings.brokers} did not answer within "
                                       f"kafka.requestTimeout={self.settings.request_timeout:g}s: {exc}") from exc
@@ -120,17 +124,22 @@ class KafkaClient(Client):
         self.ensure_channel(channel)
         c = CKConsumer(self.settings.consumer_conf(subscription))
         try:
-            committed = c.committed([TopicPartition(channel, 0)], timeout=self.settings.request_timeout)[0].offset
+            committed = self.settings.call(f"reading the committed offset of {subscription} on {channel}",
+                                           lambda t: c.committed([TopicPartition(channel, 0)], timeout=t))[0].offset
         except KafkaException as exc:
             c.close()
             raise ConsumeError(f"channel {channel}: cannot read the committed offset of {subscription}: {exc}") \
                 from exc
+        except BaseException:
+            c.close()
+            raise
         if committed >= 0:
             start: int | None = committed
         elif pos == SubscriptionInitialPosition.EARLIEST:
             start = OFFSET_BEGINNING
         elif pos == SubscriptionInitialPosition.LATEST:
-            start = c.get_watermark_offsets(TopicPartition(channel, 0), timeout=self.settings.request_timeout)[1]
+            start = self.settings.call(f"reading the offsets of {channel}", lambda t: c.get_watermark_offsets(
+                TopicPartition(channel, 0), timeout=t))[1]
         else:
             start = None
         return KafkaConsumer(self.settings, channel, subscription, c, start)
@@ -146,8 +155,9 @@ class KafkaClient(Client):
 
         self._check()
         try:
-            return self._probe_consumer().get_watermark_offsets(TopicPartition(channel, 0),
-                                                                timeout=self.settings.request_timeout)
+            probe = self._probe_consumer()
+            return self.settings.call(f"reading the offsets of {channel}", lambda t: probe.get_watermark_offsets(
+                TopicPartition(channel, 0), timeout=t))
         except KafkaException as exc:
             raise ConsumeError(f"channel {channel}: cannot read offsets from {self.settings.brokers}: {exc}") from exc
 
@@ -165,7 +175,9 @@ class KafkaClient(Client):
 
         self._check()
         tp = TopicPartition(channel, 0, int(hybrid_ts) >> 18)
-        found = self._probe_consumer().offsets_for_times([tp], timeout=self.settings.request_timeout)[0].offset
+        probe = self._probe_consumer()
+        found = self.settings.call(f"looking up a time on {channel}",
+                                   lambda t: probe.offsets_for_times([tp], timeout=t))[0].offset
         low, high = self._watermarks(channel)
         if found < 0 or found >= high:
             return None

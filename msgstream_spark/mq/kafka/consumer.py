@@ -71,7 +71,8 @@ class KafkaConsumer(Consumer):
         from confluent_kafka import KafkaException
 
         try:
-            return self._c.get_watermark_offsets(self._tp(self.channel, 0), timeout=self._s.request_timeout)
+            return self._s.call(f"reading the offsets of {self.channel}",
+                                lambda t: self._c.get_watermark_offsets(self._tp(self.channel, 0), timeout=t))
         except KafkaException as exc:
             raise ConsumeError(f"channel {self.channel}: cannot read offsets from {self._s.brokers}: {exc}") from exc
 

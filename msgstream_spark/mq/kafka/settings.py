@@ -3,15 +3,22 @@
 Our defaults follow Milvus's producer and consumer settings; ``kafka.producer.*`` and
 ``kafka.consumer.*`` pass-through keys are applied last, and every default they override
 is logged (with secret values masked). The SASL password never reaches a log or error.
+Every client logs through Python logging (logs.py), and its broker calls go through ``call``
+(reach.py): a broker list that refuses connections fails within seconds, not at the timeout.
 """
 
 from __future__ import annotations
 
 import logging
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 from msgstream_spark.config import Config, mask_value
 from msgstream_spark.errors import ConfigError
+from msgstream_spark.mq.kafka.logs import librdkafka_logger
+from msgstream_spark.mq.kafka.reach import bounded
+
+T = TypeVar("T")
 
 log = logging.getLogger(__name__)
 
@@ -53,8 +60,12 @@ class KafkaSettings:
         self.producer_overrides = {k: v for k, v in config.section("kafka.producer").items()}
         self.consumer_overrides = {k: v for k, v in config.section("kafka.consumer").items()}
 
+    def call(self, what: str, fn: Callable[[float], T]) -> T:
+        """``fn(timeout)`` bounded by kafka.requestTimeout, failing at once when no broker accepts connections."""
+        return bounded(self.brokers, self.request_timeout, what, fn)
+
     def _merge(self, defaults: dict[str, Any], overrides: dict[str, Any], role: str) -> dict[str, Any]:
-        out = dict(defaults)
+        out = {**defaults, "logger": librdkafka_logger()}
         for k, v in overrides.items():
             if k in out and str(out[k]) != str(v):
                 log.info("kafka.%s.%s overrides our default %s -> %s", role, k, mask_value(k, out[k]),
@@ -75,7 +86,7 @@ class KafkaSettings:
                            self.consumer_overrides, "consumer")
 
     def admin_conf(self) -> dict[str, Any]:
-        return dict(self.base)
+        return {**self.base, "logger": librdkafka_logger()}
 
     def describe(self) -> str:
         """The brokers and security settings, with secrets masked (for errors and logs)."""

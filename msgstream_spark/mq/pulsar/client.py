@@ -5,25 +5,27 @@ auto-created by the broker). Throwaway reads (Spark tasks, scans, the CLI, the f
 metadata) use non-durable readers, which the broker drops with their connection; the last
 message id and a publish-time seek need a subscription, so they use a ``__msgstream_probe_*``
 one that is removed right after the call. Channel listing uses the admin REST API at
-``http://<host of pulsar.address>:<pulsar.webport>`` (the binary protocol cannot list topics).
-Every call is bounded by ``pulsar.requestTimeout``.
+``http://<host of pulsar.address>:<pulsar.webport>`` (see admin.py). Every call is bounded by
+``pulsar.requestTimeout``.
+
+pulsar-lite (an independent Pulsar-protocol broker) answers get-last-message-id on an empty topic
+with ``UnknownError`` instead of an id before the first entry; ``_last_id`` confirms with a
+reader that nothing is there and returns None, so "empty" means the same on every broker.
 """
 
 from __future__ import annotations
 
 import contextlib
-import json
 import logging
 import threading
-import urllib.error
-import urllib.request
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from msgstream_spark.config import Config
 from msgstream_spark.errors import BackendError, BackendTimeoutError
 from msgstream_spark.mq.base import Client, Consumer, MessageID, Producer, SubscriptionInitialPosition
+from msgstream_spark.mq.pulsar.admin import AdminAPIUnavailableError, list_topics
 from msgstream_spark.mq.pulsar.consumer import PulsarConsumer, last_id
 from msgstream_spark.mq.pulsar.message_id import PulsarMessageID
 from msgstream_spark.mq.pulsar.producer import PulsarProducer
@@ -34,6 +36,7 @@ log = logging.getLogger(__name__)
 
 METADATA_TOPIC = "__msgstream_metadata"
 _KEEPER = "__msgstream_keep"  # a subscription that never acks, so the broker retains the metadata topic
+_EMPTY_WAIT_S = 1.0  # how long a reader at the earliest message waits to confirm a topic is empty
 
 
 class PulsarClient(Client):
@@ -103,12 +106,13 @@ class PulsarClient(Client):
                                             start_message_id_inclusive=True)
 
     @contextlib.contextmanager
-    def _probe(self, channel: str, position: SubscriptionInitialPosition, queue: int = 1000) -> Iterator[Any]:
-        """A throwaway subscription, removed afterwards."""
-        c = self._subscribe(channel, f"__msgstream_probe_{uuid.uuid4().hex[:12]}", position, queue)
+    def _probe(self, channel: str, position: SubscriptionInitialPosition, queue: int = 1000) -> Iterator[list]:
+        """A throwaway subscription ``[consumer]``, removed afterwards (the list lets the body resubscribe)."""
+        held = [self._subscribe(channel, f"__msgstream_probe_{uuid.uuid4().hex[:12]}", position, queue)]
         try:
-            yield c
+            yield held
         finally:
+            c = held[0]
             try:
                 c.unsubscribe()
             except Exception as exc:  # noqa: BLE001 - best effort; the name says what it was
@@ -131,7 +135,9 @@ class PulsarClient(Client):
     def subscribe(self, channel: str, subscription: str,
                   initial_position: SubscriptionInitialPosition = SubscriptionInitialPosition.EARLIEST) -> Consumer:
         pos = SubscriptionInitialPosition.parse(initial_position)
-        return PulsarConsumer(self.settings, channel, subscription, self._subscribe(channel, subscription, pos))
+        return PulsarConsumer(self.settings, channel, subscription, self._subscribe(channel, subscription, pos),
+                              reopen=lambda: self._subscribe(channel, subscription, pos),
+                              last_id_of=lambda get: self._last_id(channel, get))
 
     def reader(self, channel: str) -> Consumer:
         """A non-durable reader (see reader.py): nothing stays on the broker, even if we are killed."""
@@ -154,9 +160,37 @@ class PulsarClient(Client):
     def latest_message_id(self, channel: str) -> MessageID | None:
         # Asked only when a query resolves its start or an AvailableNow target, so a throwaway
         # subscription per call (removed at once) is cheap enough and never outlives the call.
-        with self._probe(channel, SubscriptionInitialPosition.LATEST, queue=0) as probe:
+        with self._probe(channel, SubscriptionInitialPosition.LATEST, queue=0) as held:
             with self._errors(f"getting the last message id of channel {channel}"):
-                return last_id(probe.get_last_message_id())
+                return self._last_id(channel, held[0].get_last_message_id)
+
+    def _last_id(self, channel: str, get_last: Callable[[], Any]) -> PulsarMessageID | None:
+        """``get_last()``'s answer as our id; None for an empty topic, however the broker says it."""
+        import pulsar
+
+        try:
+            return last_id(get_last())
+        except pulsar.UnknownError:
+            if self._holds_a_message(channel):
+                raise  # a real failure: the topic is not empty
+            return None
+
+    def _holds_a_message(self, channel: str) -> bool:
+        """Whether a reader at the earliest message receives one within a short wait."""
+        import pulsar
+
+        wait = min(self.settings.request_timeout, _EMPTY_WAIT_S)
+        with self._errors(f"opening a reader on channel {channel}"):
+            r = self._pulsar().create_reader(self.settings.topic(channel), pulsar.MessageId.earliest,
+                                             receiver_queue_size=1, subscription_role_prefix="__msgstream_reader")
+        try:
+            r.read_next(int(wait * 1000))
+            return True
+        except pulsar.Timeout:
+            return False
+        finally:
+            with contextlib.suppress(Exception):
+                r.close()
 
     def first_message_id(self, channel: str) -> MessageID | None:
         if self.latest_message_id(channel) is None:
@@ -177,9 +211,14 @@ class PulsarClient(Client):
         last = self.latest_message_id(channel)
         if last is None:
             return None
-        with self._probe(channel, SubscriptionInitialPosition.EARLIEST) as c:
+        with self._probe(channel, SubscriptionInitialPosition.EARLIEST) as held:
+            c = held[0]
             with self._errors(f"seeking channel {channel} to time {int(hybrid_ts) >> 18} ms"):
                 c.seek(int(hybrid_ts) >> 18)
+            # and resubscribe: some brokers (pulsar-lite) move the cursor without redelivering
+            with contextlib.suppress(Exception):
+                c.close()
+            held[0] = c = self._subscribe(channel, c.subscription_name(), SubscriptionInitialPosition.EARLIEST)
             probe = PulsarConsumer(self.settings, channel, "(probe)", c)  # for its receive path only
             while True:
                 batch = probe.receive_batch(256, self.settings.request_timeout)
@@ -192,18 +231,16 @@ class PulsarClient(Client):
                         return None
 
     def list_channels(self) -> list[str]:
-        s = self.settings
-        url = f"{s.web_url}/admin/v2/persistent/{s.tenant}/{s.namespace}"
-        req = urllib.request.Request(url, headers=s.http_headers())
-        try:
-            with urllib.request.urlopen(req, timeout=s.request_timeout) as resp:
-                topics = json.loads(resp.read().decode())
-        except (urllib.error.URLError, OSError, ValueError) as exc:
-            raise BackendError(f"listing the topics of {s.tenant}/{s.namespace} through the admin API at {url} "
-                               f"failed (is pulsar.webport right?): {exc}") from exc
-        prefix = f"persistent://{s.tenant}/{s.namespace}/"
-        names = (t[len(prefix):] for t in topics if isinstance(t, str) and t.startswith(prefix))
+        prefix = self.settings.topic("")
+        names = (t[len(prefix):] for t in list_topics(self.settings) if t.startswith(prefix))
         return sorted(n for n in names if not n.startswith("__") and "-partition-" not in n)
+
+    def channel_exists(self, channel: str) -> bool:
+        """Listed by the admin API; without one (pulsar-lite), a channel exists once it holds a message."""
+        try:
+            return channel in self.list_channels()
+        except AdminAPIUnavailableError:
+            return self.latest_message_id(channel) is not None
 
     # -- metadata: last value per key in a dedicated topic ----------------------------------------------
     def put_metadata(self, key: str, value: str) -> None:

@@ -4,6 +4,11 @@ Unlike Milvus (which unsubscribes on close), ``close`` keeps the subscription so
 subscription resumes at its cursor. A seek is followed by a check of the first message: when
 the sought message is gone (retention removed its ledger) the gap is reported as DataLossError
 instead of silently reading later messages.
+
+Brokers differ after a seek: Apache Pulsar disconnects the consumer and redelivers from the new
+cursor; pulsar-lite moves the cursor but may not redeliver to the connected consumer. So when
+the client gave us a way to resubscribe (``reopen``), a seek closes the consumer and opens it
+again under the same subscription, which starts at the moved cursor on every broker.
 """
 
 from __future__ import annotations
@@ -11,6 +16,7 @@ from __future__ import annotations
 import collections
 import logging
 import time
+from collections.abc import Callable
 from typing import Any
 
 from msgstream_spark.errors import ConsumeError, DataLossError
@@ -26,19 +32,19 @@ _MAX_TRACKED = 100_000  # delivered, not yet acknowledged messages tracked for c
 
 
 class PulsarConsumer(Consumer):
-    def __init__(self, settings: PulsarSettings, channel: str, subscription: str, consumer: Any) -> None:
+    def __init__(self, settings: PulsarSettings, channel: str, subscription: str, consumer: Any,
+                 reopen: Callable[[], Any] | None = None,
+                 last_id_of: Callable[[Callable[[], Any]], MessageID | None] | None = None) -> None:
+        """``reopen`` subscribes again (used after a seek); ``last_id_of`` turns a get-last-message-id
+        call into our id, knowing the brokers' ways of saying "empty" (default: :func:`last_id`)."""
         self.channel = channel
         self._s = settings
         self._sub = subscription
-        self._c = consumer
         self._closed = False
         self._seek: tuple[PulsarMessageID, bool] | None = None  # pending check after a seek
-        # The wrapper's inner consumer takes and returns the client's own objects; calling it
-        # directly saves a Python wrapper per message (a measurable share of consume time).
-        inner = getattr(consumer, "_consumer", consumer)
-        self._recv = inner.receive
-        self._ack = inner.acknowledge
-        self._ack_upto = inner.acknowledge_cumulative
+        self._reopen = reopen
+        self._last_id_of = last_id_of
+        self._bind(consumer)
         # Acks that arrive in delivery order collapse into one cumulative ack per batch (same effect
         # on an Exclusive subscription as acking each, at a fraction of the cost); any other ack is
         # sent individually at once. Only while ids arrive strictly increasing: a redelivery (after
@@ -48,6 +54,15 @@ class PulsarConsumer(Consumer):
         self._last_seen: tuple[int, int, int] = (-2, -2, -2)
         self._cum: PulsarMessageID | None = None
         self._last_flush = time.monotonic()
+
+    def _bind(self, consumer: Any) -> None:
+        self._c = consumer
+        # The wrapper's inner consumer takes and returns the client's own objects; calling it
+        # directly saves a Python wrapper per message (a measurable share of consume time).
+        inner = getattr(consumer, "_consumer", consumer)
+        self._recv = inner.receive
+        self._ack = inner.acknowledge
+        self._ack_upto = inner.acknowledge_cumulative
 
     @property
     def subscription(self) -> str:
@@ -141,10 +156,28 @@ class PulsarConsumer(Consumer):
         self._delivered.clear()
         self._collapse, self._last_seen = True, (-2, -2, -2)  # the broker's cursor restarts at the seek
         try:
-            self._c.seek(msg_id.to_client())
+            # the earliest message by publish time 0: pulsar-lite drops the connection on a seek to
+            # the earliest-id sentinel, and every broker puts publish time 0 before the first message
+            self._c.seek(0 if earliest else msg_id.to_client())
         except pulsar.PulsarException as exc:
             raise ConsumeError(f"channel {self.channel} ({self._sub}): seek to {msg_id!r} failed: {exc}") from exc
+        self._resubscribe()
         self._seek = None if earliest else (msg_id, inclusive)
+
+    def _resubscribe(self) -> None:
+        """Close and subscribe again: the new consumer starts at the cursor the seek moved."""
+        if self._reopen is None:
+            return
+        old, self._c = self._c, None
+        try:
+            old.close()
+        except Exception as exc:  # noqa: BLE001 - a broker that disconnected us after the seek
+            log.debug("closing the consumer of channel %s before resubscribing: %s", self.channel, exc)
+        try:
+            self._bind(self._reopen())
+        except BaseException:
+            self._closed = True  # nothing left to receive from or close
+            raise
 
     def ack(self, message: Message) -> None:
         self._check()
@@ -178,10 +211,11 @@ class PulsarConsumer(Consumer):
 
         self._check()
         try:
-            mid = self._c.get_last_message_id()
+            if self._last_id_of is not None:
+                return self._last_id_of(self._c.get_last_message_id)
+            return last_id(self._c.get_last_message_id())
         except pulsar.PulsarException as exc:
             raise ConsumeError(f"channel {self.channel}: cannot get the last message id: {exc}") from exc
-        return last_id(mid)
 
     def close(self) -> None:
         if self._closed:
