@@ -70,9 +70,9 @@ def wheel_metadata(wheel: Path) -> tuple[str, str]:
 def runtime_requirements(metadata: str, extras: set[str]) -> list[str]:
     """The wheel's Requires-Dist for ``extras`` (self-references expanded), pyspark left out."""
     reqs = [line.split(":", 1)[1].strip() for line in metadata.splitlines() if line.startswith("Requires-Dist:")]
-    wanted, seen, out = set(extras), set(), []
-    while wanted - seen:
-        seen |= wanted
+    wanted, out = set(extras), []
+    while True:  # until no self-reference adds an extra
+        before = set(wanted)
         for req in reqs:
             spec, _, marker = req.partition(";")
             m = _EXTRA.search(marker)
@@ -89,7 +89,8 @@ def runtime_requirements(metadata: str, extras: set[str]) -> list[str]:
             line = spec.strip() + (f"; {rest}" if rest else "")
             if line not in out:
                 out.append(line)
-    return out
+        if wanted == before:
+            return out
 
 
 def cache_key(metadata: str, record: str, extras: set[str], python: str) -> str:
