@@ -7,7 +7,7 @@ STAMP := $(VENV)/.installed
 export PYSPARK_PYTHON := $(abspath $(VPY))
 export PYSPARK_DRIVER_PYTHON := $(abspath $(VPY))
 
-.PHONY: test test-fast demo lint bench chaos check-java install clean
+.PHONY: test test-fast demo lint bench chaos check-java install clean cluster-env
 
 check-java:
 	@command -v java >/dev/null 2>&1 || { echo "error: Java 17+ is required by Spark but 'java' was not found on PATH (install a JDK 17+, e.g. apt-get install openjdk-17-jre-headless)" >&2; exit 1; }
@@ -46,5 +46,11 @@ chaos: check-java $(STAMP)
 bench: check-java $(STAMP)
 	$(VPY) -m bench.run_all
 
+# The Python environment to ship to a Spark cluster's executors (spark-submit --archives; README "Running on a cluster").
+CLUSTER_ENV ?= dist/msgstream-env.tar.gz
+CLUSTER_EXTRAS ?= kafka,pulsar
+cluster-env: $(STAMP)
+	$(VPY) tools/pack_env.py --output $(CLUSTER_ENV) --extras $(CLUSTER_EXTRAS)
+
 clean:
-	rm -rf $(VENV) msgstream-data demo-output .pytest_cache chaos-results
+	rm -rf $(VENV) msgstream-data demo-output .pytest_cache chaos-results dist

@@ -57,8 +57,26 @@ def spark_session(app: str, master: str | None = None):
     spark = b.getOrCreate()
     if os.environ.get("MSGSTREAM_JOBS_QUIET", "1") == "1":
         spark.sparkContext.setLogLevel("ERROR")
+    check_driver_python(spark.sparkContext.pythonExec)
     _register(spark)
     return spark
+
+
+def check_driver_python(python: str) -> None:
+    """Fail early when the Python Spark runs for the data source does not exist on the driver.
+
+    A Python data source also runs that interpreter on the driver (read planning, streaming
+    offsets, write commits), resolved from the driver's working directory; the cluster recipe's
+    ``spark.pyspark.python=./environment/bin/python`` therefore needs the archive unpacked there too.
+    """
+    if os.sep not in python or os.path.isabs(python) or os.path.exists(python):
+        return
+    top = python.split(os.sep)[1] if python.startswith("." + os.sep) else python.split(os.sep)[0]
+    raise MsgStreamError(
+        f"spark.pyspark.python (or PYSPARK_PYTHON) is {python!r}, relative to the working directory, but "
+        f"{os.path.abspath(python)} does not exist. Spark runs the msgstream data source's Python on the "
+        f"driver as well as on the executors: unpack the archive shipped with --archives into {top}/ in "
+        f"the directory you submit from (mkdir -p {top} && tar -xzf <archive> -C {top}).")
 
 
 def _register(spark) -> None:

@@ -17,6 +17,7 @@ pytest_plugins = [
     "tests.fixtures.spark_env",
     "tests.fixtures.spark_connect",
     "tests.fixtures.wheel_env",
+    "tests.fixtures.spark_cluster",
 ]
 
 BACKENDS = ["local", "kafka", "pulsar", "pulsar-lite"]

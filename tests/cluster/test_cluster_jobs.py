@@ -1,0 +1,128 @@
+"""The jobs on a Spark standalone cluster, submitted from outside the repo, on Kafka (tansu).
+
+The worker's own Python has neither msgstream-spark nor its dependencies; the jobs run only
+because ``spark-submit --archives <packed env>#environment`` ships them (tools/pack_env.py).
+Each job's output is checked row by row against what the broker holds.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from msgstream_spark.cli.data import SYNTHETIC_CATEGORIES
+from tests.jobs.test_jobs import table
+from tests.sink.helpers import config_file, deleted_keys, inserted_rows, read_all
+
+# Each spark-submit starts a driver and an executor and unpacks the archive on both: ~30 s on an idle
+# 2-core machine, minutes on a loaded one; every submit is bounded by Submitter.run's own timeout.
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(1800)]
+
+ROOT = Path(__file__).resolve().parents[2]
+JOBS = ROOT / "jobs"
+DIM = 8
+
+
+def summary(proc: subprocess.CompletedProcess) -> dict:
+    """The JSON summary a job prints last on stdout."""
+    # spark-submit merges the Python driver's stderr (log lines) into stdout; the summary is printed
+    # with indent=2, so it starts and ends with a brace alone on a line.
+    lines = proc.stdout.splitlines()
+    start = max(i for i, ln in enumerate(lines) if ln == "{")
+    end = lines.index("}", start)
+    return json.loads("\n".join(lines[start:end + 1]))
+
+
+def broker_rows(env, chans) -> tuple[dict, set]:
+    """{(channel, pk): row} of every insert and {(channel, pk)} of every delete on the broker."""
+    with env.client() as c:
+        got = read_all(c, chans)
+    inserts = {(ch, r["pk"]): r for ch in chans for r in inserted_rows(got[ch])}
+    deletes = {(ch, k) for ch in chans for k in deleted_keys(got[ch])}
+    return inserts, deletes
+
+
+def table_rows(path) -> tuple[dict, set]:
+    """The same shape from a job's output table (``op``, fields, ``_channel``)."""
+    inserts, deletes = {}, set()
+    for r in table(path).to_pylist():
+        key = (r["_channel"], r["pk"])
+        if r["op"] == "insert":
+            assert key not in inserts, f"row {key} written twice"
+            inserts[key] = {k: r[k] for k in ("pk", "category", "score", "vec")}
+        else:
+            assert r["op"] == "delete", r
+            deletes.add(key)
+    return inserts, deletes
+
+
+def test_the_worker_python_lacks_the_package_and_executors_use_the_shipped_env(spark_cluster, cluster_submit):
+    worker_python = getattr(spark_cluster, "worker_python", None)
+    if worker_python is None:
+        pytest.skip("an external cluster: its workers' Python is not known here")
+    bare = subprocess.run([worker_python, "-c", "import msgstream_spark"], capture_output=True, text=True,
+                          timeout=60, cwd=cluster_submit.cwd.parent)
+    assert bare.returncode != 0 and "No module named 'msgstream_spark'" in bare.stderr
+    proc = cluster_submit.run(ROOT / "tests" / "cluster" / "probe_app.py", worker_python)
+    assert proc.returncode == 0, cluster_submit.failure(proc)
+    line = next(ln for ln in proc.stdout.splitlines() if ln.startswith("PROBE "))
+    probe = json.loads(line[len("PROBE "):])
+    shipped, plain = probe["shipped"], probe["bare"]
+    work = str(spark_cluster.work_dir)
+    # Executors run the shipped environment, unpacked in their own work directory...
+    assert shipped["python"] == f"{shipped['cwd']}/environment/bin/python" and shipped["cwd"].startswith(work)
+    assert shipped["realpath"] == worker_python
+    assert shipped["msgstream_spark"].startswith(f"{shipped['cwd']}/environment/lib/")
+    # ...while the same interpreter without it cannot import the package.
+    assert plain["realpath"] == worker_python
+    assert plain["msgstream_spark"].startswith("ImportError") and "msgstream_spark" in plain["msgstream_spark"]
+
+
+def test_publish_ingest_replay_on_the_cluster(cluster_submit, kafka_env, tmp_path):
+    from msgstream_spark.cli.commands import latest_position
+    from msgstream_spark.cli.main import main as msgstream_cli
+
+    cfg = config_file(kafka_env, tmp_path)
+    chans = [kafka_env.new_channel("cl") for _ in range(2)]
+
+    # publish: 300 synthetic rows sharded over two channels, then deletes of every 10th key
+    proc = cluster_submit.run(JOBS / "publish.py", "--config", cfg, "--channels", ",".join(chans),
+                              "--synthetic", "300", "--dim", str(DIM), "--delete-fraction", "0.1",
+                              "--partitions", "2", "--collection", "cluster")
+    assert proc.returncode == 0, cluster_submit.failure(proc)
+    assert (summary(proc)["inserted"], summary(proc)["deleted"]) == (300, 30)
+    inserts, deletes = broker_rows(kafka_env, chans)
+    assert sorted(pk for _, pk in inserts) == list(range(300))
+    for (_, pk), row in inserts.items():
+        assert row["category"] == SYNTHETIC_CATEGORIES[pk % len(SYNTHETIC_CATEGORIES)]
+        assert row["score"] == pytest.approx((pk % 1000) / 10.0) and len(row["vec"]) == DIM
+    assert sorted(pk for _, pk in deletes) == list(range(0, 300, 10))
+
+    # ingest: the channels into a Parquet change log, equal to the broker's content row by row
+    out = tmp_path / "events"
+    proc = cluster_submit.run(JOBS / "ingest.py", "--config", cfg, "--channels", ",".join(chans),
+                              "--output", str(out), "--checkpoint", str(tmp_path / "chk"),
+                              "--subscription", "cluster-ingest", "--progress-interval", "1")
+    assert proc.returncode == 0, cluster_submit.failure(proc)
+    assert summary(proc)["rows"] == 330
+    assert table_rows(out) == (inserts, deletes)
+
+    # replay: from positions saved now, over 100 rows published afterwards (by the CLI, no Spark)
+    with kafka_env.client() as c:
+        saved = [latest_position(c, ch).to_json_dict() for ch in chans]
+    pos_file = tmp_path / "pos.json"
+    pos_file.write_text(json.dumps(saved))
+    assert msgstream_cli(["publish", "--config", cfg, "--channels", ",".join(chans), "--synthetic", "100",
+                          "--start", "300", "--dim", str(DIM), "--collection", "cluster", "--no-progress"]) == 0
+    more, _ = broker_rows(kafka_env, chans)
+    new = {k: v for k, v in more.items() if k[1] >= 300}
+    assert len(new) == 100
+    rout = tmp_path / "replay"
+    proc = cluster_submit.run(JOBS / "replay.py", "--config", cfg, "--channels", ",".join(chans),
+                              "--output", str(rout), "--from", "@" + str(pos_file))
+    assert proc.returncode == 0, cluster_submit.failure(proc)
+    assert summary(proc)["rows"] == 100
+    assert table_rows(rout) == (new, set())

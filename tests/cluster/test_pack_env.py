@@ -1,0 +1,46 @@
+"""tools/pack_env.py's requirement selection and cache key (no packing, no Spark)."""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+import pytest
+
+PACK_ENV = Path(__file__).resolve().parents[2] / "tools" / "pack_env.py"
+_spec = importlib.util.spec_from_file_location("pack_env", PACK_ENV)
+pack_env = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(pack_env)
+
+METADATA = """Metadata-Version: 2.4
+Name: msgstream-spark
+Requires-Dist: pyspark<5,>=4.2
+Requires-Dist: pyarrow>=15
+Requires-Dist: confluent-kafka>=2.3; extra == "kafka"
+Requires-Dist: pulsar-client>=3.4; extra == "pulsar"
+Requires-Dist: tomli; python_version < "3.11" and extra == "kafka"
+Requires-Dist: msgstream-spark[kafka,pulsar]; extra == "all"
+Requires-Dist: pytest>=8; extra == "dev"
+
+A long description.
+"""
+
+
+@pytest.mark.parametrize("extras, expected", [
+    (set(), ["pyarrow>=15"]),
+    ({"kafka"}, ["pyarrow>=15", "confluent-kafka>=2.3", 'tomli; python_version < "3.11"']),
+    ({"all"}, ["pyarrow>=15", "confluent-kafka>=2.3", "pulsar-client>=3.4", 'tomli; python_version < "3.11"']),
+])
+def test_requirements_follow_the_extras_and_leave_pyspark_to_the_workers(extras, expected):
+    assert pack_env.runtime_requirements(METADATA, extras) == expected
+
+
+def test_the_cache_key_follows_the_code_and_the_requirements_not_the_readme():
+    record = "msgstream_spark/__init__.py,sha256=abc,10\nmsgstream_spark-0.1.0.dist-info/METADATA,sha256=x,5\n"
+    key = pack_env.cache_key(METADATA, record, {"kafka"}, "/usr/bin/python3")
+    readme = METADATA.replace("A long description.", "Another one.")
+    meta_line = record.replace("sha256=x", "sha256=y")
+    assert pack_env.cache_key(readme, meta_line, {"kafka"}, "/usr/bin/python3") == key
+    assert pack_env.cache_key(METADATA, record.replace("abc", "abd"), {"kafka"}, "/usr/bin/python3") != key
+    assert pack_env.cache_key(METADATA.replace(">=15", ">=16"), record, {"kafka"}, "/usr/bin/python3") != key
+    assert pack_env.cache_key(METADATA, record, {"kafka", "pulsar"}, "/usr/bin/python3") != key

@@ -1,0 +1,197 @@
+"""Pack msgstream-spark and its dependencies into a relocatable environment archive for a Spark cluster.
+
+Executors on other machines do not have the package installed. Spark's standard route is to ship
+a Python environment with the job: ``spark-submit --archives env.tar.gz#environment --conf
+spark.pyspark.python=./environment/bin/python``. This script builds that archive:
+
+1. a wheel of this project (``pip wheel --no-deps``), or a wheel given with ``--wheel``;
+2. a fresh venv made by the same interpreter that runs the script;
+3. the wheel and its runtime dependencies (with the chosen extras) installed into it, *except
+   pyspark*: executors import pyspark from the worker's Spark installation (``pyspark.zip`` on
+   their PYTHONPATH), and the pyspark wheel would add ~500 MB;
+4. the venv, tarred and gzipped.
+
+Like venv-pack, the archive holds the packages but not the interpreter: ``bin/python`` links to
+the interpreter that built it, so every worker needs that Python version at the same path (the
+usual case for machines built from one image). For a self-contained interpreter use conda-pack.
+
+``--cache-dir`` keeps archives keyed by the wheel's content (its RECORD), the interpreter and the
+extras, so an unchanged project is packed once.
+
+Usage: ``python tools/pack_env.py --output dist/msgstream-env.tar.gz [--extras kafka,pulsar]``
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tarfile
+import tempfile
+import time
+import zipfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+PROJECT = "msgstream-spark"
+# Shipped by the worker's Spark installation, never by the archive.
+EXCLUDED = {"pyspark"}
+_NAME = re.compile(r"\s*([A-Za-z0-9][A-Za-z0-9._-]*)\s*(?:\[([^\]]*)\])?")
+_EXTRA = re.compile(r"""extra\s*==\s*["']([^"']+)["']""")
+_EXTRA_CLAUSE = re.compile(r"""(\band\s+)?extra\s*==\s*["'][^"']+["'](\s+and\b)?""")
+
+
+def norm(name: str) -> str:
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def build_wheel(out_dir: Path, python: str = sys.executable, timeout: float = 300) -> Path:
+    """A wheel of this project (no dependencies) in ``out_dir``."""
+    subprocess.run([python, "-m", "pip", "wheel", "-q", "--no-deps", "-w", str(out_dir), str(ROOT)],
+                   check=True, timeout=timeout)
+    wheels = sorted(out_dir.glob("msgstream_spark-*.whl"))
+    if not wheels:
+        raise SystemExit(f"pack_env: no msgstream_spark wheel was built in {out_dir}")
+    return wheels[-1]
+
+
+def wheel_metadata(wheel: Path) -> tuple[str, str]:
+    """(METADATA text, RECORD text) of a wheel."""
+    with zipfile.ZipFile(wheel) as z:
+        meta = next(n for n in z.namelist() if n.endswith(".dist-info/METADATA"))
+        record = next(n for n in z.namelist() if n.endswith(".dist-info/RECORD"))
+        return z.read(meta).decode(), z.read(record).decode()
+
+
+def runtime_requirements(metadata: str, extras: set[str]) -> list[str]:
+    """The wheel's Requires-Dist for ``extras`` (self-references expanded), pyspark left out."""
+    reqs = [line.split(":", 1)[1].strip() for line in metadata.splitlines() if line.startswith("Requires-Dist:")]
+    wanted, out = set(extras), []
+    while True:  # until no self-reference adds an extra
+        before = set(wanted)
+        for req in reqs:
+            spec, _, marker = req.partition(";")
+            m = _EXTRA.search(marker)
+            if m and m.group(1) not in wanted:
+                continue
+            nm = _NAME.match(spec)
+            name = norm(nm.group(1)) if nm else ""
+            if name == norm(PROJECT):  # e.g. msgstream-spark[kafka,pulsar]; extra == "all"
+                wanted |= {e.strip() for e in (nm.group(2) or "").split(",") if e.strip()}
+                continue
+            if name in EXCLUDED:
+                continue
+            rest = _EXTRA_CLAUSE.sub(" ", marker).strip()
+            line = spec.strip() + (f"; {rest}" if rest else "")
+            if line not in out:
+                out.append(line)
+        if wanted == before:
+            return out
+
+
+def cache_key(metadata: str, record: str, extras: set[str], python: str) -> str:
+    """What the archive depends on: the packaged files' hashes, the requirements, extras, interpreter.
+
+    The README (the long description in METADATA) is left out, so editing docs does not repack.
+    """
+    files = sorted(line for line in record.splitlines() if ".dist-info/" not in line)
+    reqs = sorted(line for line in metadata.splitlines() if line.startswith("Requires-Dist:"))
+    h = hashlib.sha256()
+    for part in ("\n".join(files), "\n".join(reqs), ",".join(sorted(extras)), os.path.realpath(python),
+                 sys.version):
+        h.update(part.encode())
+        h.update(b"\0")
+    return h.hexdigest()[:16]
+
+
+def prune_cache(cache_dir: Path, keep: int = 2) -> None:
+    """Keep the ``keep`` newest archives in ``cache_dir`` (each is ~130 MiB)."""
+    archives = sorted(cache_dir.glob("msgstream-env-*.tar.gz"), key=lambda p: p.stat().st_mtime, reverse=True)
+    for old in archives[keep:]:
+        old.unlink(missing_ok=True)
+
+
+def spark_python_path() -> str:
+    """PYTHONPATH that Spark gives its Python workers (pyspark.zip, py4j), from SPARK_HOME or pyspark."""
+    home = os.environ.get("SPARK_HOME")
+    if not home:
+        try:
+            from pyspark.find_spark_home import _find_spark_home
+
+            home = _find_spark_home()
+        except ImportError:
+            return ""
+    return os.pathsep.join(str(p) for p in sorted((Path(home) / "python" / "lib").glob("*.zip")))
+
+
+def make_env(env_dir: Path, wheel: Path, requirements: list[str], timeout: float) -> None:
+    """A venv at ``env_dir`` holding the wheel and ``requirements`` (installed by this interpreter's pip)."""
+    base = getattr(sys, "_base_executable", sys.executable)
+    subprocess.run([base, "-m", "venv", "--without-pip", str(env_dir)], check=True, timeout=timeout)
+    target = str(env_dir / "bin" / "python")
+    pip = [sys.executable, "-m", "pip", "--python", target, "install", "-q", "--no-warn-script-location"]
+    subprocess.run(pip + requirements, check=True, timeout=timeout)
+    subprocess.run(pip + ["--no-deps", str(wheel)], check=True, timeout=timeout)
+    # As on an executor: pyspark from a Spark installation's zips, nothing from the current directory.
+    probe = subprocess.run([target, "-c", "import msgstream_spark.spark.datasource"], capture_output=True, text=True,
+                           timeout=timeout, cwd=env_dir, env=dict(os.environ, PYTHONPATH=spark_python_path()))
+    if probe.returncode != 0:
+        raise SystemExit(f"pack_env: the packed environment cannot import the data source:\n{probe.stderr}")
+
+
+def pack(env_dir: Path, output: Path) -> None:
+    """``env_dir``'s content as a gzipped tar (symlinks kept); written to a temp name, then renamed."""
+    output.parent.mkdir(parents=True, exist_ok=True)
+    tmp = output.with_name(output.name + f".{os.getpid()}.part")
+    with tarfile.open(tmp, "w:gz", compresslevel=1) as tar:
+        for entry in sorted(env_dir.iterdir()):
+            tar.add(entry, arcname=entry.name)
+    os.replace(tmp, output)
+
+
+def build(output: Path, extras: set[str], wheel: Path | None = None, cache_dir: Path | None = None,
+          timeout: float = 600) -> Path:
+    """Build (or take from the cache) the archive; returns the path written."""
+    t0 = time.monotonic()
+    with tempfile.TemporaryDirectory(prefix="msgstream-pack-") as tmp:
+        wheel = wheel or build_wheel(Path(tmp) / "wheel", timeout=timeout)
+        metadata, record = wheel_metadata(wheel)
+        key = cache_key(metadata, record, extras, sys.executable)
+        cached = cache_dir / f"msgstream-env-{key}.tar.gz" if cache_dir else None
+        if cached is not None and cached.is_file():
+            src, how = cached, "cached"
+            os.utime(cached)  # recently used: kept by prune_cache
+        else:
+            env_dir = Path(tmp) / "env"
+            make_env(env_dir, wheel, runtime_requirements(metadata, extras), timeout)
+            src, how = cached or output, "built"
+            pack(env_dir, src)
+            if cache_dir is not None:
+                prune_cache(cache_dir)
+        if src != output:
+            output.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(src, output)
+    size = output.stat().st_size / 2**20
+    print(f"pack_env: {how} {output} ({size:.0f} MiB, {time.monotonic() - t0:.1f} s)", file=sys.stderr)
+    return output
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="pack_env", description=__doc__.split("\n\n")[0])
+    p.add_argument("--output", "-o", default="dist/msgstream-env.tar.gz", help="archive to write")
+    p.add_argument("--extras", default="kafka,pulsar", help="extras to install (default kafka,pulsar)")
+    p.add_argument("--wheel", help="an msgstream-spark wheel to pack (default: build one from this checkout)")
+    p.add_argument("--cache-dir", help="reuse archives kept here, keyed by the wheel's content")
+    args = p.parse_args(argv)
+    extras = {e.strip() for e in args.extras.split(",") if e.strip()}
+    build(Path(args.output).resolve(), extras, Path(args.wheel).resolve() if args.wheel else None,
+          Path(args.cache_dir).resolve() if args.cache_dir else None)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
