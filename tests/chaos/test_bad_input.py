@@ -106,6 +106,7 @@ def _cli(argv: list[str], capsys) -> tuple[int, list[str], str]:
     return code, [ln for ln in err.splitlines() if ln.strip()], out
 
 
+@pytest.mark.slow  # part of the chaos suite (1,000 payloads through the CLI)
 def test_inspect_and_tail_give_one_error_line_per_bad_payload(corpus, capsys):
     cfg = str(corpus["dir"] / "msgstream.yaml")
     fig = Figures("bad-input-cli", "local", injected=2 * len(corpus["bad"]))
