@@ -86,6 +86,7 @@ def test_broker_killed_gives_a_clear_error_within_the_timeout(kafka_broker):
     c.close()
 
 
+@pytest.mark.slow  # a broker or process fault: waits out real timeouts
 def test_unreachable_broker_is_a_bounded_clear_error():
     from tests.fixtures.tansu import free_port
 

@@ -11,6 +11,7 @@ from tests.fixtures.backend_env import BackendEnv
 from tests.fixtures.kafka_env import kafka_config
 
 
+@pytest.mark.slow  # a broker or process fault: waits out real timeouts
 def test_a_position_past_the_end_of_a_restarted_brokers_log_is_data_loss(kafka_broker):
     env = BackendEnv("kafka", kafka_config(kafka_broker.bootstrap))
     ch = env.new_channel("lost")

@@ -22,6 +22,7 @@ REFUSED = "FAIL [rdkafka#producer-1] [thrd:h:1/bootstrap]: h:1/bootstrap: Connec
           "Connection refused (after {n}ms in state CONNECT{more})"
 
 
+@pytest.mark.slow  # a broker or process fault: waits out real timeouts
 def test_cli_on_a_refused_broker_list_prints_one_clear_error(tmp_path):
     broker = f"127.0.0.1:{free_port()}"
     t0 = time.monotonic()
@@ -38,6 +39,7 @@ def test_cli_on_a_refused_broker_list_prints_one_clear_error(tmp_path):
     assert took < 100  # far less than kafka.requestTimeout: it did not wait for the timeout
 
 
+@pytest.mark.slow  # a broker or process fault: waits out real timeouts
 def test_refused_broker_list_fails_fast_with_backend_unavailable(caplog):
     broker = f"127.0.0.1:{free_port()}"
     c = KafkaClient(kafka_config(broker, requestTimeout=120))
@@ -51,6 +53,7 @@ def test_refused_broker_list_fails_fast_with_backend_unavailable(caplog):
     assert len(fails) <= 4  # one per client handle at most, however often librdkafka retried
 
 
+@pytest.mark.slow  # a broker or process fault: waits out real timeouts
 def test_slow_broker_is_bounded_by_the_request_timeout(kafka_broker):
     c = KafkaClient(kafka_config(kafka_broker.bootstrap, requestTimeout=3, readTimeout=2))
     with c.create_producer("slow") as p:

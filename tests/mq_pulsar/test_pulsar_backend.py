@@ -168,6 +168,7 @@ def test_token_auth_works_and_the_token_is_never_shown(caplog):
 
 
 # -- faults -----------------------------------------------------------------------------------------------
+@pytest.mark.slow  # a broker or process fault: waits out real timeouts
 def test_unreachable_broker_is_a_bounded_clear_error():
     c = PulsarClient(pulsar_config(f"pulsar://127.0.0.1:{free_port()}", free_port(), requestTimeout=2))
     t0 = time.monotonic()
@@ -178,6 +179,7 @@ def test_unreachable_broker_is_a_bounded_clear_error():
     c.close()
 
 
+@pytest.mark.slow  # a broker or process fault: waits out real timeouts
 def test_connections_dropped_mid_stream_lose_and_duplicate_nothing(pulsar_broker):
     c = client_for(pulsar_broker)
     ch = "faulty"

@@ -28,6 +28,7 @@ def msgs(lo: int, hi: int) -> list[ProducerMessage]:
     return [ProducerMessage(b"m%d" % i, {"i": str(i)}) for i in range(lo, hi)]
 
 
+@pytest.mark.slow  # a broker or process fault: waits out real timeouts
 @pytest.mark.parametrize("stop", [signal.SIGTERM, signal.SIGKILL], ids=["sigterm", "sigkill"])
 def test_restart_mid_stream_keeps_positions_and_the_named_subscription(pulsar_lite_broker, stop):
     b = pulsar_lite_broker
@@ -62,6 +63,7 @@ def test_restart_mid_stream_keeps_positions_and_the_named_subscription(pulsar_li
     c.close()
 
 
+@pytest.mark.slow  # a broker or process fault: waits out real timeouts
 def test_consumer_open_across_a_restart_loses_nothing(pulsar_lite_broker):
     """A consumer connected through the restart: at least once (a reconnect may redeliver what was not
     yet acknowledged, as on Apache Pulsar), nothing lost, and its acks survive."""

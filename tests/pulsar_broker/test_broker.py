@@ -176,6 +176,7 @@ def test_admin_topic_list(client, broker):
         urllib.request.urlopen(f"{broker.web_url}/admin/v2/clusters", timeout=10)
 
 
+@pytest.mark.slow  # a broker or process fault: waits out real timeouts
 def test_dropped_connections_reconnect_without_loss(client, broker):
     t = topic("drop")
     prod = client.create_producer(t)
