@@ -281,14 +281,8 @@ class Encoder:
             mid, seq = self.next_msg_id(shard)
             # Serialized in field-number order from parts: header (1-11), fields_data (13),
             # tail (14-15); byte-identical to serializing one InsertRequest.
-            head = msg_pb2.InsertRequest(
-                base=common_pb2.MsgBase(msg_type=common_pb2.Insert, msgID=mid, timestamp=ts,
-                                        sourceID=self.opts.source_id),
-                shardName=self.vchannels[shard], db_name=self.opts.db_name,
-                collection_name=self.opts.collection, partition_name=self.opts.partition,
-                collectionID=self.opts.collection_id, partitionID=self.opts.partition_id,
-                segmentID=self.opts.partition_id + shard,
-            )
+            head = msg_pb2.InsertRequest(**self._request_fields(common_pb2.Insert, mid, ts, shard),
+                                         segmentID=self.opts.partition_id + shard)
             head.timestamps.extend(np.full(n, ts, dtype=np.uint64).tolist())
             head.rowIDs.extend(self.next_row_ids(n).tolist())
             parts: list = [head.SerializeToString()]
@@ -300,6 +294,13 @@ class Encoder:
             parts.append(msg_pb2.InsertRequest(num_rows=n, version=msg_pb2.ColumnBased).SerializeToString())
             out.append(EncodedMessage(shard, OP_INSERT, b"".join(parts), n, ts, mid, seq))
         return out
+
+    def _request_fields(self, msg_type: int, mid: int, ts: int, shard: int) -> dict:
+        """The MsgBase and collection fields an Insert and a Delete request share."""
+        return dict(base=common_pb2.MsgBase(msg_type=msg_type, msgID=mid, timestamp=ts, sourceID=self.opts.source_id),
+                    shardName=self.vchannels[shard], db_name=self.opts.db_name,
+                    collection_name=self.opts.collection, partition_name=self.opts.partition,
+                    collectionID=self.opts.collection_id, partitionID=self.opts.partition_id)
 
     def _field_bytes(self, col: pa.Array, f: FieldPlan, fs) -> bytes:
         """One column as serialized FieldData (via the codec's arrow_to_field_data)."""
@@ -325,13 +326,7 @@ class Encoder:
             n = b - a
             ts = self.next_ts()
             mid, seq = self.next_msg_id(shard)
-            req = msg_pb2.DeleteRequest(
-                base=common_pb2.MsgBase(msg_type=common_pb2.Delete, msgID=mid, timestamp=ts,
-                                        sourceID=self.opts.source_id),
-                shardName=self.vchannels[shard], db_name=self.opts.db_name,
-                collection_name=self.opts.collection, partition_name=self.opts.partition,
-                collectionID=self.opts.collection_id, partitionID=self.opts.partition_id, num_rows=n,
-            )
+            req = msg_pb2.DeleteRequest(**self._request_fields(common_pb2.Delete, mid, ts, shard), num_rows=n)
             part = pk.slice(a, n)
             if self.plan.pk_is_string:
                 req.primary_keys.str_id.data.extend(part.to_pylist())

@@ -148,12 +148,17 @@ def _header(env: Envelope, parse):
         raise DecodeError(f"malformed _h header of a {env.type_name} message: {exc}") from None
 
 
+def _check_collection(kind: str, header_id: int, body_id: int, env: Envelope) -> None:
+    """The ``_h`` header and the body must name the same collection."""
+    if header_id != body_id:
+        raise DecodeError(f"{kind} on vchannel {env.vchannel}: _h names collection {header_id}, "
+                          f"the body collection {body_id}")
+
+
 def _rebuild_insert(msg: InsertMsg, env: Envelope) -> None:
     req = msg.proto
     hdr: InsertMessageHeader = _header(env, InsertMessageHeader.parse)
-    if hdr.collection_id != req.collectionID:
-        raise DecodeError(f"Insert on vchannel {env.vchannel}: _h names collection {hdr.collection_id}, "
-                          f"the body collection {req.collectionID}")
+    _check_collection("Insert", hdr.collection_id, req.collectionID, env)
     assigned = hdr.assignment(req.partitionID)
     if assigned is None or assigned.segment_id == 0:
         raise DecodeError(f"Insert on vchannel {env.vchannel}: _h assigns no segment to partition "
@@ -167,9 +172,7 @@ def _rebuild_insert(msg: InsertMsg, env: Envelope) -> None:
 def _rebuild_delete(msg: DeleteMsg, env: Envelope) -> None:
     req = msg.proto
     hdr: DeleteMessageHeader = _header(env, DeleteMessageHeader.parse)
-    if hdr.collection_id != req.collectionID:
-        raise DecodeError(f"Delete on vchannel {env.vchannel}: _h names collection {hdr.collection_id}, "
-                          f"the body collection {req.collectionID}")
+    _check_collection("Delete", hdr.collection_id, req.collectionID, env)
     _set_row_times(req, env.time_tick, len(req.timestamps))
     req.shardName = env.vchannel or ""
 
