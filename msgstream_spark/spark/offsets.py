@@ -23,6 +23,7 @@ from typing import Any
 
 from msgstream_spark.errors import DataLossError, OptionError
 from msgstream_spark.msg.position import MsgPosition, parse_positions
+from msgstream_spark.spark.walpos import wal_start_position
 from msgstream_spark.stream.names import to_physical_channel
 from msgstream_spark.stream.timeseek import first_after, first_at_or_after
 
@@ -55,8 +56,12 @@ def normalize(offset: Offset) -> Offset:
     return json.loads(dumps(offset))
 
 
-def _parse_json_positions(text: str, channels: list[str]) -> dict[str, Any]:
-    """{channel: "earliest" | "latest" | MsgPosition} from the JSON/base64 forms."""
+def _parse_json_positions(text: str, channels: list[str], backend: str = "?") -> dict[str, Any]:
+    """{channel: "earliest" | "latest" | MsgPosition} from the JSON/base64 forms.
+
+    In a JSON map, a channel's value may also be a Milvus 2.6 ``streaming.WALCheckpoint`` (base64)
+    or ``common.MessageID`` (JSON ``{"id", "wal_name"}`` or base64): see :mod:`.walpos`.
+    """
     t = text.strip()
     out: dict[str, Any] = {}
     if t.startswith("{"):
@@ -69,6 +74,8 @@ def _parse_json_positions(text: str, channels: list[str]) -> dict[str, Any]:
             for ch, v in data.items():
                 if isinstance(v, str) and v.strip().lower() in ("earliest", "latest"):
                     out[to_physical_channel(ch)] = v.strip().lower()
+                elif (wal := wal_start_position(to_physical_channel(ch), v, backend)) is not None:
+                    out[to_physical_channel(ch)] = wal
                 else:
                     rest[ch] = v
             t = json.dumps(rest) if rest else ""
@@ -94,7 +101,7 @@ def resolve_start(client: Any, channels: list[str], spec: str | None, starting_t
     if spec and spec.strip().lower() in ("earliest", "latest"):
         default = spec.strip().lower()
     elif spec:
-        per = _parse_json_positions(spec, channels)
+        per = _parse_json_positions(spec, channels, getattr(client, "name", "?"))
         missing = [c for c in channels if c not in per]
         if missing:
             raise OptionError(f"option startingPositions must cover every channel; missing: {', '.join(missing)}")
@@ -138,7 +145,7 @@ def resolve_end(client: Any, channels: list[str], spec: str | None, ending_ts: i
     if spec and spec.strip().lower() == "earliest":
         raise OptionError("option endingPositions=earliest is not allowed (nothing to read)")
     if spec and spec.strip().lower() != "latest":
-        per = _parse_json_positions(spec, channels)
+        per = _parse_json_positions(spec, channels, getattr(client, "name", "?"))
     for ch in channels:
         how = per.get(ch, "latest")
         if ending_ts is not None:

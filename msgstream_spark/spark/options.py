@@ -22,6 +22,7 @@ log = logging.getLogger(__name__)
 CONFIG_PREFIXES = ("mq.", "kafka.", "pulsar.", "local.", "msgchannel.", "rootcoord.", "msgstream.")
 OUTPUTS = ("rows", "messages")
 DECODE_ERROR_POLICIES = ("fail", "skip")
+SCHEMA_CHANGE_POLICIES = ("fail", "ignore")
 MESSAGE_TYPES = ("insert", "delete", "timetick", "createcollection", "dropcollection", "createpartition",
                  "droppartition")
 ROW_TYPES = ("insert", "delete")
@@ -31,7 +32,8 @@ READ_OPTIONS = {
     "channels": "comma-separated channel names",
     "channelpattern": "regex of channel names (new matches are picked up)",
     "subscription": "subscription name (records start positions and progress)",
-    "startingpositions": "earliest | latest | JSON per channel | base64 MsgPosition list",
+    "startingpositions": "earliest | latest | JSON per channel (MsgPosition, 2.6 WALCheckpoint or MessageID) | "
+                         "base64 MsgPosition list",
     "endingpositions": "latest | JSON per channel | base64 MsgPosition list (batch only)",
     "startingtimestamp": "hybrid timestamp or ISO-8601",
     "endingtimestamp": "hybrid timestamp or ISO-8601 (batch only)",
@@ -44,6 +46,7 @@ READ_OPTIONS = {
     "messagetypes": "comma-separated: insert, delete, timetick, createcollection, dropcollection, ...",
     "collection": "collection name or id",
     "ondecodeerror": "fail | skip",
+    "onschemachange": "fail | ignore: a 2.6 AlterCollection adding a field the query's schema lacks",
     "minpartitions": "positive integer",
     "dedupe": "true | false: drop replayed sink batches (exactly-once with the msgstream sink)",
     "schema": "Spark DDL of the collection's fields (else inferred)",
@@ -120,6 +123,7 @@ class ReadOptions:
     message_types: tuple[str, ...] | None = None
     collection: str | None = None
     on_decode_error: str = "fail"
+    on_schema_change: str = "fail"
     min_partitions: int | None = None
     dedupe: bool = False
     schema_ddl: str | None = None
@@ -166,6 +170,7 @@ def parse_read_options(options: Mapping[str, Any], *, streaming: bool | None) ->
         output=_choice(opts, "output", OUTPUTS, "rows"),
         collection=(opts.get("collection") or None),
         on_decode_error=_choice(opts, "ondecodeerror", DECODE_ERROR_POLICIES, "fail"),
+        on_schema_change=_choice(opts, "onschemachange", SCHEMA_CHANGE_POLICIES, "fail"),
         min_partitions=_pos_int(opts, "minpartitions"), dedupe=bool(_bool(opts, "dedupe", False)),
         schema_ddl=opts.get("schema") or None,
     )

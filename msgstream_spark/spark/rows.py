@@ -16,6 +16,7 @@ from msgstream_spark.msg import codec
 from msgstream_spark.msg.columns import field_data_to_arrow
 from msgstream_spark.msg.position import MsgPosition
 from msgstream_spark.msg.types import DeleteMsg, InsertMsg, MsgType, TsMsg
+from msgstream_spark.msg.wal26 import parse_envelope
 
 OP = "op"
 METADATA = ("_channel", "_shard", "_collection", "_partition", "_ts", "_event_time", "_msg_id", "_position")
@@ -23,14 +24,15 @@ METADATA_DDL = ("_channel string, _shard string, _collection bigint, _partition 
                 "_event_time timestamp, _msg_id binary, _position string")
 MESSAGES_DDL = ("channel string, msg_id binary, position string, msg_type string, timestamp bigint, "
                 "begin_ts bigint, end_ts bigint, event_time timestamp, collection_id bigint, shard string, "
-                "num_rows bigint, properties map<string,string>, payload binary")
+                "num_rows bigint, properties map<string,string>, payload binary, "
+                "version int, vchannel string, txn_id bigint, broadcast_id bigint")
 
 
 def _spark_fields(ddl_like: str) -> list:
     """StructFields from our fixed 'name type, ...' lists without a SparkContext."""
     from pyspark.sql import types as T
 
-    simple = {"string": T.StringType(), "bigint": T.LongType(), "timestamp": T.TimestampType(),
+    simple = {"string": T.StringType(), "bigint": T.LongType(), "int": T.IntegerType(), "timestamp": T.TimestampType(),
               "binary": T.BinaryType(), "map<string,string>": T.MapType(T.StringType(), T.StringType())}
     out = []
     for part in ddl_like.split(", "):
@@ -123,7 +125,8 @@ class RowsBuilder:
             self._repeated[key] = col
         return col
 
-    def add(self, msg: TsMsg, channel: str, msg_id: bytes) -> None:
+    def add(self, msg: TsMsg, channel: str, msg_id: bytes, position: MsgPosition | None = None) -> None:
+        """The rows of one insert/delete; ``position`` (a 2.6 row's ``_lc`` position) becomes ``_position``."""
         if isinstance(msg, InsertMsg):
             n = msg.num_rows
             values: dict[str, Any] = {fd.field_name: field_data_to_arrow(fd) for fd in msg.proto.fields_data}
@@ -142,7 +145,9 @@ class RowsBuilder:
         values.update({
             OP: op, "_channel": channel, "_shard": msg.shard_name, "_collection": msg.collection_id,
             "_partition": msg.partition_id, "_ts": pa.array(ts.view(np.int64)), "_event_time": _event_time(ts),
-            "_msg_id": msg_id, "_position": resume_position(channel, msg_id, msg.begin_ts, self.group),
+            "_msg_id": msg_id,
+            "_position": (position.to_base64() if position is not None
+                          else resume_position(channel, msg_id, msg.begin_ts, self.group)),
         })
         cols = [self._column(f.name, f.type, n, values) for f in self.schema]
         self.pieces.append(pa.RecordBatch.from_arrays(cols, schema=self.schema))
@@ -176,19 +181,27 @@ class MessagesBuilder:
     def add_raw(self, m: Any, msg: TsMsg | None) -> None:
         c = self.cols
         mid = m.id.serialize()
-        t = msg.msg_type if msg is not None else _safe_type(m)
-        begin = msg.begin_ts if msg is not None else 0
-        end = msg.end_ts if msg is not None else 0
-        base_ts = msg.timestamp if msg is not None else 0
-        values = {
-            "channel": m.channel, "msg_id": mid, "position": resume_position(m.channel, mid, begin, self.group),
-            "msg_type": codec.msg_type_name(t) if t is not None else None, "timestamp": base_ts,
-            "begin_ts": begin, "end_ts": end, "event_time": (base_ts >> 18) * 1000 if base_ts else None,
-            "collection_id": msg.collection_id if msg is not None and hasattr(msg.proto, "collectionID") else None,
-            "shard": getattr(msg.proto, "shardName", None) if msg is not None else None,
-            "num_rows": int(getattr(msg.proto, "num_rows", 0)) if msg is not None else None,
-            "properties": list(dict(m.properties).items()), "payload": bytes(m.payload),
-        }
+        values = {"channel": m.channel, "msg_id": mid, "properties": list(dict(m.properties).items()),
+                  "payload": bytes(m.payload)}
+        values.update(_wal_columns(m, msg))
+        if msg is not None and msg.wal is not None:
+            t, begin = msg.wal.type_name, msg.wal.time_tick
+            values.update(timestamp=begin, begin_ts=begin, end_ts=begin, shard=msg.wal.vchannel,
+                          collection_id=msg.collection_id or None,
+                          num_rows=int(getattr(msg.proto, "num_rows", 0) or 0))
+        else:
+            raw_t = msg.msg_type if msg is not None else (None if "version" in values else _safe_type(m))
+            t = codec.msg_type_name(raw_t) if raw_t is not None else values.get("msg_type")
+            begin = msg.begin_ts if msg is not None else 0
+            values.update(
+                timestamp=msg.timestamp if msg is not None else 0, begin_ts=begin,
+                end_ts=msg.end_ts if msg is not None else 0,
+                collection_id=msg.collection_id if msg is not None and hasattr(msg.proto, "collectionID") else None,
+                shard=getattr(msg.proto, "shardName", None) if msg is not None else None,
+                num_rows=int(getattr(msg.proto, "num_rows", 0)) if msg is not None else None)
+        base_ts = values["timestamp"]
+        values.update(msg_type=t, event_time=(base_ts >> 18) * 1000 if base_ts else None,
+                      position=resume_position(m.channel, mid, begin, self.group))
         for name in c:
             c[name].append(values.get(name))
         self.rows += 1
@@ -206,6 +219,25 @@ class MessagesBuilder:
         self.cols = {f.name: [] for f in self.schema}
         self.rows = 0
         return [pa.RecordBatch.from_arrays(arrays, schema=self.schema)]
+
+
+def _signed(v: int | None) -> int | None:
+    """A uint64 id in a bigint column: values >= 2**63 wrap as Go's int64 conversion does."""
+    return None if v is None else (v - (1 << 64) if v >= 1 << 63 else v)
+
+
+def _wal_columns(m: Any, msg: TsMsg | None) -> dict[str, Any]:
+    """``version``, ``vchannel``, ``txn_id``, ``broadcast_id`` of a 2.6 message (null for 2.5 ones)."""
+    env = msg.wal if msg is not None else None
+    if env is None and msg is None and m.properties and "_v" in m.properties:
+        try:  # an undecodable message (onDecodeError=skip) still shows its envelope
+            env = parse_envelope(m.properties)
+        except Exception:  # noqa: BLE001 - messages output shows what it can
+            env = None
+    if env is None:
+        return {}
+    return {"msg_type": env.type_name, "version": env.version, "vchannel": env.vchannel, "txn_id": _signed(env.txn_id),
+            "broadcast_id": _signed(env.broadcast_id)}
 
 
 def _safe_type(m: Any) -> int | None:

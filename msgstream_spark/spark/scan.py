@@ -17,7 +17,9 @@ from msgstream_spark.msg import codec
 from msgstream_spark.msg.types import MsgType
 from msgstream_spark.msg.wire import iter_fields
 from msgstream_spark.spark.offsets import Entry, Offset, entry, normalize, unb64
-from msgstream_spark.stream.ticks import Item, plan_cut
+from msgstream_spark.spark.txncut import ScanItem, settle_cut, wal_item
+from msgstream_spark.stream.ticks import Item, plan_cut, totals
+from msgstream_spark.stream.txn import TxnAssembler
 
 log = logging.getLogger(__name__)
 
@@ -50,6 +52,7 @@ class ChannelScan:
     items: list[Item] = field(default_factory=list)
     consumer: Any = None
     has_ticks: bool = False
+    txns: TxnAssembler = field(default_factory=TxnAssembler)  # 2.6 transactions open after the last item
 
 
 class Scanner:
@@ -100,15 +103,19 @@ class Scanner:
                     break
                 budget -= len(batch)
                 for m in batch:
-                    cs.items.append(self._item(m))
+                    cs.items.append(self._item(m, cs.txns))
             if any(it.tick for it in cs.items):
                 cs.has_ticks = True
 
-    def _item(self, m: Any) -> Item:
+    def _item(self, m: Any, txns: TxnAssembler) -> Item:
+        item = wal_item(m, self.output, txns, peek_counts)  # a 2.6 message: from its properties
+        if item is not None:
+            return item
+        safe = not txns.has_open
         try:
             t = codec.peek_msg_type(m.payload, m.properties)
         except DecodeError:
-            return Item(m.id, 0, False, 1 if self.output == "messages" else 0, len(m.payload))
+            return ScanItem(m.id, 0, False, 1 if self.output == "messages" else 0, len(m.payload), safe)
         tick = t == MsgType.TimeTick
         if t in _NUM_ROWS_FIELD:
             rows, ts = peek_counts(m.payload, t)
@@ -117,7 +124,7 @@ class Scanner:
             _, ts = peek_counts(m.payload, t)
         if self.output == "messages":
             rows = 1
-        return Item(m.id, ts, tick, rows, len(m.payload))
+        return ScanItem(m.id, ts, tick, rows, len(m.payload), safe)
 
     def close(self) -> None:
         self._finalizer()
@@ -143,13 +150,19 @@ class Scanner:
                  max_bytes: int | None = None, cap: Offset | None = None) -> tuple[Offset, int]:
         """The end offset of the next batch and the rows it holds (the cut: stream.ticks).
 
-        Aligned channels are those carrying time ticks, or all when ``align`` is true.
+        Aligned channels are those carrying time ticks, or all when ``align`` is true. No cut
+        falls inside an open 2.6 transaction (:func:`msgstream_spark.spark.txncut.settle_cut`).
         """
         views = self._views(start, cap)
         aligned = {ch for ch in start if align is True or (align is None and self.chans.get(ch) and
                                                           self.chans[ch].has_ticks)}
         start_ts = {ch: int(st.get("ts", 0)) for ch, st in start.items()}
         chosen, rows = plan_cut(views, aligned, start_ts, max_rows=max_rows, max_bytes=max_bytes)
+        if any(not getattr(it, "safe", True) for items in views.values() for it in items):
+            # a 2.6 transaction is open somewhere: end every channel outside transactions
+            reach = plan_cut(views, aligned, start_ts)[0] if (max_rows or max_bytes) else chosen
+            chosen = settle_cut(views, aligned, chosen, reach)
+            rows = totals(views, chosen)[0]
         end: Offset = {}
         for ch, st in start.items():
             n = chosen.get(ch, 0)

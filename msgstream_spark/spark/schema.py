@@ -14,6 +14,7 @@ from msgstream_spark.errors import SchemaError
 from msgstream_spark.msg import codec
 from msgstream_spark.msg.schema import collection_arrow_schema, infer_collection_schema
 from msgstream_spark.msg.types import MsgType
+from msgstream_spark.msg.wal26 import WalMessageType, decode_message
 from msgstream_spark.spark.options import ReadOptions
 from msgstream_spark.spark.rows import METADATA, OP, messages_struct, rows_struct
 
@@ -41,9 +42,13 @@ def _matches(opts: ReadOptions, cid: int, name: str) -> bool:
 
 def _scan_schemas(opts: ReadOptions, channels: list[str]) -> tuple[dict[int, tuple[Any, str]], dict[int, int]]:
     """({collection id: (CollectionSchema, source)}, {collection id: creation time}) found in the
-    channels' CreateCollection messages (else their first insert), within the inference budget."""
+    channels' CreateCollection messages (else their first insert), within the inference budget.
+
+    On a channel with 2.6 messages the scan goes on after the CreateCollection, so that a later
+    AlterCollection's schema wins (a new query infers the altered schema)."""
     found: dict[int, tuple[Any, str]] = {}
     created: dict[int, int] = {}  # time of its CreateCollection (else first insert)
+    seen: set = set()  # 2.6 broadcasts already counted (one copy per vchannel)
     client = opts.client()
     deadline = time.monotonic() + INFER_SECONDS
     try:
@@ -57,9 +62,14 @@ def _scan_schemas(opts: ReadOptions, channels: list[str]) -> tuple[dict[int, tup
                     if not batch:
                         break
                     seen += len(batch)
+                    wal = False
                     for m in batch:
-                        _note_schema(opts, ch, m, found, created)
-                    if found and opts.collection is not None:
+                        if m.properties and m.properties.get("_v"):
+                            wal = True
+                            _note_wal_schema(opts, ch, m, (found, created, seen))
+                        else:
+                            _note_schema(opts, ch, m, found, created)
+                    if found and opts.collection is not None and not wal:
                         break
             finally:
                 cons.unsubscribe()  # a throwaway inference subscription
@@ -90,6 +100,50 @@ def _note_schema(opts: ReadOptions, ch: str, m: Any, found: dict, created: dict)
     elif cid not in found:
         found[cid] = (infer_collection_schema(msg.proto, name), "Insert")
         created.setdefault(cid, msg.begin_ts)
+
+
+def _broadcast_key(env: Any, cid: int) -> tuple | None:
+    """One key per broadcast DDL: ``_bh``'s id, else (early 2.6.x: ``_btt``, no ``_bh``) collection + barrier."""
+    if env.broadcast_id is not None:
+        return ("bh", env.broadcast_id)
+    if env.barrier_time_tick is not None:
+        return ("btt", cid, env.barrier_time_tick)
+    return None
+
+
+def _note_wal_schema(opts: ReadOptions, ch: str, m: Any, state: tuple[dict, dict, set]) -> None:
+    """The schema a 2.6 message tells: CreateCollection (each broadcast once), AlterCollection, Insert."""
+    found, created, seen = state
+    try:
+        msg = decode_message(m.payload, m.properties, channel=ch)
+        t = msg.wal.msg_type
+        if t in (WalMessageType.AlterCollection, WalMessageType.SchemaChange):
+            schema = msg.schema
+            name = schema.name if schema is not None else ""
+        elif t == WalMessageType.CreateCollection:
+            schema, name = msg.schema, msg.proto.collectionName
+        elif t == WalMessageType.Insert:
+            schema, name = None, msg.proto.collection_name
+        else:
+            return
+    except Exception:  # noqa: BLE001 - corrupt messages do not stop inference
+        return
+    cid = msg.collection_id
+    if schema is None and t != WalMessageType.Insert or not _matches(opts, cid, name):
+        return
+    if t == WalMessageType.CreateCollection:
+        key = _broadcast_key(msg.wal, cid)
+        if key is not None and key in seen:
+            return  # another vchannel's copy of the same broadcast
+        seen.add(key)
+        found[cid] = (schema, "CreateCollection")
+        created[cid] = msg.wal.time_tick
+    elif t != WalMessageType.Insert:
+        if cid in found:
+            found[cid] = (schema, msg.wal.type_name)
+    elif cid not in found:
+        found[cid] = (infer_collection_schema(msg.proto, name), "Insert")
+        created.setdefault(cid, msg.wal.time_tick)
 
 
 def infer(opts: ReadOptions, channels: list[str]) -> tuple[Any, str | None, int | None]:
