@@ -48,7 +48,7 @@ def _scan_schemas(opts: ReadOptions, channels: list[str]) -> tuple[dict[int, tup
     AlterCollection's schema wins (a new query infers the altered schema)."""
     found: dict[int, tuple[Any, str]] = {}
     created: dict[int, int] = {}  # time of its CreateCollection (else first insert)
-    seen: set = set()  # 2.6 broadcasts already counted (one copy per vchannel)
+    broadcasts: set = set()  # 2.6 broadcasts already counted (one copy per vchannel)
     client = opts.client()
     deadline = time.monotonic() + INFER_SECONDS
     try:
@@ -66,7 +66,7 @@ def _scan_schemas(opts: ReadOptions, channels: list[str]) -> tuple[dict[int, tup
                     for m in batch:
                         if m.properties and m.properties.get("_v"):
                             wal = True
-                            _note_wal_schema(opts, ch, m, (found, created, seen))
+                            _note_wal_schema(opts, ch, m, (found, created, broadcasts))
                         else:
                             _note_schema(opts, ch, m, found, created)
                     if found and opts.collection is not None and not wal:
