@@ -23,11 +23,13 @@ each caller applies its own ``onDecodeError``; the decoder stays usable for the 
 
 from __future__ import annotations
 
+import time
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from typing import Any
 
-from msgstream_spark.errors import ConfigError, DecodeError
+from msgstream_spark.errors import ConfigError, ConsumeError, DecodeError
 from msgstream_spark.mq.base import Message, MessageID
 from msgstream_spark.msg.position import MsgPosition
 from msgstream_spark.msg.types import DeleteMsg, InsertMsg, MsgType, TsMsg
@@ -40,10 +42,16 @@ WAL_OF_BACKEND = {"local": WALName.RocksMQ, "kafka": WALName.Kafka, "pulsar": WA
                   "rocksmq": WALName.RocksMQ}
 
 
-def wal_name(wal: str | WALName | int) -> WALName:
-    """The WALName of a backend type (``local``/``kafka``/``pulsar``) or a WAL name/number."""
+def wal_name(wal: str | WALName | int | None) -> WALName:
+    """The WALName of a backend type (``local``/``kafka``/``pulsar``) or a WAL name/number.
+
+    ``None`` (or ``Unknown``): a backend whose ids have no WAL form here; WAL positions then use the
+    message's own broker id.
+    """
     if isinstance(wal, WALName):
         return wal
+    if wal is None:
+        return WALName.Unknown
     if isinstance(wal, str) and wal.strip().lower() in WAL_OF_BACKEND:
         return WAL_OF_BACKEND[wal.strip().lower()]
     try:
@@ -95,12 +103,19 @@ class ChannelDecoder:
     """
 
     def __init__(self, channel: str, wal: str | WALName, *, start_ts: int | None = None,
-                 emit_control: bool = False, group: str = "") -> None:
+                 emit_control: bool = False, group: str = "",
+                 id_of: Callable[[bytes], MessageID] | None = None) -> None:
         self.channel = channel
         self.wal = wal_name(wal)
         self.group = group
+        self.start_ts = start_ts
+        self.emit_control = emit_control
+        self.id_of = id_of  # legacy id bytes -> the backend's MessageID (Client.bytes_to_message_id)
         self.txn = TxnAssembler(emit_control=emit_control)
         self._seek = SeekFilter(start_ts)
+        self._first_id: MessageID | None = None
+        self._replay_until: MessageID | None = None
+        self.rewind_to: MessageID | None = None  # set when the read began after an open txn's Begin
         self._raws: dict[int, Message] = {}  # id(msg) -> broker message, for bodies held by open txns
         self._last_tick: int | None = None  # ``_tt`` of the last WAL TimeTick fed
         self._last_id: MessageID | None = None
@@ -140,6 +155,26 @@ class ChannelDecoder:
             self.stats["duplicates"] += 1
             return []
         self._last_id = m.id
+        if self._first_id is None:
+            self._first_id = m.id
+        out = self._feed(m)
+        if self._replay_until is not None:
+            if m.id < self._replay_until:
+                return []  # replaying to rebuild open transactions: this was delivered before
+            self._replay_until = None
+        return out
+
+    def rewound(self, until: MessageID) -> ChannelDecoder:
+        """A fresh decoder for a re-read from :attr:`rewind_to`: what it releases before ``until`` is dropped
+        (already delivered), but the transactions it sees on the way are rebuilt."""
+        dec = ChannelDecoder(self.channel, self.wal, start_ts=self.start_ts, emit_control=self.emit_control,
+                             group=self.group, id_of=self.id_of)
+        dec._replay_until = until
+        dec.stats.update(self.stats)
+        dec.stats["rewinds"] += 1
+        return dec
+
+    def _feed(self, m: Message) -> list[Decoded]:
         mid = m.id.serialize()
         msg = decode_message(m.payload, m.properties, channel=self.channel, msg_id=mid)
         if msg.wal is None:
@@ -151,6 +186,7 @@ class ChannelDecoder:
             self.stats["tt_violations"] += 1  # Milvus's reorder buffer refuses it
             return []
         msg.position = self._wal_position(msg, m)
+        self._check_orphan(env)
         self._raws[id(msg)] = m
         released = self.txn.feed(msg)
         out = [self._wal(r) for r in released]
@@ -173,13 +209,34 @@ class ChannelDecoder:
 
     def _wal_position(self, msg: TsMsg, m: Message) -> MsgPosition:
         env = msg.wal
-        try:
-            pos = wal_position(env, self.wal, own_wal_id(self.wal, m.id))
-        except DecodeError as exc:
-            raise exc.with_location(self.channel, m.id.serialize()) from None
+        pos = None
+        if self.wal != WALName.Unknown:
+            try:
+                pos = wal_position(env, self.wal, own_wal_id(self.wal, m.id))
+            except DecodeError as exc:
+                raise exc.with_location(self.channel, m.id.serialize()) from None
         if pos is None:  # neither _lc nor _lcs (a replicated message): its own broker id
             pos = MsgPosition(self.channel, m.id.serialize(), "", env.time_tick, int(self.wal))
         return MsgPosition(pos.channel_name or self.channel, pos.msg_id, self.group, pos.timestamp, pos.wal_name)
+
+    def _check_orphan(self, env) -> None:
+        """A body or end of a transaction whose Begin this read never saw: ask to re-read from its ``_lc``.
+
+        Milvus keeps every message's last-confirmed id at or before the Begin of each transaction still
+        open when it was written (its ack manager does not move past an open transaction), so re-reading
+        from ``_lc`` finds the Begin.
+        """
+        if (env.txn is None or env.msg_type == WalMessageType.BeginTxn or self.rewind_to is not None
+                or self.id_of is None or not env.last_confirmed or self.wal == WALName.Unknown):
+            return
+        if env.txn.txn_id in {t.txn_id for t in self.txn.open_transactions()} or self.txn.outcome(env.txn.txn_id):
+            return
+        try:
+            target = self.id_of(WalMessageId(self.wal, env.last_confirmed).to_legacy_bytes())
+        except DecodeError:
+            return  # an _lc that is not an id of this WAL: nothing to re-read from
+        if self._first_id is not None and target < self._first_id:
+            self.rewind_to = target
 
     def _wal(self, msg: TsMsg) -> Decoded:
         env = msg.wal
@@ -222,4 +279,42 @@ class ChannelDecoder:
         return kept
 
 
-__all__ = ["WAL_OF_BACKEND", "ChannelDecoder", "Decoded", "own_wal_id", "wal_name"]
+_MAX_REWINDS = 8
+
+
+def rebuild_from_last_confirmed(client: Any, dec: ChannelDecoder, message: Message, *,
+                                timeout: float = 60.0) -> tuple[ChannelDecoder, list[Decoded]]:
+    """After ``dec.rewind_to`` was set by ``message``: a decoder that has read the channel from there.
+
+    A throwaway reader replays ``[rewind_to, message)`` into :meth:`ChannelDecoder.rewound` (what those
+    messages release was delivered already, or dropped, and stays so; decode errors there were reported
+    the first time), then ``message`` is fed again. Returns the new decoder and what ``message``
+    releases. The caller's own consumer is not moved. ConsumeError when the replay stalls ``timeout`` s.
+    """
+    new = dec.rewound(message.id)
+    reader = client.reader(dec.channel)
+    try:
+        reader.seek(dec.rewind_to, inclusive=True)
+        deadline = time.monotonic() + timeout
+        done = False
+        while not done:
+            batch = reader.receive_batch(256, max(0.0, min(1.0, deadline - time.monotonic())))
+            if not batch and time.monotonic() >= deadline:
+                raise ConsumeError(f"channel {dec.channel}: re-reading from {dec.rewind_to!r} to rebuild an open "
+                                   f"transaction stalled before {message.id!r} ({timeout:.0f}s)")
+            for m in batch:
+                if m.id >= message.id:
+                    done = True
+                    break
+                try:
+                    new.feed(m)
+                except DecodeError:
+                    pass  # reported (or skipped) when it was first read
+    finally:
+        reader.unsubscribe()
+    if new.rewind_to is not None and new.stats["rewinds"] < _MAX_REWINDS:  # another, older open transaction
+        return rebuild_from_last_confirmed(client, new, message, timeout=timeout)
+    return new, new.feed(message)
+
+
+__all__ = ["WAL_OF_BACKEND", "ChannelDecoder", "Decoded", "own_wal_id", "rebuild_from_last_confirmed", "wal_name"]
