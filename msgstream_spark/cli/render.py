@@ -8,6 +8,7 @@ from typing import Any
 
 from google.protobuf import json_format
 
+from msgstream_spark.errors import DecodeError
 from msgstream_spark.msg import tso
 from msgstream_spark.msg.columns import field_data_to_arrow
 from msgstream_spark.msg.pb import common_pb2
@@ -82,8 +83,6 @@ def _wal_only_dict(msg, out: dict[str, Any], properties: dict | None, full: bool
 
 
 def _schema_fields(msg) -> list[str] | str | None:
-    from msgstream_spark.errors import DecodeError
-
     try:
         schema = msg.schema
     except DecodeError as exc:
@@ -93,8 +92,6 @@ def _schema_fields(msg) -> list[str] | str | None:
 
 def envelope_dict(env) -> dict[str, Any]:
     """The properties of a 2.6 WAL message, decoded (the cipher's wrapped key is never shown)."""
-    from msgstream_spark.errors import DecodeError
-
     out: dict[str, Any] = {"version": env.version, "type": env.type_name, "type_id": int(env.msg_type),
                            "time_tick": int(env.time_tick), "vchannel": env.vchannel}
     if env.is_control_vchannel:

@@ -15,7 +15,7 @@ Starting at a last-confirmed id is what keeps transactions whole: Milvus never l
 from __future__ import annotations
 
 from msgstream_spark.errors import ConfigError, DecodeError
-from msgstream_spark.msg.position import MsgPosition
+from msgstream_spark.msg.position import MsgPosition, parse_positions
 from msgstream_spark.msg.wal26 import WalCheckpoint, WalMessageId, WALName
 from msgstream_spark.stream.decode import wal_name
 
@@ -68,8 +68,6 @@ def parse_start(channel: str, text: str, kind: str, *, backend: str | None = Non
         elif kind == "message_id":
             value = WalMessageId.parse(text)
         elif kind == "position":
-            from msgstream_spark.msg.position import parse_positions
-
             found = parse_positions(text)
             if len(found) != 1:
                 raise ValueError(f"expected one position, got {len(found)}")
