@@ -1,6 +1,6 @@
 """What a read task does with each message of its range, for both wire formats (2.5 and 2.6).
 
-``rows`` output goes through the channel decoder (:mod:`msgstream_spark.spark.decoder_shim`):
+``rows`` output goes through the stream layer's :class:`~msgstream_spark.stream.decode.ChannelDecoder`:
 transaction bodies come out at their commit (rolled back or expired ones never), 2.6 inserts
 and deletes are rebuilt from their properties, and only row-bearing messages become rows
 (never version-2, DDL or control-vchannel messages). An AlterCollection that adds a field the
@@ -18,9 +18,9 @@ from msgstream_spark.errors import DecodeError, SchemaError, UnknownMessageTypeE
 from msgstream_spark.msg.schema import collection_arrow_schema
 from msgstream_spark.msg.types import MsgType
 from msgstream_spark.msg.wal26 import WalMessageType, WalMsg, decode_message, parse_envelope, time_tick_of
-from msgstream_spark.spark.decoder_shim import ChannelDecoder
 from msgstream_spark.spark.offsets import b64
 from msgstream_spark.spark.rows import METADATA, OP, wanted_type
+from msgstream_spark.stream.decode import ChannelDecoder
 from msgstream_spark.stream.seek import SeekFilter
 
 log = logging.getLogger(__name__)

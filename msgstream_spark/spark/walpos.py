@@ -14,11 +14,11 @@ import base64
 import binascii
 from typing import Any
 
-from msgstream_spark.errors import DecodeError, OptionError
+from msgstream_spark.errors import ConfigError, DecodeError, OptionError
 from msgstream_spark.msg.position import MsgPosition
 from msgstream_spark.msg.wal26 import WalCheckpoint, WalMessageId
 from msgstream_spark.msg.wire import iter_fields
-from msgstream_spark.spark.decoder_shim import wal_name
+from msgstream_spark.stream.decode import wal_name
 
 
 def _shape(raw: bytes) -> str | None:
@@ -73,7 +73,11 @@ def wal_start_position(channel: str, value: Any, backend: str) -> MsgPosition | 
     what = "WAL checkpoint" if isinstance(start, WalCheckpoint) else "WAL message id"
     if mid is None:
         raise OptionError(f"startingPositions: the {what} of channel {channel} has no message id")
-    want = wal_name(backend)
+    try:
+        want = wal_name(backend)
+    except ConfigError:
+        raise OptionError(f"startingPositions: a WAL position of channel {channel} needs a local, kafka or "
+                          f"pulsar backend, not {backend!r}") from None
     if mid.wal != want:
         raise OptionError(f"startingPositions: the {what} of channel {channel} is a {mid.wal.name} id "
                           f"({mid.id!r}), but this source reads {backend} ({want.name} ids)")

@@ -11,12 +11,12 @@ import json
 
 from msgstream_spark.mq.base import ProducerMessage
 from msgstream_spark.msg.pb import msg_pb2
-from msgstream_spark.spark.decoder_shim import own_wal_id
-from msgstream_spark.spark.offsets import resolve_end, resolve_start
+from msgstream_spark.spark.offsets import entry, resolve_end, resolve_start
 from msgstream_spark.spark.options import parse_read_options
 from msgstream_spark.spark.reader import plan_partitions, read_partition
 from msgstream_spark.spark.rows import messages_struct, rows_struct
 from msgstream_spark.spark.schema import collection_fields
+from msgstream_spark.stream.decode import own_wal_id, wal_name
 from tests.spark.helpers import spark_options
 from tests.wal26 import producer as P
 
@@ -45,7 +45,7 @@ def send(prod, msgs) -> list:
 
 
 def wal_id(env, mid) -> str:
-    return own_wal_id(env.name, mid.serialize()).id
+    return own_wal_id(wal_name(env.name), mid).id
 
 
 def write_mixed(env, ch: str, *, encrypted: bool = False) -> list:
@@ -90,8 +90,9 @@ def rows_schema_json() -> tuple[str, str]:
     return json.dumps(rows_struct(fields).jsonValue()), pk
 
 
-def read_direct(env, ch: str, **options) -> list[dict]:
-    """A bounded read of ``ch`` through the source's planning and read tasks, without Spark."""
+def read_direct(env, ch: str, *, after=None, **options) -> list[dict]:
+    """A bounded read of ``ch`` through the source's planning and read tasks, without Spark
+    (``after``: start after this message id, as a micro-batch does, instead of startingPositions)."""
     opts = parse_read_options({**spark_options(env), "channels": ch, **options}, streaming=False)
     if opts.output == "messages":
         sj, pk = json.dumps(messages_struct().jsonValue()), None
@@ -100,6 +101,8 @@ def read_direct(env, ch: str, **options) -> list[dict]:
     client = opts.client()
     try:
         start = resolve_start(client, [ch], opts.starting, opts.starting_ts, True)
+        if after is not None:
+            start = {ch: entry(after.serialize(), 0)}
         end = resolve_end(client, [ch], opts.ending, opts.ending_ts)
         parts = plan_partitions(client, start, end, opts, sj, pk)
     finally:
