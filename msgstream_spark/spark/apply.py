@@ -77,7 +77,7 @@ class RowsHandler:
         self.opts = part.opts
         self.builder = builder
         self.dedupe = dedupe
-        self.decoder = ChannelDecoder(part.channel, wal, start_ts=start_ts)
+        self.decoder = ChannelDecoder(part.channel, wal, start_ts=start_ts, group=self.opts.subscription)
         self.fields, self.inferred_cid = _query_fields(part.schema_json)
         self.open_txns: set[int] = set()  # begun and not ended, as seen on the broker
         self.keep_only: set[int] | None = None  # past the range end: only these transactions' rows

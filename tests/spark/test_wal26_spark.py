@@ -26,6 +26,9 @@ from tests.wal26 import producer as P
 
 pytestmark = pytest.mark.slow  # Spark end to end
 BACKENDS = pytest.mark.parametrize("backend", ["local", "kafka", "pulsar"], indirect=True)
+# the streaming cut is backend-neutral planning over scanned ids: the embedded log and Pulsar (whose
+# ids are not offsets) keep the suite's time budget; Kafka's ids behave like the embedded log's
+STREAM_BACKENDS = pytest.mark.parametrize("backend", ["local", "pulsar"], indirect=True)
 
 
 def _read(spark, env, ch, **opts):
@@ -84,7 +87,7 @@ def _out(spark, out):
     return sorted((r.op, r.pk, r._ts) for r in spark.read.parquet(str(out)).collect())
 
 
-@BACKENDS
+@STREAM_BACKENDS
 def test_stream_across_transactions_and_an_alter_collection(spark, backend, tmp_path):
     ch, tt = backend.new_channel("stream26"), D.TT
     chk, out = tmp_path / "chk", tmp_path / "out"
@@ -123,8 +126,8 @@ def test_driver_killed_while_a_transaction_is_open_gives_its_rows_exactly_once(s
                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
         try:
             deadline, commits = time.monotonic() + 180, chk / "commits"
-            while time.monotonic() < deadline:  # bounded: the query commits its three batches
-                if commits.is_dir() and len([p for p in commits.iterdir() if p.name.isdigit()]) >= 3:
+            while time.monotonic() < deadline:  # bounded: the query commits a batch before the transaction
+                if commits.is_dir() and any(p.name.isdigit() for p in commits.iterdir()):
                     break
                 assert proc.poll() is None, "the query process died on its own"
                 time.sleep(0.2)
