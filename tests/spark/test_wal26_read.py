@@ -172,3 +172,18 @@ def test_early_26_broadcast_copies_count_once_by_barrier(local_env):
     struct, _, _ = infer(opts, [a, b])
     assert "note" in struct.fieldNames()
 
+
+
+def test_a_bounded_read_leaves_an_open_transaction_for_the_next_read_from_a_position(local_env):
+    ch = local_env.new_channel("bounded")
+    vc = f"{ch}_{P.COLLECTION}v0"  # a real vchannel of this pchannel, so its positions map back to it
+    with local_env.client() as c, c.create_producer(ch) as prod:
+        P.write(prod, [P.insert(D.TT, [1], vc=vc, lcs=True), P.timetick(D.TT + 1)])
+        lc = P.b36(c.latest_message_id(ch).offset - 1)  # the insert: what every later message confirms
+        P.write(prod, [P.begin_txn(D.TT + 2, 9, vc=vc, lc=lc), P.in_txn(P.delete(D.TT + 3, [1], vc=vc, lc=lc), 9)])
+        first = D.read_direct(local_env, ch)
+        assert [(r["op"], r["pk"]) for r in first] == [("insert", 1)]  # the open transaction is left out
+        P.write(prod, [P.in_txn(P.insert(D.TT + 4, [1], vc=vc, lc=lc), 9), P.commit_txn(D.TT + 5, 9, vc=vc, lc=lc),
+                       P.timetick(D.TT + 6)])
+    resumed = D.read_direct(local_env, ch, startingPositions=first[-1]["_position"])
+    assert [(r["op"], r["pk"], r["_ts"]) for r in resumed] == [("delete", 1, D.TT + 5), ("insert", 1, D.TT + 5)]
