@@ -212,7 +212,8 @@ class ChannelDecoder:
         pos = None
         if self.wal != WALName.Unknown:
             try:
-                pos = wal_position(env, self.wal, own_wal_id(self.wal, m.id))
+                own = own_wal_id(self.wal, m.id) if env.last_confirmed_self else None
+                pos = wal_position(env, self.wal, own)
             except DecodeError as exc:
                 raise exc.with_location(self.channel, m.id.serialize()) from None
         if pos is None:  # neither _lc nor _lcs (a replicated message): its own broker id
