@@ -266,13 +266,15 @@ class ChannelDecoder:
             return out
         kept = []
         for d in out:
+            if not self._seek.active:  # a tick ended the filter: the rest stays
+                kept.append(d)
+                continue
             if d.version == 0:
                 keep = self._seek.keep(d.is_tick, d.time_tick)
-            elif d.is_tick:
-                keep = d.time_tick > self._seek.ts  # Milvus's TimeTickGT filter keeps later ticks
-                self._seek.keep(True, d.time_tick)
             else:
-                keep = d.time_tick > self._seek.ts
+                keep = d.time_tick > self._seek.ts  # Milvus's TimeTickGT filter (later ticks stay too)
+                if d.is_tick:
+                    self._seek.keep(True, d.time_tick)
             if keep:
                 kept.append(d)
             else:
