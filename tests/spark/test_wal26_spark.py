@@ -26,9 +26,6 @@ from tests.wal26 import producer as P
 
 pytestmark = pytest.mark.slow  # Spark end to end
 BACKENDS = pytest.mark.parametrize("backend", ["local", "kafka", "pulsar"], indirect=True)
-# the streaming cut is backend-neutral planning over scanned ids: the embedded log and Pulsar (whose
-# ids are not offsets) keep the suite's time budget; Kafka's ids behave like the embedded log's
-STREAM_BACKENDS = pytest.mark.parametrize("backend", ["local", "pulsar"], indirect=True)
 
 
 def _read(spark, env, ch, **opts):
@@ -87,7 +84,7 @@ def _out(spark, out):
     return sorted((r.op, r.pk, r._ts) for r in spark.read.parquet(str(out)).collect())
 
 
-@STREAM_BACKENDS
+@BACKENDS
 def test_stream_across_transactions_and_an_alter_collection(spark, backend, tmp_path):
     ch, tt = backend.new_channel("stream26"), D.TT
     chk, out = tmp_path / "chk", tmp_path / "out"
