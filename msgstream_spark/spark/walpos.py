@@ -18,7 +18,7 @@ from msgstream_spark.errors import ConfigError, DecodeError, OptionError
 from msgstream_spark.msg.position import MsgPosition
 from msgstream_spark.msg.wal26 import WalCheckpoint, WalMessageId
 from msgstream_spark.msg.wire import iter_fields
-from msgstream_spark.stream.decode import wal_name
+from msgstream_spark.stream.walstart import resume_position
 
 
 def _shape(raw: bytes) -> str | None:
@@ -60,30 +60,13 @@ def parse_wal_start(value: Any) -> WalCheckpoint | WalMessageId | None:
 def wal_start_position(channel: str, value: Any, backend: str) -> MsgPosition | None:
     """The MsgPosition a WAL checkpoint / message id of ``channel`` stands for; None if ``value`` is neither.
 
-    OptionError when it belongs to another WAL than the backend read, or has no usable id.
+    The conversion is the stream layer's (:func:`msgstream_spark.stream.walstart.resume_position`);
+    OptionError when the id belongs to another WAL than the backend read, or has no usable id.
     """
     try:
         start = parse_wal_start(value)
-    except (ValueError, DecodeError) as exc:
-        raise OptionError(f"startingPositions: the position of channel {channel} is not a valid WAL "
-                          f"checkpoint or message id: {exc}") from None
-    if start is None:
-        return None
-    mid = start.message_id if isinstance(start, WalCheckpoint) else start
-    what = "WAL checkpoint" if isinstance(start, WalCheckpoint) else "WAL message id"
-    if mid is None:
-        raise OptionError(f"startingPositions: the {what} of channel {channel} has no message id")
-    try:
-        want = wal_name(backend)
-    except ConfigError:
-        raise OptionError(f"startingPositions: a WAL position of channel {channel} needs a local, kafka or "
-                          f"pulsar backend, not {backend!r}") from None
-    if mid.wal != want:
-        raise OptionError(f"startingPositions: the {what} of channel {channel} is a {mid.wal.name} id "
-                          f"({mid.id!r}), but this source reads {backend} ({want.name} ids)")
-    try:
-        legacy = mid.to_legacy_bytes()
-    except DecodeError as exc:
-        raise OptionError(f"startingPositions: the {what} of channel {channel}: {exc.reason}") from None
-    ts = start.time_tick if isinstance(start, WalCheckpoint) else 0
-    return MsgPosition(channel, legacy, "", int(ts), int(want))
+        return None if start is None else resume_position(channel, start, backend=backend)
+    except (ValueError, DecodeError, ConfigError) as exc:
+        reason = exc.reason if isinstance(exc, DecodeError) else str(exc)
+        raise OptionError(f"startingPositions: the WAL checkpoint or message id of channel {channel}: "
+                          f"{reason}") from None

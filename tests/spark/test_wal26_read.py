@@ -135,7 +135,7 @@ def test_start_from_a_wal_checkpoint_or_a_message_id(local_env):
     assert isinstance(parse_wal_start(b64_mid), WalMessageId)
     assert isinstance(parse_wal_start(_checkpoint(own, 5)), WalCheckpoint)
     assert parse_wal_start(MsgPosition(ch, ids[0].serialize(), "", 3).to_base64()) is None  # a MsgPosition
-    with pytest.raises(OptionError, match=f"channel {ch} is a Kafka id"):
+    with pytest.raises(OptionError, match=f"channel {ch}: the start position is a Kafka WAL id, but the backend"):
         wal_start_position(ch, {"id": "rs", "wal_name": "Kafka"}, "local")
     with local_env.client() as c:
         start = resolve_start(c, [ch], json.dumps({ch: _checkpoint(own, D.TT + 4)}), None, True)
