@@ -4,8 +4,8 @@ Positioning (the start id is always sent with ``include_start_message=true``, so
 check that the id it resumes from is still in the WAL):
 
 * with resume hints (the id came from a delivered message: its ``_tt`` and ``_lc``), the stream
-  starts at the ``_lc`` with ``start_timetick`` = the ``_tt``, and everything up to the id is
-  dropped (a *barrier*), as Milvus's own CDC client does. A later ``_tt`` before the id means the
+  starts at the ``_lc`` (the oldest entry when there is none) with ``start_timetick`` = the ``_tt``,
+  and everything up to the id is dropped (a *barrier*), as Milvus's own CDC client does. A later ``_tt`` before the id means the
   id is gone: :class:`DataLossError`.
 * without hints, the stream starts at the id itself; a first message with a *smaller* id means the
   proxy went back to the beginning (the id was truncated or lies past the end); for an exclusive
@@ -27,7 +27,7 @@ from msgstream_spark.errors import BackendError, BackendUnavailableError, Consum
 from msgstream_spark.mq.base import Consumer, Message, MessageID
 from msgstream_spark.mq.milvus.connection import ProxyConnection, rpc_error
 from msgstream_spark.mq.milvus.dump import END, DumpRequest, DumpStream, Entry, StatusFailure
-from msgstream_spark.mq.milvus.message_id import MilvusMessageID
+from msgstream_spark.mq.milvus.message_id import MilvusMessageID, earliest_for
 from msgstream_spark.msg.wal26 import WalMessageId, b36decode
 
 _BEGIN, _COMMIT = "900", "901"
@@ -44,7 +44,7 @@ def message_of(channel: str, e: Entry) -> Message:
         except ValueError:
             tt = None
     lc = e.id.id if "_lcs" in props else props.get("_lc")
-    mid = MilvusMessageID(e.id, tt, lc if tt is not None else None)
+    mid = MilvusMessageID(e.id, tt, lc)
     return Message(channel, e.payload, MappingProxyType(props), mid, tt)
 
 
@@ -95,8 +95,9 @@ class MilvusConsumer(Consumer):
         start, start_tt = target.wal_id, self._start_tt
         if target.at_earliest_position():
             pass
-        elif target.last_confirmed and target.time_tick:  # exact resume, as Milvus's CDC client does
-            start = WalMessageId(target.wal, target.last_confirmed)
+        elif target.time_tick:  # exact resume, as Milvus's CDC client does (from the oldest entry without _lc)
+            start = (WalMessageId(target.wal, target.last_confirmed) if target.last_confirmed
+                     else earliest_for(target.wal).wal_id)
             start_tt = max(start_tt, target.time_tick)
             self._barrier, self._keep_barrier = target, inclusive
         else:
