@@ -17,8 +17,8 @@ the streaming node's scanner; see wal.py for ``DumpMessages`` itself):
 Simplified: collections, databases and credentials are set by the test (no RBAC, no schema
 beyond the name); the WAL is an embedded-log SQLite file whose ids are served as RocksMQ ids
 (base 36); every other RPC is UNIMPLEMENTED. Fault injection: ``restart()`` (a real stop and
-start on the same port: open streams break with UNAVAILABLE), ``stall_after`` (a stream goes
-silent after N messages), ``unimplemented`` (an old proxy without ``DumpMessages``) and
+start on the same port: open streams break with UNAVAILABLE), ``stall_after`` (the next stream
+goes silent after N messages), ``unimplemented`` (an old proxy without ``DumpMessages``) and
 ``truncate()`` (retention removing entries).
 """
 
@@ -105,6 +105,7 @@ class Servicer(milvus_grpc.MilvusServiceServicer):
                                             request.include_start_message, request.start_timetick,
                                             request.end_timetick, context.is_active):
                 if self.state.stall_after is not None and sent >= self.state.stall_after:
+                    self.state.stall_after = None  # one stream stalls; the next one is served
                     while context.is_active():  # a stalled proxy: the stream stays open, silent
                         time.sleep(0.02)
                     return
