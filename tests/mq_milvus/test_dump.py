@@ -13,7 +13,15 @@ import pytest
 from msgstream_spark.errors import ChannelNotFoundError, ConfigError, DecodeError, MsgStreamError, ProduceError
 from msgstream_spark.mq.milvus.message_id import MilvusMessageID
 from msgstream_spark.mq.registry import build_client
-from msgstream_spark.msg.wal26 import WalMessageId, WalMessageType, WALName, decode_message, time_tick_of, vchannel_of, wal_position
+from msgstream_spark.msg.wal26 import (
+    WalMessageId,
+    WalMessageType,
+    WALName,
+    decode_message,
+    time_tick_of,
+    vchannel_of,
+    wal_position,
+)
 from msgstream_spark.stream.txn import TxnAssembler
 from tests.fixtures.milvus_env import StoreWriter, milvus_config, proxy_id
 from tests.wal26 import producer as P

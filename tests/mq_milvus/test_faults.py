@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import time
-
 import pytest
 
 from msgstream_spark.errors import BackendTimeoutError, BackendUnavailableError, DataLossError, MsgStreamError
@@ -23,7 +21,8 @@ def _client(proxy, tmp_path, **kw):
 def _workload(n_txn: int = 6) -> list:
     tt, out = now_tt(), []
     for i in range(n_txn):
-        out += [P.insert(tt + 10 * i, [i])] + P.upsert_txn(tt + 10 * i + 1, 700 + i, [i]) + [P.timetick(tt + 10 * i + 8)]
+        t = tt + 10 * i
+        out += [P.insert(t, [i]), *P.upsert_txn(t + 1, 700 + i, [i]), P.timetick(t + 8)]
     return out
 
 

@@ -70,7 +70,7 @@ class MilvusClient(Client):
         self._check_name(channel)
         pos = SubscriptionInitialPosition.parse(initial_position)
         cons = MilvusConsumer(self._conn, channel, subscription, vchannels=self._vchannels(channel),
-                              on_close=self._consumer_closed)
+                              on_close=self._consumer_closed, latest=self.latest_message_id)
         stored = None if subscription.startswith(_READER) else self._meta.get(self._sub_key(channel, subscription))
         if stored:
             cons.seek(MilvusMessageID.deserialize(base64.b64decode(stored)), inclusive=False)

@@ -21,6 +21,7 @@ from msgstream_spark.errors import (
     MsgStreamError,
 )
 from msgstream_spark.mq.milvus.settings import MilvusSettings
+from msgstream_spark.msg import pb
 
 SERVING_VERSIONS = ("Milvus 2.6 proxies built since 2026-03-30 (PR #48527; include_start_message and "
                     "transactions as separate messages since 2026-07-10, PR #51102) and Milvus 3.0")
@@ -32,9 +33,11 @@ class AuthError(BackendError, ConfigError):
 
 def pb_modules() -> tuple[Any, Any, Any]:
     """Milvus's generated modules (loaded as msg.pb loads them: no pymilvus client import)."""
-    from msgstream_spark.msg import pb
-
-    return pb.common_pb2, pb._load("milvus_pb2"), pb._load("milvus_pb2_grpc")
+    milvus_pb2 = pb._load("milvus_pb2")
+    if not hasattr(milvus_pb2, "DumpMessagesRequest"):
+        raise BackendUnavailableError("the milvus backend needs pymilvus >= 3.0 (its protos carry DumpMessages): "
+                                      "pip install -U 'pymilvus>=3'")
+    return pb.common_pb2, milvus_pb2, pb._load("milvus_pb2_grpc")
 
 
 def rpc_error(settings: MilvusSettings, what: str, exc: Exception) -> MsgStreamError:

@@ -5,8 +5,8 @@ check that the id it resumes from is still in the WAL):
 
 * with resume hints (the id came from a delivered message: its ``_tt`` and ``_lc``), the stream
   starts at the ``_lc`` (the oldest entry when there is none) with ``start_timetick`` = the ``_tt``,
-  and everything up to the id is dropped (a *barrier*), as Milvus's own CDC client does. A later ``_tt`` before the id means the
-  id is gone: :class:`DataLossError`.
+  and everything up to the id is dropped (a *barrier*), as Milvus's own CDC client does. A later
+  ``_tt`` before the id means the id is gone: :class:`DataLossError`.
 * without hints, the stream starts at the id itself; a first message with a *smaller* id means the
   proxy went back to the beginning (the id was truncated or lies past the end); for an exclusive
   seek, a first message other than the id means the id is gone.
@@ -50,7 +50,7 @@ def message_of(channel: str, e: Entry) -> Message:
 
 class MilvusConsumer(Consumer):
     def __init__(self, conn: ProxyConnection, channel: str, subscription: str, *,
-                 vchannels: frozenset[str] | None = None, on_close: Any = None,
+                 vchannels: frozenset[str] | None = None, on_close: Any = None, latest: Any = None,
                  start_timetick: int = 0, end_timetick: int = 0) -> None:
         self.channel = channel
         self._sub = subscription
@@ -58,6 +58,7 @@ class MilvusConsumer(Consumer):
         self._settings = conn.settings
         self._vchannels = vchannels
         self._on_close = on_close
+        self._latest = latest  # the client's latest-id scan for this pchannel
         self._start_tt, self._end_tt = start_timetick, end_timetick
         self._target: tuple[MilvusMessageID, bool] | None = None  # where the next stream starts
         self._stream: DumpStream | None = None
@@ -242,9 +243,9 @@ class MilvusConsumer(Consumer):
         return self._acked
 
     def latest_message_id(self) -> MessageID | None:
-        from msgstream_spark.mq.milvus.scan import latest_id
-
-        return latest_id(self._conn, self.channel, self._vchannels)
+        if self._latest is None:
+            raise ConsumeError(f"consumer of pchannel {self.channel} was built without a latest-id scan")
+        return self._latest(self.channel)
 
     def _drop_stream(self) -> None:
         if self._stream is not None:

@@ -8,11 +8,13 @@ cleanly: ``end_timetick`` reached) or the exception that ended it.
 
 from __future__ import annotations
 
+import contextlib
 import queue
 import threading
 from dataclasses import dataclass
 from typing import Any
 
+from msgstream_spark.mq.milvus.connection import pb_modules
 from msgstream_spark.msg.wal26 import WalMessageId, WALName
 
 END = object()
@@ -28,8 +30,6 @@ class DumpRequest:
     end_timetick: int = 0
 
     def to_proto(self) -> Any:
-        from msgstream_spark.mq.milvus.connection import pb_modules
-
         common_pb2, milvus_pb2, _ = pb_modules()
         return milvus_pb2.DumpMessagesRequest(
             pchannel=self.pchannel,
@@ -98,7 +98,5 @@ class DumpStream:
     def close(self) -> None:
         if not self._closed.is_set():
             self._closed.set()
-            try:
+            with contextlib.suppress(Exception):  # a finished call cannot be cancelled: nothing to do
                 self._call.cancel()
-            except Exception:  # noqa: BLE001 - already finished
-                pass
