@@ -125,7 +125,9 @@ class MilvusClient(Client):
         return sorted({p for c in self.collections() for p in c.pchannels})
 
     def channel_exists(self, channel: str) -> bool:
-        return channel in self.list_channels()
+        """With collections: one of their pchannels. Without, a named pchannel is taken as given (the proxy
+        cannot tell: it keeps an unknown pchannel's stream open and silent, so its scans time out)."""
+        return channel in self.list_channels() if self.settings.collections else bool(channel)
 
     def put_metadata(self, key: str, value: str) -> None:
         self._meta.put(f"metadata/{key}", value)
