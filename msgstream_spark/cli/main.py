@@ -81,6 +81,10 @@ def build_parser() -> argparse.ArgumentParser:
     src.add_argument("--file", help="file holding the raw payload bytes")
     src.add_argument("--base64", help="the raw payload as base64")
     p.add_argument("--msg-type", help="msg_type property (e.g. Insert) when the payload lacks a header")
+    p.add_argument("--property", action="append", default=[], metavar="KEY=VALUE",
+                   help="a property the message was sent with (repeatable), e.g. the 2.6 WAL keys _v, _t, _tt, "
+                        "_vc, _h; a flag is KEY=")
+    p.add_argument("--properties", metavar="JSON", help="the properties as a JSON object of strings")
     p.add_argument("--rows", action="store_true", help="include decoded rows")
     return parser
 
