@@ -75,6 +75,7 @@ DEFAULTS: dict[str, Any] = {
     "milvus.database": "",
     "milvus.collections": "",
     "milvus.wal": "auto",
+    "milvus.timeticks": True,
     "milvus.tls.enabled": False,
     "milvus.tls.cacert": "",
     "milvus.tls.clientcert": "",

@@ -14,13 +14,13 @@ import threading
 import uuid
 
 from msgstream_spark.config import Config
-from msgstream_spark.errors import ConfigError, ProduceError
+from msgstream_spark.errors import ConfigError, DecodeError, ProduceError
 from msgstream_spark.mq.base import Client, Consumer, MessageID, Producer, SubscriptionInitialPosition
 from msgstream_spark.mq.milvus import scan
 from msgstream_spark.mq.milvus.channels import CollectionChannels, describe
 from msgstream_spark.mq.milvus.connection import ProxyConnection
 from msgstream_spark.mq.milvus.consumer import MilvusConsumer
-from msgstream_spark.mq.milvus.message_id import MilvusMessageID, earliest_for
+from msgstream_spark.mq.milvus.message_id import MilvusMessageID, earliest_for, from_legacy
 from msgstream_spark.mq.milvus.metadata import MetadataFile
 from msgstream_spark.mq.milvus.settings import MilvusSettings
 
@@ -70,7 +70,8 @@ class MilvusClient(Client):
         self._check_name(channel)
         pos = SubscriptionInitialPosition.parse(initial_position)
         cons = MilvusConsumer(self._conn, channel, subscription, vchannels=self._vchannels(channel),
-                              on_close=self._consumer_closed, latest=self.latest_message_id)
+                              on_close=self._consumer_closed, latest=self.latest_message_id,
+                              ticks=self.settings.time_ticks and not subscription.startswith(_READER))
         stored = None if subscription.startswith(_READER) else self._meta.get(self._sub_key(channel, subscription))
         if stored:
             cons.seek(MilvusMessageID.deserialize(base64.b64decode(stored)), inclusive=False)
@@ -82,6 +83,7 @@ class MilvusClient(Client):
         return cons
 
     def reader(self, channel: str) -> Consumer:
+        """A throwaway reader: no cursor kept, and no synthetic ticks (it reads up to an id, not a tick)."""
         return self.subscribe(channel, f"{_READER}{uuid.uuid4().hex[:12]}", SubscriptionInitialPosition.UNKNOWN)
 
     @staticmethod
@@ -106,7 +108,14 @@ class MilvusClient(Client):
         return earliest_for(self.settings.wal)
 
     def bytes_to_message_id(self, data: bytes) -> MessageID:
-        return MilvusMessageID.deserialize(data)
+        """A serialized ``common.MessageID``, or the legacy ``MsgPosition.msgID`` bytes of the cluster's WAL."""
+        try:
+            return MilvusMessageID.deserialize(data)
+        except DecodeError:
+            legacy = from_legacy(self.settings.wal, bytes(data))
+            if legacy is None:
+                raise
+            return legacy
 
     def latest_message_id(self, channel: str) -> MessageID | None:
         return scan.latest_id(self._conn, channel, self._vchannels(channel))

@@ -14,6 +14,8 @@ check that the id it resumes from is still in the WAL):
 A transaction arrives as BeginTxn, bodies, CommitTxn (each re-timed to the commit); it is handed
 out only once complete, so a broken stream never leaves half a transaction delivered. A broken or
 stalled stream (no item for ``milvus.idleTimeout``) is reopened after the last delivered message.
+The proxy never sends TimeTicks; with ``ticks`` (``milvus.timeTicks``), a synthetic one at the last
+delivered ``_tt`` follows each burst, so tick-aligned readers (TtMsgStream) can cut batches.
 """
 
 from __future__ import annotations
@@ -28,7 +30,7 @@ from msgstream_spark.mq.base import Consumer, Message, MessageID
 from msgstream_spark.mq.milvus.connection import ProxyConnection, rpc_error
 from msgstream_spark.mq.milvus.dump import END, DumpRequest, DumpStream, Entry, StatusFailure
 from msgstream_spark.mq.milvus.message_id import MilvusMessageID, earliest_for
-from msgstream_spark.msg.wal26 import WalMessageId, b36decode
+from msgstream_spark.msg.wal26 import WalMessageId, b36decode, b36encode
 
 _BEGIN, _COMMIT = "900", "901"
 _RETRY_MIN, _RETRY_MAX = 0.05, 1.0
@@ -51,7 +53,7 @@ def message_of(channel: str, e: Entry) -> Message:
 class MilvusConsumer(Consumer):
     def __init__(self, conn: ProxyConnection, channel: str, subscription: str, *,
                  vchannels: frozenset[str] | None = None, on_close: Any = None, latest: Any = None,
-                 start_timetick: int = 0, end_timetick: int = 0) -> None:
+                 start_timetick: int = 0, end_timetick: int = 0, ticks: bool = False) -> None:
         self.channel = channel
         self._sub = subscription
         self._conn = conn
@@ -69,6 +71,8 @@ class MilvusConsumer(Consumer):
         self._txn: list[Message] = []
         self._ready: collections.deque[Message] = collections.deque()
         self._last: MilvusMessageID | None = None
+        self._tick_after: MilvusMessageID | None = None  # a synthetic tick is due after this message
+        self._ticks = ticks
         self._acked: MilvusMessageID | None = None
         self.finished = False  # the stream reached end_timetick
         self._closed = False
@@ -83,9 +87,11 @@ class MilvusConsumer(Consumer):
         if not isinstance(msg_id, MilvusMessageID):
             raise ConsumeError(f"channel {self.channel}: cannot seek to a {type(msg_id).__name__} on the milvus "
                                "backend (use a Milvus WAL message id)")
+        if msg_id.tick:  # a synthetic tick stands right after its message
+            msg_id, inclusive = MilvusMessageID(msg_id.wal_id, msg_id.time_tick, msg_id.last_confirmed), False
         self._drop_stream()
         self._ready.clear()
-        self._last = None
+        self._last = self._tick_after = None
         self.finished = False
         self._target = (msg_id, inclusive)
 
@@ -124,14 +130,17 @@ class MilvusConsumer(Consumer):
             raise ConsumeError(f"consumer of pchannel {self.channel} is not positioned: seek before receiving")
         deadline = time.monotonic() + max(0.0, timeout)
         failures, idle_since = 0, time.monotonic()
-        while not self._ready and not self.finished:
+        while len(self._ready) < max_messages and not self.finished:
             if self._stream is None:
                 self._open()
             remaining = deadline - time.monotonic()
-            item = self._stream.get(min(max(remaining, 0.0), 0.5))
+            item = self._stream.get(0.0 if self._ready else min(max(remaining, 0.0), 0.5))
             if item is None:
+                if self._ready or self._tick_after is not None:
+                    self._add_tick()  # the proxy paused: everything up to the last _tt has come
+                    break
                 if time.monotonic() - idle_since > self._settings.idle_timeout:
-                    self._reopen("no message for milvus.idleTimeout")  # a stalled stream
+                    self._reopen()  # a stalled stream
                     idle_since = time.monotonic()
                 if remaining <= 0:
                     break
@@ -148,6 +157,16 @@ class MilvusConsumer(Consumer):
         while self._ready and len(out) < max_messages:
             out.append(self._ready.popleft())
         return out
+
+    def _add_tick(self) -> None:
+        """A synthetic TimeTick at the last delivered ``_tt``: the proxy sends an entry only once a tick at or
+        above its ``_tt`` was written, and never sends ticks; tick-aligned readers need them to cut."""
+        last, self._tick_after = self._tick_after, None
+        if last is None or not self._ticks:
+            return
+        props = MappingProxyType({"_v": "1", "_t": "1", "_tt": b36encode(last.time_tick)})
+        tick = MilvusMessageID(last.wal_id, last.time_tick, last.last_confirmed, tick=True)
+        self._ready.append(Message(self.channel, b"", props, tick, last.time_tick))
 
     def _stream_ended(self) -> None:
         self._drop_stream()
@@ -178,7 +197,7 @@ class MilvusConsumer(Consumer):
         self._resume_after_last()
         return failures + 1
 
-    def _reopen(self, why: str) -> None:
+    def _reopen(self) -> None:
         self._drop_stream()
         self._txn.clear()
         self._resume_after_last()
@@ -192,15 +211,15 @@ class MilvusConsumer(Consumer):
         m = message_of(self.channel, e)
         mid: MilvusMessageID = m.id  # type: ignore[assignment]
         if self._check_back is not None:
-            if mid < self._check_back:
+            if mid.wal_key() < self._check_back.wal_key():
                 self._gone(self._check_back, f"the proxy went back to an earlier message ({mid})")
-            if self._first_must_be is not None and mid != self._first_must_be:
+            if self._first_must_be is not None and not mid.same_entry(self._first_must_be):
                 self._gone(self._first_must_be, f"the stream began at {mid} instead")
             self._check_back = self._first_must_be = None
-            if self._target is not None and not self._target[1] and mid == self._target[0]:
+            if self._target is not None and not self._target[1] and mid.same_entry(self._target[0]):
                 return  # an exclusive seek: the id itself was checked, not delivered
         if self._barrier is not None:
-            if mid == self._barrier:
+            if mid.same_entry(self._barrier):
                 self._barrier = None
                 if not self._keep_barrier:
                     return
@@ -230,6 +249,7 @@ class MilvusConsumer(Consumer):
             done = [m]
         self._ready.extend(done)
         self._last = done[-1].id  # type: ignore[assignment]
+        self._tick_after = self._last if self._last.time_tick else None
 
     def _wanted(self, vc: str | None) -> bool:
         return vc is None or vc in self._vchannels or vc.endswith("_vcchan") or vc == self.channel

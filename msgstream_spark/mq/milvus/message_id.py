@@ -2,9 +2,16 @@
 
 An id is the WAL's id string plus the WAL's name (:class:`~msgstream_spark.msg.wal26.WalMessageId`).
 ``serialize()`` gives the ``common.MessageID`` protobuf, so a Spark offset names its WAL. When the
-id came from a delivered message, two extra fields (numbers unknown to Milvus, skipped by every
+id came from a delivered message, extra fields (numbers unknown to Milvus, skipped by every
 protobuf reader) carry that message's ``_tt`` and ``_lc``: resuming from them is exact even across
 a transaction that was still open at the id (wal doc, "Resuming exactly once").
+
+Order: the proxy sends entries sorted by ``_tt`` (a transaction at its commit's), so ids that know
+their ``_tt`` order by ``(_tt, WAL position)``: the order they were delivered in, which is what
+readers compare ("the batch ends at id X"). Bare ids (no ``_tt``) order by WAL position.
+Equality is the entry's: the same WAL id (and the same synthetic-tick flag) whatever the hints.
+A *synthetic tick* id (``tick``) is the time tick the consumer adds after a delivered message
+(consumer.py): it orders right after that message.
 """
 
 from __future__ import annotations
@@ -18,7 +25,8 @@ from msgstream_spark.msg.wal26 import WalMessageId, WALName
 from msgstream_spark.msg.wal26.types import b36decode
 from msgstream_spark.msg.wire import encode_varint, iter_fields
 
-_TT_FIELD = 14  # our resume hints; not in common.MessageID
+_TICK_FIELD = 13  # our resume hints; not in common.MessageID
+_TT_FIELD = 14
 _LC_FIELD = 15
 
 
@@ -38,13 +46,14 @@ def _pulsar_key(text: str) -> tuple:
 class MilvusMessageID(MessageID):
     """A ``common.MessageID`` with optional resume hints (the message's ``_tt`` and ``_lc``)."""
 
-    __slots__ = ("wal_id", "time_tick", "last_confirmed")
+    __slots__ = ("wal_id", "time_tick", "last_confirmed", "tick")
 
     def __init__(self, wal_id: WalMessageId, time_tick: int | None = None,
-                 last_confirmed: str | None = None) -> None:
+                 last_confirmed: str | None = None, tick: bool = False) -> None:
         self.wal_id = wal_id
         self.time_tick = time_tick
         self.last_confirmed = last_confirmed
+        self.tick = tick
 
     @property
     def wal(self) -> WALName:
@@ -56,6 +65,8 @@ class MilvusMessageID(MessageID):
 
     def serialize(self) -> bytes:
         out = self.wal_id.to_proto_bytes()
+        if self.tick:
+            out += encode_varint(_TICK_FIELD << 3) + b"\x01"
         if self.time_tick:
             out += encode_varint(_TT_FIELD << 3) + encode_varint(self.time_tick)
         if self.last_confirmed:
@@ -66,10 +77,12 @@ class MilvusMessageID(MessageID):
     @classmethod
     def deserialize(cls, data: bytes) -> MilvusMessageID:
         data = bytes(data)
-        wid, wal, tt, lc = "", 0, None, None
+        wid, wal, tt, lc, tick = "", 0, None, None, False
         try:
             for num, wire, val, start in iter_fields(data):
-                if num == 1 and wire == 2:
+                if num == _TICK_FIELD and wire == 0:
+                    tick = bool(val)
+                elif num == 1 and wire == 2:
                     wid = data[start:start + val].decode("utf-8")
                 elif num == 2 and wire == 0:
                     wal = val
@@ -83,12 +96,17 @@ class MilvusMessageID(MessageID):
                               msg_id=data) from None
         if not wid:
             raise DecodeError("a Milvus WAL message id has an empty id string", msg_id=data)
-        return cls(WalMessageId(wal_name, wid), tt, lc)
+        return cls(WalMessageId(wal_name, wid), tt, lc, tick)
 
     def at_earliest_position(self) -> bool:
-        return self.sort_key() <= earliest_for(self.wal).sort_key()
+        return not self.time_tick and self.wal_key() <= earliest_for(self.wal).wal_key()
 
     def sort_key(self) -> tuple:
+        """``(_tt, WAL position, tick)``: delivery order; ``_tt`` 0 for a bare id."""
+        return (self.time_tick or 0, self.wal_key(), int(self.tick))
+
+    def wal_key(self) -> tuple:
+        """The entry's position in the WAL (base-36 offsets and ids, Pulsar ledger/entry)."""
         text = self.wal_id.id
         if self.wal == WALName.Pulsar:
             return _pulsar_key(text)
@@ -99,19 +117,22 @@ class MilvusMessageID(MessageID):
 
     @property
     def offset(self) -> int | None:
-        key = self.sort_key()
+        key = self.wal_key()
         return key[1] if len(key) == 2 and isinstance(key[1], int) else None
+
+    def same_entry(self, other: MilvusMessageID) -> bool:
+        return self.wal_key() == other.wal_key()
 
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, MilvusMessageID):
             return NotImplemented
-        return self.sort_key() == other.sort_key()
+        return self.wal_key() == other.wal_key() and self.tick == other.tick
 
     def __hash__(self) -> int:
-        return hash(("milvus", self.sort_key()))
+        return hash(("milvus", self.wal_key(), self.tick))
 
     def __repr__(self) -> str:
-        return f"MilvusMessageID({self.wal.name}:{self.wal_id.id})"
+        return f"MilvusMessageID({self.wal.name}:{self.wal_id.id}{' tick' if self.tick else ''})"
 
     __str__ = __repr__
 
@@ -133,3 +154,20 @@ def earliest_for(wal: WALName) -> MilvusMessageID:
         raise DecodeError("Woodpecker WAL ids are not supported (Go-only format); name a start id the proxy "
                           "handed out instead")
     return MilvusMessageID(WalMessageId(wal, "0"))
+
+
+def from_legacy(wal: WALName, data: bytes) -> MilvusMessageID | None:
+    """An id from ``MsgPosition.msgID`` bytes (a position's), when the WAL's legacy form is known.
+
+    8 bytes are a Kafka offset or a RocksMQ id (an Unknown WAL: the cluster's own, sent as base 36);
+    a Pulsar cluster's are ``MessageIdData`` bytes. ``None`` when the bytes fit no form.
+    """
+    try:
+        if wal == WALName.Pulsar:
+            return MilvusMessageID(WalMessageId.from_legacy_bytes(wal, data))
+        if len(data) == 8:
+            value = int.from_bytes(data, "little", signed=True)
+            return MilvusMessageID(WalMessageId(wal, WalMessageId.kafka(value).id))
+    except DecodeError:
+        return None
+    return None

@@ -81,6 +81,7 @@ class MilvusSettings:
                 if config.get_str("milvus.wal").strip().lower() != "auto" else WALName.Unknown
         except ValueError as exc:
             raise ConfigError(f"config key milvus.wal: {exc} (or auto)") from None
+        self.time_ticks = config.get_bool("milvus.timeticks")
         self.collections = parse_collections(config.get("milvus.collections"), self.database)
         path = config.get_str("milvus.metadatapath")
         if not path:
