@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import threading
+
 import pytest
 
 from msgstream_spark.errors import BackendTimeoutError, BackendUnavailableError, DataLossError, MsgStreamError
@@ -42,6 +44,29 @@ def test_proxy_restart_mid_stream_loses_nothing_and_repeats_nothing(milvus_proxy
         assert len(set(ids)) == len(ids) == expected
         assert [m.properties["_t"] for m in first + rest] == ["2", "900", "3", "2", "901"] * 6
         assert len(milvus_proxy.state.requests) >= 2  # it did reconnect
+        r.close()
+    finally:
+        c.close()
+
+
+def test_a_proxy_down_for_a_while_is_waited_for_then_reported(milvus_proxy, tmp_path):
+    built = _workload(2)
+    fill(milvus_proxy, P.PCHANNEL, built)
+    c = _client(milvus_proxy, tmp_path, requestTimeout=2)
+    try:
+        r = c.reader(P.PCHANNEL)
+        r.seek(c.earliest_message_id(), inclusive=True)
+        first = read_all(r, 3)
+        milvus_proxy.stop()
+        back = threading.Timer(0.5, milvus_proxy.start)  # the fault: the proxy is away for half a second
+        back.start()
+        rest = read_all(r, len(built) - 2 - 3)
+        back.join()
+        assert len({m.id for m in first + rest}) == len(built) - 2
+        milvus_proxy.stop()  # and now for good: bounded by milvus.requestTimeout, naming the address
+        r.seek(c.earliest_message_id(), inclusive=True)
+        with pytest.raises(BackendUnavailableError, match=f"{milvus_proxy.address}.*requestTimeout=2s"):
+            read_all(r, 1, timeout=10)
         r.close()
     finally:
         c.close()

@@ -27,6 +27,10 @@ SERVING_VERSIONS = ("Milvus 2.6 proxies built since 2026-03-30 (PR #48527; inclu
                     "transactions as separate messages since 2026-07-10, PR #51102) and Milvus 3.0")
 
 
+class ProxyDown(BackendUnavailableError):
+    """The proxy cannot be reached right now (gRPC UNAVAILABLE): worth retrying, within a bound."""
+
+
 class AuthError(BackendError, ConfigError):
     """The proxy refused the credentials (names the config keys, never their values)."""
 
@@ -59,7 +63,7 @@ def rpc_error(settings: MilvusSettings, what: str, exc: Exception) -> MsgStreamE
         return BackendTimeoutError(f"{what} on {where} did not finish within milvus.requestTimeout="
                                    f"{settings.request_timeout:g}s")
     if code == grpc.StatusCode.UNAVAILABLE:
-        return BackendUnavailableError(f"{where} is unavailable during {what}: {detail}")
+        return ProxyDown(f"{where} is unavailable during {what}: {detail}")
     name = code.name if code is not None else type(exc).__name__
     return BackendError(f"{what} on {where} failed ({name}): {detail}")
 

@@ -27,7 +27,7 @@ from typing import Any
 
 from msgstream_spark.errors import BackendError, BackendUnavailableError, ConsumeError, DataLossError
 from msgstream_spark.mq.base import Consumer, Message, MessageID
-from msgstream_spark.mq.milvus.connection import ProxyConnection, rpc_error
+from msgstream_spark.mq.milvus.connection import ProxyConnection, ProxyDown, rpc_error
 from msgstream_spark.mq.milvus.dump import END, DumpRequest, DumpStream, Entry, StatusFailure
 from msgstream_spark.mq.milvus.message_id import MilvusMessageID, earliest_for
 from msgstream_spark.msg.wal26 import WalMessageId, b36decode, b36encode
@@ -72,6 +72,8 @@ class MilvusConsumer(Consumer):
         self._ready: collections.deque[Message] = collections.deque()
         self._last: MilvusMessageID | None = None
         self._tick_after: MilvusMessageID | None = None  # a synthetic tick is due after this message
+        self._down_since: float | None = None  # when the proxy became unreachable
+        self._retries = 0
         self._ticks = ticks
         self._acked: MilvusMessageID | None = None
         self.finished = False  # the stream reached end_timetick
@@ -129,10 +131,16 @@ class MilvusConsumer(Consumer):
         if self._target is None:
             raise ConsumeError(f"consumer of pchannel {self.channel} is not positioned: seek before receiving")
         deadline = time.monotonic() + max(0.0, timeout)
-        failures, idle_since = 0, time.monotonic()
+        idle_since = time.monotonic()
         while len(self._ready) < max_messages and not self.finished:
             if self._stream is None:
-                self._open()
+                if self._down_since is not None and time.monotonic() > deadline:
+                    break  # the proxy is still down: report nothing now, retry on the next call
+                try:
+                    self._open()
+                except ProxyDown as exc:
+                    self._backoff(exc)
+                    continue
             remaining = deadline - time.monotonic()
             item = self._stream.get(0.0 if self._ready else min(max(remaining, 0.0), 0.5))
             if item is None:
@@ -147,12 +155,12 @@ class MilvusConsumer(Consumer):
                 continue
             idle_since = time.monotonic()
             if isinstance(item, Entry):
-                failures = 0
+                self._down_since, self._retries = None, 0
                 self._take(item)
             elif item is END:
                 self._stream_ended()
             else:
-                failures = self._failed(item, failures, deadline)
+                self._failed(item)
         out = []
         while self._ready and len(out) < max_messages:
             out.append(self._ready.popleft())
@@ -176,7 +184,7 @@ class MilvusConsumer(Consumer):
         else:
             self._resume_after_last()
 
-    def _failed(self, exc: BaseException, failures: int, deadline: float) -> int:
+    def _failed(self, exc: BaseException) -> None:
         """A broken stream: reopen after the last delivered message, or raise what cannot be retried."""
         import grpc
 
@@ -187,15 +195,22 @@ class MilvusConsumer(Consumer):
                                f"{self._settings.address}: {exc}")
         err = rpc_error(self._settings, f"DumpMessages of pchannel {self.channel}", exc)
         code = exc.code() if isinstance(exc, grpc.RpcError) and hasattr(exc, "code") else None
-        retriable = code in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.CANCELLED, grpc.StatusCode.INTERNAL)
-        if not retriable:
+        if code not in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.CANCELLED, grpc.StatusCode.INTERNAL):
             raise err
-        if failures and time.monotonic() > deadline and failures * _RETRY_MAX > self._settings.request_timeout:
-            raise BackendUnavailableError(f"{err}; gave up after {failures} attempts") from None
-        time.sleep(min(_RETRY_MAX, _RETRY_MIN * (2 ** failures)))
-        self._conn.close()  # a proxy restart: reconnect (and Connect again) on the next open
+        self._backoff(err)
         self._resume_after_last()
-        return failures + 1
+
+    def _backoff(self, err: Exception) -> None:
+        """Wait before reconnecting (a proxy restart); give up once it stayed away for milvus.requestTimeout."""
+        now = time.monotonic()
+        if self._down_since is None:
+            self._down_since = now
+        elif now - self._down_since > self._settings.request_timeout:
+            raise BackendUnavailableError(f"{err}; still unreachable after milvus.requestTimeout="
+                                          f"{self._settings.request_timeout:g}s") from None
+        time.sleep(min(_RETRY_MAX, _RETRY_MIN * (2 ** self._retries)))
+        self._retries += 1
+        self._conn.close()  # reconnect (and Connect again) on the next open
 
     def _reopen(self) -> None:
         self._drop_stream()
