@@ -1,8 +1,12 @@
 """``DumpMessages`` over entries kept in an embedded-log SQLite file, following Milvus's 2.6 proxy.
 
 Copied from Milvus (``internal/proxy`` ``DumpMessages`` and the streaming node's WAL scanner, as
-described in ../shared/docs/milvus-dumpmessages.md and checked against Milvus's sources where
-they could be read):
+described in ../shared/docs/milvus-dumpmessages.md). Milvus's repository was too large to mirror
+here, so ``impl.go`` was not read line by line; the behaviour was checked against Milvus's own
+threads instead: #50573/#50574 (a transaction expanded into Begin, the data messages that pass the
+type filter, Commit, filtered as one unit at the commit's time tick; ``include_start_message``,
+default "after"), milvus-proto #616/#617, #48389/#48390 (version-0 ``_lc``), and the proxy's
+stream-interceptor test (#52387: ``DumpMessages`` authenticated). What it copies:
 
 * request checks in Milvus's order and with Milvus's texts, as gRPC UNKNOWN errors;
 * ``include_start_message``: from the id, or after it; a start id of another WAL replays the whole
