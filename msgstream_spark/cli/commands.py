@@ -17,6 +17,7 @@ from msgstream_spark.msg.types import MsgType
 from msgstream_spark.stream.decode import ChannelDecoder, rebuild_from_last_confirmed, wal_name
 from msgstream_spark.stream.names import to_physical_channel
 from msgstream_spark.stream.timeseek import first_at_or_after, message_time
+from msgstream_spark.stream.walstart import parse_start
 
 __all__ = ["COMMANDS", "UsageError", "latest_position", "run"]
 
@@ -137,10 +138,18 @@ def cmd_position(args) -> int:
 
 
 # -- tail --------------------------------------------------------------------------------------
+_WAL_STARTS = {"checkpoint": "checkpoint", "message-id": "message_id"}
+
+
 def _tail_positions(start: str, chans: list[str]) -> dict:
     """{pchannel: MsgPosition} named by ``--from`` (empty for earliest/latest)."""
     if start.lower() in ("earliest", "latest"):
         return {}
+    kind, sep, text = start.partition(":")
+    if sep and kind in _WAL_STARTS:  # a Milvus 2.6 resume point names no channel: one --channels only
+        if len(chans) != 1:
+            raise UsageError(f"--from {kind}:... is the resume point of one pchannel: give one channel in --channels")
+        return {chans[0]: parse_start(chans[0], text, _WAL_STARTS[kind])}
     try:
         parsed = parse_positions(start)
     except (DecodeError, ValueError) as exc:

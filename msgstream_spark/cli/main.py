@@ -58,7 +58,9 @@ def build_parser() -> argparse.ArgumentParser:
     _channels_arg(p)
     where = p.add_mutually_exclusive_group()
     where.add_argument("--from", dest="start", default="earliest",
-                       help="earliest (default), latest, or a position (JSON or base64 MsgPosition)")
+                       help="earliest (default), latest, a position (JSON or base64 MsgPosition), or a Milvus "
+                            "2.6 resume point of the one channel: checkpoint:<base64 WALCheckpoint> or "
+                            "message-id:<JSON {id, wal_name} or base64 MessageID>")
     where.add_argument("--from-timestamp", dest="from_timestamp",
                        help="hybrid timestamp or ISO-8601 time: from the first message whose own Milvus "
                             "time is at or after it")

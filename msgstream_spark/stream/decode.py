@@ -212,7 +212,8 @@ class ChannelDecoder:
         pos = None
         if self.wal != WALName.Unknown:
             try:
-                pos = wal_position(env, self.wal, own_wal_id(self.wal, m.id))
+                own = own_wal_id(self.wal, m.id) if env.last_confirmed_self else None
+                pos = wal_position(env, self.wal, own)
             except DecodeError as exc:
                 raise exc.with_location(self.channel, m.id.serialize()) from None
         if pos is None:  # neither _lc nor _lcs (a replicated message): its own broker id
@@ -265,13 +266,15 @@ class ChannelDecoder:
             return out
         kept = []
         for d in out:
+            if not self._seek.active:  # a tick ended the filter: the rest stays
+                kept.append(d)
+                continue
             if d.version == 0:
                 keep = self._seek.keep(d.is_tick, d.time_tick)
-            elif d.is_tick:
-                keep = d.time_tick > self._seek.ts  # Milvus's TimeTickGT filter keeps later ticks
-                self._seek.keep(True, d.time_tick)
             else:
-                keep = d.time_tick > self._seek.ts
+                keep = d.time_tick > self._seek.ts  # Milvus's TimeTickGT filter (later ticks stay too)
+                if d.is_tick:
+                    self._seek.keep(True, d.time_tick)
             if keep:
                 kept.append(d)
             else:

@@ -102,8 +102,9 @@ def test_latest_initial_position_sees_only_new_messages(backend, client, writer)
     with writer.create_producer(ch) as p:
         p.send_batch(msgs(3, "old"))
         with client.subscribe(ch, "sub-latest", LATEST) as c:
-            p.send_batch(msgs(2, "new"))
-            assert payloads(drain(c, 2)) == [b"new0", b"new1"]
+            sent = p.send_batch(msgs(2, "new"))
+            got = drain(c, 2)
+            assert payloads(got) == [b"new0", b"new1"], f"ids sent {sent}, received {[m.id for m in got]}"
             assert c.receive(0.5) is None
 
 

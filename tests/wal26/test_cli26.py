@@ -99,3 +99,30 @@ def test_inspect_errors_are_one_line(capsys):
                 ["--property", "_v=1", "--property", "_t=2", "--property", "_tt=zz!"]):
         code, _, err = run_cli(capsys, "inspect", "--base64", "AA==", *bad)
         assert code == 1 and err.count("\n") == 1 and err.startswith("msgstream inspect: error:"), (bad, err)
+
+
+def test_tail_from_a_wal_checkpoint_or_message_id(local_env, tmp_path, capsys):
+    """Milvus 2.6 resume points: AT the id, skipping _tt <= the checkpoint's time tick."""
+    cfg = config_file(local_env, tmp_path)
+    ch = _channel(local_env)
+    with local_env.client() as c:
+        r = c.reader(ch)
+        r.seek(c.earliest_message_id(), inclusive=True)
+        ids = [m.id for m in r.receive_batch(100, 2.0)]
+        r.unsubscribe()
+    begin_id = P.b36(ids[13].value)  # the open transaction's Begin (txn 33)
+    cp = base64.b64encode(P.wal_checkpoint(begin_id, 1, TT + 22)).decode()  # RocksMQ form: the embedded log
+    code, out, err = run_cli(capsys, "tail", "--config", cfg, "-c", ch, "--timeout", "0.5", "--no-ticks",
+                             "--from", f"checkpoint:{cp}")
+    assert code == 0, err
+    assert [(m["msg_type"], m["wal"]["time_tick"]) for m in out] == [
+        ("Insert", TT + 24), ("BeginTxn", TT + 20), ("Delete", TT + 23), ("Insert", TT + 23), ("CommitTxn", TT + 23)]
+    mid = json.dumps({"id": P.b36(ids[17].value), "wal_name": "RocksMQ"})
+    code, out, err = run_cli(capsys, "tail", "--config", cfg, "-c", ch, "--timeout", "0.5", "--no-ticks",
+                             "--from", f"message-id:{mid}")
+    assert code == 0, err  # starting at the insert after the body: the open transaction is rebuilt from _lc
+    assert [m["msg_type"] for m in out] == ["Insert", "BeginTxn", "Delete", "Insert", "CommitTxn"]
+    code, _, err = run_cli(capsys, "tail", "--config", cfg, "-c", f"{ch},{ch}x", "--from", f"checkpoint:{cp}")
+    assert code == 2 and "one channel" in err
+    code, _, err = run_cli(capsys, "tail", "--config", cfg, "-c", ch, "--from", "checkpoint:!!")
+    assert code == 1 and err.count("\n") == 1 and "not a checkpoint" in err

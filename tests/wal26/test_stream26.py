@@ -200,6 +200,11 @@ def test_plain_msgstream_releases_transactions_at_commit(wal_channel):
         s.as_consumer([ch], "plain26", "earliest")
         packs = _drain(s, END, limit=100)
     assert _rows(packs) == ALL[:4] + [ALL[6], *ALL[4:6]]  # broker order: no sorting in the plain stream
+    row_pos = next(m.position for p in packs for m in p.msgs if isinstance(m, InsertMsg) and m.timestamp == TT + 1)
+    with MsgStream(backend.client()) as s:  # a 2.6 position: AT its msgID (_lc), skip _tt <= its timestamp
+        s.as_consumer([ch], "plain26b", "unknown")
+        s.seek([row_pos])
+        assert _rows(_drain(s, END, limit=100)) == ALL[2:4] + [ALL[6], *ALL[4:6]]
     assert sum(isinstance(m, TimeTickMsg) for p in packs for m in p.msgs) == 5
 
 
