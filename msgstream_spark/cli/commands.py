@@ -66,7 +66,14 @@ def latest_position(client, channel: str, timeout: float = 10.0):
 
 # -- channels ----------------------------------------------------------------------------------
 def cmd_channels(args) -> int:
+    if getattr(args, "collection", None):  # milvus: the collections' pchannels and vchannels
+        args.set = [*(args.set or []), f"milvus.collections={','.join(args.collection)}"]
     with open_client(args) as client:
+        if getattr(args, "collection", None):
+            if not hasattr(client, "collections"):
+                raise UsageError(f"--collection needs mq.type=milvus (this config uses {client.name})")
+            for coll in client.collections():
+                print(dumps(coll.to_dict()))
         chans = split_channels(args.channels) if args.channels else sorted(client.list_channels())
         if args.channels:
             _check_channels(client, chans)

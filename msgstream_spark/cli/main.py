@@ -41,6 +41,8 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("channels", help="list channels with latest position and message count")
     _common(p)
     p.add_argument("--channels", "-c", help="only these channels (comma-separated); default: all")
+    p.add_argument("--collection", action="append", default=[], metavar="[DB.]NAME",
+                   help="mq.type=milvus: list this collection's pchannels and vchannels (repeatable)")
     p.add_argument("--no-count", action="store_true", help="skip counting messages (counting reads the channel)")
     p.add_argument("--timeout", type=float, default=30.0, help="seconds allowed for counting one channel")
 

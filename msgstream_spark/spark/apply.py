@@ -72,7 +72,7 @@ def txn_event(props: Any) -> tuple[int, int] | None:
 class RowsHandler:
     """Per read task: the channel decoder, the filters, and the rows builder."""
 
-    def __init__(self, part: Any, builder: Any, dedupe: Any, wal: str, start_ts: int | None) -> None:
+    def __init__(self, part: Any, builder: Any, dedupe: Any, wal: Any, start_ts: int | None) -> None:
         self.part = part
         self.opts = part.opts
         self.builder = builder

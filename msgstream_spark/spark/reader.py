@@ -93,7 +93,9 @@ def read_partition(part: ChannelPartition) -> Iterator[pa.RecordBatch]:
             rows_handler = None
         else:
             builder = RowsBuilder(schema, group, part.pk_name)
-            rows_handler = RowsHandler(part, builder, dedupe, opts.mq_type, seek_ts)
+            # the WAL whose ids the backend's are: a broker's type, or the milvus backend's milvus.wal
+            wal = getattr(client, "wal_name", None)
+            rows_handler = RowsHandler(part, builder, dedupe, opts.mq_type if wal is None else wal, seek_ts)
         _seek(client, consumer, part.channel, start_id, inclusive, opts.fail_on_data_loss)
         end = _Bound(client, part.end)
         limit = _Bound(client, part.limit) if part.limit else None
