@@ -144,3 +144,20 @@ def test_driver_killed_while_a_transaction_is_open_gives_its_rows_exactly_once(s
     got = sorted((r.op, r.pk) for r in spark.read.parquet(str(out)).collect())
     want = sorted([("insert", p) for p in range(55)] + [("delete", p) for p in range(30, 55)] + [("insert", 99)])
     assert got == want  # the transaction's 50 rows exactly once, though they exceed maxRowsPerTrigger
+
+
+def test_batch_read_of_a_26_channel_through_a_milvus_proxy(spark, milvus_proxy, tmp_path):
+    """``mq.type=milvus`` (DumpMessages of the suite's proxy): the same 2.6 rows as from the broker."""
+    import yaml
+
+    from msgstream_spark.config import Config
+    from tests.fixtures.backend_env import BackendEnv
+
+    store = BackendEnv("local", Config.from_dict({"mq": {"type": "local"}, "local": {"path": milvus_proxy.store_path}}))
+    ch = store.new_channel("proxy26")
+    D.write_mixed(store, ch)  # the proxy hands out the store's entries as RocksMQ WAL ids
+    conf = tmp_path / "milvus.yaml"
+    conf.write_text(yaml.safe_dump({"mq": {"type": "milvus"}, "milvus": {
+        "address": milvus_proxy.address, "metadataPath": str(tmp_path / "meta.json"), "requestTimeout": 10}}))
+    df = spark.read.format("msgstream").option("config", str(conf)).option("channels", ch).load()
+    assert sorted((r.op, r.pk, r._ts) for r in df.collect()) == sorted(D.expected_rows())
