@@ -282,8 +282,8 @@ class Encoder:
             # Serialized in field-number order from parts: header (1-11), fields_data (13),
             # tail (14-15); byte-identical to serializing one InsertRequest.
             # 2.6 leaves the body's segmentID 0, as Milvus's proxy does: the segment is in ``_h``.
-            head = msg_pb2.InsertRequest(**self._request_fields(common_pb2.Insert, mid, ts, shard),
-                                         segmentID=0 if self.opts.wire_format == "2.6" else self.opts.partition_id + shard)
+            segment = 0 if self.opts.wire_format == "2.6" else self.opts.partition_id + shard
+            head = msg_pb2.InsertRequest(**self._request_fields(common_pb2.Insert, mid, ts, shard), segmentID=segment)
             head.timestamps.extend(np.full(n, ts, dtype=np.uint64).tolist())
             head.rowIDs.extend(self.next_row_ids(n).tolist())
             parts: list = [head.SerializeToString()]

@@ -87,8 +87,9 @@ def _wire_format(raw: str | None) -> str:
     return s
 
 
-def _txn_options(opts: Mapping[str, str], wire_format: str) -> tuple[bool, int]:
-    """(transactional, keepalive ms); transactions exist only in the 2.6 format."""
+def _wire_options(opts: Mapping[str, str]) -> dict[str, Any]:
+    """wireFormat, transactional and txnKeepalive; transactions exist only in the 2.6 format."""
+    wire_format = _wire_format(opts.get("wireformat"))
     transactional = _bool(opts, "transactional", False)
     keepalive = _int(opts, "txnKeepalive", DEFAULT_TXN_KEEPALIVE_MS, minimum=1)
     if transactional and wire_format != "2.6":
@@ -96,7 +97,8 @@ def _txn_options(opts: Mapping[str, str], wire_format: str) -> tuple[bool, int]:
                           f"transactions), got wireFormat={wire_format}")
     if "txnkeepalive" in opts and not transactional:
         raise OptionError("option txnKeepalive applies only with transactional=true")
-    return transactional, int(keepalive or DEFAULT_TXN_KEEPALIVE_MS)
+    return {"wire_format": wire_format, "transactional": transactional,
+            "txn_keepalive_ms": int(keepalive or DEFAULT_TXN_KEEPALIVE_MS)}
 
 
 def parse_field_types(text: str | None) -> tuple[dict[str, str], dict[str, int]]:
@@ -196,8 +198,6 @@ def parse_sink_options(options: Mapping[str, Any], *, streaming: bool = False) -
     writer_id = opts.get("writerid") or uuid.uuid4().hex
     if "," in writer_id or "=" in writer_id:
         raise OptionError(f"option writerId must not contain ',' or '=', got {writer_id!r}")
-    wire_format = _wire_format(opts.get("wireformat"))
-    transactional, keepalive = _txn_options(opts, wire_format)
     parsed = SinkOptions(
         config_path=config_path,
         config_overrides=overrides,
@@ -216,9 +216,7 @@ def parse_sink_options(options: Mapping[str, Any], *, streaming: bool = False) -
         time_tick=_time_tick(opts.get("timetick")),
         buffer_bytes=int(_int(opts, "bufferBytes", DEFAULT_BUFFER_BYTES, minimum=1) or DEFAULT_BUFFER_BYTES),
         source_id=int(_int(opts, "sourceID", 0, minimum=0) or 0),
-        wire_format=wire_format,
-        transactional=transactional,
-        txn_keepalive_ms=keepalive,
+        **_wire_options(opts),
         config_values=dict(cfg.values),
         config_source=cfg.source,
     )

@@ -108,7 +108,7 @@ class TaskWriter:
         self._producers: dict[str, object] = {}
         self.wal: WalFormat | None = None  # wireFormat=2.6: builds the WAL messages
         if opts.wire_format == "2.6":
-            self.wal = WalFormat(opts, opts.load_config().mq_type, self.clock())
+            self.wal = WalFormat(opts, opts.load_config().mq_type, self.clock() if opts.transactional else 0)
 
     # -- ids ----------------------------------------------------------------------------
     def _msg_id(self, shard: int) -> tuple[int, int]:
