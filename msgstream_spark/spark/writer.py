@@ -129,6 +129,11 @@ class MsgStreamArrowWriter(_SinkBase, DataSourceArrowWriter):
 
     def abort(self, messages: list[SinkCommitMessage | None]) -> None:
         s = summarize(messages)
+        if self.opts.transactional:
+            log.warning("msgstream sink aborted: %d task(s) failed; their transactions were rolled back (or expire "
+                        "after txnKeepalive); successful tasks had committed %d inserted and %d deleted rows",
+                        s["failed_tasks"], s["inserted"], s["deleted"])
+            return
         log.warning("msgstream sink aborted: %d task(s) failed; successful tasks had already produced "
                     "%d inserted and %d deleted rows (messages cannot be retracted; read with dedupe "
                     "to drop replays when the write is retried)", s["failed_tasks"], s["inserted"], s["deleted"])
