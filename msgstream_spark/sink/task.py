@@ -90,8 +90,9 @@ class TaskWriter:
     """Writes the rows of one task. Connects lazily; ``close()`` always releases the client."""
 
     def __init__(self, opts: SinkOptions, plan: WritePlan, *, batch_id: int = 0, task_id: int = 0,
-                 attempt: int = 0, client=None) -> None:
+                 attempt: int = 0, client=None, ticks: bool = True) -> None:
         self.opts = opts
+        self.ticks = ticks  # False: the caller sends the closing ticks (the Spark driver, for 2.6)
         self.plan = plan
         self.result = TaskResult(opts.writer_id, batch_id, task_id, attempt)
         self.clock = HybridClock()
@@ -262,10 +263,15 @@ class TaskWriter:
             hook(self)
         if self.wal is not None:
             self.end_transactions(commit=True)
-        if self.opts.time_tick == "none" or not self.result.channels:
+        if self.ticks and self.result.channels:
+            self.send_ticks(self.opts.channels if self.opts.time_tick == "all" else tuple(self.result.channels))
+
+    def send_ticks(self, chans, after_ts: int = 0) -> None:
+        """A time tick above ``after_ts`` and this writer's timestamps on each of ``chans`` (not with timeTick=none)."""
+        if self.opts.time_tick == "none" or not chans:
             return
-        chans = self.opts.channels if self.opts.time_tick == "all" else tuple(self.result.channels)
-        tt = self.clock()
+        tt = max(self.clock(), after_ts + 1)
+        self.clock.last = tt
         if self.wal is not None:
             pm = self.wal.tick(tt)
         else:
@@ -279,9 +285,11 @@ class TaskWriter:
     def end_transactions(self, commit: bool) -> None:
         """CommitTxn (or RollbackTxn) on every channel whose transaction is open, in channel order."""
         for ch in sorted(self.wal.open_channels()):
-            self._send_one(ch, [self.wal.end(ch, self.clock(), commit, self._keys(0))])
+            tt = self.clock()
+            self._send_one(ch, [self.wal.end(ch, tt, commit, self._keys(0))])
             self.wal.ended(ch, commit)
-            self.result.channels.setdefault(ch, ChannelStats()).txn = "committed" if commit else "rolled_back"
+            st = self.result.channels.setdefault(ch, ChannelStats())
+            st.txn, st.max_ts = ("committed" if commit else "rolled_back"), max(st.max_ts, tt)
 
     def _roll_back(self) -> None:
         """After a failure: RollbackTxn where a transaction is open (best effort; else it expires)."""

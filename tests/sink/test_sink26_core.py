@@ -103,7 +103,7 @@ def test_round_trip_on_every_backend_with_transactions(backend, tmp_path):
     w.write_batches([_batch(list(range(0, 30))), _batch(list(range(30, 60))), _batch([5, 6], ["delete"] * 2)])
     with backend.client() as c:
         got = apply(c, chans)
-    assert sorted(r["pk"] for r in got.rows()) == list(range(60))
+    assert sorted(r["pk"] for r in got.rows()) == list(range(60)) and got.violations == 0
     assert sorted(got.deleted()) == [5, 6]
     for ch in chans:
         types = got.types(ch)
@@ -190,3 +190,23 @@ def test_cli_publish_wire_format_2_6(local_env, tmp_path, capsys):
         assert raw_messages(c, chans[0])[0].properties["_t"] == "900"
     assert sorted(r["pk"] for r in got.rows()) == list(range(120))
     assert sorted(got.deleted()) == list(range(0, 120, 10))
+
+
+def test_concurrent_tasks_leave_the_closing_ticks_to_the_driver(local_env, tmp_path):
+    """Why Spark tasks send no 2.6 TimeTick: one task's tick would drop another's later-produced rows."""
+    cfg = config_file(local_env, tmp_path)
+    for ticks, want_violations in ((True, True), (False, False)):
+        ch = local_env.new_channel("tick")
+        (_, a), (_, b) = _writer(cfg, [ch], wireFormat="2.6"), _writer(cfg, [ch], wireFormat="2.6")
+        a.ticks = b.ticks = ticks
+        b.add(_batch(list(range(100, 110))))  # encoded (timestamped) but not yet produced
+        a.write_batches([_batch(list(range(10)))])  # produced, then (with ticks) a TimeTick above b's rows
+        b.write_batches([])
+        if not ticks:  # what MsgStreamArrowWriter.commit does on the driver
+            o, driver = _writer(cfg, [ch], wireFormat="2.6")
+            driver.send_ticks([ch], after_ts=max(w.result.channels[ch].max_ts for w in (a, b)))
+            driver.close()
+        with local_env.client() as c:
+            got = apply(c, [ch])
+        assert (got.violations > 0) == want_violations
+        assert (sorted(r["pk"] for r in got.rows()) == [*range(10), *range(100, 110)]) != want_violations

@@ -46,6 +46,9 @@ def test_transactional_2_6_round_trip_every_type(spark, backend, tmp_path):
                 assert m.shard_name == f"{ch}_449v{i}" and all(hash_int64(k) % 2 == i for k in pks)
         a = got.assemblers[ch]
         assert a.stats["committed"] == got.types(ch).count("BeginTxn") >= 1 and not a.has_open
+        # one TimeTick per channel, from the driver after both tasks: no task's rows fall below it
+        assert got.types(ch).count("TimeTick") == 1 and got.types(ch)[-1] == "TimeTick"
+    assert got.violations == 0
 
 
 def test_a_killed_task_attempt_is_never_applied_and_its_retry_counts_once(local_env, tmp_path):
@@ -69,3 +72,4 @@ def test_a_killed_task_attempt_is_never_applied_and_its_retry_counts_once(local_
         assert "RollbackTxn" not in got.types(ch)  # a killed worker writes nothing more
         a = got.assemblers[ch]
         assert (a.stats["committed"], a.stats["expired"], a.has_open) == (1, 1, False)
+    assert got.violations == 0

@@ -1,8 +1,10 @@
 """Read back what the sink wrote in the 2.6 format, as a Milvus 2.6 consumer applies it.
 
 Per channel, in broker order: the exactly-once ``ReplayFilter`` (on the raw properties), then
-``wal26.decode_message``, then a ``TxnAssembler`` (bodies only at their CommitTxn, dropped at a
-RollbackTxn or at keepalive expiry). Independent of the product's stream layer.
+``wal26.decode_message``, then Milvus's time-tick rule (wal doc §6: a message whose ``_tt`` is below
+the last TimeTick seen is dropped, counted in ``violations``), then a ``TxnAssembler`` (bodies only
+at their CommitTxn, dropped at a RollbackTxn or at keepalive expiry). Independent of the product's
+stream layer.
 """
 
 from __future__ import annotations
@@ -42,6 +44,7 @@ class Applied:
     msgs: dict[str, list] = field(default_factory=dict)  # released messages per channel
     assemblers: dict[str, TxnAssembler] = field(default_factory=dict)
     replays_dropped: int = 0
+    violations: int = 0  # messages below the last TimeTick: a Milvus consumer drops them
 
     def rows(self) -> list[dict]:
         out = []
@@ -74,11 +77,17 @@ def apply(client, channels, *, dedupe: bool = True) -> Applied:
     for ch in channels:
         got.raw[ch] = raw_messages(client, ch)
         asm = got.assemblers[ch] = TxnAssembler()
-        out = []
+        out, last_tick = [], 0
         for m in got.raw[ch]:
             if dedupe and not f.keep(ch, m.properties):
                 continue
-            out.extend(asm.feed(decode_message(m.payload, m.properties, channel=ch, msg_id=m.id.serialize())))
+            msg = decode_message(m.payload, m.properties, channel=ch, msg_id=m.id.serialize())
+            if msg.wal is not None and msg.wal.msg_type == 1 and msg.wal.vchannel is None:
+                last_tick = max(last_tick, msg.wal.time_tick)
+            elif msg.wal is not None and msg.wal.time_tick < last_tick:
+                got.violations += 1
+                continue
+            out.extend(asm.feed(msg))
         got.msgs[ch] = out
     got.replays_dropped = f.dropped
     return got
