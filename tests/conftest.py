@@ -14,6 +14,7 @@ pytest_plugins = [
     "tests.fixtures.kafka_env",
     "tests.fixtures.pulsar_env",
     "tests.fixtures.pulsar_lite_env",
+    "tests.fixtures.milvus_env",
     "tests.fixtures.spark_env",
     "tests.fixtures.spark_connect",
     "tests.fixtures.wheel_env",
@@ -21,11 +22,20 @@ pytest_plugins = [
 ]
 
 BACKENDS = ["local", "kafka", "pulsar", "pulsar-lite"]
+# Backends the read-side tests also run on: ``milvus`` is read-only (its env writes entries into the
+# store its test proxy serves, through ``extras["writer"]``).
+READ_BACKENDS = [*BACKENDS, "milvus"]
 
 
 @pytest.fixture(params=BACKENDS)
 def backend(request):
     """A :class:`tests.fixtures.backend_env.BackendEnv` for each backend in turn."""
+    return request.getfixturevalue(f"{request.param.replace('-', '_')}_env")
+
+
+@pytest.fixture(params=READ_BACKENDS)
+def read_backend(request):
+    """Like ``backend``, plus the read-only ``milvus`` backend."""
     return request.getfixturevalue(f"{request.param.replace('-', '_')}_env")
 
 

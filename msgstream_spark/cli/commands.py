@@ -2,22 +2,22 @@
 
 from __future__ import annotations
 
-import base64
 import contextlib
 import time
-from pathlib import Path
 from typing import Any
 
 from msgstream_spark.cli.common import UsageError, open_client, split_channels
+from msgstream_spark.cli.inspect import cmd_inspect
 from msgstream_spark.cli.publish import publish
 from msgstream_spark.cli.render import dumps, message_dict, position_dict
 from msgstream_spark.errors import BackendTimeoutError, ChannelNotFoundError, ConfigError, DecodeError
 from msgstream_spark.msg import codec, tso
 from msgstream_spark.msg.position import MsgPosition, parse_positions
 from msgstream_spark.msg.types import MsgType
+from msgstream_spark.stream.decode import ChannelDecoder, rebuild_from_last_confirmed, wal_name
 from msgstream_spark.stream.names import to_physical_channel
-from msgstream_spark.stream.seek import SeekFilter
 from msgstream_spark.stream.timeseek import first_at_or_after, message_time
+from msgstream_spark.stream.walstart import parse_start
 
 __all__ = ["COMMANDS", "UsageError", "latest_position", "run"]
 
@@ -66,7 +66,14 @@ def latest_position(client, channel: str, timeout: float = 10.0):
 
 # -- channels ----------------------------------------------------------------------------------
 def cmd_channels(args) -> int:
+    if getattr(args, "collection", None):  # milvus: the collections' pchannels and vchannels
+        args.set = [*(args.set or []), f"milvus.collections={','.join(args.collection)}"]
     with open_client(args) as client:
+        if getattr(args, "collection", None):
+            if not hasattr(client, "collections"):
+                raise UsageError(f"--collection needs mq.type=milvus (this config uses {client.name})")
+            for coll in client.collections():
+                print(dumps(coll.to_dict()))
         chans = split_channels(args.channels) if args.channels else sorted(client.list_channels())
         if args.channels:
             _check_channels(client, chans)
@@ -131,10 +138,18 @@ def cmd_position(args) -> int:
 
 
 # -- tail --------------------------------------------------------------------------------------
+_WAL_STARTS = {"checkpoint": "checkpoint", "message-id": "message_id"}
+
+
 def _tail_positions(start: str, chans: list[str]) -> dict:
     """{pchannel: MsgPosition} named by ``--from`` (empty for earliest/latest)."""
     if start.lower() in ("earliest", "latest"):
         return {}
+    kind, sep, text = start.partition(":")
+    if sep and kind in _WAL_STARTS:  # a Milvus 2.6 resume point names no channel: one --channels only
+        if len(chans) != 1:
+            raise UsageError(f"--from {kind}:... is the resume point of one pchannel: give one channel in --channels")
+        return {chans[0]: parse_start(chans[0], text, _WAL_STARTS[kind])}
     try:
         parsed = parse_positions(start)
     except (DecodeError, ValueError) as exc:
@@ -147,25 +162,36 @@ def _tail_positions(start: str, chans: list[str]) -> dict:
 
 
 def _open_tail_reader(client, ch: str, start: str, positions: dict, from_ts: int | None):
-    """A reader of ``ch`` positioned for ``--from`` / ``--from-timestamp``: (reader, the seek filter
-    it needs, True when it starts past the channel's end)."""
+    """A reader of ``ch`` positioned for ``--from`` / ``--from-timestamp``: (reader, the channel decoder
+    with the seek filter it needs, True when it starts past the channel's end)."""
     cons = client.reader(ch)  # the CLI never resumes: nothing is recorded on the broker
+    start_ts, past = None, False
     if from_ts is not None:
         mid = first_at_or_after(client, ch, from_ts)  # by the messages' own times
         if mid is not None:
             cons.seek(mid, inclusive=True)
-            return cons, SeekFilter(None), False
+        else:
+            _seek_past_end(client, cons, ch)
+            past = True
+    elif start.lower() == "latest":
         _seek_past_end(client, cons, ch)
-        return cons, SeekFilter(None), True
-    if start.lower() == "latest":
-        _seek_past_end(client, cons, ch)
-        return cons, SeekFilter(None), True
-    if ch in positions:  # Milvus's seek: at the msgID, then the shared seek filter
+        past = True
+    elif ch in positions:  # Milvus's seek: at the msgID, then the shared seek filter (2.6: by _tt)
         p = positions[ch]
         cons.seek(client.bytes_to_message_id(p.msg_id), inclusive=True)
-        return cons, SeekFilter(p.timestamp), False
-    cons.seek(client.earliest_message_id(), inclusive=True)
-    return cons, SeekFilter(None), False
+        start_ts = p.timestamp
+    else:
+        cons.seek(client.earliest_message_id(), inclusive=True)
+    return cons, _tail_decoder(client, ch, start_ts), past
+
+
+def _tail_decoder(client, ch: str, start_ts: int | None) -> ChannelDecoder:
+    """Both formats; 2.6 transactions shown as Milvus applies them, with their Begin and Commit/Rollback."""
+    try:
+        wal = wal_name(client.name)
+    except ConfigError:
+        wal = wal_name(None)
+    return ChannelDecoder(ch, wal, start_ts=start_ts, emit_control=True, id_of=client.bytes_to_message_id)
 
 
 def _seek_past_end(client, cons, ch: str) -> None:
@@ -205,10 +231,19 @@ def cmd_tail(args) -> int:
             # a live Milvus writes a time tick every 200 ms, so "nothing arrives" never happens there.
             ends = {} if args.follow else {c.channel: None if past else client.latest_message_id(c.channel)
                                            for c, _, past in readers}
-            return _tail_loop(args, [(c, s) for c, s, _ in readers], ends)
+            return _tail_loop(args, client, [(c, s) for c, s, _ in readers], ends)
         finally:
             for cons, _, _ in readers:
                 cons.unsubscribe()
+
+
+def _tail_feed(client, decoders: dict, m) -> list:
+    """Decode one message of its channel (a DecodeError ends tail with one error line)."""
+    dec = decoders[m.channel]
+    out = dec.feed(m)
+    if dec.rewind_to is not None:  # started inside an open 2.6 transaction: rebuild it from its _lc
+        decoders[m.channel], out = rebuild_from_last_confirmed(client, dec, m)
+    return out
 
 
 def _reached(channel: str, ends: dict) -> bool:
@@ -216,25 +251,24 @@ def _reached(channel: str, ends: dict) -> bool:
     return channel in ends and ends[channel] is None
 
 
-def _tail_loop(args, readers: list, ends: dict) -> int:
+def _tail_loop(args, client, readers: list, ends: dict) -> int:
     printed = 0
     idle_since = time.monotonic()
+    decoders = {cons.channel: dec for cons, dec in readers}
     while True:
         got_any = False
-        for cons, seek in readers:
+        for cons, _ in readers:
             if _reached(cons.channel, ends):
                 continue
             for m in cons.receive_batch(256, 0.05):
                 got_any = True
                 if ends.get(m.channel) is not None and m.id >= ends[m.channel]:
                     ends[m.channel] = None  # this is its last message to show
-                msg = codec.unmarshal(m.payload, m.properties, channel=m.channel, msg_id=m.id.serialize())
-                is_tick = msg.msg_type == MsgType.TimeTick
-                if (seek.active and not seek.keep(is_tick, int(msg.begin_ts))) or (args.no_ticks and is_tick):
-                    pass
-                else:
-                    print(dumps(message_dict(msg, channel=m.channel, msg_id=m.id.serialize(),
-                                             properties=dict(m.properties), rows=args.rows)), flush=True)
+                for d in _tail_feed(client, decoders, m):
+                    if args.no_ticks and d.msg.msg_type == MsgType.TimeTick:
+                        continue
+                    print(dumps(message_dict(d.msg, channel=m.channel, msg_id=d.raw.id.serialize(),
+                                             properties=dict(d.raw.properties), rows=args.rows)), flush=True)
                     printed += 1
                     if args.limit is not None and printed >= args.limit:
                         return 0
@@ -246,24 +280,6 @@ def _tail_loop(args, readers: list, ends: dict) -> int:
             idle_since = time.monotonic()
         elif not args.follow and time.monotonic() - idle_since >= args.timeout:
             return 0
-
-
-# -- inspect -----------------------------------------------------------------------------------
-def cmd_inspect(args) -> int:
-    if args.file:
-        p = Path(args.file)
-        if not p.is_file():
-            raise ConfigError(f"--file: not found: {args.file}")
-        payload = p.read_bytes()
-    else:
-        try:
-            payload = base64.b64decode(args.base64.strip(), validate=True)
-        except ValueError as exc:
-            raise ConfigError(f"--base64: not valid base64: {exc}") from exc
-    props = {"msg_type": args.msg_type} if args.msg_type else {}
-    msg = codec.unmarshal(payload, props)
-    print(dumps(message_dict(msg, rows=args.rows, full=not args.rows)))
-    return 0
 
 
 # -- publish -----------------------------------------------------------------------------------

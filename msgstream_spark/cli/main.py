@@ -41,6 +41,8 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("channels", help="list channels with latest position and message count")
     _common(p)
     p.add_argument("--channels", "-c", help="only these channels (comma-separated); default: all")
+    p.add_argument("--collection", action="append", default=[], metavar="[DB.]NAME",
+                   help="mq.type=milvus: list this collection's pchannels and vchannels (repeatable)")
     p.add_argument("--no-count", action="store_true", help="skip counting messages (counting reads the channel)")
     p.add_argument("--timeout", type=float, default=30.0, help="seconds allowed for counting one channel")
 
@@ -56,7 +58,9 @@ def build_parser() -> argparse.ArgumentParser:
     _channels_arg(p)
     where = p.add_mutually_exclusive_group()
     where.add_argument("--from", dest="start", default="earliest",
-                       help="earliest (default), latest, or a position (JSON or base64 MsgPosition)")
+                       help="earliest (default), latest, a position (JSON or base64 MsgPosition), or a Milvus "
+                            "2.6 resume point of the one channel: checkpoint:<base64 WALCheckpoint> or "
+                            "message-id:<JSON {id, wal_name} or base64 MessageID>")
     where.add_argument("--from-timestamp", dest="from_timestamp",
                        help="hybrid timestamp or ISO-8601 time: from the first message whose own Milvus "
                             "time is at or after it")
@@ -79,6 +83,10 @@ def build_parser() -> argparse.ArgumentParser:
     src.add_argument("--file", help="file holding the raw payload bytes")
     src.add_argument("--base64", help="the raw payload as base64")
     p.add_argument("--msg-type", help="msg_type property (e.g. Insert) when the payload lacks a header")
+    p.add_argument("--property", action="append", default=[], metavar="KEY=VALUE",
+                   help="a property the message was sent with (repeatable), e.g. the 2.6 WAL keys _v, _t, _tt, "
+                        "_vc, _h; a flag is KEY=")
+    p.add_argument("--properties", metavar="JSON", help="the properties as a JSON object of strings")
     p.add_argument("--rows", action="store_true", help="include decoded rows")
     return parser
 

@@ -67,17 +67,36 @@ DEFAULTS: dict[str, Any] = {
     "msgchannel.channameprefix.replicatemsg": "replicate-msg",
     "msgchannel.subnameprefix.datanodesubnameprefix": "dataNode",
     "rootcoord.dmlchannelnum": 16,
+    # the read-only milvus backend (a Milvus 2.6 proxy's DumpMessages)
+    "milvus.address": "localhost:19530",
+    "milvus.token": "",
+    "milvus.user": "",
+    "milvus.password": "",
+    "milvus.database": "",
+    "milvus.collections": "",
+    "milvus.wal": "auto",
+    "milvus.timeticks": True,
+    "milvus.tls.enabled": False,
+    "milvus.tls.cacert": "",
+    "milvus.tls.clientcert": "",
+    "milvus.tls.clientkey": "",
+    "milvus.tls.servername": "",
+    "milvus.requesttimeout": 30,
+    "milvus.idletimeout": 60,
+    "milvus.keepalivetime": 30,
+    "milvus.keepalivetimeout": 10,
+    "milvus.metadatapath": "",
 }
 
 # Sections that belong to this project: an unknown key there is an error.
-OWN_SECTIONS = ("local", "msgstream")
+OWN_SECTIONS = ("local", "msgstream", "milvus")
 # Pass-through maps: any key below these prefixes is accepted verbatim.
 PASSTHROUGH_PREFIXES = ("kafka.producer.", "kafka.consumer.", "pulsar.client.")
 # Parts of key names whose values are secrets.
 _SECRET_MARKERS = ("password", "token", "authparams", "secret", "sasl.jaas")
 MASK = "******"
 
-VALID_MQ_TYPES = ("default", "local", "rocksmq", "kafka", "pulsar")
+VALID_MQ_TYPES = ("default", "local", "rocksmq", "kafka", "pulsar", "milvus")
 
 
 def is_secret_key(key: str) -> bool:

@@ -21,6 +21,7 @@ _BACKENDS: dict[str, tuple[str, str, str | None, str | None]] = {
     "local": ("msgstream_spark.mq.local.client", "LocalClient", None, None),
     "kafka": ("msgstream_spark.mq.kafka.client", "KafkaClient", "kafka", "confluent_kafka"),
     "pulsar": ("msgstream_spark.mq.pulsar.client", "PulsarClient", "pulsar", "pulsar"),
+    "milvus": ("msgstream_spark.mq.milvus.client", "MilvusClient", "milvus", "grpc"),
 }
 
 

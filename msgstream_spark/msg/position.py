@@ -62,9 +62,12 @@ class MsgPosition:
 
     # -- JSON ------------------------------------------------------------------------------
     def to_json_dict(self) -> dict[str, Any]:
-        return {"channel_name": self.channel_name,
-                "msgID": base64.b64encode(self.msg_id).decode("ascii"),
-                "msgGroup": self.msg_group, "timestamp": int(self.timestamp)}
+        d = {"channel_name": self.channel_name,
+             "msgID": base64.b64encode(self.msg_id).decode("ascii"),
+             "msgGroup": self.msg_group, "timestamp": int(self.timestamp)}
+        if self.wal_name:  # a Milvus 2.6 position (msgID = a last-confirmed id to start AT)
+            d["WAL_name"] = int(self.wal_name)
+        return d
 
     def to_json(self) -> str:
         return json.dumps(self.to_json_dict(), sort_keys=True)
@@ -85,7 +88,11 @@ class MsgPosition:
             ts = int(d.get("timestamp", d.get("ts", 0)) or 0)
         except (TypeError, ValueError):
             raise ValueError(f"position of channel {ch}: timestamp must be an integer") from None
-        return cls(str(ch), msg_id, str(d.get("msgGroup", d.get("msg_group", "")) or ""), ts)
+        try:
+            wal = int(d.get("WAL_name", d.get("wal_name", 0)) or 0)
+        except (TypeError, ValueError):
+            raise ValueError(f"position of channel {ch}: WAL_name must be an integer") from None
+        return cls(str(ch), msg_id, str(d.get("msgGroup", d.get("msg_group", "")) or ""), ts, wal)
 
     @classmethod
     def parse(cls, text: str) -> MsgPosition:

@@ -1,13 +1,17 @@
 """MsgStream: produce MsgPacks with Milvus's hash repack, broadcast, consume and seek.
 
 This is the plain ``MqMsgStream`` of Milvus (wire doc §5.1-5.2, §7.3): on the consumer
-side every message becomes its own pack. :class:`TtMsgStream` builds on it.
+side every message becomes its own pack. :class:`TtMsgStream` builds on it. Consumed messages
+of both formats (2.5, and Milvus 2.6 WAL messages) go through one
+:class:`~msgstream_spark.stream.decode.ChannelDecoder` per channel: transaction bodies come out
+at their commit, rolled-back and expired ones never.
 """
 
 from __future__ import annotations
 
 import logging
 import time
+from collections import deque
 from collections.abc import Callable, Iterator, Mapping, Sequence
 
 from msgstream_spark.errors import ConfigError, ConsumeError, DecodeError, MsgStreamError, ProduceError
@@ -23,6 +27,8 @@ from msgstream_spark.mq.base import (
 from msgstream_spark.msg import codec
 from msgstream_spark.msg.position import MsgPosition
 from msgstream_spark.msg.types import MsgPack, TsMsg
+from msgstream_spark.msg.wal26 import decode_message
+from msgstream_spark.stream.decode import ChannelDecoder, rebuild_from_last_confirmed, wal_name
 from msgstream_spark.stream.names import to_physical_channel
 from msgstream_spark.stream.sender import close_all, send_per_channel
 
@@ -68,6 +74,8 @@ class MsgStream:
         self._rr = 0  # round-robin cursor over consumers
         self._closed = False
         self.skipped: list[DecodeError] = []  # decode errors skipped with on_decode_error="skip"
+        self._decoders: dict[str, ChannelDecoder] = {}
+        self._ready: deque[TsMsg] = deque()  # decoded, not yet handed out (a commit releases several)
 
     # -- producing -------------------------------------------------------------------
     def as_producer(self, channels: Sequence[str]) -> None:
@@ -132,13 +140,39 @@ class MsgStream:
                 self._consumers[ch] = self.client.subscribe(ch, subscription, pos)
                 self.consumer_channels.append(ch)
 
+    # Whether a seek drops what is at or before the position's timestamp (TtMsgStream: always;
+    # here only for Milvus 2.6 positions, whose msgID is a last-confirmed id to start AT).
+    _seek_filters = False
+
     def seek(self, positions: Sequence[MsgPosition], inclusive: bool = False) -> None:
-        """Position each named channel at its MsgPosition's message id."""
+        """Position each named channel at its MsgPosition's message id.
+
+        A Milvus 2.6 position (``wal_name`` set: the msgID is the ``_lc`` of a message) starts AT the id
+        and skips what has a time tick <= its timestamp, as Milvus resumes (wal doc §4).
+        """
         for p in positions:
             consumer = self._consumer_for(p.channel_name)
             if not p.msg_id:
                 raise ConsumeError(f"cannot seek channel {p.channel_name}: the position has an empty msgID")
-            consumer.seek(self.client.bytes_to_message_id(p.msg_id), inclusive=inclusive)
+            wal = bool(p.wal_name)
+            consumer.seek(self.client.bytes_to_message_id(p.msg_id), inclusive=inclusive or wal)
+            self._ready.clear()
+            self._reset_decoder(consumer.channel, p.timestamp if (wal or self._seek_filters) else None)
+
+    def _reset_decoder(self, channel: str, start_ts: int | None = None) -> ChannelDecoder:
+        try:
+            wal = wal_name(self.client.name)
+        except ConfigError:  # a backend registered by a user: WAL positions use its own ids
+            wal = wal_name(None)
+        dec = ChannelDecoder(channel, wal, start_ts=start_ts, group=self.subscription or "",
+                             id_of=self.client.bytes_to_message_id)
+        self._decoders[channel] = dec
+        return dec
+
+    def decoder(self, channel: str) -> ChannelDecoder:
+        """The decoder of a consumed channel (its transaction state, ``has_open``, ``stats``)."""
+        dec = self._decoders.get(channel)
+        return dec if dec is not None else self._reset_decoder(channel)
 
     def _consumer_for(self, channel: str) -> Consumer:
         try:
@@ -154,10 +188,11 @@ class MsgStream:
             ) from None
 
     def decode(self, message: Message) -> TsMsg | None:
-        """Decode one backend message and attach its position; None when skipped."""
+        """Decode one backend message alone (either format, no transaction assembly) and attach its broker
+        position; None when skipped. Consuming goes through :meth:`decode_all`."""
         try:
-            msg = codec.unmarshal(message.payload, message.properties,
-                                  channel=message.channel, msg_id=message.id.serialize())
+            msg = decode_message(message.payload, message.properties,
+                                 channel=message.channel, msg_id=message.id.serialize())
         except DecodeError as exc:
             if self.on_decode_error == "skip":
                 log.warning("skipping undecodable message: %s", exc)
@@ -167,6 +202,28 @@ class MsgStream:
         msg.position = MsgPosition(message.channel, message.id.serialize(), self.subscription or "",
                                    int(msg.begin_ts))
         return msg
+
+    def decode_all(self, message: Message) -> list[TsMsg]:
+        """Feed one backend message to its channel's decoder: the messages it releases, positions set.
+
+        A 2.6 transaction's bodies come out at its CommitTxn. When the read began after an open
+        transaction's Begin, the channel is re-read from the body's ``_lc`` (as Milvus resumes) so the
+        transaction is whole; what was already delivered is not delivered again.
+        """
+        dec = self.decoder(message.channel)
+        try:
+            out = dec.feed(message)
+        except DecodeError as exc:
+            if self.on_decode_error == "skip":
+                log.warning("skipping undecodable message: %s", exc)
+                self.skipped.append(exc)
+                return []
+            raise
+        if dec.rewind_to is not None:
+            log.info("channel %s: a transaction began before the start; re-reading from its last-confirmed "
+                     "id %r", message.channel, dec.rewind_to)
+            self._decoders[message.channel], out = rebuild_from_last_confirmed(self.client, dec, message)
+        return [d.msg for d in out]
 
     def receive(self, timeout: float) -> tuple[Consumer, Message] | None:
         """The next raw message from any channel (round robin), or None after ``timeout``."""
@@ -194,17 +251,16 @@ class MsgStream:
     def consume(self, timeout: float = 1.0) -> MsgPack | None:
         """One message as its own pack (Milvus's plain stream), or None after ``timeout``."""
         deadline = time.monotonic() + max(0.0, timeout)
-        while True:
+        while not self._ready:
             got = self.receive(max(0.0, deadline - time.monotonic()))
             if got is None:
                 return None
             consumer, raw = got
             consumer.ack(raw)
-            msg = self.decode(raw)
-            if msg is None:
-                continue
-            pos = msg.position
-            return MsgPack([msg], msg.begin_ts, msg.end_ts, [pos], [pos])
+            self._ready.extend(self.decode_all(raw))
+        msg = self._ready.popleft()
+        pos = msg.position
+        return MsgPack([msg], msg.begin_ts, msg.end_ts, [pos], [pos])
 
     def iterate(self, timeout: float = 1.0) -> Iterator[MsgPack]:
         """Yield packs until none arrives for ``timeout`` seconds."""

@@ -6,6 +6,13 @@ a time tick all channels have reached; later messages stay buffered. End positio
 resumable: seeking to them (inclusive msgID, then dropping what is at or before the
 timestamp) continues exactly after the pack.
 
+Milvus 2.6 WAL messages (and a 2.5 -> 2.6 upgrade on one channel) are decoded by the channel's
+:class:`~msgstream_spark.stream.decode.ChannelDecoder`: they are ordered and cut by their ``_tt``
+(a transaction's bodies by their commit's, released at the commit), and a TimeTick without ``_vc``
+counts for every vchannel of its pchannel. Within a pack, WAL messages of a channel are sorted by
+``_tt`` as Milvus's consumer sorts them. A resume (``seek``) starts at the position's msgID and
+drops what is at or before its timestamp: for 2.5 by Milvus's seek filter, for 2.6 by ``_tt``.
+
 Difference from Milvus, on purpose: Milvus waits until every channel reports the *same*
 tick (RootCoord broadcasts one tick to all channels). Channels written by independent
 producers (our sink) carry different ticks, so after catching channels up to the
@@ -25,8 +32,7 @@ from msgstream_spark.mq.base import Client, Message
 from msgstream_spark.msg.position import MsgPosition
 from msgstream_spark.msg.types import DeleteMsg, InsertMsg, MsgPack, MsgType, TsMsg
 from msgstream_spark.stream.msgstream import MsgStream, RepackFunc
-from msgstream_spark.stream.seek import SeekFilter
-from msgstream_spark.stream.ticks import common_tick, split_at
+from msgstream_spark.stream.ticks import common_tick
 
 
 @dataclass
@@ -36,11 +42,27 @@ class _ChannelState:
     tt: int = 0  # last time tick read
     tt_position: MsgPosition | None = None
     current: MsgPosition | None = None
-    seek: SeekFilter = field(default_factory=lambda: SeekFilter(None))  # Milvus's seek, while active
+
+
+def order_ts(m: TsMsg) -> int:
+    """The time a message is cut and ordered by: ``_tt`` for a WAL message, EndTs for a 2.5 one."""
+    return m.wal.time_tick if m.wal is not None else int(m.end_ts)
+
+
+def split_by_tick(msgs: list[TsMsg], t: int) -> tuple[list[TsMsg], list[TsMsg]]:
+    """(messages up to tick ``t``, the rest); WAL messages of the first part sorted by ``_tt`` in place."""
+    take = [m for m in msgs if order_ts(m) <= t]
+    rest = [m for m in msgs if order_ts(m) > t]
+    wal_at = [i for i, m in enumerate(take) if m.wal is not None]
+    for i, m in zip(wal_at, sorted((take[i] for i in wal_at), key=order_ts)):
+        take[i] = m
+    return take, rest
 
 
 class TtMsgStream(MsgStream):
     """A MsgStream whose consumer side yields time-tick aligned MsgPacks."""
+
+    _seek_filters = True
 
     def __init__(self, client: Client, *, repack: RepackFunc | None = None,
                  on_decode_error: str = "fail", own_client: bool = True, dedupe: bool = True,
@@ -62,13 +84,12 @@ class TtMsgStream(MsgStream):
 
         The ``inclusive`` flag is ignored, as in Milvus's time-tick stream.
         """
-        super().seek(positions, inclusive=True)
+        super().seek(positions, inclusive=True)  # the channel decoders filter by the positions' timestamps
         for p in positions:
             ch = self._consumer_for(p.channel_name).channel
             st = self._st(ch)
             st.buffer.clear()
             st.pending.clear()
-            st.seek = SeekFilter(p.timestamp)
             st.tt = 0
             st.current = MsgPosition(ch, p.msg_id, self.subscription or "", p.timestamp)
         if positions:
@@ -76,22 +97,17 @@ class TtMsgStream(MsgStream):
 
     # -- reading -----------------------------------------------------------------------
     def _process(self, ch: str, raw: Message) -> bool:
-        """Handle one raw message of ``ch``; True when it was a time tick that counts."""
-        msg = self.decode(raw)
-        if msg is None:
-            return False
+        """Handle one raw message of ``ch``; True when it released a time tick that counts."""
         st = self._st(ch)
-        is_tt = msg.msg_type == MsgType.TimeTick
-        if st.seek.active:
-            if st.seek.keep(is_tt, int(msg.timestamp if is_tt else msg.begin_ts)):
+        ticked = False
+        for msg in self.decode_all(raw):
+            if msg.msg_type != MsgType.TimeTick:
                 st.buffer.append(msg)
-            return False
-        if is_tt:
-            st.tt = int(msg.timestamp)
-            st.tt_position = msg.position
-            return True
-        st.buffer.append(msg)
-        return False
+            elif msg.wal is None or msg.wal.all_vchannels:  # a tick with _vc is for one vchannel only
+                st.tt = int(msg.timestamp)
+                st.tt_position = msg.position
+                ticked = True
+        return ticked
 
     def _read_until_tick(self, ch: str, min_tt: int, wait: float) -> None:
         """Read ``ch`` until it has a tick > ``min_tt`` or nothing more arrives in ``wait``."""
@@ -140,11 +156,12 @@ class TtMsgStream(MsgStream):
         for ch in self.consumer_channels:
             st = self._st(ch)
             had = bool(st.buffer)
-            take, st.buffer = split_at(st.buffer, t)
+            take, st.buffer = split_by_tick(st.buffer, t)
             if had:
                 starts.append(st.current or MsgPosition(ch, b"", sub, self.last_end_ts))
             for m in take:
-                if self.dedupe and isinstance(m, (InsertMsg, DeleteMsg)) and m.base_msg_id:
+                # 2.5 replays repeat a msgID; 2.6 messages are deduplicated by broker id in the decoder
+                if self.dedupe and m.wal is None and isinstance(m, (InsertMsg, DeleteMsg)) and m.base_msg_id:
                     key = (m.msg_type, m.base_msg_id)
                     if key in seen:
                         continue
@@ -153,9 +170,18 @@ class TtMsgStream(MsgStream):
             anchor = st.buffer[0].position if st.buffer else st.tt_position
             if anchor is None:
                 anchor = st.current or MsgPosition(ch, b"", sub, t)
-            end = MsgPosition(ch, anchor.msg_id, sub, t)
+            end = MsgPosition(ch, self._open_txn_start(ch, anchor.msg_id), sub, t, anchor.wal_name)
             st.current = end
             ends.append(end)
         pack = MsgPack(msgs, self.last_end_ts, t, starts, ends)
         self.last_end_ts = t
         return pack
+
+    def _open_txn_start(self, ch: str, msg_id: bytes) -> bytes:
+        """``msg_id``, or the Begin of a transaction still open if that is earlier (resuming must see it)."""
+        begin = self.decoder(ch).oldest_open
+        if begin is None or not msg_id:
+            return msg_id
+        if begin < self.client.bytes_to_message_id(msg_id):
+            return begin.serialize()
+        return msg_id

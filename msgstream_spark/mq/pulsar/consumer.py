@@ -42,6 +42,7 @@ class PulsarConsumer(Consumer):
         self._sub = subscription
         self._closed = False
         self._seek: tuple[PulsarMessageID, bool] | None = None  # pending check after a seek
+        self.redeliveries_dropped = 0  # redelivered messages this consumer had already handed out
         self._reopen = reopen
         self._last_id_of = last_id_of
         self._bind(consumer)
@@ -54,6 +55,11 @@ class PulsarConsumer(Consumer):
         self._last_seen: tuple[int, int, int] = (-2, -2, -2)
         self._cum: PulsarMessageID | None = None
         self._last_flush = time.monotonic()
+        # The highest (ledger, entry, batch index) handed out since the last seek. A broker redelivers
+        # what was not acknowledged yet after a reconnect (pulsar-lite sometimes does without one);
+        # the caller already has those messages, so they are dropped, keeping the stream in order and
+        # free of duplicates, as a Kafka consumer's in-memory position does.
+        self._high: tuple[int, int, int] = (-2, -2, -2)
 
     def _bind(self, consumer: Any) -> None:
         self._c = consumer
@@ -111,12 +117,16 @@ class PulsarConsumer(Consumer):
                 ms = raw.publish_timestamp()
                 ts = ms << 18 if ms else None
             cid = raw.message_id()
-            m = Message(channel, raw.data(), props, new_id(cid.ledger_id(), cid.entry_id(), cid.batch_index(), 0, cid),
-                        ts)
+            key = (cid.ledger_id(), cid.entry_id(), cid.batch_index())
+            if key <= self._high:  # a redelivery of a message already handed out
+                self.redeliveries_dropped += 1
+                continue
+            m = Message(channel, raw.data(), props, new_id(key[0], key[1], key[2], 0, cid), ts)
             if self._seek is not None and not self._after_seek(m):
                 self._ack(cid)
                 wait_ms = max(0, int(timeout * 1000)) if not out else 0
                 continue
+            self._high = key
             out.append(m)
         if self._collapse and out:
             self._track(out)
@@ -155,6 +165,7 @@ class PulsarConsumer(Consumer):
         self._flush_acks()
         self._delivered.clear()
         self._collapse, self._last_seen = True, (-2, -2, -2)  # the broker's cursor restarts at the seek
+        self._high = (-2, -2, -2)
         try:
             # the earliest message by publish time 0: pulsar-lite drops the connection on a seek to
             # the earliest-id sentinel, and every broker puts publish time 0 before the first message

@@ -41,6 +41,7 @@ class PulsarReader(PulsarConsumer):
         self._c = self._open(pulsar.MessageId.earliest if earliest else msg_id.to_client())
         self._recv = getattr(self._c, "_reader", self._c).read_next
         self._seek = None if earliest else (msg_id, inclusive)
+        self._high = (-2, -2, -2)  # a new reader: nothing handed out from it yet
 
     def ack(self, message: Message) -> None:
         self._check()  # a reader records no position

@@ -1,0 +1,169 @@
+"""The suite's own Milvus proxy: a gRPC ``MilvusService`` on a loopback port, over an embedded log.
+
+Copies from Milvus 2.6 (``internal/proxy/impl.go``, ``internal/distributed/proxy/service.go``,
+the streaming node's scanner; see wal.py for ``DumpMessages`` itself):
+
+* ``Connect`` checks the ``dbname`` header (status 800 when the database does not exist) and
+  returns a fresh TSO as ``identifier``;
+* credentials arrive as pymilvus sends them (``authorization`` = base64 of a token or of
+  ``user:password``); unary calls without valid ones fail with UNAUTHENTICATED. ``DumpMessages``
+  is authenticated too, as in 2.6 builds with the external server's stream interceptor (#52387;
+  earlier 2.6 builds did not authenticate it);
+* ``DescribeCollection`` answers status 100 "collection not found" for an unknown collection, and
+  the collection's ``physical_channel_names`` / ``virtual_channel_names`` otherwise;
+* ``DumpMessages`` failures end the stream with gRPC UNKNOWN and Milvus's text; an unknown
+  pchannel keeps the stream open and silent.
+
+Simplified: collections, databases and credentials are set by the test (no RBAC, no schema
+beyond the name); the WAL is an embedded-log SQLite file whose ids are served as RocksMQ ids
+(base 36); every other RPC is UNIMPLEMENTED. Fault injection: ``restart()`` (a real stop and
+start on the same port: open streams break with UNAVAILABLE), ``stall_after`` (the next stream
+goes silent after N messages), ``unimplemented`` (an old proxy without ``DumpMessages``) and
+``truncate()`` (retention removing entries).
+"""
+
+from __future__ import annotations
+
+import base64
+import threading
+import time
+from concurrent import futures
+from dataclasses import dataclass, field
+
+import grpc
+
+from msgstream_spark.config import Config
+from msgstream_spark.mq.local.client import LocalClient
+from msgstream_spark.mq.milvus.connection import pb_modules
+from tests.milvus_proxy.wal import ROCKSMQ, InvalidRequest, b36, dump, tso_now
+
+common_pb2, milvus_pb2, milvus_grpc = pb_modules()
+
+
+@dataclass
+class ProxyState:
+    """What the test controls: collections, credentials and faults."""
+
+    collections: dict = field(default_factory=dict)  # (db, name) -> (collection id, pchannels, vchannels)
+    databases: set = field(default_factory=lambda: {"default"})
+    tokens: set = field(default_factory=set)  # accepted raw tokens or "user:password"; empty: no auth
+    unimplemented: bool = False
+    stall_after: int | None = None
+    requests: list = field(default_factory=list)  # every DumpMessagesRequest, for assertions
+    sent: int = 0
+
+
+class Servicer(milvus_grpc.MilvusServiceServicer):
+    def __init__(self, store_path: str, state: ProxyState) -> None:
+        self.state = state
+        self.store = LocalClient(Config.from_dict({"mq": {"type": "local"}, "local": {"path": store_path}}))
+
+    def _authenticated(self, context) -> bool:
+        if not self.state.tokens:
+            return True
+        md = dict(context.invocation_metadata())
+        try:
+            secret = base64.b64decode(md.get("authorization", "")).decode()
+        except ValueError:
+            return False
+        return secret in self.state.tokens
+
+    def Connect(self, request, context):
+        if not self._authenticated(context):
+            context.abort(grpc.StatusCode.UNAUTHENTICATED, "auth check failure, please check username and password")
+        db = dict(context.invocation_metadata()).get("dbname") or "default"
+        if db not in self.state.databases:
+            return milvus_pb2.ConnectResponse(status=common_pb2.Status(
+                code=800, error_code=common_pb2.UnexpectedError, reason=f"database not found[database={db}]"))
+        return milvus_pb2.ConnectResponse(status=common_pb2.Status(), identifier=tso_now())
+
+    def DescribeCollection(self, request, context):
+        if not self._authenticated(context):
+            context.abort(grpc.StatusCode.UNAUTHENTICATED, "auth check failure, please check username and password")
+        db = request.db_name or dict(context.invocation_metadata()).get("dbname") or "default"
+        found = self.state.collections.get((db, request.collection_name))
+        if found is None:
+            return milvus_pb2.DescribeCollectionResponse(status=common_pb2.Status(
+                code=100, error_code=common_pb2.CollectionNotExists,
+                reason=f"collection not found[database={db}][collection={request.collection_name}]"))
+        cid, pchannels, vchannels = found
+        return milvus_pb2.DescribeCollectionResponse(
+            status=common_pb2.Status(), collectionID=cid, collection_name=request.collection_name, db_name=db,
+            physical_channel_names=list(pchannels), virtual_channel_names=list(vchannels),
+            shards_num=len(vchannels))
+
+    def DumpMessages(self, request, context):
+        self.state.requests.append(request)
+        if self.state.unimplemented:
+            context.abort(grpc.StatusCode.UNIMPLEMENTED, "Method not found!")
+        if not self._authenticated(context):
+            context.abort(grpc.StatusCode.UNAUTHENTICATED, "auth check failure, please check username and password")
+        sid = request.start_message_id.id if request.HasField("start_message_id") else None
+        sent = 0
+        try:
+            for mid, payload, props in dump(self.store, request.pchannel, sid, request.start_message_id.WAL_name,
+                                            request.include_start_message, request.start_timetick,
+                                            request.end_timetick, context.is_active):
+                if self.state.stall_after is not None and sent >= self.state.stall_after:
+                    self.state.stall_after = None  # one stream stalls; the next one is served
+                    while context.is_active():  # a stalled proxy: the stream stays open, silent
+                        time.sleep(0.02)
+                    return
+                sent += 1
+                self.state.sent += 1
+                yield milvus_pb2.DumpMessagesResponse(message=common_pb2.ImmutableMessage(
+                    id=common_pb2.MessageID(id=b36(mid), WAL_name=ROCKSMQ), payload=payload, properties=props))
+        except InvalidRequest as exc:
+            context.abort(grpc.StatusCode.UNKNOWN, str(exc))
+
+
+class MilvusProxy:
+    """Start, stop, restart the server on one loopback port; ``address`` is ``127.0.0.1:<port>``."""
+
+    def __init__(self, store_path: str, state: ProxyState | None = None) -> None:
+        self.store_path = store_path
+        self.state = state or ProxyState()
+        self.port = 0
+        self._server: grpc.Server | None = None
+        self._lock = threading.Lock()
+
+    @property
+    def address(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    def start(self) -> MilvusProxy:
+        with self._lock:
+            server = grpc.server(futures.ThreadPoolExecutor(max_workers=16))
+            milvus_grpc.add_MilvusServiceServicer_to_server(Servicer(self.store_path, self.state), server)
+            port = server.add_insecure_port(f"127.0.0.1:{self.port}")
+            if port == 0:
+                raise RuntimeError(f"the test Milvus proxy could not bind 127.0.0.1:{self.port}")
+            self.port = port
+            server.start()
+            self._server = server
+        return self
+
+    def stop(self, grace: float = 0.0) -> None:
+        with self._lock:
+            if self._server is not None:
+                self._server.stop(grace).wait(10)
+                self._server = None
+
+    def restart(self) -> None:
+        """A proxy restart: open streams break (UNAVAILABLE), then the same port serves again."""
+        self.stop()
+        self.start()
+
+    def truncate(self, pchannel: str, upto_id: int) -> None:
+        """Retention: remove the entries of ``pchannel`` up to and including ``upto_id``."""
+        store = LocalClient(Config.from_dict({"mq": {"type": "local"}, "local": {"path": self.store_path}}))
+        try:
+            with store._db.lock:
+                conn = store._db.get()
+                conn.execute("BEGIN IMMEDIATE")
+                conn.execute("DELETE FROM messages WHERE channel = ? AND id <= ?", (pchannel, upto_id))
+                conn.execute("UPDATE channels SET removed_upto = MAX(removed_upto, ?) WHERE name = ?",
+                             (upto_id, pchannel))
+                conn.execute("COMMIT")
+        finally:
+            store.close()
