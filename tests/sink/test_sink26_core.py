@@ -210,3 +210,40 @@ def test_concurrent_tasks_leave_the_closing_ticks_to_the_driver(local_env, tmp_p
             got = apply(c, [ch])
         assert (got.violations > 0) == want_violations
         assert (sorted(r["pk"] for r in got.rows()) == [*range(10), *range(100, 110)]) != want_violations
+
+
+def test_the_library_s_channel_decoder_reads_the_sink_s_2_6_output(local_env, tmp_path):
+    """stream.decode.ChannelDecoder (the readers' decoder): rows once, positions at the Begin, no violations."""
+    from msgstream_spark.stream.decode import ChannelDecoder
+
+    cfg = config_file(local_env, tmp_path)
+    chans = [local_env.new_channel("dec") for _ in range(2)]
+    (_, a), (_, b) = (_writer(cfg, chans, wireFormat="2.6", transactional="true", writerId=w) for w in "ab")
+    a.ticks = b.ticks = False
+    b.add(_batch(list(range(100, 150))))
+    a.write_batches([_batch(list(range(50))), _batch([3, 4], ["delete"] * 2)])
+    b.write_batches([])
+    _, failed = _writer(cfg, chans, wireFormat="2.6", transactional="true", writerId="c")
+    failed.add(_batch(list(range(200, 220))))
+    failed.flush(wait=True)
+    failed.close()  # never finished: rolled back
+    _, driver = _writer(cfg, chans, wireFormat="2.6")
+    driver.send_ticks(chans, after_ts=max(st.max_ts for w in (a, b, failed) for st in w.result.channels.values()))
+    driver.close()
+    pks, deleted = [], []
+    with local_env.client() as c:
+        for ch in chans:
+            dec = ChannelDecoder(ch, "local", id_of=c.bytes_to_message_id)
+            raw = raw_messages(c, ch)
+            begins = {parse_envelope(m.properties).txn_id: m.id.serialize() for m in raw if m.properties["_t"] == "900"}
+            for d in dec.feed_all(raw):
+                if d.row_bearing:
+                    assert d.position.msg_id == begins[d.txn_id] and d.position.timestamp == d.time_tick
+                    if type(d.msg).__name__ == "InsertMsg":
+                        pks.extend(next(f for f in d.msg.proto.fields_data if f.field_name == "pk")
+                                   .scalars.long_data.data)
+                    else:
+                        deleted.extend(d.msg.primary_keys)
+            assert dec.stats["tt_violations"] == 0 and not dec.has_open
+            assert dec.txn.stats["committed"] == 2 and dec.txn.stats["rolled_back"] == 1
+    assert sorted(pks) == [*range(50), *range(100, 150)] and sorted(deleted) == [3, 4]
