@@ -12,7 +12,7 @@ import time
 from typing import Any
 
 from jobs._common import add_config_args, main_wrapper, source_options, spark_session
-from msgstream_spark.cli.publish_args import add_publish_args
+from msgstream_spark.cli.publish_args import add_publish_args, wire_options
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -80,6 +80,7 @@ def run(args: argparse.Namespace, spark=None) -> dict[str, Any]:
                           collectionID=args.collection_id, partition=args.partition, primaryKey=args.primary_key,
                           fieldTypes=args.field_types, maxMessageSize=args.max_message_size,
                           writerId=args.writer_id)
+    opts.update(wire_options(args))
     t0 = time.perf_counter()
     df.write.format("msgstream").options(**opts).mode("append").save()
     secs = time.perf_counter() - t0

@@ -12,6 +12,7 @@ import numpy as np
 
 from msgstream_spark.cli.common import UsageError, overrides, progress_line, split_channels, write_progress
 from msgstream_spark.cli.data import delete_batch, read_table, synthetic_batches, synthetic_schema
+from msgstream_spark.cli.publish_args import wire_options
 from msgstream_spark.sink.options import parse_sink_options
 from msgstream_spark.sink.plan import plan_write
 from msgstream_spark.sink.task import TaskWriter
@@ -31,6 +32,7 @@ def sink_options_from_args(args) -> dict[str, str]:
         opts["primaryKey"] = args.primary_key
     if args.field_types:
         opts["fieldTypes"] = args.field_types
+    opts.update(wire_options(args))
     opts.update(overrides(args))
     return opts
 
@@ -93,5 +95,6 @@ def publish(args) -> dict[str, Any]:
             "requested_deletes": deleted, "seconds": round(secs, 3),
             "rows_per_second": round(done / secs, 1) if secs > 0 else None,
             "channels": {ch: {"messages": s.messages, "inserted": s.inserted, "deleted": s.deleted,
-                              "last_msgID": s.last_id, "time_tick": s.time_tick}
+                              "last_msgID": s.last_id, "time_tick": s.time_tick,
+                              **({"txn_id": s.txn_id, "txn": s.txn} if s.txn_id else {})}
                          for ch, s in sorted(r.channels.items())}}

@@ -25,3 +25,21 @@ def add_publish_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--field-types", help="Milvus types for ambiguous columns, e.g. emb:Float16Vector,tags:Array")
     p.add_argument("--max-message-size", type=int, default=None,
                    help="split size in bytes (default: the sink's maxMessageSize, 2 MiB)")
+    p.add_argument("--wire-format", choices=["2.5", "2.6"], default="2.5",
+                   help="message format: 2.5 (msgstream messages, default) or 2.6 (Milvus 2.6 streaming WAL)")
+    p.add_argument("--transactional", action="store_true",
+                   help="with --wire-format 2.6: each write task's messages per channel in one transaction")
+    p.add_argument("--txn-keepalive", type=int, default=None, metavar="MS",
+                   help="transaction keepalive in milliseconds (default 10000, Milvus's)")
+
+
+def wire_options(args) -> dict[str, str]:
+    """The sink options of --wire-format, --transactional and --txn-keepalive (defaults left out)."""
+    opts = {}
+    if args.wire_format != "2.5":
+        opts["wireFormat"] = args.wire_format
+    if args.transactional:
+        opts["transactional"] = "true"
+    if args.txn_keepalive is not None:
+        opts["txnKeepalive"] = str(args.txn_keepalive)
+    return opts

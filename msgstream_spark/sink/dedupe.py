@@ -7,6 +7,11 @@ between producing and the batch commit) starts again at ``seq`` 0 of the same ba
 So a message whose ``(batch, seq)`` is not above the last one seen for its
 (channel, writer, task) is a replay and is dropped. Messages without these properties
 (Milvus's own, time ticks) always pass. The state is plain data (picklable).
+
+In the 2.6 format with ``transactional=true`` only the CommitTxn carries these keys (see
+``sink/wal.py``): apply the filter in broker order *before* assembling transactions, so a
+replayed batch loses its Commit (its bodies expire) and a retry after a killed attempt stays a
+first delivery.
 """
 
 from __future__ import annotations

@@ -281,8 +281,9 @@ class Encoder:
             mid, seq = self.next_msg_id(shard)
             # Serialized in field-number order from parts: header (1-11), fields_data (13),
             # tail (14-15); byte-identical to serializing one InsertRequest.
-            head = msg_pb2.InsertRequest(**self._request_fields(common_pb2.Insert, mid, ts, shard),
-                                         segmentID=self.opts.partition_id + shard)
+            # 2.6 leaves the body's segmentID 0, as Milvus's proxy does: the segment is in ``_h``.
+            segment = 0 if self.opts.wire_format == "2.6" else self.opts.partition_id + shard
+            head = msg_pb2.InsertRequest(**self._request_fields(common_pb2.Insert, mid, ts, shard), segmentID=segment)
             head.timestamps.extend(np.full(n, ts, dtype=np.uint64).tolist())
             head.rowIDs.extend(self.next_row_ids(n).tolist())
             parts: list = [head.SerializeToString()]

@@ -32,7 +32,9 @@ OP_COLUMN = "op"
 
 SINK_OPTIONS = ("config", "channels", "collection", "collectionID", "partition", "partitionID",
                 "dbName", "primaryKey", "shardsNum", "maxMessageSize", "fieldTypes", "writerId",
-                "timeTick", "bufferBytes", "sourceID")
+                "timeTick", "bufferBytes", "sourceID", "wireFormat", "transactional", "txnKeepalive")
+WIRE_FORMATS = ("2.5", "2.6")
+DEFAULT_TXN_KEEPALIVE_MS = 10_000  # Milvus's streamingnode default
 
 # Options Spark itself passes to a sink (ignored).
 SPARK_OPTIONS = frozenset({"path", "checkpointlocation", "queryname"})
@@ -75,6 +77,28 @@ def _time_tick(raw: str | None) -> str:
     if s not in ("all", "written", "none"):
         raise OptionError(f"option timeTick must be all, written or none, got {raw!r}")
     return s
+
+
+def _wire_format(raw: str | None) -> str:
+    s = (raw or "2.5").strip()
+    if s not in WIRE_FORMATS:
+        raise OptionError(f"option wireFormat must be 2.5 (Milvus 2.5 msgstream messages) or 2.6 (Milvus 2.6 "
+                          f"streaming-WAL messages), got {raw!r}")
+    return s
+
+
+def _wire_options(opts: Mapping[str, str]) -> dict[str, Any]:
+    """wireFormat, transactional and txnKeepalive; transactions exist only in the 2.6 format."""
+    wire_format = _wire_format(opts.get("wireformat"))
+    transactional = _bool(opts, "transactional", False)
+    keepalive = _int(opts, "txnKeepalive", DEFAULT_TXN_KEEPALIVE_MS, minimum=1)
+    if transactional and wire_format != "2.6":
+        raise OptionError(f"option transactional=true needs wireFormat=2.6 (Milvus 2.5 messages have no "
+                          f"transactions), got wireFormat={wire_format}")
+    if "txnkeepalive" in opts and not transactional:
+        raise OptionError("option txnKeepalive applies only with transactional=true")
+    return {"wire_format": wire_format, "transactional": transactional,
+            "txn_keepalive_ms": int(keepalive or DEFAULT_TXN_KEEPALIVE_MS)}
 
 
 def parse_field_types(text: str | None) -> tuple[dict[str, str], dict[str, int]]:
@@ -120,6 +144,9 @@ class SinkOptions:
     time_tick: str = "all"  # all: tick every sink channel; written: only channels written; none
     buffer_bytes: int = DEFAULT_BUFFER_BYTES
     source_id: int = 0
+    wire_format: str = "2.5"  # 2.5: msgstream messages; 2.6: streaming-WAL messages (properties, _h, _tt)
+    transactional: bool = False  # 2.6 only: per task and channel BeginTxn, bodies, CommitTxn / RollbackTxn
+    txn_keepalive_ms: int = DEFAULT_TXN_KEEPALIVE_MS
     config_values: dict[str, Any] = field(default_factory=dict, repr=False)  # may hold secrets
     config_source: str = ""
 
@@ -189,6 +216,7 @@ def parse_sink_options(options: Mapping[str, Any], *, streaming: bool = False) -
         time_tick=_time_tick(opts.get("timetick")),
         buffer_bytes=int(_int(opts, "bufferBytes", DEFAULT_BUFFER_BYTES, minimum=1) or DEFAULT_BUFFER_BYTES),
         source_id=int(_int(opts, "sourceID", 0, minimum=0) or 0),
+        **_wire_options(opts),
         config_values=dict(cfg.values),
         config_source=cfg.source,
     )

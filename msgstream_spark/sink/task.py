@@ -26,6 +26,7 @@ from msgstream_spark.sink.dedupe import PROP_BATCH, PROP_SEQ, PROP_TASK, PROP_WR
 from msgstream_spark.sink.encode import OP_INSERT, EncodedMessage, Encoder
 from msgstream_spark.sink.options import SinkOptions, stable_id
 from msgstream_spark.sink.plan import WritePlan
+from msgstream_spark.sink.wal import WalFormat
 from msgstream_spark.stream.sender import close_all, send_per_channel
 
 log = logging.getLogger(__name__)
@@ -53,6 +54,8 @@ class ChannelStats:
     last_id: str = ""
     max_ts: int = 0
     time_tick: int = 0
+    txn_id: int = 0  # wireFormat=2.6 with transactional=true: this task's transaction on the channel
+    txn: str = ""  # committed | rolled_back | open (the task failed and could not roll back)
 
 
 @dataclass
@@ -87,8 +90,9 @@ class TaskWriter:
     """Writes the rows of one task. Connects lazily; ``close()`` always releases the client."""
 
     def __init__(self, opts: SinkOptions, plan: WritePlan, *, batch_id: int = 0, task_id: int = 0,
-                 attempt: int = 0, client=None) -> None:
+                 attempt: int = 0, client=None, ticks: bool = True) -> None:
         self.opts = opts
+        self.ticks = ticks  # False: the caller sends the closing ticks (the Spark driver, for 2.6)
         self.plan = plan
         self.result = TaskResult(opts.writer_id, batch_id, task_id, attempt)
         self.clock = HybridClock()
@@ -103,6 +107,9 @@ class TaskWriter:
         self._client = client
         self._own_client = client is None
         self._producers: dict[str, object] = {}
+        self.wal: WalFormat | None = None  # wireFormat=2.6: builds the WAL messages
+        if opts.wire_format == "2.6":
+            self.wal = WalFormat(opts, opts.load_config().mq_type, self.clock() if opts.transactional else 0)
 
     # -- ids ----------------------------------------------------------------------------
     def _msg_id(self, shard: int) -> tuple[int, int]:
@@ -159,10 +166,15 @@ class TaskWriter:
         if self._pending_bytes >= self.opts.buffer_bytes:
             self.flush()
 
-    def _props(self, m: EncodedMessage) -> dict[str, str]:
+    def _keys(self, seq: int) -> dict[str, str]:
+        """The exactly-once properties (writer, batch, task, seq)."""
         r = self.result
-        return {"msg_type": "Insert" if m.op == OP_INSERT else "Delete", PROP_WRITER: r.writer_id,
-                PROP_BATCH: str(r.batch_id), PROP_TASK: str(r.task_id), PROP_SEQ: str(m.seq)}
+        return {PROP_WRITER: r.writer_id, PROP_BATCH: str(r.batch_id), PROP_TASK: str(r.task_id), PROP_SEQ: str(seq)}
+
+    def _props(self, m: EncodedMessage) -> dict[str, str]:
+        if self.wal is not None:
+            return self.wal.body_properties(m, self._keys(m.seq))
+        return {"msg_type": "Insert" if m.op == OP_INSERT else "Delete", **self._keys(m.seq)}
 
     def flush(self, wait: bool = False) -> None:
         """Produce everything buffered: one ordered batch per channel, channels in parallel.
@@ -199,13 +211,22 @@ class TaskWriter:
         for ch in work:
             self._producer(ch)  # open producers before threads start
         try:
-            ids = send_per_channel({ch: pms for ch, (_, pms) in work.items()}, self._send_one, max_workers=4)
+            ids = send_per_channel({ch: pms for ch, (_, pms) in work.items()}, self._send_bodies, max_workers=4)
         except ProduceError as exc:
             for ch, written in getattr(exc, "results", {}).items():
                 self._record(ch, work[ch][0], written)
             raise
         for ch, written in ids.items():
             self._record(ch, work[ch][0], written)
+
+    def _send_bodies(self, ch: str, pms: list) -> list:
+        """Send one channel's bodies; in a transaction, its BeginTxn first (the bodies' ``_lc``)."""
+        if self.wal is not None and self.wal.needs_begin(ch):
+            self.wal.began(ch, self._send_one(ch, [self.wal.begin(ch)])[0])
+            self.result.channels.setdefault(ch, ChannelStats()).txn_id = self.wal.txns[ch].txn_id
+        if self.wal is not None:
+            pms = self.wal.with_last_confirmed(ch, pms)
+        return self._send_one(ch, pms)
 
     def _send_one(self, ch: str, pms: list) -> list:
         try:
@@ -240,16 +261,46 @@ class TaskWriter:
         self.flush(wait=True)
         for hook in AFTER_PRODUCE:
             hook(self)
-        if self.opts.time_tick == "none" or not self.result.channels:
+        if self.wal is not None:
+            self.end_transactions(commit=True)
+        if self.ticks and self.result.channels:
+            self.send_ticks(self.opts.channels if self.opts.time_tick == "all" else tuple(self.result.channels))
+
+    def send_ticks(self, chans, after_ts: int = 0) -> None:
+        """A time tick above ``after_ts`` and this writer's timestamps on each of ``chans`` (not with timeTick=none)."""
+        if self.opts.time_tick == "none" or not chans:
             return
-        chans = self.opts.channels if self.opts.time_tick == "all" else tuple(self.result.channels)
-        tt = self.clock()
-        tick = msg_pb2.TimeTickMsg(base=common_pb2.MsgBase(msg_type=common_pb2.TimeTick, timestamp=tt,
-                                                           sourceID=self.opts.source_id))
-        pm = ProducerMessage(tick.SerializeToString(), {"msg_type": "TimeTick"}, timestamp=tt)
+        tt = max(self.clock(), after_ts + 1)
+        self.clock.last = tt
+        if self.wal is not None:
+            pm = self.wal.tick(tt)
+        else:
+            tick = msg_pb2.TimeTickMsg(base=common_pb2.MsgBase(msg_type=common_pb2.TimeTick, timestamp=tt,
+                                                               sourceID=self.opts.source_id))
+            pm = ProducerMessage(tick.SerializeToString(), {"msg_type": "TimeTick"}, timestamp=tt)
         self._send_ticks(chans, pm)
         for ch in chans:
             self.result.channels.setdefault(ch, ChannelStats()).time_tick = tt
+
+    def end_transactions(self, commit: bool) -> None:
+        """CommitTxn (or RollbackTxn) on every channel whose transaction is open, in channel order."""
+        for ch in sorted(self.wal.open_channels()):
+            tt = self.clock()
+            self._send_one(ch, [self.wal.end(ch, tt, commit, self._keys(0))])
+            self.wal.ended(ch, commit)
+            st = self.result.channels.setdefault(ch, ChannelStats())
+            st.txn, st.max_ts = ("committed" if commit else "rolled_back"), max(st.max_ts, tt)
+
+    def _roll_back(self) -> None:
+        """After a failure: RollbackTxn where a transaction is open (best effort; else it expires)."""
+        try:
+            self.end_transactions(commit=False)
+        except Exception as exc:  # noqa: BLE001 - keep the task's own error; readers drop it at expiry
+            for ch in self.wal.open_channels():
+                self.result.channels.setdefault(ch, ChannelStats()).txn = "open"
+            log.warning("could not write RollbackTxn on %s (%s); readers drop the transaction when its "
+                        "keepalive of %d ms expires", ", ".join(self.wal.open_channels()), exc,
+                        self.opts.txn_keepalive_ms)
 
     def _send_ticks(self, chans, pm) -> None:
         for ch in chans:
@@ -263,6 +314,8 @@ class TaskWriter:
             self._io.shutdown(wait=True)
             self._io = None
             self._inflight = None
+        if self.wal is not None and self.wal.open_channels():
+            self._roll_back()
         client = self._client if self._own_client else None
         first = close_all(self._producers.values(), *([client.close] if client is not None else []))
         self._producers = {}

@@ -101,7 +101,9 @@ class _SinkBase:
         task_id, attempt, prop = _task_ids()
         if batch_id is None:
             batch_id = int(prop) if prop not in (None, "") else 0
-        tw = TaskWriter(self.opts, self.plan, batch_id=batch_id, task_id=task_id, attempt=attempt)
+        # 2.6: the driver sends the closing ticks once every task is done (see closing_ticks)
+        tw = TaskWriter(self.opts, self.plan, batch_id=batch_id, task_id=task_id, attempt=attempt,
+                        ticks=self.opts.wire_format != "2.6")
         if tw.already_committed():
             log.info("msgstream sink: batch %s of writer %s was already committed; skipping task %s",
                      batch_id, self.opts.writer_id, task_id)
@@ -111,6 +113,27 @@ class _SinkBase:
                 pass
             return SinkCommitMessage.from_result(tw.result)
         return SinkCommitMessage.from_result(tw.write_batches(iterator))
+
+    def closing_ticks(self, messages: list[SinkCommitMessage | None]) -> None:
+        """2.6: the time ticks of the whole write, sent by the driver after every task.
+
+        A 2.6 reader (and Milvus) drops a message whose ``_tt`` is below a TimeTick it has already
+        seen. A tick sent by one task while another is still producing would drop the other task's
+        rows, so in this format the tasks send none and the driver sends one above every task's
+        timestamps.
+        """
+        if self.opts.wire_format != "2.6":
+            return
+        done = [m for m in messages if m is not None]
+        written = sorted({ch for m in done for ch, st in m.channels.items() if int(st["messages"])})
+        if not written:
+            return
+        after = max(int(st["max_ts"]) for m in done for st in m.channels.values())
+        tw = TaskWriter(self.opts, self.plan)
+        try:
+            tw.send_ticks(self.opts.channels if self.opts.time_tick == "all" else written, after_ts=after)
+        finally:
+            tw.close()
 
 
 class MsgStreamArrowWriter(_SinkBase, DataSourceArrowWriter):
@@ -123,12 +146,22 @@ class MsgStreamArrowWriter(_SinkBase, DataSourceArrowWriter):
         return self._write(iterator, 0)
 
     def commit(self, messages: list[SinkCommitMessage | None]) -> None:
+        self.closing_ticks(messages)
         s = summarize(messages)
         log.info("msgstream sink committed: %d inserted, %d deleted rows in %d messages on %s",
                  s["inserted"], s["deleted"], s["messages"], ", ".join(sorted(s["channels"])) or "no channel")
 
     def abort(self, messages: list[SinkCommitMessage | None]) -> None:
         s = summarize(messages)
+        try:
+            self.closing_ticks(messages)  # readers advance past the successful tasks' rows
+        except Exception as exc:  # noqa: BLE001 - keep the abort going
+            log.warning("msgstream sink: the closing time ticks could not be sent: %s", exc)
+        if self.opts.transactional:
+            log.warning("msgstream sink aborted: %d task(s) failed; their transactions were rolled back (or expire "
+                        "after txnKeepalive); successful tasks had committed %d inserted and %d deleted rows",
+                        s["failed_tasks"], s["inserted"], s["deleted"])
+            return
         log.warning("msgstream sink aborted: %d task(s) failed; successful tasks had already produced "
                     "%d inserted and %d deleted rows (messages cannot be retracted; read with dedupe "
                     "to drop replays when the write is retried)", s["failed_tasks"], s["inserted"], s["deleted"])
@@ -148,6 +181,7 @@ class MsgStreamStreamArrowWriter(_SinkBase, DataSourceStreamArrowWriter):
         return self._write(iterator, None)
 
     def commit(self, messages: list[SinkCommitMessage | None], batchId: int) -> None:  # noqa: N803 - Spark's name
+        self.closing_ticks(messages)
         s = summarize(messages)
         if self.opts.writer_id_explicit:
             tw = TaskWriter(self.opts, self.plan)
