@@ -19,7 +19,7 @@ from msgstream_spark.msg import tso
 
 log = logging.getLogger(__name__)
 
-CONFIG_PREFIXES = ("mq.", "kafka.", "pulsar.", "local.", "msgchannel.", "rootcoord.", "msgstream.")
+CONFIG_PREFIXES = ("mq.", "kafka.", "pulsar.", "local.", "milvus.", "msgchannel.", "rootcoord.", "msgstream.")
 OUTPUTS = ("rows", "messages")
 DECODE_ERROR_POLICIES = ("fail", "skip")
 SCHEMA_CHANGE_POLICIES = ("fail", "ignore")

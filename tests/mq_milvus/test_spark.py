@@ -27,11 +27,10 @@ def test_batch_read_through_the_proxy_equals_reading_the_log(spark, milvus_proxy
     finally:
         pub.close()
         w.close()
-    # milvus.* keys go through a config file: the Spark source's options accept kafka./pulsar./local. keys only
-    conf = tmp_path / "milvus.yaml"
-    conf.write_text(yaml.safe_dump({"mq": {"type": "milvus"}, "milvus": {
-        "address": milvus_proxy.address, "metadataPath": str(tmp_path / "meta.json"), "requestTimeout": 10}}))
-    via_proxy = (spark.read.format("msgstream").option("config", str(conf))
+    # milvus.* keys as options here (the streaming test below passes them through a config file)
+    via_proxy = (spark.read.format("msgstream").option("mq.type", "milvus")
+                 .option("milvus.address", milvus_proxy.address)
+                 .option("milvus.metadataPath", str(tmp_path / "meta.json")).option("milvus.requestTimeout", "10")
                  .option("channels", ",".join(pub.channels)).load())
     local = Config.from_dict({"mq": {"type": "local"}, "local": {"path": milvus_proxy.store_path}})
     direct = (spark.read.format("msgstream").option("mq.type", "local").option("local.path", local.get("local.path"))
