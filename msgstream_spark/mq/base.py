@@ -21,12 +21,9 @@ import enum
 import uuid
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
 
 from msgstream_spark.errors import ConfigError, ProduceError
-
-if TYPE_CHECKING:
-    from msgstream_spark.mq.batch import RawBatch
+from msgstream_spark.mq.batch import RawBatch
 
 
 class SubscriptionInitialPosition(enum.IntEnum):
@@ -219,8 +216,6 @@ class Consumer(abc.ABC):
         Ids, properties and timestamps are made per message only when asked for. Backends with
         a cheaper bulk fetch override this; the default wraps :meth:`receive_batch`.
         """
-        from msgstream_spark.mq.batch import RawBatch
-
         return RawBatch.of_messages(self.channel, self.receive_batch(max_messages, timeout))
 
     def iterate(self, timeout: float) -> Iterator[Message]:

@@ -11,14 +11,15 @@ per-record handle from which ids, properties and timestamps are made only when a
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from msgstream_spark.mq.base import Message, MessageID
+if TYPE_CHECKING:  # base.py imports this module (Consumer.receive_raw)
+    from msgstream_spark.mq.base import Message, MessageID
 
 MSG_TYPE_KEY = "msg_type"  # the property Milvus's msgstream writes the message type into
 
 # (backend handle) -> (properties, hybrid timestamp or None)
-PropsOf = Callable[[Any], tuple[Mapping[str, str], "int | None"]]
+PropsOf = Callable[[Any], "tuple[Mapping[str, str], int | None]"]
 
 
 def _message_props(m: Message) -> tuple[Mapping[str, str], int | None]:
@@ -63,17 +64,3 @@ class RawBatch:
     def msg_type(self, i: int) -> str | None:
         """The ``msg_type`` property of message ``i`` (Milvus's type name), if it has one."""
         return self.properties(i).get(MSG_TYPE_KEY)
-
-    def message(self, i: int) -> Message:
-        props, ts = self._props_of(self._handles[i])
-        return Message(self.channel, self.payloads[i], props, self._id_of(i), ts)
-
-    def messages(self) -> list[Message]:
-        """Every message as a :class:`Message` (what ``receive_batch`` returns)."""
-        channel, id_of, props_of, handles = self.channel, self._id_of, self._props_of, self._handles
-        out = []
-        append = out.append
-        for i, payload in enumerate(self.payloads):
-            props, ts = props_of(handles[i])
-            append(Message(channel, payload, props, id_of(i), ts))
-        return out
