@@ -7,10 +7,10 @@ Runs are interleaved and the figures are medians.
 
 from __future__ import annotations
 
+import time
+
 import numpy as np
 import pyarrow as pa
-
-import time
 
 from bench._util import median, table
 from msgstream_spark.msg import codec
