@@ -32,7 +32,9 @@ def ratio_rows(res: dict) -> list[tuple[str, float, float]]:
         rows.append(("decode (baseline time / decode time)", 1 / c["decode_time_vs_baseline"], 1 / 1.2))
     s = res.get("bench.bench_spark_read") or {}
     for key, label, goal in (("local_vs_synthetic", "Spark read, embedded log vs synthetic", 0.8),
+                             ("local_collection_opt_vs_synthetic", "  same, with option collection", 0.8),
                              ("kafka_vs_synthetic", "Spark read, Kafka vs synthetic", 0.7),
+                             ("kafka_collection_opt_vs_synthetic", "  same, with option collection", 0.7),
                              ("streaming_vs_synthetic_parquet", "streaming -> parquet vs synthetic", 0.8)):
         if s.get(key):
             rows.append((label, s[key], goal))
@@ -85,15 +87,16 @@ def scaling_chart(scaling: dict, path: Path) -> None:
     by_rows = [c for c in cases if c["channels"] == 2]
     by_ch = [c for c in cases if c["rows"] == min(c2["rows"] for c2 in cases)]
     for m in masters:
-        pts = sorted((c["rows"], c["rows_s"], c["worker_peak_rss_mb"]) for c in by_rows if c["master"] == m)
+        pts = sorted((c["rows"], c["rows_s"], c["worker_peak_rss_mb"], c["worker_peak_anon_mb"])
+                     for c in by_rows if c["master"] == m)
         axes[0].plot([p[0] for p in pts], [p[1] for p in pts], "o-", label=m)
-        axes[1].plot([p[0] for p in pts], [p[2] for p in pts], "o-", label=m)
+        axes[1].plot([p[0] for p in pts], [p[2] for p in pts], "o-", label=f"{m} RSS")
+        axes[1].plot([p[0] for p in pts], [p[3] for p in pts], "s--", label=f"{m} anonymous (not file-backed)")
         pts = sorted((c["channels"], c["rows_s"]) for c in by_ch if c["master"] == m)
         axes[2].plot([p[0] for p in pts], [p[1] for p in pts], "o-", label=m)
     axes[0].set(xscale="log", xlabel="rows read (2 channels)", ylabel="rows/s", title="read rate by log size")
-    axes[1].set(xscale="log", xlabel="rows read (2 channels)", ylabel="MB", title="Python worker peak RSS")
+    axes[1].set(xscale="log", xlabel="rows read (2 channels)", ylabel="MB", title="Python worker peak memory")
     axes[2].set(xscale="log", xlabel="channels", ylabel="rows/s", title="read rate by channel count")
-    axes[1].set_ylim(bottom=0)
     for ax in axes:
         ax.set_ylim(bottom=0)
         ax.legend(fontsize=8)

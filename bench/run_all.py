@@ -30,8 +30,8 @@ SCRIPTS = [
 
 # Sizes per script: "full" is what the README's figures come from (about 10 minutes on 2 cores).
 SIZES = {
-    "full": {"bench.bench_spark_read": {"rows": 500_000, "mem_rows": 0, "kafka": True},
-             "bench.bench_spark_write": {"rows": 100_000},
+    "full": {"bench.bench_spark_read": {"rows": 300_000, "mem_rows": 0, "kafka": True},
+             "bench.bench_spark_write": {"rows": 50_000},
              "bench.profile_read": {"rows": 200_000, "kafka": True},
              "bench.bench_scaling": {"sizes": [1_000_000, 10_000_000]}},
     "quick": {"bench.bench_spark_read": {"rows": 200_000, "mem_rows": 0, "kafka": True},
