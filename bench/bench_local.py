@@ -46,7 +46,7 @@ def _raw(path: str, payloads: list[bytes]) -> tuple[float, float]:
     return t_prod, t_cons
 
 
-def _ours(path: str, payloads: list[bytes]) -> tuple[float, float]:
+def _ours(path: str, payloads: list[bytes]) -> tuple[float, float, float]:
     c = LocalClient(Config.from_dict({"mq": {"type": "local"}, "local": {"path": path}}))
     p = c.create_producer("c")
     msgs = [ProducerMessage(x, {"msg_type": "Insert"}) for x in payloads]
@@ -54,16 +54,23 @@ def _ours(path: str, payloads: list[bytes]) -> tuple[float, float]:
     for s in range(0, len(msgs), BATCH):
         p.send_batch(msgs[s:s + BATCH])
     t_prod = time.perf_counter() - t0
-    cons = c.subscribe("c", "bench", SubscriptionInitialPosition.EARLIEST)
-    t0 = time.perf_counter()
-    n = 0
-    while n < len(msgs):
-        n += len(cons.receive_batch(1024, 1.0))
-    t_cons = time.perf_counter() - t0
-    cons.close()
+    t_cons = _consume(c, len(msgs), bulk=False)
+    t_raw = _consume(c, len(msgs), bulk=True)
     p.close()
     c.close()
-    return t_prod, t_cons
+    return t_prod, t_cons, t_raw
+
+
+def _consume(c: LocalClient, count: int, bulk: bool) -> float:
+    """Seconds to read the channel through receive_batch (Message objects) or the bulk receive_raw."""
+    cons = c.subscribe("c", f"bench-{int(bulk)}", SubscriptionInitialPosition.EARLIEST)
+    t0 = time.perf_counter()
+    n = 0
+    while n < count:
+        n += len(cons.receive_raw(1024, 1.0) if bulk else cons.receive_batch(1024, 1.0))
+    t = time.perf_counter() - t0
+    cons.close()
+    return t
 
 
 def run() -> dict:
@@ -74,14 +81,16 @@ def run() -> dict:
             n = MESSAGES if size < 4096 else MESSAGES // 10
             payloads = [bytes([i % 251]) * size for i in range(n)]
             rp, rc = _raw(str(Path(d) / f"raw{size}.db"), payloads)
-            op, oc = _ours(str(Path(d) / f"ours{size}.db"), payloads)
+            op, oc, ob = _ours(str(Path(d) / f"ours{size}.db"), payloads)
             res[label] = {"messages": n, "produce_msgs_s": n / op, "consume_msgs_s": n / oc,
                           "raw_insert_msgs_s": n / rp, "raw_select_msgs_s": n / rc,
-                          "produce_ratio": rp / op, "consume_ratio": rc / oc}
+                          "produce_ratio": rp / op, "consume_ratio": rc / oc, "consume_raw_msgs_s": n / ob,
+                          "consume_raw_ratio": rc / ob}
             lines += [(f"{label}: raw sqlite insert", n / rp, None),
                       (f"{label}: produce (send_batch)", n / op, rp / op),
                       (f"{label}: raw sqlite select", n / rc, None),
-                      (f"{label}: consume (receive_batch)", n / oc, rc / oc)]
+                      (f"{label}: consume (receive_batch)", n / oc, rc / oc),
+                      (f"{label}: consume (bulk receive_raw)", n / ob, rc / ob)]
     print(table(lines, unit="msgs/s"))
     return res
 

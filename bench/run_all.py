@@ -1,13 +1,17 @@
-"""Run every benchmark script under bench/ and write their figures to bench/results/all.json.
+"""``make bench``: run every benchmark script, write bench/results/*.json and the PNG charts.
 
-Each script exposes ``run() -> dict`` and prints its own table with ratios against a
-baseline measured in the same run; this runner only collects them.
+Each script exposes ``run(**sizes) -> dict`` and prints its own table with ratios against a
+baseline measured in the same run; this runner passes the sizes, collects the figures into
+bench/results/<script>.json and all.json, and draws bench/results/ratios.png and scaling.png.
+
+    python -m bench.run_all [script ...]        BENCH_SIZE=quick for a short run (a few minutes)
 """
 
 from __future__ import annotations
 
 import importlib
 import json
+import os
 import sys
 import time
 import traceback
@@ -18,31 +22,56 @@ SCRIPTS = [
     "bench.bench_local",
     "bench.bench_kafka",
     "bench.bench_pulsar",
+    "bench.profile_read",
     "bench.bench_spark_read",
     "bench.bench_spark_write",
+    "bench.bench_scaling",
 ]
+
+# Sizes per script: "full" is what the README's figures come from (about 10 minutes on 2 cores).
+SIZES = {
+    "full": {"bench.bench_spark_read": {"rows": 300_000, "mem_rows": 0, "kafka": True},
+             "bench.bench_spark_write": {"rows": 50_000},
+             "bench.profile_read": {"rows": 200_000, "kafka": True},
+             "bench.bench_scaling": {"sizes": [1_000_000, 10_000_000]}},
+    "quick": {"bench.bench_spark_read": {"rows": 200_000, "mem_rows": 0, "kafka": True},
+              "bench.bench_spark_write": {"rows": 20_000, "reps": 2},
+              "bench.profile_read": {"rows": 50_000, "kafka": True},
+              "bench.bench_scaling": {"sizes": [100_000, 1_000_000], "channel_counts": [1, 4, 16]}},
+}
 
 
 def main(argv: list[str] | None = None) -> int:
     wanted = (argv if argv is not None else sys.argv[1:]) or SCRIPTS
-    results: dict[str, object] = {}
+    size = os.environ.get("BENCH_SIZE", "full")
+    sizes = SIZES.get(size, SIZES["full"])
+    out = Path("bench/results")
+    out.mkdir(parents=True, exist_ok=True)
+    all_path = out / "all.json"
+    results: dict[str, object] = json.loads(all_path.read_text()) if all_path.exists() and argv else {}
     failed = 0
+    t_all = time.monotonic()
     for name in wanted:
         name = name if name.startswith("bench.") else f"bench.{name}"
-        print(f"\n=== {name} ===", flush=True)
+        print(f"\n=== {name} ({size}) ===", flush=True)
         t0 = time.monotonic()
         try:
             mod = importlib.import_module(name)
-            results[name] = mod.run()
+            results[name] = mod.run(**sizes.get(name, {}))
         except Exception as exc:  # noqa: BLE001 - report and go on with the others
             failed += 1
             traceback.print_exc()
             results[name] = {"error": f"{type(exc).__name__}: {exc}"}
-        print(f"({name}: {time.monotonic() - t0:.1f}s)", flush=True)
-    out = Path("bench/results")
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "all.json").write_text(json.dumps(results, indent=2, default=str))
-    print(f"\nwrote {out / 'all.json'}")
+        took = time.monotonic() - t0
+        if isinstance(results[name], dict):
+            results[name]["bench_seconds"] = round(took, 1)  # type: ignore[index]
+        (out / f"{name.split('.')[-1]}.json").write_text(json.dumps(results[name], indent=2, default=str))
+        print(f"({name}: {took:.1f}s)", flush=True)
+    all_path.write_text(json.dumps(results, indent=2, default=str))
+    print(f"\nwrote {all_path} ({time.monotonic() - t_all:.0f}s in all)\n")
+    from bench.charts import main as charts
+
+    charts([str(all_path)])
     return 1 if failed else 0
 
 

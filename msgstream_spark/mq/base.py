@@ -23,6 +23,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from msgstream_spark.errors import ConfigError, ProduceError
+from msgstream_spark.mq.batch import RawBatch
 
 
 class SubscriptionInitialPosition(enum.IntEnum):
@@ -208,6 +209,14 @@ class Consumer(abc.ABC):
                 break
             out.append(m)
         return out
+
+    def receive_raw(self, max_messages: int, timeout: float) -> RawBatch:
+        """Like :meth:`receive_batch`, as parallel lists (payloads, positions) for bulk readers.
+
+        Ids, properties and timestamps are made per message only when asked for. Backends with
+        a cheaper bulk fetch override this; the default wraps :meth:`receive_batch`.
+        """
+        return RawBatch.of_messages(self.channel, self.receive_batch(max_messages, timeout))
 
     def iterate(self, timeout: float) -> Iterator[Message]:
         """Yield messages until none arrives for ``timeout`` seconds."""

@@ -13,6 +13,7 @@ from typing import Any
 
 from msgstream_spark.errors import ConsumeError, DataLossError
 from msgstream_spark.mq.base import Consumer, Message, MessageID
+from msgstream_spark.mq.batch import RawBatch
 from msgstream_spark.mq.kafka.message_id import OFFSET_BEGINNING, KafkaMessageID
 from msgstream_spark.mq.kafka.producer import TS_HEADER
 from msgstream_spark.mq.kafka.settings import KafkaSettings
@@ -20,6 +21,24 @@ from msgstream_spark.mq.kafka.settings import KafkaSettings
 _COMMIT_EVERY_S = 1.0
 
 log = logging.getLogger(__name__)
+
+
+def record_properties(m: Any) -> tuple[dict[str, str], int | None]:
+    """A record's properties (its headers but ours) and hybrid timestamp (our header, else the
+    record timestamp in milliseconds shifted into a hybrid ts)."""
+    props: dict[str, str] = {}
+    ts = None
+    headers = m.headers()
+    if headers:
+        for k, v in headers:
+            if k == TS_HEADER:
+                ts = int(v)
+            else:
+                props[k] = v.decode("utf-8", "replace") if type(v) is bytes else str(v or "")
+    if ts is None:
+        ms = m.timestamp()[1]
+        ts = ms << 18 if ms and ms > 0 else None
+    return props, ts
 
 
 def fetch(consumer: Any, max_messages: int, timeout: float) -> list:
@@ -76,17 +95,32 @@ class KafkaConsumer(Consumer):
         except KafkaException as exc:
             raise ConsumeError(f"channel {self.channel}: cannot read offsets from {self._s.brokers}: {exc}") from exc
 
-    def receive_batch(self, max_messages: int, timeout: float) -> list[Message]:
+    def receive_raw(self, max_messages: int, timeout: float) -> RawBatch:
+        """The fetched records as lists: per record only what the bare client loop reads too."""
+        self._check()
+        msgs = fetch(self._c, max_messages, timeout)
+        payloads: list[bytes] = []
+        offsets: list[int] = []
+        handles: list = []
+        add_payload, add_offset, add_handle = payloads.append, offsets.append, handles.append
+        for m in msgs:  # the hot loop: kept flat on purpose
+            if m.error() is not None and self._error(m.error()):
+                continue
+            add_payload(m.value() or b"")
+            add_offset(m.offset())
+            add_handle(m)
+        self._maybe_commit()
+        return RawBatch(self.channel, payloads, offsets, handles, lambda i: KafkaMessageID(offsets[i]),
+                        record_properties)
 
+    def receive_batch(self, max_messages: int, timeout: float) -> list[Message]:
         self._check()
         msgs = fetch(self._c, max_messages, timeout)
         out: list[Message] = []
         append, channel, new_id = out.append, self.channel, KafkaMessageID
-        for m in msgs:  # the hot loop: kept flat on purpose
-            err = m.error()
-            if err is not None:
-                if self._error(err):
-                    continue
+        for m in msgs:  # the hot loop: kept flat on purpose (record_properties inlined)
+            if m.error() is not None and self._error(m.error()):
+                continue
             props: dict[str, str] = {}
             ts = None
             headers = m.headers()
@@ -100,9 +134,12 @@ class KafkaConsumer(Consumer):
                 ms = m.timestamp()[1]
                 ts = ms << 18 if ms and ms > 0 else None
             append(Message(channel, m.value() or b"", props, new_id(m.offset()), ts))
+        self._maybe_commit()
+        return out
+
+    def _maybe_commit(self) -> None:
         if self._acked is not None and time.monotonic() - self._last_commit > _COMMIT_EVERY_S:
             self._commit(asynchronous=True)
-        return out
 
     def _error(self, err) -> bool:
         """True to skip the message (end of partition); raises for real errors."""

@@ -82,7 +82,12 @@ class KafkaSettings:
     def consumer_conf(self, group: str) -> dict[str, Any]:
         return self._merge({**self.base, "group.id": group, "enable.auto.commit": False,
                             "allow.auto.create.topics": True, "auto.offset.reset": "error",
-                            "enable.partition.eof": False},
+                            "enable.partition.eof": False,
+                            # librdkafka fetches 1 MiB per partition per request by default: two
+                            # 1000-row inserts a round trip. 16 MiB reads large logs ~20% faster
+                            # (bench/profile_read.py); the fetch queue stays bounded by
+                            # queued.max.messages.kbytes.
+                            "max.partition.fetch.bytes": 16 * 1024 * 1024},
                            self.consumer_overrides, "consumer")
 
     def admin_conf(self) -> dict[str, Any]:

@@ -8,6 +8,7 @@ from types import MappingProxyType
 
 from msgstream_spark.errors import ConsumeError, DataLossError
 from msgstream_spark.mq.base import Consumer, Message, MessageID
+from msgstream_spark.mq.batch import RawBatch
 from msgstream_spark.mq.local.message_id import LocalMessageID
 from msgstream_spark.mq.local.store import Connection, LocalSettings, write_txn
 
@@ -39,7 +40,8 @@ class LocalConsumer(Consumer):
             raise ConsumeError(f"consumer of channel {self.channel} was subscribed with initial position "
                                "unknown: seek before receiving")
 
-    def _fetch(self, limit: int) -> list[Message]:
+    def _rows(self, limit: int) -> list[tuple]:
+        """(id, ts, props, payload) of the next ``limit`` messages; advances the read position."""
         with self._db.lock:
             conn = self._db.get()
             rows = conn.execute("SELECT id, ts, props, payload FROM messages WHERE channel = ? AND id > ? "
@@ -51,33 +53,44 @@ class LocalConsumer(Consumer):
                     raise DataLossError(
                         f"channel {self.channel}: messages {self._after + 1}..{rows[0][0] - 1} were removed by "
                         f"retention before subscription {self._sub} read them", channel=self.channel)
-        ch = self.channel
-        cache = self._props
-        out = []
-        for mid, ts, props, payload in rows:
-            parsed = cache.get(props)
-            if parsed is None:
-                parsed = MappingProxyType(json.loads(props))  # shared: read-only
-                if len(cache) < 256:  # properties repeat ({"msg_type": "Insert"}): parse once
-                    cache[props] = parsed
-            out.append(Message(ch, payload, parsed, LocalMessageID(mid), ts))
         if rows:
             self._after = rows[-1][0]
-        return out
+        return rows
 
-    def receive_batch(self, max_messages: int, timeout: float) -> list[Message]:
+    def _parsed(self, props: str) -> MappingProxyType:
+        parsed = self._props.get(props)
+        if parsed is None:
+            parsed = MappingProxyType(json.loads(props))  # shared: read-only
+            if len(self._props) < 256:  # properties repeat ({"msg_type": "Insert"}): parse once
+                self._props[props] = parsed
+        return parsed
+
+    def _poll(self, max_messages: int, timeout: float) -> list[tuple]:
+        """Rows as soon as there are some, else after polling up to ``timeout``."""
         self._check()
         deadline = time.monotonic() + max(0.0, timeout)
         delay = _POLL_MIN
         while True:
-            out = self._fetch(max_messages)
-            if out:
-                return out
+            rows = self._rows(max_messages)
+            if rows:
+                return rows
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 return []
             time.sleep(min(delay, remaining))
             delay = min(delay * 2, _POLL_MAX)
+
+    def receive_batch(self, max_messages: int, timeout: float) -> list[Message]:
+        ch, parsed = self.channel, self._parsed
+        return [Message(ch, payload, parsed(props), LocalMessageID(mid), ts)
+                for mid, ts, props, payload in self._poll(max_messages, timeout)]
+
+    def receive_raw(self, max_messages: int, timeout: float) -> RawBatch:
+        rows = self._poll(max_messages, timeout)
+        offsets = [r[0] for r in rows]
+        parsed = self._parsed
+        return RawBatch(self.channel, [r[3] for r in rows], offsets, rows, lambda i: LocalMessageID(offsets[i]),
+                        lambda r: (parsed(r[2]), r[1]))
 
     def receive(self, timeout: float) -> Message | None:
         got = self.receive_batch(1, timeout)

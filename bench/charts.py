@@ -1,0 +1,120 @@
+"""PNG charts of one ``make bench`` run: the ratios against their goals, and how the read scales.
+
+    python -m bench.charts [bench/results/all.json]
+
+Writes bench/results/ratios.png (bars, goal marks) and bench/results/scaling.png.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+OUT = Path("bench/results")
+
+
+def ratio_rows(res: dict) -> list[tuple[str, float, float]]:
+    """(label, measured ratio, goal) for every ratio of the run; higher is better for all of them
+    (the decode ratio is the baseline's time over decode's time)."""
+    rows: list[tuple[str, float, float]] = []
+    k = res.get("bench.bench_kafka") or {}
+    for size, label in (("1024B", "1 KiB"), ("65536B", "64 KiB")):
+        r = k.get(size) or {}
+        if "consume_raw_ratio" in r:
+            rows.append((f"Kafka consume (bulk receive_raw), {label}", r["consume_raw_ratio"], 0.9))
+        if "consume_ratio" in r:
+            rows.append((f"Kafka consume (receive_batch), {label}", r["consume_ratio"], 0.9))
+        if "produce_ratio" in r:
+            rows.append((f"Kafka produce, {label}", r["produce_ratio"], 0.9))
+    c = res.get("bench.bench_codec") or {}
+    if c.get("decode_time_vs_baseline"):
+        rows.append(("decode (baseline time / decode time)", 1 / c["decode_time_vs_baseline"], 1 / 1.2))
+    s = res.get("bench.bench_spark_read") or {}
+    for key, label, goal in (("local_vs_synthetic", "Spark read, embedded log vs synthetic", 0.8),
+                             ("local_collection_opt_vs_synthetic", "  same, with option collection", 0.8),
+                             ("kafka_vs_synthetic", "Spark read, Kafka vs synthetic", 0.7),
+                             ("kafka_collection_opt_vs_synthetic", "  same, with option collection", 0.7),
+                             ("streaming_vs_synthetic_parquet", "streaming -> parquet vs synthetic", 0.8)):
+        if s.get(key):
+            rows.append((label, s[key], goal))
+    w = res.get("bench.bench_spark_write") or {}
+    for be, goal in (("local", 0.7), ("kafka", 0.85)):
+        if (w.get(be) or {}).get("ratio"):
+            rows.append((f"Spark write, {'embedded log' if be == 'local' else 'Kafka'} vs bare produce",
+                         w[be]["ratio"], goal))
+    return rows
+
+
+def ratios_chart(res: dict, path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    rows = ratio_rows(res)
+    if not rows:
+        return
+    labels = [r[0] for r in rows][::-1]
+    vals = [r[1] for r in rows][::-1]
+    goals = [r[2] for r in rows][::-1]
+    colors = ["#2e7d32" if v >= g else "#c62828" for v, g in zip(vals, goals)]
+    fig, ax = plt.subplots(figsize=(10, 0.42 * len(rows) + 1.4))
+    y = range(len(rows))
+    ax.barh(list(y), vals, color=colors)
+    for i, (v, g) in enumerate(zip(vals, goals)):
+        ax.plot([g, g], [i - 0.42, i + 0.42], color="black", lw=2)
+        ax.text(v + 0.01, i, f"{v:.2f}", va="center", fontsize=8)
+    ax.set_yticks(list(y), labels, fontsize=8)
+    ax.set_xlabel("ratio to the same-run baseline (black mark: goal; green: met)")
+    ax.set_title("msgstream-spark throughput against its baselines (make bench)")
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+
+
+def scaling_chart(scaling: dict, path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    cases = scaling.get("cases") or []
+    if not cases:
+        return
+    fig, axes = plt.subplots(1, 3, figsize=(13, 3.8))
+    masters = sorted({c["master"] for c in cases})
+    by_rows = [c for c in cases if c["channels"] == 2]
+    by_ch = [c for c in cases if c["rows"] == min(c2["rows"] for c2 in cases)]
+    for m in masters:
+        pts = sorted((c["rows"], c["rows_s"], c["worker_peak_rss_mb"], c["worker_peak_anon_mb"])
+                     for c in by_rows if c["master"] == m)
+        axes[0].plot([p[0] for p in pts], [p[1] for p in pts], "o-", label=m)
+        axes[1].plot([p[0] for p in pts], [p[2] for p in pts], "o-", label=f"{m} RSS")
+        axes[1].plot([p[0] for p in pts], [p[3] for p in pts], "s--", label=f"{m} anonymous (not file-backed)")
+        pts = sorted((c["channels"], c["rows_s"]) for c in by_ch if c["master"] == m)
+        axes[2].plot([p[0] for p in pts], [p[1] for p in pts], "o-", label=m)
+    axes[0].set(xscale="log", xlabel="rows read (2 channels)", ylabel="rows/s", title="read rate by log size")
+    axes[1].set(xscale="log", xlabel="rows read (2 channels)", ylabel="MB", title="Python worker peak memory")
+    axes[2].set(xscale="log", xlabel="channels", ylabel="rows/s", title="read rate by channel count")
+    for ax in axes:
+        ax.set_ylim(bottom=0)
+        ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = argv if argv is not None else sys.argv[1:]
+    res = json.loads(Path(args[0] if args else OUT / "all.json").read_text())
+    OUT.mkdir(parents=True, exist_ok=True)
+    ratios_chart(res, OUT / "ratios.png")
+    scaling_chart(res.get("bench.bench_scaling") or {}, OUT / "scaling.png")
+    for label, v, goal in ratio_rows(res):
+        print(f"{label:<52} {v:6.2f}  goal {goal:.2f}  {'met' if v >= goal else 'NOT met'}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
