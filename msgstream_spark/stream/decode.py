@@ -62,6 +62,9 @@ def wal_name(wal: str | WALName | int | None) -> WALName:
 
 def own_wal_id(wal: WALName, mid: MessageID) -> WalMessageId:
     """A broker message id as the WAL id string Milvus writes in ``_lc`` (b36 offset, or base64 MessageIdData)."""
+    wid = getattr(mid, "wal_id", None)
+    if isinstance(wid, WalMessageId):  # already a WAL id (the milvus backend's ids)
+        return wid
     offset = mid.offset
     if wal in (WALName.Kafka, WALName.RocksMQ) and offset is not None:
         return WalMessageId(wal, b36encode(int(offset)))
@@ -157,6 +160,10 @@ class ChannelDecoder:
         self._last_id = m.id
         if self._first_id is None:
             self._first_id = m.id
+        if self.wal == WALName.Unknown:  # ids that name their WAL (the milvus backend's) tell it
+            wal = getattr(m.id, "wal", None)
+            if isinstance(wal, WALName) and wal != WALName.Unknown:
+                self.wal = wal
         out = self._feed(m)
         if self._replay_until is not None:
             if m.id < self._replay_until:
@@ -216,8 +223,14 @@ class ChannelDecoder:
                 pos = wal_position(env, self.wal, own)
             except DecodeError as exc:
                 raise exc.with_location(self.channel, m.id.serialize()) from None
-        if pos is None:  # neither _lc nor _lcs (a replicated message): its own broker id
-            pos = MsgPosition(self.channel, m.id.serialize(), "", env.time_tick, int(self.wal))
+        if pos is None:  # neither _lc nor _lcs (a replicated message): its own id, as legacy bytes
+            own_bytes = m.id.serialize()
+            if self.wal != WALName.Unknown:
+                try:
+                    own_bytes = own_wal_id(self.wal, m.id).to_legacy_bytes()
+                except DecodeError:
+                    pass  # an id this WAL cannot express: the broker's own bytes
+            pos = MsgPosition(self.channel, own_bytes, "", env.time_tick, int(self.wal))
         return MsgPosition(pos.channel_name or self.channel, pos.msg_id, self.group, pos.timestamp, pos.wal_name)
 
     def _check_orphan(self, env) -> None:
