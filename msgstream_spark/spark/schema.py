@@ -81,6 +81,9 @@ def _scan_channel(opts: ReadOptions, ch: str, cons: Any, last: Any, deadline: fl
         if not batch:
             return
         seen += len(batch)
+        at_end = not batch[-1].id < last
+        if at_end:  # reached the channel's end as of the scan's start: nothing after it counts
+            batch = [m for m in batch if not last < m.id]
         wal = False
         for m in batch:
             if m.properties and m.properties.get(WAL_VERSION):
@@ -88,10 +91,8 @@ def _scan_channel(opts: ReadOptions, ch: str, cons: Any, last: Any, deadline: fl
                 _note_wal_schema(opts, ch, m, state)
             else:
                 _note_schema(opts, ch, m, found, created)
-        if found and opts.collection is not None and not wal:
-            return
-        if not batch[-1].id < last:
-            return  # reached the channel's end as of the scan's start: no wait for more
+        if at_end or found and opts.collection is not None and not wal:
+            return  # no wait for more at the end
 
 
 def _insert_collection(payload: bytes) -> tuple[int, str] | None:
