@@ -1,7 +1,9 @@
 """The source's Spark schema: fixed for ``messages``, inferred or given for ``rows``.
 
-Inference reads the channels from the start position until it finds, for the wanted
-collection, a CreateCollection message (the authoritative schema) or a first insert.
+Inference reads the channels from their first message until it finds, for the wanted
+collection, a CreateCollection message (the authoritative schema) or a first insert. Each
+channel is read up to its latest message as of the scan's start, and only messages that may
+tell a schema are decoded (an insert's collection is read from its top-level fields first).
 """
 
 from __future__ import annotations
