@@ -96,9 +96,9 @@ def _event_time(ts: np.ndarray) -> pa.Array:
     return pa.array(us, pa.timestamp("us", tz="UTC"))
 
 
-# A message's piece of at least this many rows goes to Spark as its own batch: concatenating
+# A message's piece of at least this many bytes goes to Spark as its own batch: concatenating
 # it would copy every column again for nothing (small pieces are still joined: fewer batches).
-PASS_THROUGH_ROWS = 2048
+PASS_THROUGH_BYTES = 256 * 1024
 
 
 class RowsBuilder:
@@ -171,7 +171,7 @@ class RowsBuilder:
         out: list[pa.RecordBatch] = []
         small: list[pa.RecordBatch] = []
         for piece in self.pieces:
-            if piece.num_rows < PASS_THROUGH_ROWS:
+            if piece.nbytes < PASS_THROUGH_BYTES:
                 small.append(piece)
                 continue
             if small:
