@@ -96,6 +96,11 @@ def _event_time(ts: np.ndarray) -> pa.Array:
     return pa.array(us, pa.timestamp("us", tz="UTC"))
 
 
+# A message's piece of at least this many bytes goes to Spark as its own batch: concatenating
+# it would copy every column again for nothing (small pieces are still joined: fewer batches).
+PASS_THROUGH_BYTES = 256 * 1024
+
+
 class RowsBuilder:
     """Accumulates per-message pieces and emits RecordBatches of the exact Spark Arrow schema."""
 
@@ -162,11 +167,25 @@ class RowsBuilder:
         return None
 
     def flush(self) -> list[pa.RecordBatch]:
-        if not self.pieces:
-            return []
-        out = pa.concat_batches(self.pieces) if len(self.pieces) > 1 else self.pieces[0]
+        """The pieces in order: large ones as they are (no copy), runs of small ones concatenated."""
+        out: list[pa.RecordBatch] = []
+        small: list[pa.RecordBatch] = []
+        for piece in self.pieces:
+            if piece.nbytes < PASS_THROUGH_BYTES:
+                small.append(piece)
+                continue
+            if small:
+                out.append(_concat(small))
+                small = []
+            out.append(piece)
+        if small:
+            out.append(_concat(small))
         self.pieces, self.rows = [], 0
-        return [out]
+        return out
+
+
+def _concat(pieces: list[pa.RecordBatch]) -> pa.RecordBatch:
+    return pa.concat_batches(pieces) if len(pieces) > 1 else pieces[0]
 
 
 class MessagesBuilder:

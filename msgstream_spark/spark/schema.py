@@ -1,7 +1,9 @@
 """The source's Spark schema: fixed for ``messages``, inferred or given for ``rows``.
 
-Inference reads the channels from the start position until it finds, for the wanted
-collection, a CreateCollection message (the authoritative schema) or a first insert.
+Inference reads the channels from their first message until it finds, for the wanted
+collection, a CreateCollection message (the authoritative schema) or a first insert. Each
+channel is read up to its latest message as of the scan's start, and only messages that may
+tell a schema are decoded (an insert's collection is read from its top-level fields first).
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from msgstream_spark.msg import codec
 from msgstream_spark.msg.schema import collection_arrow_schema, infer_collection_schema
 from msgstream_spark.msg.types import MsgType
 from msgstream_spark.msg.wal26 import WalMessageType, decode_message
+from msgstream_spark.msg.wire import iter_fields
 from msgstream_spark.spark.options import ReadOptions
 from msgstream_spark.spark.rows import METADATA, OP, messages_struct, rows_struct
 
@@ -22,6 +25,9 @@ log = logging.getLogger(__name__)
 
 INFER_MAX_MESSAGES = 100_000
 INFER_SECONDS = 30.0
+WAL_VERSION, WAL_TYPE = "_v", "_t"  # 2.6 message properties: wire version, message type
+_WAL_SCHEMA_TYPES = frozenset((WalMessageType.CreateCollection, WalMessageType.AlterCollection,
+                               WalMessageType.SchemaChange))
 
 
 def collection_fields(coll_schema: Any) -> tuple[list, str | None]:
@@ -53,29 +59,66 @@ def _scan_schemas(opts: ReadOptions, channels: list[str]) -> tuple[dict[int, tup
     deadline = time.monotonic() + INFER_SECONDS
     try:
         for ch in channels:
+            last = client.latest_message_id(ch)  # the scan ends here: later messages do not count
+            if last is None:
+                continue
             cons = client.reader(ch)
             try:
                 cons.seek(client.earliest_message_id(), inclusive=True)
-                seen = 0
-                while seen < INFER_MAX_MESSAGES and time.monotonic() < deadline:
-                    batch = cons.receive_batch(1024, 0.2)
-                    if not batch:
-                        break
-                    seen += len(batch)
-                    wal = False
-                    for m in batch:
-                        if m.properties and m.properties.get("_v"):
-                            wal = True
-                            _note_wal_schema(opts, ch, m, (found, created, broadcasts))
-                        else:
-                            _note_schema(opts, ch, m, found, created)
-                    if found and opts.collection is not None and not wal:
-                        break
+                _scan_channel(opts, ch, cons, last, deadline, (found, created, broadcasts))
             finally:
                 cons.unsubscribe()  # a throwaway inference subscription
     finally:
         client.close()
     return found, created
+
+
+def _scan_channel(opts: ReadOptions, ch: str, cons: Any, last: Any, deadline: float,
+                  state: tuple[dict, dict, set]) -> None:
+    """Feed one channel's messages up to ``last`` (its latest id when the scan began) to the notes."""
+    found, created, _ = state
+    seen = 0
+    while seen < INFER_MAX_MESSAGES and time.monotonic() < deadline:
+        batch = cons.receive_batch(1024, 0.2)
+        if not batch:
+            return
+        seen += len(batch)
+        at_end = not batch[-1].id < last
+        if at_end:  # reached the channel's end as of the scan's start: nothing after it counts
+            batch = [m for m in batch if not last < m.id]
+        wal = False
+        for m in batch:
+            if m.properties and m.properties.get(WAL_VERSION):
+                wal = True
+                _note_wal_schema(opts, ch, m, state)
+            else:
+                _note_schema(opts, ch, m, found, created)
+        if at_end or found and opts.collection is not None and not wal:
+            return  # no wait for more at the end
+
+
+def _insert_collection(payload: bytes) -> tuple[int, str] | None:
+    """(collectionID, collection_name) of an InsertRequest read from its top-level fields only,
+    skipping the row data; ``None`` when the bytes do not read (the full decode then decides)."""
+    cid, name = 0, ""
+    try:
+        for field_no, wire, value, start in iter_fields(payload):
+            if field_no == 7 and wire == 0:
+                cid = value - (1 << 64) if value >= 1 << 63 else value
+            elif field_no == 4 and wire == 2:
+                name = bytes(payload[start:start + value]).decode("utf-8")
+    except (ValueError, UnicodeDecodeError):
+        return None
+    return cid, name
+
+
+def _known_insert(opts: ReadOptions, payload: bytes, found: dict) -> bool:
+    """True when an insert adds nothing: another collection's, or of one whose schema is known."""
+    peek = _insert_collection(payload)
+    if peek is None:
+        return False
+    cid, name = peek
+    return cid in found or not _matches(opts, cid, name)
 
 
 def _note_schema(opts: ReadOptions, ch: str, m: Any, found: dict, created: dict) -> None:
@@ -86,6 +129,8 @@ def _note_schema(opts: ReadOptions, ch: str, m: Any, found: dict, created: dict)
         return
     if t not in (MsgType.CreateCollection, MsgType.Insert):
         return
+    if t == MsgType.Insert and _known_insert(opts, m.payload, found):
+        return  # no need to decode its rows
     try:
         msg = codec.unmarshal(m.payload, m.properties, channel=ch)
     except Exception:  # noqa: BLE001
@@ -111,9 +156,24 @@ def _broadcast_key(env: Any, cid: int) -> tuple | None:
     return None
 
 
+def _wal_wanted(opts: ReadOptions, m: Any, found: dict) -> bool:
+    """Whether a 2.6 message may tell a schema, judged from ``_t`` (and a v1 insert's top fields)."""
+    try:
+        t = int(m.properties.get(WAL_TYPE, ""))
+    except ValueError:
+        return True  # the decode reports what is wrong (and inference skips it)
+    if t in _WAL_SCHEMA_TYPES:
+        return True
+    if t != WalMessageType.Insert:
+        return False
+    return m.properties.get(WAL_VERSION) != "1" or not _known_insert(opts, m.payload, found)
+
+
 def _note_wal_schema(opts: ReadOptions, ch: str, m: Any, state: tuple[dict, dict, set]) -> None:
     """The schema a 2.6 message tells: CreateCollection (each broadcast once), AlterCollection, Insert."""
     found, created, seen = state
+    if not _wal_wanted(opts, m, found):
+        return
     try:
         msg = decode_message(m.payload, m.properties, channel=ch)
         t = msg.wal.msg_type
