@@ -62,10 +62,14 @@ def _op_total(counts: dict[str, int], op: str) -> int:
 
 
 def _publish_ns(common: dict[str, str], args: argparse.Namespace, rows: int, start: int) -> argparse.Namespace:
-    """Arguments of jobs.publish for ``rows`` synthetic rows from primary key ``start``."""
-    return _ns(**common, input=None, synthetic=rows, dim=args.dim, start=start, partitions=args.partitions,
-               delete_fraction=args.delete_fraction, collection="demo", collection_id=None, partition="_default",
-               primary_key=None, field_types=None, max_message_size=None, writer_id=None)
+    """Arguments of jobs.publish for ``rows`` synthetic rows from primary key ``start``, parsed by its own
+    parser (every option it has keeps its default)."""
+    from jobs import publish
+
+    return publish.build_parser().parse_args([
+        "--config", common["config"], "--channels", common["channels"], "--synthetic", str(rows),
+        "--dim", str(args.dim), "--start", str(start), "--partitions", str(args.partitions),
+        "--delete-fraction", str(args.delete_fraction), "--collection", "demo"])
 
 
 def _expected(args: argparse.Namespace, step: int) -> dict[str, int]:

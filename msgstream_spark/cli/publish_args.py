@@ -36,12 +36,10 @@ def add_publish_args(p: argparse.ArgumentParser) -> None:
 def wire_options(args) -> dict[str, str]:
     """The sink options of --wire-format, --transactional and --txn-keepalive (defaults left out)."""
     opts = {}
-    wire = getattr(args, "wire_format", "2.5")  # callers that build their own namespace (the demo) omit them
-    keepalive = getattr(args, "txn_keepalive", None)
-    if wire != "2.5":
-        opts["wireFormat"] = wire
-    if getattr(args, "transactional", False):
+    if args.wire_format != "2.5":
+        opts["wireFormat"] = args.wire_format
+    if args.transactional:
         opts["transactional"] = "true"
-    if keepalive is not None:
-        opts["txnKeepalive"] = str(keepalive)
+    if args.txn_keepalive is not None:
+        opts["txnKeepalive"] = str(args.txn_keepalive)
     return opts

@@ -22,9 +22,12 @@ def ns(**kw):
 
 
 def publish_args(cfg, chans, rows, start=0, delete_fraction=0.0, dim=8):
-    return ns(config=cfg, channels=",".join(chans), input=None, synthetic=rows, dim=dim, start=start,
-              partitions=2, delete_fraction=delete_fraction, collection="jobs", collection_id=None,
-              partition="_default", primary_key=None, field_types=None, max_message_size=None, writer_id=None)
+    """The job's own parser builds them, as from a command line (every other option at its default)."""
+    from jobs import publish
+
+    return publish.build_parser().parse_args([
+        "--config", cfg, "--channels", ",".join(chans), "--synthetic", str(rows), "--dim", str(dim),
+        "--start", str(start), "--partitions", "2", "--delete-fraction", str(delete_fraction), "--collection", "jobs"])
 
 
 def table(path):
