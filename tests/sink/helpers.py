@@ -12,6 +12,20 @@ import yaml
 from msgstream_spark.mq.base import Message, SubscriptionInitialPosition
 
 
+def two_part_parquet(directory: Path) -> Path:
+    """``<directory>/in``: two Parquet files of 100 rows each (``pk`` 0..199, ``v`` = float(pk))."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    src = Path(directory) / "in"
+    src.mkdir()
+    for part in range(2):
+        pks = list(range(part * 100, part * 100 + 100))
+        pq.write_table(pa.table({"pk": pa.array(pks, pa.int64()), "v": pa.array([float(p) for p in pks])}),
+                       src / f"part-{part}.parquet")
+    return src
+
+
 def config_file(env, directory: Path) -> str:
     """Write ``env.config`` as a YAML file (flat dotted keys) and return its path."""
     path = Path(directory) / f"{env.name}-{uuid.uuid4().hex[:6]}.yaml"

@@ -12,7 +12,7 @@ import pytest
 
 from msgstream_spark.msg.hashing import hash_int64
 from tests.sink import failpoint
-from tests.sink.helpers import config_file
+from tests.sink.helpers import config_file, two_part_parquet
 from tests.sink.test_sink_spark import FIELD_TYPES, _types_df
 from tests.sink.wal26_read import apply
 
@@ -79,16 +79,9 @@ def test_streaming_2_6_transactions_exactly_once_after_a_killed_task(spark, loca
     """The 2.5 exactly-once scenario in the 2.6 format: a worker killed after producing, the query
     restarted, the batch replayed. Dedupe in broker order plus transaction assembly applies every
     row once: the killed attempt never committed, and a replayed commit is dropped."""
-    import pyarrow as pa
-    import pyarrow.parquet as pq
 
     chans = [local_env.new_channel("eo26") for _ in range(2)]
-    src = tmp_path / "in"
-    src.mkdir()
-    for part in range(2):
-        pks = list(range(part * 100, part * 100 + 100))
-        pq.write_table(pa.table({"pk": pa.array(pks, pa.int64()), "v": pa.array([float(p) for p in pks])}),
-                       src / f"part-{part}.parquet")
+    src = two_part_parquet(tmp_path)
     cfg = config_file(local_env, tmp_path)
     marker, chk = tmp_path / "killed.marker", tmp_path / "chk"
     root = Path(__file__).resolve().parents[2]

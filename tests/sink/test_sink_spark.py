@@ -13,7 +13,7 @@ import pytest
 
 from msgstream_spark.sink.dedupe import ReplayFilter
 from tests.sink import failpoint
-from tests.sink.helpers import config_file, deleted_keys, inserted_rows, read_all
+from tests.sink.helpers import config_file, deleted_keys, inserted_rows, read_all, two_part_parquet
 
 pytestmark = pytest.mark.slow
 
@@ -171,16 +171,9 @@ def test_streaming_exactly_once_after_a_killed_task(spark, local_env, tmp_path):
     The replayed batch is written again (the channel holds duplicates) and reading with the
     replay filter / dedupe yields every row exactly once.
     """
-    import pyarrow as pa
-    import pyarrow.parquet as pq
 
     chans = [local_env.new_channel("eo") for _ in range(2)]
-    src = tmp_path / "in"
-    src.mkdir()
-    for part in range(2):
-        pks = list(range(part * 100, part * 100 + 100))
-        pq.write_table(pa.table({"pk": pa.array(pks, pa.int64()), "v": pa.array([float(p) for p in pks])}),
-                       src / f"part-{part}.parquet")
+    src = two_part_parquet(tmp_path)
     cfg = config_file(local_env, tmp_path)
     marker = tmp_path / "killed.marker"
     chk = tmp_path / "chk"

@@ -292,17 +292,16 @@ class MilvusConsumer(Consumer):
             raise ConsumeError(f"consumer of pchannel {self.channel} ({self._sub}) is closed")
 
     def close(self) -> None:
-        if self._closed:
-            return
-        self._closed = True
-        self._drop_stream()
-        if self._on_close is not None:
-            self._on_close(self, False)
+        self._end(unsubscribe=False)
 
     def unsubscribe(self) -> None:
+        self._end(unsubscribe=True)
+
+    def _end(self, unsubscribe: bool) -> None:
+        """Close the stream once; ``on_close`` keeps the subscription's cursor or forgets it."""
         if self._closed:
             return
         self._closed = True
         self._drop_stream()
         if self._on_close is not None:
-            self._on_close(self, True)
+            self._on_close(self, unsubscribe)
