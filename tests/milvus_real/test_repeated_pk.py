@@ -146,7 +146,7 @@ def test_the_mirror_order_keeps_what_query_returns(repeated):
     _, _, sealed, changes = repeated
     index: dict[tuple, int] = {}
     rows = []
-    for op, ts, pk, v in changes:  # row index inside its message: per (op, ts), in channel order
+    for op, ts, _pk, _v in changes:  # row index inside its message: per (op, ts), in channel order
         rows.append(index.setdefault((op, ts), 0))
         index[(op, ts)] += 1
     t = pa.table({"op": [c[0] for c in changes], "pk": [c[2] for c in changes], "v": [c[3] for c in changes],
