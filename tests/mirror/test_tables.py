@@ -208,3 +208,13 @@ def test_batches_of_thousands_of_keys(fmt, tmp_path):
     apply_batch(t, to_arrow(first), "pk", "q", 0)
     apply_batch(t, to_arrow(second), "pk", "q", 1)
     assert _rows(t) == model(first + second)
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_a_batch_with_a_new_field_adds_its_column(fmt, tmp_path):
+    t = _open(fmt, tmp_path / "t")
+    apply_batch(t, to_arrow([insert(10, (1, "a"))]), "pk", "q", 0)
+    batch = to_arrow([insert(20, (2, "b")), delete(21, 1)]).append_column("extra", pa.array(["x", None]))
+    apply_batch(t, batch, "pk", "q", 1)
+    assert t.schema.field("extra").nullable
+    assert [(r["pk"], r["extra"]) for r in t.to_arrow().to_pylist()] == [(2, "x")]
