@@ -218,3 +218,31 @@ def test_a_batch_with_a_new_field_adds_its_column(fmt, tmp_path):
     apply_batch(t, batch, "pk", "q", 1)
     assert t.schema.field("extra").nullable
     assert [(r["pk"], r["extra"]) for r in t.to_arrow().to_pylist()] == [(2, "x")]
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_varchar_key_binary_vector_json_and_the_dynamic_field(fmt, tmp_path):
+    from msgstream_spark.mirror import seq_array
+
+    fields = pa.schema([pa.field("key", pa.string()), pa.field("bv", pa.binary()), pa.field("j", pa.string()),
+                        pa.field("$meta", pa.string()), pa.field("n", pa.int32())])
+    t = _open(fmt, tmp_path / "t", pk="key", arrow_schema=fields)
+
+    def batch(op, ts, keys, n=None):
+        k = len(keys)
+        ins = op == "insert"
+        return pa.table({"op": [op] * k, "key": keys,
+                         "bv": pa.array([bytes([len(x), ts]) if ins else None for x in keys], pa.binary()),
+                         "j": pa.array(['{"t": %d}' % ts if ins else None for _ in keys], pa.string()),
+                         "$meta": pa.array(['{"dyn": 1}' if ins else None for _ in keys], pa.string()),
+                         "n": pa.array([n] * k, pa.int32()),
+                         "_ts": pa.array([ts] * k, pa.int64()), "_seq": seq_array(np.full(k, ts, np.uint64), op),
+                         "_partition": pa.array([1] * k, pa.int64())})
+
+    apply_batch(t, batch("insert", 5, ["k1", "k2", "k3"]), "key", "q", 0)
+    apply_batch(t, pa.concat_tables([batch("delete", 6, ["k2"]), batch("insert", 6, ["k2"], n=4),
+                                     batch("delete", 7, ["k3"])]), "key", "q", 1)
+    got = {r["key"]: (r["bv"], r["j"], r["$meta"], r["n"]) for r in t.to_arrow().to_pylist()}
+    assert got == {"k1": (bytes([2, 5]), '{"t": 5}', '{"dyn": 1}', None),
+                   "k2": (bytes([2, 6]), '{"t": 6}', '{"dyn": 1}', 4)}
+    assert t.schema.field("key").nullable is False and t.schema.field("n").nullable
