@@ -17,12 +17,13 @@ from typing import Any
 from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 from pyspark.sql.types import StructType
 
-from msgstream_spark.spark.offsets import resolve_end, resolve_start
-from msgstream_spark.spark.options import ReadOptions, parse_read_options
-from msgstream_spark.spark.reader import plan_partitions, read_partition
-from msgstream_spark.spark.rows import rows_schema_ddl
-from msgstream_spark.spark.schema import infer, user_pk
+from msgstream_spark.source.offsets import resolve_end, resolve_start
+from msgstream_spark.source.options import ReadOptions, parse_read_options
+from msgstream_spark.source.rows import rows_schema_ddl
+from msgstream_spark.source.schema import user_pk
+from msgstream_spark.spark.partitions import plan_partitions, read_partition
 from msgstream_spark.spark.stream_reader import MsgStreamStreamReader, list_channels
+from msgstream_spark.spark.structs import infer
 from msgstream_spark.spark.writer import batch_writer, stream_writer
 
 PK_META = "msgstream.primaryKey"

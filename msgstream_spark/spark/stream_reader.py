@@ -25,10 +25,10 @@ from pyspark.sql.streaming.datasource import (
     SupportsTriggerAvailableNow,
 )
 
-from msgstream_spark.spark.offsets import Offset, dumps, entry, normalize, resolve_start, unb64
-from msgstream_spark.spark.options import ReadOptions
-from msgstream_spark.spark.reader import plan_partitions, read_partition
-from msgstream_spark.spark.scan import Scanner
+from msgstream_spark.source.offsets import Offset, dumps, entry, normalize, resolve_start, unb64
+from msgstream_spark.source.options import ReadOptions
+from msgstream_spark.source.scan import Scanner
+from msgstream_spark.spark.partitions import plan_partitions, read_partition
 
 log = logging.getLogger(__name__)
 

@@ -1,4 +1,4 @@
-"""The source's Spark schema: fixed for ``messages``, inferred or given for ``rows``.
+"""The source's schema: fixed for ``messages``, inferred or given for ``rows``.
 
 Inference reads the channels from their first message until it finds, for the wanted
 collection, a CreateCollection message (the authoritative schema) or a first insert. Each
@@ -12,14 +12,16 @@ import logging
 import time
 from typing import Any
 
+import pyarrow as pa
+
 from msgstream_spark.errors import SchemaError
 from msgstream_spark.msg import codec
 from msgstream_spark.msg.schema import collection_arrow_schema, infer_collection_schema
 from msgstream_spark.msg.types import MsgType
 from msgstream_spark.msg.wal26 import WalMessageType, decode_message
 from msgstream_spark.msg.wire import iter_fields
-from msgstream_spark.spark.options import ReadOptions
-from msgstream_spark.spark.rows import METADATA, OP, messages_struct, rows_struct
+from msgstream_spark.source.options import ReadOptions
+from msgstream_spark.source.rows import METADATA, OP, messages_arrow_schema, rows_arrow_schema
 
 log = logging.getLogger(__name__)
 
@@ -28,17 +30,6 @@ INFER_SECONDS = 30.0
 WAL_VERSION, WAL_TYPE = "_v", "_t"  # 2.6 message properties: wire version, message type
 _WAL_SCHEMA_TYPES = frozenset((WalMessageType.CreateCollection, WalMessageType.AlterCollection,
                                WalMessageType.SchemaChange))
-
-
-def collection_fields(coll_schema: Any) -> tuple[list, str | None]:
-    """(StructFields of the collection's user fields, primary key name)."""
-    from pyspark.sql.pandas.types import from_arrow_type
-    from pyspark.sql.types import StructField
-
-
-    arrow = collection_arrow_schema(coll_schema)
-    pk = next((f.name for f in coll_schema.fields if f.is_primary_key), None)
-    return [StructField(f.name, from_arrow_type(f.type), True) for f in arrow], pk
 
 
 def _matches(opts: ReadOptions, cid: int, name: str) -> bool:
@@ -206,10 +197,8 @@ def _note_wal_schema(opts: ReadOptions, ch: str, m: Any, state: tuple[dict, dict
         created.setdefault(cid, msg.wal.time_tick)
 
 
-def infer(opts: ReadOptions, channels: list[str]) -> tuple[Any, str | None, int | None]:
-    """(StructType, pk name, collection id) for ``opts``; SchemaError if nothing is found."""
-    if opts.output == "messages":
-        return messages_struct(), None, None
+def infer_collection(opts: ReadOptions, channels: list[str]) -> tuple[Any, int]:
+    """(CollectionSchema, collection id) of the collection ``opts`` reads; SchemaError if nothing is found."""
     found, created = _scan_schemas(opts, channels)
     if not found:
         what = f"collection {opts.collection!r}" if opts.collection else "any collection"
@@ -226,14 +215,25 @@ def infer(opts: ReadOptions, channels: list[str]) -> tuple[Any, str | None, int 
         raise SchemaError(f"channels {', '.join(channels)} carry several collections (ids "
                           f"{', '.join(map(str, sorted(found)))}): set option collection to pick one")
     cid, (coll, src) = next(iter(found.items()))
-    fields, pk = collection_fields(coll)
     log.info("inferred the schema of collection %s from a %s message", cid, src)
-    return rows_struct(fields), pk, cid
+    return coll, cid
+
+
+def primary_key(coll_schema: Any) -> str | None:
+    return next((f.name for f in coll_schema.fields if f.is_primary_key), None)
+
+
+def infer_arrow(opts: ReadOptions, channels: list[str]) -> tuple[pa.Schema, str | None, int | None]:
+    """(Arrow schema of the output, pk name, collection id) for ``opts``; SchemaError if nothing is found."""
+    if opts.output == "messages":
+        return messages_arrow_schema(), None, None
+    coll, cid = infer_collection(opts, channels)
+    return rows_arrow_schema(collection_arrow_schema(coll)), primary_key(coll), cid
 
 
 def user_pk(schema: Any) -> str | None:
     """With a user-given schema, the primary key is its first collection field."""
-    for f in schema.fields:
+    for f in (schema if isinstance(schema, pa.Schema) else schema.fields):
         if f.name != OP and f.name not in METADATA:
             return f.name
     return None

@@ -1,4 +1,4 @@
-"""Decoded messages -> Arrow record batches in the Spark schema, column-wise.
+"""Decoded messages -> Arrow record batches of the source's schema, column-wise.
 
 ``rows`` output: one row per inserted row and per deleted key, the collection's fields
 plus metadata columns. ``messages`` output: one row per message, undecoded payload.
@@ -28,30 +28,29 @@ MESSAGES_DDL = ("channel string, msg_id binary, position string, msg_type string
                 "version int, vchannel string, txn_id bigint, broadcast_id bigint")
 
 
-def _spark_fields(ddl_like: str) -> list:
-    """StructFields from our fixed 'name type, ...' lists without a SparkContext."""
-    from pyspark.sql import types as T
-
-    simple = {"string": T.StringType(), "bigint": T.LongType(), "int": T.IntegerType(), "timestamp": T.TimestampType(),
-              "binary": T.BinaryType(), "map<string,string>": T.MapType(T.StringType(), T.StringType())}
-    out = []
-    for part in ddl_like.split(", "):
-        name, typ = part.split(" ", 1)
-        out.append(T.StructField(name, simple[typ], True))
-    return out
+# The fixed columns as Arrow types (what Spark's types of the DDL above map to, field by field).
+_ARROW = {"string": pa.string(), "bigint": pa.int64(), "int": pa.int32(), "timestamp": pa.timestamp("us", tz="UTC"),
+          "binary": pa.binary(), "map<string,string>": pa.map_(pa.string(), pa.string())}
 
 
-def rows_struct(collection_fields: list) -> object:
-    """op + the collection's fields + metadata columns, as a StructType."""
-    from pyspark.sql import types as T
-
-    return T.StructType([T.StructField(OP, T.StringType(), True), *collection_fields, *_spark_fields(METADATA_DDL)])
+def ddl_fields(ddl_like: str) -> list[tuple[str, str]]:
+    """(name, type) of our fixed 'name type, ...' lists."""
+    return [tuple(part.split(" ", 1)) for part in ddl_like.split(", ")]  # type: ignore[misc]
 
 
-def messages_struct() -> object:
-    from pyspark.sql import types as T
+def _arrow_fields(ddl_like: str) -> list[pa.Field]:
+    return [pa.field(name, _ARROW[typ], nullable=True) for name, typ in ddl_fields(ddl_like)]
 
-    return T.StructType(_spark_fields(MESSAGES_DDL))
+
+def rows_arrow_schema(collection_fields: pa.Schema | list[pa.Field]) -> pa.Schema:
+    """op + the collection's fields + metadata columns: the Arrow schema of ``rows`` output."""
+    fields = [pa.field(f.name, f.type, nullable=True) for f in collection_fields]
+    return pa.schema([pa.field(OP, pa.string(), nullable=True), *fields, *_arrow_fields(METADATA_DDL)])
+
+
+def messages_arrow_schema() -> pa.Schema:
+    """The Arrow schema of ``messages`` output."""
+    return pa.schema(_arrow_fields(MESSAGES_DDL))
 
 
 def _ddl_columns(ddl: str) -> list[str]:
