@@ -9,6 +9,7 @@ Spark's partitions are these ranges (``msgstream_spark.spark.partitions``).
 from __future__ import annotations
 
 import logging
+import re
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -45,6 +46,21 @@ class ReadRange:
     collection_id: int | None = None
     collection_name: str | None = None
     limit: Entry | None = None  # an earlier piece of a split range: the range's end (transactions finish)
+
+
+def list_channels(opts: ReadOptions, client: Any) -> list[str]:
+    """The channels a read covers: option channels, else the backend's channels matching channelPattern."""
+    if opts.channels:
+        return list(opts.channels)
+    rx = re.compile(opts.channel_pattern or "")
+    return sorted(c for c in client.list_channels() if rx.fullmatch(c))
+
+
+def collection_filter(opts: ReadOptions) -> tuple[int | None, str | None]:
+    """(collection id, collection name) of option ``collection`` (a number is an id)."""
+    if opts.collection is None:
+        return None, None
+    return (int(opts.collection), None) if opts.collection.isdigit() else (None, opts.collection)
 
 
 def plan_reads(client: Any, start: Offset, end: Offset, opts: ReadOptions, schema_json: str,

@@ -7,16 +7,21 @@ Per message the work is a handful of Arrow calls; nothing loops over rows in Pyt
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 import numpy as np
 import pyarrow as pa
 
+from msgstream_spark.errors import DecodeError
 from msgstream_spark.msg import codec
 from msgstream_spark.msg.columns import field_data_to_arrow
 from msgstream_spark.msg.position import MsgPosition
 from msgstream_spark.msg.types import DeleteMsg, InsertMsg, MsgType, TsMsg
 from msgstream_spark.msg.wal26 import parse_envelope
+from msgstream_spark.source.offsets import b64
+
+log = logging.getLogger(__name__)
 
 OP = "op"
 METADATA = ("_channel", "_shard", "_collection", "_partition", "_ts", "_event_time", "_msg_id", "_position")
@@ -250,7 +255,8 @@ def _wal_columns(m: Any, msg: TsMsg | None) -> dict[str, Any]:
     if env is None and msg is None and m.properties and "_v" in m.properties:
         try:  # an undecodable message (onDecodeError=skip) still shows its envelope
             env = parse_envelope(m.properties)
-        except Exception:  # noqa: BLE001 - messages output shows what it can
+        except DecodeError as exc:  # messages output shows what it can (a codec bug propagates)
+            log.debug("channel %s msgID(base64)=%s: no envelope shown: %s", m.channel, b64(m.id.serialize()), exc)
             env = None
     if env is None:
         return {}
@@ -261,7 +267,8 @@ def _wal_columns(m: Any, msg: TsMsg | None) -> dict[str, Any]:
 def _safe_type(m: Any) -> int | None:
     try:
         return codec.peek_msg_type(m.payload, m.properties)
-    except Exception:  # noqa: BLE001 - messages output shows what it can
+    except DecodeError as exc:  # messages output shows what it can (a codec bug propagates)
+        log.debug("channel %s msgID(base64)=%s: no message type shown: %s", m.channel, b64(m.id.serialize()), exc)
         return None
 
 

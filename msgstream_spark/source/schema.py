@@ -14,12 +14,13 @@ from typing import Any
 
 import pyarrow as pa
 
-from msgstream_spark.errors import SchemaError
+from msgstream_spark.errors import DecodeError, SchemaError, UnknownMessageTypeError
 from msgstream_spark.msg import codec
 from msgstream_spark.msg.schema import collection_arrow_schema, infer_collection_schema
 from msgstream_spark.msg.types import MsgType
 from msgstream_spark.msg.wal26 import WalMessageType, decode_message
 from msgstream_spark.msg.wire import iter_fields
+from msgstream_spark.source.offsets import b64
 from msgstream_spark.source.options import ReadOptions
 from msgstream_spark.source.rows import METADATA, OP, messages_arrow_schema, rows_arrow_schema
 
@@ -112,20 +113,27 @@ def _known_insert(opts: ReadOptions, payload: bytes, found: dict) -> bool:
     return cid in found or not _matches(opts, cid, name)
 
 
+def _skipped(ch: str, m: Any, exc: DecodeError) -> None:
+    """An undecodable message tells no schema: logged with its channel and position, then skipped."""
+    level = logging.DEBUG if isinstance(exc, UnknownMessageTypeError) else logging.WARNING
+    log.log(level, "schema inference skips the message at channel %s msgID(base64)=%s: %s", ch,
+            b64(m.id.serialize()), exc.reason)
+
+
 def _note_schema(opts: ReadOptions, ch: str, m: Any, found: dict, created: dict) -> None:
     """Record the schema one raw message tells (a CreateCollection wins over an insert)."""
     try:
         t = codec.peek_msg_type(m.payload, m.properties)
-    except Exception:  # noqa: BLE001 - corrupt messages do not stop inference
-        return
+    except DecodeError as exc:  # a corrupt message does not stop inference (a codec bug does)
+        return _skipped(ch, m, exc)
     if t not in (MsgType.CreateCollection, MsgType.Insert):
         return
     if t == MsgType.Insert and _known_insert(opts, m.payload, found):
         return  # no need to decode its rows
     try:
         msg = codec.unmarshal(m.payload, m.properties, channel=ch)
-    except Exception:  # noqa: BLE001
-        return
+    except DecodeError as exc:
+        return _skipped(ch, m, exc)
     name = getattr(msg.proto, "collectionName", "") or getattr(msg.proto, "collection_name", "")
     cid = msg.collection_id
     if not _matches(opts, cid, name):
@@ -177,8 +185,8 @@ def _note_wal_schema(opts: ReadOptions, ch: str, m: Any, state: tuple[dict, dict
             schema, name = None, msg.proto.collection_name
         else:
             return
-    except Exception:  # noqa: BLE001 - corrupt messages do not stop inference
-        return
+    except DecodeError as exc:  # a corrupt message does not stop inference (a codec bug does)
+        return _skipped(ch, m, exc)
     cid = msg.collection_id
     if schema is None and t != WalMessageType.Insert or not _matches(opts, cid, name):
         return
