@@ -20,17 +20,23 @@ from msgstream_spark.msg.wire import encode_varint
 # DataType numbers (schema.proto)
 BOOL, INT8, INT16, INT32, INT64, FLOAT, DOUBLE = 1, 2, 3, 4, 5, 10, 11
 STRING, VARCHAR, ARRAY, JSON = 20, 21, 22, 23
+GEOMETRY, TEXT, TIMESTAMPTZ = 24, 25, 26  # Milvus 2.6 / 3.0 (docs/spark-source.md, type table)
 BINARY_VECTOR, FLOAT_VECTOR, FLOAT16_VECTOR, BFLOAT16_VECTOR, SPARSE_VECTOR, INT8_VECTOR = 100, 101, 102, 103, 104, 105
+ARRAY_OF_VECTOR, ARRAY_OF_STRUCT = 106, 200
+DENSE_VECTORS = (FLOAT_VECTOR, FLOAT16_VECTOR, BFLOAT16_VECTOR, INT8_VECTOR, BINARY_VECTOR)
+TIMESTAMP_US_UTC = pa.timestamp("us", tz="UTC")
 
 _SCALAR_ARROW = {BOOL: pa.bool_(), INT8: pa.int8(), INT16: pa.int16(), INT32: pa.int32(), INT64: pa.int64(),
                  FLOAT: pa.float32(), DOUBLE: pa.float64(), STRING: pa.string(), VARCHAR: pa.string(),
-                 JSON: pa.string()}
+                 JSON: pa.string(), TEXT: pa.string(), GEOMETRY: pa.binary(), TIMESTAMPTZ: TIMESTAMP_US_UTC}
 _NUMPY = {BOOL: np.bool_, INT8: np.int8, INT16: np.int16, INT32: np.int32, INT64: np.int64,
           FLOAT: np.float32, DOUBLE: np.float64}
 # ScalarField oneof member per data type
 _SCALAR_SLOT = {BOOL: "bool_data", INT8: "int_data", INT16: "int_data", INT32: "int_data", INT64: "long_data",
                 FLOAT: "float_data", DOUBLE: "double_data", STRING: "string_data", VARCHAR: "string_data",
-                JSON: "json_data"}
+                JSON: "json_data", TEXT: "string_data", GEOMETRY: "geometry_data", TIMESTAMPTZ: "timestamptz_data"}
+# Array elements Milvus accepts (proxy util.go validateElementType)
+_ARRAY_ELEMENTS = (BOOL, INT8, INT16, INT32, INT64, FLOAT, DOUBLE, STRING, VARCHAR)
 _SPARSE_DTYPE = np.dtype([("i", "<u4"), ("v", "<f4")])
 
 
@@ -42,16 +48,21 @@ def type_name(t: int) -> str:
 
 
 def arrow_type_for(field_schema: Any) -> pa.DataType:
-    """Arrow type of a ``schema.FieldSchema`` (or of a bare DataType number)."""
+    """Arrow type of a ``schema.FieldSchema`` (or of a bare DataType number).
+
+    A type this version does not know (Mol, Date, Time, Decimal, UUID: in the protobufs, written
+    by no released Milvus) is a SchemaError naming the type number and the field.
+    """
     if isinstance(field_schema, int):
-        t, elem = field_schema, 0
+        t, elem, name = field_schema, 0, ""
     else:
-        t, elem = int(field_schema.data_type), int(field_schema.element_type)
+        t, elem, name = int(field_schema.data_type), int(field_schema.element_type), field_schema.name
+    where = f" (field {name!r})" if name else ""
     if t in _SCALAR_ARROW:
         return _SCALAR_ARROW[t]
     if t == ARRAY:
-        if elem not in _SCALAR_ARROW or elem == JSON:
-            raise SchemaError(f"Array element type {type_name(elem)} is not supported")
+        if elem not in _ARRAY_ELEMENTS:
+            raise SchemaError(f"Array element type {type_name(elem)} is not supported{where}")
         return pa.list_(_SCALAR_ARROW[elem])
     if t in (FLOAT_VECTOR, FLOAT16_VECTOR, BFLOAT16_VECTOR):
         return pa.list_(pa.float32())
@@ -61,7 +72,16 @@ def arrow_type_for(field_schema: Any) -> pa.DataType:
         return pa.binary()
     if t == SPARSE_VECTOR:
         return pa.map_(pa.int64(), pa.float32())
-    raise SchemaError(f"Milvus data type {type_name(t)} is not supported")
+    if t == ARRAY_OF_VECTOR:
+        if elem not in DENSE_VECTORS:
+            raise SchemaError(f"ArrayOfVector element type {type_name(elem)} is not supported{where}")
+        return pa.list_(arrow_type_for(elem))
+    raise SchemaError(f"Milvus data type {type_name(t)} ({t}) is not supported by this version{where}")
+
+
+def is_known_type(t: int) -> bool:
+    """Whether FieldData of DataType ``t`` decodes (ArrayOfStruct never reaches the WAL: flattened)."""
+    return t in _SCALAR_ARROW or t in (ARRAY, SPARSE_VECTOR, ARRAY_OF_VECTOR) or t in DENSE_VECTORS
 
 
 # -- FieldData -> Arrow ---------------------------------------------------------------------
@@ -95,6 +115,14 @@ def _scalar_to_arrow(t: int, sf: Any) -> pa.Array:
         return pa.array(_np(data, _NUMPY[t]))
     if t == JSON:
         return pa.array(list(data), pa.binary()).cast(pa.string())
+    if t == TIMESTAMPTZ:  # int64 microseconds since the epoch, a UTC instant (proxy: ParseTimeTz -> UnixMicro)
+        if not len(data) and len(sf.string_data.data):
+            raise SchemaError("Timestamptz data holds strings (the client form); the WAL form is int64 microseconds")
+        return pa.array(_np(data, np.int64)).cast(TIMESTAMP_US_UTC)
+    if t == GEOMETRY:  # ISO WKB (proxy: ConvertWKTToWKB); null rows hold empty bytes
+        if not len(data) and len(sf.geometry_wkt_data.data):
+            raise SchemaError("Geometry data holds WKT strings (the client form); the WAL form is WKB bytes")
+        return pa.array(list(data), pa.binary())
     return pa.array(list(data), pa.string())
 
 
@@ -182,22 +210,41 @@ def _vector_to_arrow(t: int, vf: Any, n_hint: int | None = None) -> pa.Array:
 
 
 def field_data_to_arrow(fd: Any) -> pa.Array:
-    """One FieldData column as an Arrow array; ``valid_data`` becomes Arrow nulls."""
+    """One FieldData column as an Arrow array; ``valid_data`` becomes Arrow nulls.
+
+    Nullable scalars come expanded (a zero value at each null row); nullable vectors of
+    Milvus 3.0 / 2.6.17+ come compact (payload rows = the valid rows only): both give one
+    Arrow row per ``valid_data`` entry, null where it is false.
+    """
     t = int(fd.type)
     which = fd.WhichOneof("field")
+    if not is_known_type(t):
+        raise SchemaError(f"field {fd.field_name!r} (id {fd.field_id}) has Milvus data type {type_name(t)} ({t}), "
+                          "which this version does not decode")
     if t == ARRAY:
         arr = _array_to_arrow(fd)
+    elif t == ARRAY_OF_VECTOR:
+        from msgstream_spark.msg.structs import vector_array_to_arrow
+
+        arr = vector_array_to_arrow(fd.vectors.vector_array)
     elif which == "vectors" or t >= 100:
         arr = _vector_to_arrow(t, fd.vectors)
     else:
         arr = _scalar_to_arrow(t, fd.scalars)
     if len(fd.valid_data):
-        valid = _np(fd.valid_data, np.bool_)
-        if valid.size != len(arr):
-            raise ValueError(f"field {fd.field_name!r}: valid_data has {valid.size} entries for {len(arr)} rows")
-        if not valid.all():
-            arr = pc.if_else(pa.array(valid), arr, pa.nulls(len(arr), arr.type))
+        arr = _apply_valid(arr, _np(fd.valid_data, np.bool_), fd.field_name)
     return arr
+
+
+def _apply_valid(arr: pa.Array, valid: np.ndarray, name: str) -> pa.Array:
+    """Nulls where ``valid`` is false: in place for expanded data, spread out for compact data."""
+    if valid.size == len(arr):
+        return arr if valid.all() else pc.if_else(pa.array(valid), arr, pa.nulls(len(arr), arr.type))
+    if int(valid.sum()) == len(arr):  # compact: payload row i is the i-th valid row
+        idx = np.cumsum(valid, dtype=np.int64) - 1
+        return arr.take(pa.array(idx, mask=~valid))
+    raise ValueError(f"field {name!r}: valid_data has {valid.size} entries ({int(valid.sum())} valid) "
+                     f"for {len(arr)} payload rows")
 
 
 def _whole(n: int, unit: int) -> int:
@@ -207,8 +254,21 @@ def _whole(n: int, unit: int) -> int:
 
 def field_data_rows(fd: Any) -> int:
     """Row count of a FieldData without building arrays; -1 when it cannot be read as whole rows
-    (a vector whose length is not a multiple of its dimension, a dimension <= 0, an unknown type)."""
+    (a vector whose length is not a multiple of its dimension, a dimension <= 0, an unknown type,
+    ``valid_data`` matching neither all rows nor the valid ones)."""
+    rows = _payload_rows(fd)
+    n = len(fd.valid_data)
+    if not n or rows < 0:
+        return rows
+    if rows == n or rows == sum(fd.valid_data):  # expanded, or compact (nullable vectors)
+        return n
+    return -1
+
+
+def _payload_rows(fd: Any) -> int:
     t = int(fd.type)
+    if t == ARRAY_OF_VECTOR:
+        return len(fd.vectors.vector_array.data)
     if fd.WhichOneof("field") == "vectors" or t >= 100:
         vf = fd.vectors
         dim = int(vf.dim)
@@ -280,7 +340,7 @@ def arrow_to_field_data(arr: pa.Array | pa.ChunkedArray, field_schema: Any) -> A
         if not field_schema.nullable:
             first = int(np.nonzero(arr.is_null().to_numpy(zero_copy_only=False))[0][0])
             raise SchemaError(f"column {name!r} is not nullable but row {first} is null")
-        if t >= 100:
+        if t >= 100 and t != ARRAY_OF_VECTOR:
             raise SchemaError(f"column {name!r}: vector fields cannot hold nulls")
         fd.valid_data.extend(arr.is_valid().to_numpy(zero_copy_only=False).tolist())
     if t in _NUMPY:
@@ -295,8 +355,19 @@ def arrow_to_field_data(arr: pa.Array | pa.ChunkedArray, field_schema: Any) -> A
             numpy_to_packed(getattr(fd.scalars, _SCALAR_SLOT[t]), values)
         else:
             getattr(fd.scalars, _SCALAR_SLOT[t]).data.extend(values.tolist())
-    elif t in (STRING, VARCHAR):
+    elif t in (STRING, VARCHAR, TEXT):
         fd.scalars.string_data.data.extend(arr.cast(pa.string()).fill_null("").to_pylist())
+    elif t == TIMESTAMPTZ:
+        _timestamptz_from_arrow(arr, name, fd)
+    elif t == GEOMETRY:
+        if not (pa.types.is_binary(arr.type) or pa.types.is_large_binary(arr.type)):
+            raise SchemaError(f"column {name!r}: a Geometry field needs WKB binary values, got {arr.type} "
+                              "(WKT text converts with e.g. shapely.wkt.loads(s).wkb)")
+        fd.scalars.geometry_data.data.extend(arr.cast(pa.binary()).fill_null(b"").to_pylist())
+    elif t == ARRAY_OF_VECTOR:
+        from msgstream_spark.msg.structs import vector_array_from_arrow
+
+        vector_array_from_arrow(arr, field_schema, fd)
     elif t == JSON:
         col = arr if pa.types.is_binary(arr.type) else arr.cast(pa.string()).cast(pa.binary())
         fd.scalars.json_data.data.extend(col.fill_null(b"").to_pylist())
@@ -318,6 +389,14 @@ def arrow_to_field_data(arr: pa.Array | pa.ChunkedArray, field_schema: Any) -> A
     else:
         raise SchemaError(f"column {name!r}: Milvus type {type_name(t)} is not supported")
     return fd
+
+
+def _timestamptz_from_arrow(arr: pa.Array, name: str, fd: Any) -> None:
+    """Timestamptz as Milvus stores it: int64 microseconds since the epoch (UTC; naive times are UTC)."""
+    if not pa.types.is_timestamp(arr.type):
+        raise SchemaError(f"column {name!r}: a Timestamptz field needs timestamp values, got {arr.type}")
+    us = pc.cast(arr, pa.timestamp("us", tz=arr.type.tz), safe=False).cast(pa.int64())  # ns: truncated to us
+    fd.scalars.timestamptz_data.data.extend(us.fill_null(0).to_numpy(zero_copy_only=False).tolist())
 
 
 def _dense_vectors_from_arrow(arr: pa.Array, field_schema: Any, fd: Any, t: int) -> None:
