@@ -180,3 +180,32 @@ def test_timestamps_keep_microseconds_across_zones():
     back = field_data_to_arrow(fd)
     assert back.type == pa.timestamp("us", tz="UTC") and back.cast(pa.int64()).to_pylist() == \
         col.cast(pa.int64()).to_pylist()
+
+
+def _without(schema, name: str):
+    """The schema after a 3.0 drop-field AlterCollection: the field gone (its id in ``dropped_field_ids``)."""
+    out = schema_pb2.CollectionSchema()
+    out.CopyFrom(schema)
+    keep = [f for f in out.fields if f.name != name]
+    del out.fields[:]
+    out.fields.extend(keep)
+    return out
+
+
+def test_inference_follows_added_and_dropped_fields(local_env):
+    from msgstream_spark.spark.options import parse_read_options
+    from msgstream_spark.spark.schema import infer
+    from tests.spark.helpers import spark_options
+
+    ch = local_env.new_channel("types-infer")
+    added = D.collection_schema(with_note=True)
+    msgs = D.messages_26(WAL, N, D.collection_schema(), D.TT, alter=added)
+    dropped = D.messages_26(WAL, N, D.collection_schema(), D.TT + 10, alter=_without(added, "title"))[2]
+    D.write(local_env, ch, [*msgs, dropped])
+    opts = parse_read_options({**spark_options(local_env), "channels": ch}, streaming=False)
+    struct, pk, cid = infer(opts, [ch])
+    types = {f.name: f.dataType.simpleString() for f in struct.fields}
+    assert (pk, cid) == ("id", D.COLLECTION)
+    assert types["note"] == "string" and "title" not in types  # the newest AlterCollection's schema wins
+    assert types["marks"] == "array<struct<label:string,bits:binary,q:array<tinyint>>>"
+    assert types["at"] == "timestamp"
