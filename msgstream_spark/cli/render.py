@@ -11,9 +11,10 @@ from google.protobuf import json_format
 
 from msgstream_spark.errors import DecodeError
 from msgstream_spark.msg import tso
-from msgstream_spark.msg.columns import field_data_to_arrow
+from msgstream_spark.msg.columns import GEOMETRY, field_data_to_arrow
 from msgstream_spark.msg.pb import common_pb2
 from msgstream_spark.msg.structs import rebuild_structs, struct_arrow_type, structs_from_columns
+from msgstream_spark.msg.wkb import to_wkt
 
 
 def _jsonable(v: Any) -> Any:
@@ -150,6 +151,9 @@ def _rows(proto) -> list[dict[str, Any]]:
                 for sub in ss.fields:
                     arrays.pop(sub.name, None)
         cols = {name: arr.to_pylist() for name, arr in arrays.items()}
+        for fd in proto.fields_data:  # Geometry (WKB) shows as WKT
+            if int(fd.type) == GEOMETRY and fd.field_name in cols:
+                cols[fd.field_name] = [to_wkt(v) for v in cols[fd.field_name]]
         n = int(proto.num_rows)
         return [{k: _jsonable(v[i]) for k, v in cols.items()} for i in range(n)]
     if proto.DESCRIPTOR.name == "DeleteRequest":

@@ -15,7 +15,6 @@ import pyarrow as pa
 import pytest
 import shapely
 
-from msgstream_spark.cli.render import message_dict
 from msgstream_spark.errors import DecodeError, SchemaError
 from msgstream_spark.msg import codec
 from msgstream_spark.msg.columns import arrow_to_field_data, field_data_to_arrow
@@ -122,13 +121,23 @@ def test_spark_types():
     assert types["sparse"] == "map<bigint,float>"
 
 
-def test_cli_rows_show_the_values():
-    _, insert = _decoded("2.6")
-    rows = json.loads(json.dumps(message_dict(insert, rows=True)))["rows"]
+def test_cli_rows_show_the_values(local_env, tmp_path, capsys):
+    """``msgstream tail --rows`` on a 2.6 channel: structs whole, UTC times, Geometry as WKT, nulls."""
+    from msgstream_spark.cli.main import main
+    from tests.sink.helpers import config_file
+
+    ch = local_env.new_channel("types-cli")
+    D.write(local_env, ch, D.messages_26(WAL, N, D.collection_schema(), D.TT))
+    code = main(["tail", "--config", config_file(local_env, tmp_path), "-c", ch, "--limit", "2", "--rows"])
+    out, err = capsys.readouterr()
+    assert code == 0, err
+    rows = [json.loads(line) for line in out.splitlines() if line.strip()][1]["rows"]
     assert rows[0]["at"] == "2025-03-30T00:30:00+00:00"
     assert rows[1]["clips"] == [{"frame_ids": 9, "emb": pytest.approx([0.5, 0.6])}]
     assert rows[2]["nvec"] is None and rows[2]["shape"] is None
-    assert "clips[emb]" not in rows[0]
+    assert [r["shape"] for r in rows] == [None if w is None else shapely.to_wkt(shapely.from_wkt(w), trim=True)
+                                          for w in D.WKT]  # Geometry as WKT
+    assert "clips[emb]" not in rows[0] and rows[1]["marks"][0]["bits"] == "/wA="  # binary: base64
 
 
 @pytest.mark.parametrize("t, name", [(27, "Mol"), (28, "Date"), (30, "Decimal"), (31, "31")])
@@ -209,3 +218,22 @@ def test_inference_follows_added_and_dropped_fields(local_env):
     assert types["note"] == "string" and "title" not in types  # the newest AlterCollection's schema wins
     assert types["marks"] == "array<struct<label:string,bits:binary,q:array<tinyint>>>"
     assert types["at"] == "timestamp"
+
+
+def test_skip_drops_only_the_message_with_an_unknown_type_and_counts_it(local_env):
+    from msgstream_spark.msg.types import InsertMsg
+    from msgstream_spark.stream import Factory
+
+    odd = schema_pb2.FieldData(type=27, field_name="mol", field_id=120)
+    odd.scalars.mol_data.data.extend([b"pickle"] * N)  # Mol: proto 3.0, written by no released Milvus
+    ch = local_env.new_channel("types-skip")
+    bad = D.messages_26([*WAL, odd], N, D.collection_schema(), D.TT)
+    good = D.messages_26(WAL, N, D.collection_schema(), D.TT + 10)
+    D.write(local_env, ch, [bad[1], good[1]])
+    with Factory(local_env.config).msgstream(on_decode_error="skip") as s:
+        s.as_consumer([ch], "types-skip", "earliest")
+        packs = [s.consume(timeout=2) for _ in range(2)]
+        assert packs[1] is None  # one message left after the skip
+        assert len(s.skipped) == 1 and "Mol (27)" in s.skipped[0].reason and "'mol'" in s.skipped[0].reason
+    inserts = [m for m in packs[0].msgs if isinstance(m, InsertMsg)]
+    assert [m.num_rows for m in inserts] == [N]
