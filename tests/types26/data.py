@@ -48,7 +48,8 @@ def _sub(st, fid: int, sub: str, t: int, elem: int, params: dict, *, stored_name
         f.type_params.add(key=k, value=str(v))
 
 
-def collection_schema(*, stored_names: bool = True, with_note: bool = False, system_fields: bool = True) -> Any:
+def collection_schema(*, stored_names: bool = True, with_note: bool = False, system_fields: bool = True,
+                      nullable_marks: bool = False) -> Any:
     """The schema as Milvus keeps and broadcasts it: ids from 100, fields first, then each struct and its
     sub-fields (rootcoord ``assignFieldAndFunctionID``), sub-fields named ``struct[sub]`` from 2.6.4
     (``transformStructFieldNames``), system fields appended; a BM25 function output (``sparse``)."""
@@ -66,7 +67,7 @@ def collection_schema(*, stored_names: bool = True, with_note: bool = False, sys
     clips = s.struct_array_fields.add(fieldID=108, name="clips")
     _sub(clips, 109, "frame_ids", DT.Array, DT.Int64, {}, stored_names=stored_names)
     _sub(clips, 110, "emb", DT.ArrayOfVector, DT.FloatVector, {"dim": 2}, stored_names=stored_names)
-    marks = s.struct_array_fields.add(fieldID=111, name="marks")
+    marks = s.struct_array_fields.add(fieldID=111, name="marks", nullable=nullable_marks)  # nullable: 3.0
     _sub(marks, 112, "label", DT.Array, DT.VarChar, {"max_length": 16}, stored_names=stored_names)
     _sub(marks, 113, "bits", DT.ArrayOfVector, DT.BinaryVector, {"dim": 16}, stored_names=stored_names)
     _sub(marks, 114, "q", DT.ArrayOfVector, DT.Int8Vector, {"dim": 3}, stored_names=stored_names)
@@ -143,7 +144,24 @@ def _expand(valid: list[bool], values: list, zero: Any) -> list:
     return [next(it) if v else zero for v in valid]
 
 
-def to_wal_form(client: Any, schema: Any, *, stored_names: bool = True) -> list[Any]:
+def _expand_struct_rows(flat: Any) -> None:
+    """FillWithNullValue on a nullable struct's sub-field (3.0): the client sent the valid rows only; a null
+    row becomes an empty ScalarField (Array) or an empty VectorField with dim set (``fillVectorArrayNullValueImpl``)."""
+    valid = list(flat.valid_data)
+    if flat.type == DT.Array:
+        rows = list(flat.scalars.array_data.data)
+        del flat.scalars.array_data.data[:]
+        for row in _expand(valid, rows, schema_pb2.ScalarField()):
+            flat.scalars.array_data.data.add().CopyFrom(row)
+    else:
+        va = flat.vectors.vector_array
+        rows = list(va.data)
+        del va.data[:]
+        for row in _expand(valid, rows, schema_pb2.VectorField(dim=va.dim)):
+            va.data.add().CopyFrom(row)
+
+
+def to_wal_form(client: Any, schema: Any, *, stored_names: bool = True, compact_structs: bool = False) -> list[Any]:
     """The FieldData list the proxy writes to the WAL for a client InsertRequest."""
     ids = {f.name: f for f in schema.fields}
     structs = {s.name: s for s in schema.struct_array_fields}
@@ -158,6 +176,8 @@ def to_wal_form(client: Any, schema: Any, *, stored_names: bool = True) -> list[
                 flat.CopyFrom(sub)
                 flat.field_name = f"{ss.name}[{sub.field_name}]" if stored_names else sub.field_name
                 flat.field_id = fs.fieldID
+                if len(sub.valid_data) and compact_structs is False:
+                    _expand_struct_rows(flat)
                 if flat.type == DT.Array:  # fillFieldPropertiesOnly
                     flat.scalars.array_data.element_type = fs.element_type
                 else:
@@ -201,7 +221,8 @@ def expected_rows(rows: list[dict] = ROWS) -> list[dict]:
                  microseconds=parse_time_tz(at)),
              "i8v": r["i8v"].tolist(), "nvec": _f32(r["nvec"]), "sparse": None,
              "clips": [{"frame_ids": c["frame_ids"], "emb": _f32(c["emb"])} for c in r["clips"]],
-             "marks": [{"label": m["label"], "bits": m["bits"], "q": m["q"].tolist()} for m in r["marks"]]}
+             "marks": None if r["marks"] is None else [{"label": m["label"], "bits": m["bits"], "q": m["q"].tolist()}
+                                                        for m in r["marks"]]}
         out.append(e)
     return out
 

@@ -97,6 +97,21 @@ def test_raw_sub_field_names_of_early_26():
     assert "frame_ids" in insert.to_arrow().schema.names  # without a schema: the flattened columns
 
 
+@pytest.mark.parametrize("compact", [False, True])
+def test_a_null_row_of_a_nullable_struct_is_null(compact):
+    """3.0 nullable structs: the proxy expands the null rows (empty rows + valid_data); compact input reads too."""
+    schema = D.collection_schema(nullable_marks=True)
+    rows = [dict(r) for r in D.ROWS]
+    rows[2]["marks"] = None
+    fields = D.to_wal_form(D.client_request(rows, D.collection_schema(nullable_marks=True, system_fields=False)),
+                           schema, compact_structs=compact)
+    q = next(f for f in fields if f.field_name == "marks[q]")
+    assert len(q.vectors.vector_array.data) == (4 if compact else 5) and list(q.valid_data)[2] is False
+    create, insert = _decoded("2.6", fields, schema)
+    got = insert.to_arrow(create.schema).to_pylist()
+    assert got == D.expected_rows(rows) and got[2]["marks"] is None and got[3]["marks"] == []
+
+
 def test_inference_from_an_insert_rebuilds_structs_from_their_names():
     _, insert = _decoded("2.6")
     inferred = infer_collection_schema(insert.proto)
