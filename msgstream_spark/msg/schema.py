@@ -9,6 +9,8 @@ import pyarrow as pa
 from msgstream_spark.errors import SchemaError
 from msgstream_spark.msg import columns as C
 from msgstream_spark.msg.pb import common_pb2, schema_pb2
+from msgstream_spark.msg.structs import struct_arrow_type, structs_from_columns
+from msgstream_spark.msg.vectors import vector_array_kind
 
 PK_NAMES = ("pk", "id", "primary_key", "_id")
 
@@ -29,8 +31,6 @@ def primary_field(schema: Any) -> Any:
 def collection_arrow_schema(schema: Any) -> pa.Schema:
     """Arrow schema of the user fields, then the struct arrays as ``list<struct>`` (every column
     nullable on the Arrow side)."""
-    from msgstream_spark.msg.structs import struct_arrow_type
-
     cols = [pa.field(f.name, C.arrow_type_for(f), nullable=True) for f in user_fields(schema)]
     cols += [pa.field(ss.name, struct_arrow_type(ss), nullable=True) for ss in schema.struct_array_fields]
     return pa.schema(cols)
@@ -43,8 +43,6 @@ def field_schema_for_data(fd: Any, *, is_primary_key: bool = False) -> Any:
                                 is_primary_key=is_primary_key, nullable=len(fd.valid_data) > 0,
                                 is_dynamic=bool(fd.is_dynamic))
     if int(fd.type) == C.ARRAY_OF_VECTOR:  # a struct sub-field under its raw name (2.6.0-2.6.3)
-        from msgstream_spark.msg.structs import vector_array_kind
-
         fs.element_type, dim = vector_array_kind(fd.vectors.vector_array)
         fs.type_params.append(common_pb2.KeyValuePair(key="dim", value=str(dim)))
     elif fd.WhichOneof("field") == "vectors" and int(fd.type) != C.SPARSE_VECTOR:
@@ -64,8 +62,6 @@ def infer_collection_schema(insert: Any, name: str = "") -> Any:
     fds = sorted(insert.fields_data, key=lambda f: int(f.field_id))
     keyable = [f for f in fds if int(f.type) in (C.INT64, C.VARCHAR)]
     pk = next((f for f in keyable if f.field_name.lower() in PK_NAMES), keyable[0] if keyable else None)
-    from msgstream_spark.msg.structs import structs_from_columns
-
     schema = schema_pb2.CollectionSchema(name=name or insert.collection_name)
     structs = structs_from_columns(fds)  # flattened ``struct[sub]`` columns (Milvus 2.6.4+ names)
     in_structs = {sub.name for ss in structs for sub in ss.fields}

@@ -21,82 +21,15 @@ import pyarrow.compute as pc
 
 from msgstream_spark.errors import SchemaError
 from msgstream_spark.msg import columns as C
+from msgstream_spark.msg import dtypes as T
 from msgstream_spark.msg.pb import common_pb2, schema_pb2
+from msgstream_spark.msg.vectors import vector_array_kind
 
-_VEC_SLOT = {C.FLOAT_VECTOR: "float_vector", C.BINARY_VECTOR: "binary_vector", C.FLOAT16_VECTOR: "float16_vector",
-             C.BFLOAT16_VECTOR: "bfloat16_vector", C.INT8_VECTOR: "int8_vector"}
-_SLOT_VEC = {v: k for k, v in _VEC_SLOT.items()}
+# Arrow type -> Array element type of a struct's scalar field
+_ELEMENTS = [(pa.types.is_boolean, T.BOOL), (pa.types.is_int8, T.INT8), (pa.types.is_int16, T.INT16),
+             (pa.types.is_int32, T.INT32), (pa.types.is_int64, T.INT64), (pa.types.is_float32, T.FLOAT),
+             (pa.types.is_float64, T.DOUBLE), (pa.types.is_string, T.VARCHAR), (pa.types.is_large_string, T.VARCHAR)]
 _STORED = re.compile(r"^(?P<struct>[^\[\]]+)\[(?P<sub>[^\[\]]+)\]$")
-
-
-def _width(elem: int, dim: int) -> int:
-    """Payload units per vector: floats for FloatVector, bytes for the others (proxy ``vectorArrayElementWidth``)."""
-    if elem in (C.FLOAT_VECTOR, C.INT8_VECTOR):
-        return dim
-    if elem == C.BINARY_VECTOR:
-        return (dim + 7) // 8
-    return 2 * dim
-
-
-# -- ArrayOfVector ---------------------------------------------------------------------------
-def vector_array_to_arrow(va: Any) -> pa.Array:
-    """A ``VectorArray`` (one VectorField per row) as ``list<vector>``."""
-    rows = va.data
-    elem = int(va.element_type) or next((_SLOT_VEC.get(r.WhichOneof("data"), 0) for r in rows
-                                         if r.WhichOneof("data")), 0)
-    if not elem and not sum(r.ByteSize() for r in rows):  # no type anywhere and no vectors
-        return pa.array([[] for _ in rows], pa.list_(pa.list_(pa.float32())))
-    if elem not in _VEC_SLOT:
-        raise SchemaError(f"ArrayOfVector element type {C.type_name(elem)} ({elem}) is not supported")
-    dim = int(va.dim) or next((int(r.dim) for r in rows if r.dim), 0)
-    combined = schema_pb2.VectorField(dim=dim)
-    if elem == C.FLOAT_VECTOR:
-        parts = [C._np(r.float_vector.data, np.float32) for r in rows]
-        sizes = np.array([p.size for p in parts], dtype=np.int64)
-        if parts:
-            C.numpy_to_packed(combined.float_vector, np.concatenate(parts))
-    else:
-        slot = _VEC_SLOT[elem]
-        parts = [getattr(r, slot) for r in rows]
-        sizes = np.array([len(p) for p in parts], dtype=np.int64)
-        setattr(combined, slot, b"".join(parts))
-    offsets = np.zeros(len(rows) + 1, dtype=np.int32)
-    if not sizes.sum():
-        return pa.ListArray.from_arrays(pa.array(offsets), pa.array([], C.arrow_type_for(elem)))
-    width = _width(elem, dim)
-    bad = np.nonzero(sizes % width)[0] if width > 0 else np.arange(len(rows))
-    if bad.size:
-        raise ValueError(f"vector array row {int(bad[0])} holds {int(sizes[bad[0]])} values, not whole "
-                         f"{C.type_name(elem)} vectors of dim {dim}")
-    np.cumsum(sizes // width, out=offsets[1:])
-    return pa.ListArray.from_arrays(pa.array(offsets), C._vector_to_arrow(elem, combined))
-
-
-def vector_array_from_arrow(arr: pa.Array, field_schema: Any, fd: Any) -> None:
-    """``list<vector>`` rows into ``fd.vectors.vector_array`` (a null row becomes an empty VectorField)."""
-    name, elem = field_schema.name, int(field_schema.element_type)
-    if elem not in _VEC_SLOT:
-        raise SchemaError(f"column {name!r}: ArrayOfVector element type {C.type_name(elem)} is not supported")
-    if not (pa.types.is_list(arr.type) or pa.types.is_large_list(arr.type) or pa.types.is_fixed_size_list(arr.type)):
-        raise SchemaError(f"column {name!r}: an ArrayOfVector needs a list of vectors, got {arr.type}")
-    counts = pc.list_value_length(arr).fill_null(0).to_numpy(zero_copy_only=False).astype(np.int64)
-    inner_schema = schema_pb2.FieldSchema(name=name, data_type=elem)
-    inner_schema.type_params.extend(field_schema.type_params)
-    flat = C.arrow_to_field_data(arr.flatten(), inner_schema)
-    dim = int(flat.vectors.dim)
-    va = fd.vectors.vector_array
-    va.dim, va.element_type = dim, elem
-    bounds = np.concatenate(([0], np.cumsum(counts)))
-    if elem == C.FLOAT_VECTOR:
-        values = C._np(flat.vectors.float_vector.data, np.float32)
-        for a, b in zip(bounds[:-1], bounds[1:]):
-            row = va.data.add(dim=dim)
-            C.numpy_to_packed(row.float_vector, values[a * dim:b * dim])
-        return
-    slot, width = _VEC_SLOT[elem], _width(elem, dim)
-    raw = getattr(flat.vectors, slot)
-    for a, b in zip(bounds[:-1], bounds[1:]):
-        setattr(va.data.add(dim=dim), slot, raw[a * width:b * width])
 
 
 # -- struct arrays: schema -------------------------------------------------------------------
@@ -115,10 +48,10 @@ def struct_arrow_type(struct_schema: Any) -> pa.DataType:
     """``list<struct<sub: element type, ...>>`` of a ``StructArrayFieldSchema``."""
     children = []
     for sub in struct_schema.fields:
-        if int(sub.data_type) not in (C.ARRAY, C.ARRAY_OF_VECTOR):
+        if int(sub.data_type) not in (T.ARRAY, T.ARRAY_OF_VECTOR):
             raise SchemaError(f"struct {struct_schema.name!r}: sub-field {sub.name!r} has type "
-                              f"{C.type_name(sub.data_type)}, not Array or ArrayOfVector")
-        children.append(pa.field(raw_sub_name(struct_schema.name, sub.name), C.arrow_type_for(sub).value_type))
+                              f"{T.type_name(sub.data_type)}, not Array or ArrayOfVector")
+        children.append(pa.field(raw_sub_name(struct_schema.name, sub.name), T.arrow_type_for(sub).value_type))
     return pa.list_(pa.struct(children))
 
 
@@ -127,26 +60,19 @@ def structs_from_columns(fds: list[Any]) -> list[Any]:
     out: dict[str, Any] = {}
     for fd in fds:
         m = _STORED.match(fd.field_name)
-        if m is None or int(fd.type) not in (C.ARRAY, C.ARRAY_OF_VECTOR):
+        if m is None or int(fd.type) not in (T.ARRAY, T.ARRAY_OF_VECTOR):
             continue
         ss = out.get(m.group("struct"))
         if ss is None:
             ss = out[m.group("struct")] = schema_pb2.StructArrayFieldSchema(name=m.group("struct"))
         sub = ss.fields.add(fieldID=int(fd.field_id), name=fd.field_name, data_type=int(fd.type),
                             nullable=len(fd.valid_data) > 0)
-        if int(fd.type) == C.ARRAY:
+        if int(fd.type) == T.ARRAY:
             sub.element_type = C.array_element_type(fd)
         else:
             sub.element_type, dim = vector_array_kind(fd.vectors.vector_array)
             sub.type_params.append(common_pb2.KeyValuePair(key="dim", value=str(dim)))
     return list(out.values())
-
-
-def vector_array_kind(va: Any) -> tuple[int, int]:
-    """(element vector type, dim) of a VectorArray: its own fields, else its rows' (FloatVector if none)."""
-    elem = int(va.element_type) or next((_SLOT_VEC.get(r.WhichOneof("data"), 0) for r in va.data
-                                         if r.WhichOneof("data")), C.FLOAT_VECTOR)
-    return elem, int(va.dim) or next((int(r.dim) for r in va.data if r.dim), 0)
 
 
 def struct_schema_from_arrow(name: str, typ: pa.DataType, *, field_id: int, sub_ids: list[int],
@@ -156,8 +82,6 @@ def struct_schema_from_arrow(name: str, typ: pa.DataType, *, field_id: int, sub_
     A child that is a list of floats becomes an ArrayOfVector of FloatVector, a list of int8 one of
     Int8Vector, binary one of BinaryVector; a scalar child an Array of that scalar type.
     """
-    from msgstream_spark.msg.schema import field_schema_from_arrow
-
     st = typ.value_type
     ss = schema_pb2.StructArrayFieldSchema(fieldID=int(field_id), name=name)
     for child, fid in zip(st, sub_ids):
@@ -165,24 +89,25 @@ def struct_schema_from_arrow(name: str, typ: pa.DataType, *, field_id: int, sub_
         stored = stored_sub_name(name, child.name)
         if pa.types.is_list(ct) or pa.types.is_large_list(ct) or pa.types.is_fixed_size_list(ct):
             vt = ct.value_type
-            elem = C.INT8_VECTOR if pa.types.is_int8(vt) else C.FLOAT_VECTOR if pa.types.is_floating(vt) else 0
+            elem = T.INT8_VECTOR if pa.types.is_int8(vt) else T.FLOAT_VECTOR if pa.types.is_floating(vt) else 0
             if not elem:
                 raise SchemaError(f"column {name!r}: struct field {child.name!r} ({ct}) is neither a vector "
                                   "(list of floats or int8) nor a scalar")
-            sub = schema_pb2.FieldSchema(fieldID=fid, name=stored, data_type=C.ARRAY_OF_VECTOR, element_type=elem,
+            sub = schema_pb2.FieldSchema(fieldID=fid, name=stored, data_type=T.ARRAY_OF_VECTOR, element_type=elem,
                                          nullable=nullable)
             if pa.types.is_fixed_size_list(ct):
                 sub.type_params.append(common_pb2.KeyValuePair(key="dim", value=str(ct.list_size)))
         elif pa.types.is_binary(ct) or pa.types.is_fixed_size_binary(ct):
-            sub = schema_pb2.FieldSchema(fieldID=fid, name=stored, data_type=C.ARRAY_OF_VECTOR,
-                                         element_type=C.BINARY_VECTOR, nullable=nullable)
+            sub = schema_pb2.FieldSchema(fieldID=fid, name=stored, data_type=T.ARRAY_OF_VECTOR,
+                                         element_type=T.BINARY_VECTOR, nullable=nullable)
         else:
-            inner = field_schema_from_arrow(child.name, ct, field_id=fid)
-            if int(inner.data_type) not in C._ARRAY_ELEMENTS:
+            elem = next((t for pred, t in _ELEMENTS if pred(ct)), 0)
+            if not elem:
                 raise SchemaError(f"column {name!r}: struct field {child.name!r} ({ct}) cannot be an Array element")
-            sub = schema_pb2.FieldSchema(fieldID=fid, name=stored, data_type=C.ARRAY,
-                                         element_type=int(inner.data_type), nullable=nullable)
-            sub.type_params.extend(inner.type_params)
+            sub = schema_pb2.FieldSchema(fieldID=fid, name=stored, data_type=T.ARRAY, element_type=elem,
+                                         nullable=nullable)
+            if elem == T.VARCHAR:
+                sub.type_params.append(common_pb2.KeyValuePair(key="max_length", value="65535"))
         ss.fields.append(sub)
     return ss
 

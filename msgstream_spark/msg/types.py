@@ -17,6 +17,8 @@ import pyarrow as pa
 from msgstream_spark.msg.columns import field_data_to_arrow
 from msgstream_spark.msg.pb import common_pb2, msg_pb2, schema_pb2
 from msgstream_spark.msg.position import MsgPosition
+from msgstream_spark.msg.schema import collection_arrow_schema
+from msgstream_spark.msg.structs import rebuild_structs, struct_targets
 
 
 class MsgType(enum.IntEnum):
@@ -138,9 +140,6 @@ class InsertMsg(_DmlMsg):
         values = {fd.field_name: field_data_to_arrow(fd) for fd in self.proto.fields_data}
         if schema is None:
             return pa.RecordBatch.from_arrays(list(values.values()), names=list(values))
-        from msgstream_spark.msg.schema import collection_arrow_schema
-        from msgstream_spark.msg.structs import rebuild_structs, struct_targets
-
         arrow = collection_arrow_schema(schema)
         rebuild_structs(values, struct_targets(arrow))
         n = self.num_rows
