@@ -262,16 +262,20 @@ def messages_25(fields_data: list[Any], n: int, schema: Any, ts0: int) -> list[P
 
 
 def messages_26(fields_data: list[Any], n: int, schema: Any, tt0: int, *, schema_bytes: bool = False,
-                alter: Any = None) -> list[ProducerMessage]:
+                alter: Any = None, schema_change: bool = False) -> list[ProducerMessage]:
     """2.6 WAL: CreateCollection (#13, or #8 bytes as 2.6.0-2.6.5), the insert (body timestamps skewed: the
-    ``_tt`` rules), an optional AlterCollection carrying the full new schema, a time tick."""
+    ``_tt`` rules), an optional AlterCollection carrying the full new schema (or, ``schema_change``, 2.6.0's
+    SchemaChange 12: ``SchemaChangeMessageBody.schema`` = the full schema), a time tick."""
     create = create_request(schema, tt0 - P.PAYLOAD_TS_SKEW, as_bytes=schema_bytes)
     ch = P.vfield(1, COLLECTION) + P.packed(2, [PARTITION]) + P.vfield(3, 1)
     body = insert_request(fields_data, n, tt0 + 1 - P.PAYLOAD_TS_SKEW)
     ih = P.insert_header(COLLECTION, [(PARTITION, n, 64 * n, SEGMENT)])
     out = [ProducerMessage(create.SerializeToString(), P.props(P.T["CreateCollection"], tt0, header=ch), tt0),
            ProducerMessage(body.SerializeToString(), P.props(P.T["Insert"], tt0 + 1, header=ih), tt0 + 1)]
-    if alter is not None:
+    if alter is not None and schema_change:
+        b = P.v2(12, tt0 + 2, header=P.vfield(1, COLLECTION), body=P.lfield(1, alter.SerializeToString()))
+        out.append(ProducerMessage(b.payload, b.properties, b.tt))
+    elif alter is not None:
         updates = P.lfield(3, NAME) + P.lfield(5, alter.SerializeToString())
         header = P.vfield(1, 1) + P.vfield(2, COLLECTION) + P.lfield(3, P.lfield(1, "schema"))
         b = P.v2("AlterCollection", tt0 + 2, header=header, body=P.lfield(1, updates))

@@ -216,16 +216,18 @@ def _without(schema, name: str):
     return out
 
 
-def test_inference_follows_added_and_dropped_fields(local_env):
+@pytest.mark.parametrize("schema_change", [False, True])
+def test_inference_follows_added_and_dropped_fields(local_env, schema_change):
     from msgstream_spark.spark.options import parse_read_options
     from msgstream_spark.spark.schema import infer
     from tests.spark.helpers import spark_options
 
     ch = local_env.new_channel("types-infer")
     added = D.collection_schema(with_note=True)
-    msgs = D.messages_26(WAL, N, D.collection_schema(), D.TT, alter=added)
+    msgs = D.messages_26(WAL, N, D.collection_schema(), D.TT, alter=added, schema_change=schema_change,
+                         schema_bytes=schema_change)  # 2.6.0: SchemaChange, the schema as bytes in #8
     dropped = D.messages_26(WAL, N, D.collection_schema(), D.TT + 10, alter=_without(added, "title"))[2]
-    D.write(local_env, ch, [*msgs, dropped])
+    D.write(local_env, ch, [*msgs, dropped])  # 3.0's drop: an AlterCollection without the field
     opts = parse_read_options({**spark_options(local_env), "channels": ch}, streaming=False)
     struct, pk, cid = infer(opts, [ch])
     types = {f.name: f.dataType.simpleString() for f in struct.fields}
@@ -252,3 +254,30 @@ def test_skip_drops_only_the_message_with_an_unknown_type_and_counts_it(local_en
         assert len(s.skipped) == 1 and "Mol (27)" in s.skipped[0].reason and "'mol'" in s.skipped[0].reason
     inserts = [m for m in packs[0].msgs if isinstance(m, InsertMsg)]
     assert [m.num_rows for m in inserts] == [N]
+
+
+def test_the_sinks_insert_carries_the_proxys_wal_form(local_env, tmp_path):
+    """The sink's whole InsertRequest (wireFormat 2.6) holds, column by column, what the proxy writes."""
+    from msgstream_spark.msg.pb import msg_pb2
+    from msgstream_spark.sink.options import parse_sink_options
+    from msgstream_spark.sink.plan import plan_write
+    from msgstream_spark.sink.task import TaskWriter
+    from tests.sink.helpers import config_file
+
+    create, insert = _decoded("2.6")
+    batch = insert.to_arrow(create.schema).drop_columns(["nvec", "sparse"])  # the sink writes no null vectors
+    opts = parse_sink_options({"config": config_file(local_env, tmp_path), "channels": "types-sink",
+                               "primaryKey": "id", "wireFormat": "2.6",
+                               "fieldTypes": "title:Text,shape:Geometry,i8v:Int8Vector"})
+    [msg] = TaskWriter(opts, plan_write(batch.schema, opts)).encoder.encode(batch)
+    req = msg_pb2.InsertRequest()
+    req.ParseFromString(msg.payload)
+    mine = {f.field_name: f for f in req.fields_data}
+    assert list(mine) == [f.field_name for f in WAL if f.field_name != "nvec"]
+    for want in WAL:
+        if want.field_name == "nvec":
+            continue
+        got = schema_pb2.FieldData()
+        got.CopyFrom(mine[want.field_name])
+        got.field_id = want.field_id  # the sink numbers its own fields
+        assert got == want, want.field_name
