@@ -66,3 +66,19 @@ def test_a_dropped_field_is_null_after_the_drop(local_env, caplog):
     assert [r["title"] for r in rows] == [r["title"] for r in D.ROWS] + [None] * N
     assert [r["clips"] for r in rows[N:]] == [r["clips"] for r in D.expected_rows()]
     assert any("drops field(s) title" in m for m in caplog.messages)
+
+
+def test_an_unknown_type_fails_the_task_or_is_skipped(local_env):
+    from msgstream_spark.errors import DecodeError
+    from msgstream_spark.msg.pb import schema_pb2
+
+    odd = schema_pb2.FieldData(type=29, field_name="when", field_id=120)  # Time: proto 3.0, no released writer
+    odd.scalars.time_data.data.extend([1] * N)
+    ch = local_env.new_channel("types-unknown")
+    bad = D.messages_26([*WAL, odd], N, D.collection_schema(), D.TT)
+    good = D.messages_26(WAL, N, D.collection_schema(), D.TT + 10)
+    D.write(local_env, ch, [*bad[:2], good[1], good[-1]])
+    with pytest.raises(DecodeError, match=f"'when' \\(id 120\\) has Milvus data type Time \\(29\\).*channel={ch}"):
+        _read(local_env, ch, D.collection_schema())
+    rows = _read(local_env, ch, D.collection_schema(), onDecodeError="skip")
+    assert [r["id"] for r in rows] == [r["id"] for r in D.ROWS]  # the other insert, whole
