@@ -1,13 +1,11 @@
-"""Vector arrays (ArrayOfVector, 106) and struct arrays (ArrayOfStruct, 200) between FieldData and Arrow.
+"""Struct arrays (ArrayOfStruct, 200) between FieldData and Arrow.
 
 A struct array never reaches the WAL as one column: Milvus's proxy
 (internal/proxy/util.go ``checkAndFlattenStructFieldData``) replaces it by one top-level FieldData
 per sub-field, typed Array or ArrayOfVector, with the sub-field's id, named ``struct[sub]``
 (2.6.4+; the raw sub-field name before). Readers rebuild ``list<struct<...>>`` from those columns
 with :func:`rebuild_structs`; the sink writes the flattened form with :func:`flatten_struct_column`.
-
-A vector array row is one VectorField holding its vectors back to back (k x dim values, k may be 0);
-Arrow: ``list<vector>``, the vector type being the one of a top-level vector field.
+Vector sub-fields are vector arrays (ArrayOfVector): see msg/vectors.py.
 """
 
 from __future__ import annotations

@@ -198,7 +198,6 @@ def _width(elem: int, dim: int) -> int:
     return 2 * dim
 
 
-# -- ArrayOfVector ---------------------------------------------------------------------------
 def vector_array_to_arrow(va: Any) -> pa.Array:
     """A ``VectorArray`` (one VectorField per row) as ``list<vector>``."""
     rows = va.data
