@@ -82,3 +82,19 @@ def test_an_unknown_type_fails_the_task_or_is_skipped(local_env):
         _read(local_env, ch, D.collection_schema())
     rows = _read(local_env, ch, D.collection_schema(), onDecodeError="skip")
     assert [r["id"] for r in rows] == [r["id"] for r in D.ROWS]  # the other insert, whole
+
+
+def test_the_milvus_backend_reads_the_types(milvus_env):
+    """The read-only ``milvus`` backend (a 2.6 proxy's DumpMessages) gives the same rows."""
+    if milvus_env.extras.get("external"):
+        pytest.skip("an external Milvus: the test writes through the suite's proxy store")
+    ch = milvus_env.new_channel("types-milvus")
+    prod = milvus_env.extras["writer"].create_producer(ch)
+    try:
+        for m in D.messages_26(WAL, N, D.collection_schema(), D.TT):
+            prod.send(m)
+    finally:
+        prod.close()
+    rows = _read(milvus_env, ch, D.collection_schema())
+    want = D.expected_rows()
+    assert [{k: r[k] for k in want[0]} for r in rows] == want
