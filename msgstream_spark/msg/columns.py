@@ -12,6 +12,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
+from google.protobuf.unknown_fields import UnknownFieldSet
 
 from msgstream_spark.errors import SchemaError
 from msgstream_spark.msg.dtypes import (  # noqa: F401 - the names callers import from here
@@ -143,6 +144,16 @@ def field_data_to_arrow(fd: Any) -> pa.Array:
     if len(fd.valid_data):
         arr = _apply_valid(arr, np_values(fd.valid_data, np.bool_), fd.field_name)
     return arr
+
+
+def field_level_validity(fd: Any) -> bool:
+    """Whether the column carries validity where this version's protobufs have no field: ``ScalarField``
+    #17 / ``VectorField`` #9 (Milvus proto master, "element-null"; no released server writes them)."""
+    which = fd.WhichOneof("field")
+    if which not in ("scalars", "vectors"):
+        return False
+    number = 17 if which == "scalars" else 9
+    return any(f.field_number == number for f in UnknownFieldSet(getattr(fd, which)))
 
 
 def _apply_valid(arr: pa.Array, valid: np.ndarray, name: str) -> pa.Array:

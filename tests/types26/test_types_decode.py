@@ -281,3 +281,21 @@ def test_the_sinks_insert_carries_the_proxys_wal_form(local_env, tmp_path):
         got.CopyFrom(mine[want.field_name])
         got.field_id = want.field_id  # the sink numbers its own fields
         assert got == want, want.field_name
+
+
+def test_validity_in_fields_this_version_cannot_read_is_an_error_not_a_misread():
+    """Milvus proto master moves validity into ScalarField.valid_data (#17): without FieldData.valid_data
+    beside it, the nulls would be lost, so the decode fails naming the field."""
+    from msgstream_spark.msg.wire import encode_varint
+
+    fields = []
+    for f in WAL:
+        g = schema_pb2.FieldData()
+        g.CopyFrom(f)
+        if f.field_name == "title":
+            del g.valid_data[:]
+            g.scalars.MergeFromString(encode_varint(17 << 3 | 2) + encode_varint(N) + bytes(f.valid_data))
+        fields.append(g)
+    msgs = D.messages_25(fields, N, D.collection_schema(), D.TT)
+    with pytest.raises(DecodeError, match="'title' \\(id 102\\) carries its validity"):
+        codec.unmarshal(msgs[1].payload, msgs[1].properties, channel="c")
