@@ -28,12 +28,24 @@ def arrow_type(text: str, column: str) -> pa.DataType:
         return pa.string()
     if low.startswith("array<") and low.endswith(">"):
         return pa.list_(arrow_type(t[t.index("<") + 1:-1], column))
+    if low.startswith("struct<") and low.endswith(">"):  # a struct array's element: struct<a:bigint,b:array<float>>
+        return pa.struct([_struct_field(part, column) for part in _ddl_columns(t[t.index("<") + 1:-1])])
     if low.startswith("map<") and low.endswith(">"):
         parts = _ddl_columns(t[t.index("<") + 1:-1])
         if len(parts) == 2:
             return pa.map_(arrow_type(parts[0], column), arrow_type(parts[1], column))
     raise OptionError(f"option schema: column {column}: type {text.strip()!r} is not one this source reads "
-                      f"(known: {', '.join(sorted(_SIMPLE))}, array<...>, map<...,...>)")
+                      f"(known: {', '.join(sorted(_SIMPLE))}, array<...>, map<...,...>, struct<...>)")
+
+
+def _struct_field(part: str, column: str) -> pa.Field:
+    """``name:type`` (or ``name type``) inside ``struct<...>``."""
+    name, sep, typ = part.partition(":")
+    if not sep or "<" in name:
+        name, _, typ = part.strip().partition(" ")
+    if not name.strip() or not typ.strip():
+        raise OptionError(f"option schema: column {column}: struct field {part.strip()!r} is not 'name:type'")
+    return pa.field(name.strip().strip("`"), arrow_type(typ, column), nullable=True)
 
 
 def ddl_arrow_schema(ddl: str) -> pa.Schema:

@@ -125,7 +125,7 @@ def test_inference_from_an_insert_rebuilds_structs_from_their_names():
 
 
 def test_spark_types():
-    from msgstream_spark.spark.schema import collection_fields
+    from msgstream_spark.spark.structs import collection_fields
 
     fields, pk = collection_fields(D.collection_schema())
     types = {f.name: f.dataType.simpleString() for f in fields}
@@ -218,8 +218,8 @@ def _without(schema, name: str):
 
 @pytest.mark.parametrize("schema_change", [False, True])
 def test_inference_follows_added_and_dropped_fields(local_env, schema_change):
-    from msgstream_spark.spark.options import parse_read_options
-    from msgstream_spark.spark.schema import infer
+    from msgstream_spark.source.options import parse_read_options
+    from msgstream_spark.spark.structs import infer
     from tests.spark.helpers import spark_options
 
     ch = local_env.new_channel("types-infer")

@@ -3,37 +3,54 @@ an AlterCollection adding a field follows ``onSchemaChange``, a dropped field (3
 
 from __future__ import annotations
 
-import json
 import logging
 
+import pyarrow as pa
 import pytest
 
 from msgstream_spark.errors import SchemaError
-from msgstream_spark.spark.offsets import resolve_end, resolve_start
-from msgstream_spark.spark.options import parse_read_options
-from msgstream_spark.spark.reader import plan_partitions, read_partition
-from msgstream_spark.spark.rows import rows_struct
-from msgstream_spark.spark.schema import collection_fields
-from tests.spark.helpers import spark_options
+from msgstream_spark.msg.schema import collection_arrow_schema
+from msgstream_spark.source import read_table
+from msgstream_spark.source.arrow import read_options, schema_json
+from msgstream_spark.source.offsets import resolve_end, resolve_start
+from msgstream_spark.source.read import collection_filter, plan_reads, read_range
+from msgstream_spark.source.rows import rows_arrow_schema
 from tests.types26 import data as D
 from tests.types26.test_types_decode import WAL, _without
 
 N = len(D.ROWS)
 
 
-def _read(env, ch: str, schema, **options) -> list[dict]:
-    """A bounded read through planning and read tasks, with the query schema of ``schema``."""
-    opts = parse_read_options({**spark_options(env), "channels": ch, **options}, streaming=False)
-    fields, pk = collection_fields(schema)
-    sj = json.dumps(rows_struct(fields).jsonValue())
+def _read(env, ch: str, coll, **options) -> list[dict]:
+    """A bounded read through the read core's planning and per-range read, with the query schema of
+    the collection schema ``coll`` (as a query that inferred it before later schema changes)."""
+    opts = read_options(env.config, ch, **options)
+    schema = rows_arrow_schema(collection_arrow_schema(coll))
     client = opts.client()
     try:
-        start = resolve_start(client, [ch], opts.starting, opts.starting_ts, True)
+        start = resolve_start(client, [ch], opts.starting, opts.starting_ts, opts.fail_on_data_loss,
+                              opts.subscription)
         end = resolve_end(client, [ch], opts.ending, opts.ending_ts)
-        parts = plan_partitions(client, start, end, opts, sj, pk)
+        ranges = plan_reads(client, start, end, opts, schema_json(schema, None), "id", collection_filter(opts))
     finally:
         client.close()
-    return [r for p in parts for b in read_partition(p) for r in b.to_pylist()]
+    return [r for rg in ranges for b in read_range(rg, schema) for r in b.to_pylist()]
+
+
+@pytest.mark.parametrize("fmt", ["2.5", "2.6"])
+def test_the_library_reads_what_was_inserted(local_env, fmt):
+    """``msgstream_spark.source.read_table``: the schema inferred from the channel's CreateCollection."""
+    ch = local_env.new_channel(f"types-lib{fmt}")
+    schema = D.collection_schema()
+    make = D.messages_25 if fmt == "2.5" else D.messages_26
+    D.write(local_env, ch, make(WAL, N, schema, D.TT))
+    table = read_table(local_env.config, ch)
+    assert table.schema.field("at").type == pa.timestamp("us", tz="UTC")
+    want = D.expected_rows()
+    assert [{k: r[k] for k in want[0]} for r in table.to_pylist()] == want
+    ddl = "id bigint, at timestamp, clips array<struct<frame_ids:bigint,emb:array<float>>>"  # a user's schema
+    given = read_table(local_env.config, ch, schema=ddl).select(["id", "at", "clips"]).to_pylist()
+    assert given == [{k: r[k] for k in ("id", "at", "clips")} for r in want]
 
 
 def _channel(env, alter) -> str:
@@ -98,3 +115,24 @@ def test_the_milvus_backend_reads_the_types(milvus_env):
     rows = _read(milvus_env, ch, D.collection_schema())
     want = D.expected_rows()
     assert [{k: r[k] for k in want[0]} for r in rows] == want
+
+
+def test_msgstream_rows_prints_them(local_env, tmp_path, capsys):
+    """The CLI's ``msgstream rows`` (the library's read as JSON lines): times ISO-8601 UTC, binary base64."""
+    import base64
+    import json
+
+    from msgstream_spark.cli.main import main
+    from tests.sink.helpers import config_file
+
+    ch = local_env.new_channel("types-cli-rows")
+    D.write(local_env, ch, D.messages_26(WAL, N, D.collection_schema(), D.TT))
+    assert main(["rows", "--config", config_file(local_env, tmp_path), "-c", ch]) == 0
+    rows = [json.loads(line) for line in capsys.readouterr().out.splitlines() if line.strip()]
+    want = D.expected_rows()
+    assert [r["at"] for r in rows] == [None if w["at"] is None else w["at"].isoformat() for w in want]
+    assert [r["shape"] for r in rows] == [None if w["shape"] is None else base64.b64encode(w["shape"]).decode()
+                                          for w in want]
+    assert rows[1]["marks"] == [{"label": "b", "bits": "/wA=", "q": [-128, 0, 127]},
+                                {"label": "c", "bits": "D/A=", "q": [4, 5, 6]}]
+    assert [r["nvec"] for r in rows] == [w["nvec"] for w in want] and rows[0]["clips"] == want[0]["clips"]
