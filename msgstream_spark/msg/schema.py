@@ -107,6 +107,9 @@ def field_schema_from_arrow(name: str, pa_type: pa.DataType, *, field_id: int, i
     elem = 0
     if milvus_type is not None:
         t = milvus_type if isinstance(milvus_type, int) else _parse_type_name(milvus_type)
+        if not C.is_known_type(t) or t == C.ARRAY_OF_VECTOR:
+            raise SchemaError(f"column {name!r}: Milvus type {C.type_name(t)} ({t}) cannot be written "
+                              "(no released Milvus writes it, or Milvus allows it only inside a struct array)")
     elif pa.types.is_list(pa_type) or pa.types.is_large_list(pa_type) or pa.types.is_fixed_size_list(pa_type):
         vt = pa_type.value_type
         if pa.types.is_floating(vt):

@@ -299,3 +299,11 @@ def test_validity_in_fields_this_version_cannot_read_is_an_error_not_a_misread()
     msgs = D.messages_25(fields, N, D.collection_schema(), D.TT)
     with pytest.raises(DecodeError, match="'title' \\(id 102\\) carries its validity"):
         codec.unmarshal(msgs[1].payload, msgs[1].properties, channel="c")
+
+
+@pytest.mark.parametrize("name", ["Mol", "Date", "Decimal", "ArrayOfVector", "ArrayOfStruct"])
+def test_the_sink_refuses_types_no_released_milvus_writes_at_plan_time(name):
+    from msgstream_spark.msg.schema import field_schema_from_arrow
+
+    with pytest.raises(SchemaError, match=f"column 'x': Milvus type {name} \\(\\d+\\) cannot be written"):
+        field_schema_from_arrow("x", pa.binary(), field_id=101, milvus_type=name)
