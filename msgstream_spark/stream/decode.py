@@ -122,6 +122,8 @@ class ChannelDecoder:
         self._raws: dict[int, Message] = {}  # id(msg) -> broker message, for bodies held by open txns
         self._last_tick: int | None = None  # ``_tt`` of the last WAL TimeTick fed
         self._last_id: MessageID | None = None
+        self._lc_text: str | None = None  # the last ``_lc`` turned into legacy bytes, and those bytes
+        self._lc_bytes, self._lc_wal = b"", 0
         self.stats: Counter[str] = Counter()
 
     # -- queries -------------------------------------------------------------------------------------
@@ -193,10 +195,12 @@ class ChannelDecoder:
             self.stats["tt_violations"] += 1  # Milvus's reorder buffer refuses it
             return []
         msg.position = self._wal_position(msg, m)
+        if env.txn is None and not self.txn.has_open:  # most messages: nothing to assemble or expire
+            return self._keep([self._wal(msg, m)])
         self._check_orphan(env)
         self._raws[id(msg)] = m
         released = self.txn.feed(msg)
-        out = [self._wal(r) for r in released]
+        out = [self._wal(r, self._raws.get(id(r))) for r in released]
         self._forget(released)
         return self._keep(out)
 
@@ -216,6 +220,11 @@ class ChannelDecoder:
 
     def _wal_position(self, msg: TsMsg, m: Message) -> MsgPosition:
         env = msg.wal
+        lc = env.last_confirmed
+        if lc is not None and not env.last_confirmed_self and lc == self._lc_text:
+            # consecutive messages mostly share their ``_lc``: its legacy bytes are worked out once
+            return MsgPosition(env.vchannel or self.channel, self._lc_bytes, self.group, env.time_tick,
+                               self._lc_wal)
         pos = None
         if self.wal != WALName.Unknown:
             try:
@@ -231,6 +240,8 @@ class ChannelDecoder:
                 except DecodeError:
                     pass  # an id this WAL cannot express: the broker's own bytes
             pos = MsgPosition(self.channel, own_bytes, "", env.time_tick, int(self.wal))
+        elif lc is not None and not env.last_confirmed_self:
+            self._lc_text, self._lc_bytes, self._lc_wal = lc, pos.msg_id, pos.wal_name
         return MsgPosition(pos.channel_name or self.channel, pos.msg_id, self.group, pos.timestamp, pos.wal_name)
 
     def _check_orphan(self, env) -> None:
@@ -252,9 +263,8 @@ class ChannelDecoder:
         if self._first_id is not None and target < self._first_id:
             self.rewind_to = target
 
-    def _wal(self, msg: TsMsg) -> Decoded:
+    def _wal(self, msg: TsMsg, raw: Message | None) -> Decoded:
         env = msg.wal
-        raw = self._raws.get(id(msg))
         row = isinstance(msg, (InsertMsg, DeleteMsg)) and not env.is_control_vchannel
         return Decoded(msg, raw, env.time_tick, env.vchannel, msg.position, env.version, env.txn_id,
                        env.broadcast_id, row)
