@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import binascii
 import re
-from types import MappingProxyType
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from types import MappingProxyType
 from typing import Any
 
 from msgstream_spark.errors import DecodeError, UnknownMessageTypeError
