@@ -95,7 +95,7 @@ def _partitions(path: str, channel: str):
 
 
 def _read(parts) -> int:
-    from msgstream_spark.spark.reader import read_partition
+    from msgstream_spark.spark.partitions import read_partition
 
     return sum(b.num_rows for p in parts for b in read_partition(p))
 
