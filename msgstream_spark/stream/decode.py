@@ -102,12 +102,13 @@ class ChannelDecoder:
     WALName. ``emit_control`` also releases BeginTxn/CommitTxn/RollbackTxn around their bodies (an
     ``output=messages`` view). ``group`` is put in the positions' ``msgGroup``. ``stats`` counts
     what was dropped and why (``tt_violations``, ``duplicates``, ``seek_skipped``, plus the
-    assembler's ``committed``, ``rolled_back``, ``expired``, ``ignored_messages``).
+    assembler's ``committed``, ``rolled_back``, ``expired``, ``ignored_messages``). ``last_tick``:
+    a read that starts right after a WAL TimeTick gives its ``_tt`` (the time-tick-violation rule's state).
     """
 
     def __init__(self, channel: str, wal: str | WALName, *, start_ts: int | None = None,
                  emit_control: bool = False, group: str = "",
-                 id_of: Callable[[bytes], MessageID] | None = None) -> None:
+                 id_of: Callable[[bytes], MessageID] | None = None, last_tick: int | None = None) -> None:
         self.channel = channel
         self.wal = wal_name(wal)
         self.group = group
@@ -120,7 +121,8 @@ class ChannelDecoder:
         self._replay_until: MessageID | None = None
         self.rewind_to: MessageID | None = None  # set when the read began after an open txn's Begin
         self._raws: dict[int, Message] = {}  # id(msg) -> broker message, for bodies held by open txns
-        self._last_tick: int | None = None  # ``_tt`` of the last WAL TimeTick fed
+        # ``_tt`` of the last WAL TimeTick fed; given when the read starts right after one (a cut range)
+        self._last_tick: int | None = None if last_tick is None else int(last_tick)
         self._last_id: MessageID | None = None
         self._lc_text: str | None = None  # the last ``_lc`` turned into legacy bytes, and those bytes
         self._lc_bytes, self._lc_wal = b"", 0
