@@ -152,3 +152,37 @@ def _safe_cut(client: Any, ch: str, target: int, b: int) -> tuple[int, int | Non
         return None
     finally:
         reader.unsubscribe()
+
+
+# -- several small ranges in one task ------------------------------------------------------------------
+PACK_MESSAGES = 2048  # below this many messages a range shares its task with others (a task's fixed cost)
+MIN_TASKS = 2  # packing keeps at least this many tasks (or minPartitions), so that two cores stay busy
+
+
+def piece_size(client: Any, ch: str, start: dict, end: dict) -> int | None:
+    """Messages in a planned piece (ids that are offsets), else None."""
+    sp = _span(client, ch, ChannelOffset.from_json(start), ChannelOffset.from_json(end))
+    return None if sp is None else sp[1] - sp[0]
+
+
+def pack(sizes: list[int | None], min_tasks: int = MIN_TASKS) -> list[list[int]]:
+    """Group piece indexes into tasks: a piece of unknown size or of :data:`PACK_MESSAGES` or more keeps
+    its own task; the small ones share tasks of about equal size, at least ``min_tasks`` of them (fewer
+    only when there are fewer small pieces), more when they add up past ``PACK_MESSAGES`` a task.
+
+    Many small channels (Milvus's 16 DML channels of a modest log) then cost a few tasks, not one each;
+    indexes stay in order within a task (a channel's pieces are read in order by one task or by several).
+    """
+    alone = [[i] for i, n in enumerate(sizes) if n is None or n >= PACK_MESSAGES]
+    small = [i for i, n in enumerate(sizes) if n is not None and n < PACK_MESSAGES]
+    total = sum(sizes[i] or 0 for i in small)
+    groups = min(len(small), max(min_tasks, -(-total // PACK_MESSAGES)))
+    if groups >= len(small):
+        return sorted(alone + [[i] for i in small])
+    loads = [0] * groups
+    members: list[list[int]] = [[] for _ in range(groups)]
+    for i in sorted(small, key=lambda i: -(sizes[i] or 0)):  # largest first onto the least loaded
+        g = loads.index(min(loads))
+        members[g].append(i)
+        loads[g] += max(1, sizes[i] or 0)
+    return sorted(alone + [sorted(m) for m in members if m])

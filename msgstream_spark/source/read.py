@@ -22,7 +22,7 @@ from msgstream_spark.sink.dedupe import ReplayFilter
 from msgstream_spark.source.apply import RowsHandler, handle_message
 from msgstream_spark.source.offsets import Entry, Offset, unb64
 from msgstream_spark.source.options import ReadOptions
-from msgstream_spark.source.ranges import plan_ranges
+from msgstream_spark.source.ranges import MIN_TASKS, pack, piece_size, plan_ranges
 from msgstream_spark.source.rows import MessagesBuilder, RowsBuilder
 from msgstream_spark.stream.seek import SeekFilter
 
@@ -78,6 +78,16 @@ def plan_reads(client: Any, start: Offset, end: Offset, opts: ReadOptions, schem
     last = {ch: e for ch, _s, e in pieces}  # pieces come in order: the last one ends the channel's range
     return [ReadRange(ch, s, e, opts, schema_json, pk_name, cid, cname, None if e is last[ch] else last[ch])
             for ch, s, e in pieces]
+
+
+def plan_tasks(client: Any, ranges: list[ReadRange], opts: ReadOptions) -> list[list[ReadRange]]:
+    """The ranges grouped into read tasks: small ranges share a task (:func:`~msgstream_spark.source.ranges.pack`),
+    never fewer tasks than ``minPartitions``; a task reads its ranges one after the other."""
+    if opts.max_records or len(ranges) <= max(MIN_TASKS, opts.min_partitions or 0):
+        return [[r] for r in ranges]  # maxRecordsPerPartition bounds a task, not only a range
+    sizes = [piece_size(client, r.channel, r.start, r.end) for r in ranges]
+    groups = pack(sizes, max(MIN_TASKS, opts.min_partitions or 0))
+    return [[ranges[i] for i in g] for g in groups]
 
 
 def read_range(part: ReadRange, schema: pa.Schema) -> Iterator[pa.RecordBatch]:

@@ -12,6 +12,7 @@ from msgstream_spark.msg.position import MsgPosition
 from msgstream_spark.source.offsets import resolve_end, resolve_start
 from msgstream_spark.source.options import parse_read_options
 from msgstream_spark.source.ranges import plan_ranges
+from msgstream_spark.spark.partitions import plan_partitions, read_partition
 from tests.spark import wal26_data as D
 from tests.spark.helpers import spark_options
 from tests.wal26 import producer as P
@@ -112,3 +113,32 @@ def test_dedupe_never_splits_and_options_are_validated(local_env):
     assert len(_pieces(local_env, ch, maxRecordsPerPartition="1")) == 24  # a 2.5 message ends any piece
     with pytest.raises(Exception, match="maxrecordsperpartition"):
         _pieces(local_env, ch, maxRecordsPerPartition="0")
+
+
+def test_small_channels_share_read_tasks(backend):
+    chans = [backend.new_channel("pack") for _ in range(5)]
+    for ch in chans:
+        _25_only(backend, ch)
+    opts = parse_read_options({**spark_options(backend), "channels": ",".join(chans)}, streaming=False)
+    with opts.client() as client:
+        start = resolve_start(client, chans, None, None, True)
+        end = resolve_end(client, chans, None, None)
+        parts = plan_partitions(client, start, end, opts, *D.rows_schema_json())
+        four = plan_partitions(client, start, end, parse_read_options(
+            {**spark_options(backend), "channels": ",".join(chans), "minPartitions": "4"}, streaming=False),
+            *D.rows_schema_json())
+    together = [r for p in parts for b in read_partition(p) for r in b.to_pylist()]
+    assert _sorted(together) == _sorted([r for ch in chans for r in D.read_direct(backend, ch)])
+    if _splits(backend):
+        assert len(parts) == 2 and len(four) == 4  # 5 small channels: 2 tasks, or minPartitions
+    else:
+        assert len(parts) == 5  # sizes unknown without offsets: a task per channel
+
+
+def test_pack_keeps_large_ranges_alone_and_balances_small_ones():
+    from msgstream_spark.source.ranges import PACK_MESSAGES, pack
+
+    assert pack([10, 10, 10, 10]) == [[0, 2], [1, 3]]
+    assert pack([PACK_MESSAGES, None, 5, 5, 5]) == [[0], [1], [2, 4], [3]]
+    assert pack([5, 5], 2) == [[0], [1]]
+    assert len(pack([PACK_MESSAGES - 1] * 6)) == 6  # too large to share: each adds up past a task's share
