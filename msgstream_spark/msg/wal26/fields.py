@@ -213,17 +213,17 @@ def parse_fast(spec: Spec, cls: Any, buf: bytes) -> Any:
     """``buf`` parsed by ``proto_class(spec)``, with the field walker's rules.
 
     The protobuf parser keeps a known field of the wrong wire type as an unknown field where the
-    walker raises, and rejects bad UTF-8 with its own error: any message it refuses or that holds
-    unknown fields is read again by :func:`decode` (which raises ValueError naming the field, or
-    accepts it), so the result and the errors are the walker's.
+    walker raises, and rejects bad UTF-8 with its own error: any message it refuses, or whose known
+    fields do not account for every byte (unknown fields, or an encoding other than the canonical one
+    Milvus's serializer writes), is read again by :func:`decode` (which raises ValueError naming the
+    field, or accepts it), so the result and the errors are the walker's.
     """
     try:
         m = cls.FromString(buf)
     except (PbDecodeError, RuntimeError, ValueError):
         decode(spec, buf)  # raises the walker's error
         raise ValueError("not a valid protobuf message") from None
-    size = m.ByteSize()
     m.DiscardUnknownFields()
-    if m.ByteSize() != size:  # unknown fields: a newer Milvus's (fine) or a wrong wire type (an error)
-        decode(spec, buf)
+    if m.ByteSize() != len(buf):  # unknown fields (a newer Milvus's, or a wrong wire type: an error), or
+        decode(spec, buf)  # a non-canonical encoding: the walker decides
     return m
