@@ -37,6 +37,8 @@ def ratio_rows(res: dict) -> list[tuple[str, float, float]]:
     for key, label in (("plan_local", "embedded log"), ("plan_kafka", "Kafka")):
         if (shape.get(key) or {}).get("ratio"):
             rows.append((f"planning, {label}: 100k-row time / 10M-row time", 1 / shape[key]["ratio"], 1 / 1.2))
+        if (shape.get(key) or {}).get("ratio_first"):
+            rows.append(("  same, a first plan (nothing scanned yet)", 1 / shape[key]["ratio_first"], 1 / 1.2))
     if (shape.get("channels") or {}).get("ratio"):
         rows.append(("Spark read, 16 channels vs 2 (same rows)", shape["channels"]["ratio"], 0.9))
     if (shape.get("split") or {}).get("ratio"):

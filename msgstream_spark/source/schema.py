@@ -62,6 +62,8 @@ def _scan_schemas(opts: ReadOptions, channels: list[str]) -> tuple[dict[int, tup
             if last is None:
                 continue
             after = state.upto.get(ch)
+            if after is not None and not client.bytes_to_message_id(after) < last:
+                continue  # nothing appended since the stored scan
             cons = client.reader(ch)
             try:
                 if after is None:
@@ -89,8 +91,8 @@ def _scan_channel(opts: ReadOptions, ch: str, cons: Any, last: Any, deadline: fl
     stop = None
     while seen < INFER_MAX_MESSAGES and time.monotonic() < deadline:
         batch = cons.receive_batch(1024, 0.2)
-        if not batch:
-            return stop
+        if not batch:  # ``last`` exists but has not come yet (a slow first fetch): wait, within the budget
+            continue
         seen += len(batch)
         at_end = not batch[-1].id < last
         if at_end:  # reached the channel's end as of the scan's start: nothing after it counts
