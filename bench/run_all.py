@@ -36,7 +36,7 @@ SIZES = {
              "bench.bench_spark_write": {"rows": 50_000},
              "bench.profile_read": {"rows": 200_000, "kafka": True},
              "bench.bench_scaling": {"sizes": [1_000_000, 10_000_000]},
-             "bench.bench_decode26": {"messages": 20_000},
+             "bench.bench_decode26": {"messages": 10_000},
              "bench.bench_read_shape": {"plan_rows": [100_000, 10_000_000], "rows": 1_000_000,
                                         "split_rows": 2_000_000}},
     "quick": {"bench.bench_spark_read": {"rows": 200_000, "mem_rows": 0, "kafka": True},
