@@ -28,6 +28,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from msgstream_spark.msg.wal26 import WalMessageType, b36decode
 from msgstream_spark.source.offsets import ChannelOffset, Offset
 
 Range = tuple[str, ChannelOffset, ChannelOffset]
@@ -126,8 +127,6 @@ def _cut(client: Any, ch: str, s: ChannelOffset, e: ChannelOffset, a: int, b: in
 def _safe_cut(client: Any, ch: str, target: int, b: int) -> tuple[int, int | None] | None:
     """(offset of the first message at or after ``target`` a piece may end with, the WAL tick to seed
     the next piece with), looking at most :data:`CUT_WINDOW` messages and not past offset ``b``."""
-    from msgstream_spark.msg.wal26 import WalMessageType, b36decode
-
     reader = client.reader(ch)
     try:
         reader.seek(client.message_id_from_offset(target), inclusive=True)

@@ -15,6 +15,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
 from google.protobuf.message import DecodeError as PbDecodeError
 
 # kind: "int64" | "uint64" | "int32" | "bool" | "enum" | "string" | "bytes" | a nested Spec;
@@ -196,8 +197,6 @@ def proto_class(spec: Spec, name: str) -> Any:
     hit = _classes.get(id(spec))
     if hit is not None and hit[0] is spec:
         return hit[1]
-    from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
-
     if _pool is None:
         _pool = descriptor_pool.DescriptorPool()
     prefix = f"msgstream_wal26_{len(_classes)}"
