@@ -4,6 +4,9 @@ Inference reads the channels from their first message until it finds, for the wa
 collection, a CreateCollection message (the authoritative schema) or a first insert. Each
 channel is read up to its latest message as of the scan's start, and only messages that may
 tell a schema are decoded (an insert's collection is read from its top-level fields first).
+A first scan of a long channel whose ids are offsets reads only its newest messages, within a
+budget (:mod:`msgstream_spark.source.tailscan`); a later one only what was appended
+(:mod:`msgstream_spark.source.scancache`).
 """
 
 from __future__ import annotations
@@ -20,7 +23,7 @@ from msgstream_spark.msg.schema import collection_arrow_schema, infer_collection
 from msgstream_spark.msg.types import MsgType
 from msgstream_spark.msg.wal26 import WalMessageType, decode_message
 from msgstream_spark.msg.wire import iter_fields
-from msgstream_spark.source import scancache
+from msgstream_spark.source import scancache, tailscan
 from msgstream_spark.source.offsets import b64
 from msgstream_spark.source.options import ReadOptions
 from msgstream_spark.source.rows import METADATA, OP, messages_arrow_schema, rows_arrow_schema
@@ -64,6 +67,14 @@ def _scan_schemas(opts: ReadOptions, channels: list[str]) -> tuple[dict[int, tup
             after = state.upto.get(ch)
             if after is not None and not client.bytes_to_message_id(after) < last:
                 continue  # nothing appended since the stored scan
+            bounded = tailscan.span(client, ch, last) if after is None else None
+            if bounded is not None:  # a first scan of a long channel: its newest messages only
+                notes, fetched = tailscan.scan_tail(client, ch, *bounded, lambda c, b, n: _feed(opts, c, b, n),
+                                                    deadline)
+                _merge_tail(ch, state, notes, fetched)
+                if notes[0] or fetched >= tailscan.TAIL_BUDGET:  # not when the deadline cut it short
+                    state.upto[ch] = last.serialize()
+                continue
             cons = client.reader(ch)
             try:
                 if after is None:
@@ -86,7 +97,7 @@ def _scan_channel(opts: ReadOptions, ch: str, cons: Any, last: Any, deadline: fl
                   state: tuple[dict, dict, set]) -> Any:
     """Feed one channel's messages up to ``last`` (its latest id when the scan began) to the notes;
     the id of the last message fed (None: none)."""
-    found, created, _ = state
+    found = state[0]
     seen = 0
     stop = None
     while seen < INFER_MAX_MESSAGES and time.monotonic() < deadline:
@@ -97,17 +108,39 @@ def _scan_channel(opts: ReadOptions, ch: str, cons: Any, last: Any, deadline: fl
         at_end = not batch[-1].id < last
         if at_end:  # reached the channel's end as of the scan's start: nothing after it counts
             batch = [m for m in batch if not last < m.id]
-        wal = False
-        for m in batch:
-            if m.properties and m.properties.get(WAL_VERSION):
-                wal = True
-                _note_wal_schema(opts, ch, m, state)
-            else:
-                _note_schema(opts, ch, m, found, created)
-            stop = m.id
+        wal = _feed(opts, ch, batch, state)
+        if batch:
+            stop = batch[-1].id
         if at_end or found and opts.collection is not None and not wal:
             return stop  # no wait for more at the end
     return stop
+
+
+def _feed(opts: ReadOptions, ch: str, batch: list, state: tuple) -> bool:
+    """Note what each message of ``batch`` tells; whether any was a 2.6 message."""
+    wal = False
+    for m in batch:
+        if m.properties and m.properties.get(WAL_VERSION):
+            wal = True
+            _note_wal_schema(opts, ch, m, state)
+        else:
+            _note_schema(opts, ch, m, state[0], state[1])
+    return wal
+
+
+def _merge_tail(ch: str, state: scancache.ScanState, notes: tailscan.Notes, fetched: int) -> None:
+    """Add what a bounded scan of ``ch`` found: per collection, a schema message over inserts, else the newer."""
+    found, created, seen, stamps = notes
+    state.broadcasts |= seen
+    for cid, (schema, src) in found.items():
+        old = state.found.get(cid)
+        newer = stamps.get(cid, created.get(cid, 0)) >= state.created.get(cid, 0)
+        if old is None or old[1] == "Insert" and src != "Insert" or src != "Insert" and newer:
+            state.found[cid] = (schema, src)
+            state.created[cid] = stamps.get(cid, created.get(cid, 0))
+    if found and all(src == "Insert" for _, src in found.values()):
+        log.info("channel %s: no schema message in its newest %d messages; the schema is inferred from inserts "
+                 "(set option schema for nullability, defaults and function outputs)", ch, fetched)
 
 
 def _insert_collection(payload: bytes) -> tuple[int, str] | None:
@@ -191,7 +224,7 @@ def _wal_wanted(opts: ReadOptions, m: Any, found: dict) -> bool:
 
 def _note_wal_schema(opts: ReadOptions, ch: str, m: Any, state: tuple[dict, dict, set]) -> None:
     """The schema a 2.6 message tells: CreateCollection (each broadcast once), AlterCollection, Insert."""
-    found, created, seen = state
+    found, created, seen = state[:3]
     if not _wal_wanted(opts, m, found):
         return
     try:
@@ -218,9 +251,13 @@ def _note_wal_schema(opts: ReadOptions, ch: str, m: Any, state: tuple[dict, dict
         seen.add(key)
         found[cid] = (schema, "CreateCollection")
         created[cid] = msg.wal.time_tick
+        if len(state) > 3:
+            state[3][cid] = msg.wal.time_tick
     elif t != WalMessageType.Insert:
-        if cid in found:
+        if cid in found or len(state) > 3:  # a bounded scan's window may not reach back to the create
             found[cid] = (schema, msg.wal.type_name)
+            if len(state) > 3:
+                state[3][cid] = msg.wal.time_tick
     elif cid not in found:
         found[cid] = (infer_collection_schema(msg.proto, name), "Insert")
         created.setdefault(cid, msg.wal.time_tick)

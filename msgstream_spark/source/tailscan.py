@@ -1,0 +1,81 @@
+"""A first schema scan bounded by a message budget: the channel's newest messages first (issue #24).
+
+Without a stored scan (:mod:`msgstream_spark.source.scancache`), schema inference read each channel
+from its first retained message: a first plan cost a fetch of the whole log. Where message ids are
+integer offsets (``Client.message_id_from_offset``: Kafka, the embedded log) and a channel holds more
+than :data:`TAIL_BUDGET` messages, the scan reads windows of :data:`TAIL_WINDOW` messages backwards
+from the channel's latest one, each window forwards, and stops at the first (newest) window holding a
+message that carries a schema of a wanted collection (CreateCollection; 2.6 AlterCollection /
+SchemaChange). Within that window the newest such message wins, as in a scan from the start.
+
+When the budget runs out first, the schema comes from the newest window's inserts (source ``Insert``):
+an insert's FieldData tells names, types, the primary key and vector dimensions, not what only the
+collection's schema says (nullability and defaults, a field absent from every insert of the window,
+function outputs such as BM25 sparse vectors, the names inside struct arrays, the description).
+Give ``schema`` to read such a collection exactly.
+
+What the bounded scan cannot see: a collection whose messages all lie before the windows read (with no
+``collection`` option, "several collections" is judged on what was read). Backends whose ids are not
+offsets (Pulsar, the ``milvus`` proxy) and short channels are read from their first message as before.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Any
+
+TAIL_WINDOW = 1024  # messages read per window
+TAIL_BUDGET = 4096  # messages a first scan reads per channel at most (then: inferred from inserts)
+
+Notes = tuple[dict, dict, set, dict]  # found, created, broadcasts seen, stamps (time of the schema message)
+Feed = Callable[[str, list, Notes], None]
+
+
+def span(client: Any, ch: str, last: Any) -> tuple[int, int] | None:
+    """(first, last) offsets of ``ch`` when a bounded scan applies to it, else ``None``."""
+    if client.message_id_from_offset(0) is None:
+        return None  # ids are not offsets: no window can be addressed
+    first = client.first_message_id(ch)
+    if first is None or last.offset - first.offset + 1 <= TAIL_BUDGET:
+        return None
+    return first.offset, last.offset
+
+
+def _read_window(client: Any, cons: Any, ch: str, bottom: int, top: int, feed: Feed, notes: Notes,
+                 deadline: float) -> int:
+    """Feed the messages of offsets ``bottom..top`` in order; how many were fetched."""
+    cons.seek(client.message_id_from_offset(bottom), inclusive=True)
+    fetched = 0
+    while time.monotonic() < deadline:
+        want = top - bottom + 1 - fetched
+        batch = cons.receive_batch(max(1, min(1024, want)), 0.2)
+        if not batch:
+            continue  # a slow first fetch: wait, within the deadline
+        fetched += len(batch)
+        inside = [m for m in batch if m.id.offset <= top]
+        feed(ch, inside, notes)
+        if len(inside) < len(batch) or not batch[-1].id.offset < top:
+            break
+    return fetched
+
+
+def scan_tail(client: Any, ch: str, first: int, last: int, feed: Feed, deadline: float) -> tuple[Notes, int]:
+    """The notes of the newest window that holds a schema message (else of the newest one with any
+    note, inserts), and how many messages were fetched in all (at most about :data:`TAIL_BUDGET`)."""
+    fallback: Notes | None = None
+    fetched, top = 0, last
+    cons = client.reader(ch)
+    try:
+        while fetched < TAIL_BUDGET and top >= first and time.monotonic() < deadline:
+            bottom = max(first, top - min(TAIL_WINDOW, TAIL_BUDGET - fetched) + 1)
+            notes: Notes = ({}, {}, set(), {})
+            fetched += _read_window(client, cons, ch, bottom, top, feed, notes, deadline)
+            if any(src != "Insert" for _, src in notes[0].values()):
+                return notes, fetched
+            if fallback is None and notes[0]:
+                fallback = notes
+            top = bottom - 1
+    finally:
+        cons.unsubscribe()  # a throwaway inference subscription
+    return fallback or ({}, {}, set(), {}), fetched
