@@ -42,6 +42,8 @@ READ_OPTIONS = {
     "minrowspertrigger": "positive integer",
     "aligntotimetick": "true | false (default: true for streams when the channels carry time ticks)",
     "failondataloss": "true | false (default true)",
+    "schemascanmessages": "messages a first schema inference reads per channel, newest first (default 512; "
+                          "0: from the first message)",
     "output": "rows | messages",
     "messagetypes": "comma-separated: insert, delete, timetick, createcollection, dropcollection, ...",
     "collection": "collection name or id",
@@ -131,6 +133,7 @@ class ReadOptions:
     schema_ddl: str | None = None
     read_timeout: float = 60.0
     batch_rows: int = 8192
+    schema_scan_messages: int = 512  # schemaScanMessages: a first inference's budget per channel (0: no bound)
     extra: dict[str, str] = field(default_factory=dict)
 
     @property
@@ -177,6 +180,11 @@ def parse_read_options(options: Mapping[str, Any], *, streaming: bool | None) ->
         dedupe=bool(_bool(opts, "dedupe", False)),
         schema_ddl=opts.get("schema") or None,
     )
+    scan = str(opts.get("schemascanmessages") or "").strip()
+    if scan:
+        if not scan.isdigit():
+            raise OptionError(f"option schemaScanMessages must be an integer >= 0 (0: no bound), got {scan!r}")
+        r.schema_scan_messages = int(scan)
     r.message_types = _message_types(opts, r.output) or r.message_types
     r.read_timeout = _read_timeout(opts) or r.read_timeout
     r.batch_rows = _pos_int(opts, "maxbatchrows") or r.batch_rows

@@ -67,12 +67,13 @@ def _scan_schemas(opts: ReadOptions, channels: list[str]) -> tuple[dict[int, tup
             after = state.upto.get(ch)
             if after is not None and not client.bytes_to_message_id(after) < last:
                 continue  # nothing appended since the stored scan
-            bounded = tailscan.span(client, ch, last) if after is None else None
+            budget = opts.schema_scan_messages
+            bounded = tailscan.span(client, ch, last, budget) if after is None else None
             if bounded is not None:  # a first scan of a long channel: its newest messages only
-                notes, fetched = tailscan.scan_tail(client, ch, *bounded, lambda c, b, n: _feed(opts, c, b, n),
-                                                    deadline)
+                notes, fetched = tailscan.scan_tail(client, ch, bounded, budget,
+                                                    lambda c, b, n: _feed(opts, c, b, n), deadline)
                 _merge_tail(ch, state, notes, fetched)
-                if notes[0] or fetched >= tailscan.TAIL_BUDGET:  # not when the deadline cut it short
+                if notes[0] or fetched >= budget:  # not when the deadline cut it short
                     state.upto[ch] = last.serialize()
                 continue
             cons = client.reader(ch)
@@ -145,10 +146,13 @@ def _merge_tail(ch: str, state: scancache.ScanState, notes: tailscan.Notes, fetc
 
 def _insert_collection(payload: bytes) -> tuple[int, str] | None:
     """(collectionID, collection_name) of an InsertRequest read from its top-level fields only,
-    skipping the row data; ``None`` when the bytes do not read (the full decode then decides)."""
+    skipping the row data; ``None`` when the bytes do not read (the full decode then decides). The walk
+    ends after field 7: encoders write fields in number order (name = 4, collectionID = 7)."""
     cid, name = 0, ""
     try:
         for field_no, wire, value, start in iter_fields(payload):
+            if field_no > 7 and cid:
+                break
             if field_no == 7 and wire == 0:
                 cid = value - (1 << 64) if value >= 1 << 63 else value
             elif field_no == 4 and wire == 2:

@@ -3,7 +3,8 @@
 Without a stored scan (:mod:`msgstream_spark.source.scancache`), schema inference read each channel
 from its first retained message: a first plan cost a fetch of the whole log. Where message ids are
 integer offsets (``Client.message_id_from_offset``: Kafka, the embedded log) and a channel holds more
-than :data:`TAIL_BUDGET` messages, the scan reads windows of :data:`TAIL_WINDOW` messages backwards
+messages than the budget (option ``schemaScanMessages``, default 512; 0: no bound), the scan reads
+windows of :data:`TAIL_WINDOW` messages backwards
 from the channel's latest one, each window forwards, and stops at the first (newest) window holding a
 message that carries a schema of a wanted collection (CreateCollection; 2.6 AlterCollection /
 SchemaChange). Within that window the newest such message wins, as in a scan from the start.
@@ -25,19 +26,18 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-TAIL_WINDOW = 1024  # messages read per window
-TAIL_BUDGET = 4096  # messages a first scan reads per channel at most (then: inferred from inserts)
+TAIL_WINDOW = 256  # messages read per window
 
 Notes = tuple[dict, dict, set, dict]  # found, created, broadcasts seen, stamps (time of the schema message)
 Feed = Callable[[str, list, Notes], None]
 
 
-def span(client: Any, ch: str, last: Any) -> tuple[int, int] | None:
-    """(first, last) offsets of ``ch`` when a bounded scan applies to it, else ``None``."""
-    if client.message_id_from_offset(0) is None:
+def span(client: Any, ch: str, last: Any, budget: int) -> tuple[int, int] | None:
+    """(first, last) offsets of ``ch`` when a scan bounded by ``budget`` messages applies to it, else ``None``."""
+    if budget <= 0 or client.message_id_from_offset(0) is None:
         return None  # ids are not offsets: no window can be addressed
     first = client.first_message_id(ch)
-    if first is None or last.offset - first.offset + 1 <= TAIL_BUDGET:
+    if first is None or last.offset - first.offset + 1 <= budget:
         return None
     return first.offset, last.offset
 
@@ -60,15 +60,17 @@ def _read_window(client: Any, cons: Any, ch: str, bottom: int, top: int, feed: F
     return fetched
 
 
-def scan_tail(client: Any, ch: str, first: int, last: int, feed: Feed, deadline: float) -> tuple[Notes, int]:
+def scan_tail(client: Any, ch: str, span: tuple[int, int], budget: int, feed: Feed,
+              deadline: float) -> tuple[Notes, int]:
     """The notes of the newest window that holds a schema message (else of the newest one with any
-    note, inserts), and how many messages were fetched in all (at most about :data:`TAIL_BUDGET`)."""
+    note, inserts), and how many messages were fetched in all (at most ``budget``)."""
+    first, last = span
     fallback: Notes | None = None
     fetched, top = 0, last
     cons = client.reader(ch)
     try:
-        while fetched < TAIL_BUDGET and top >= first and time.monotonic() < deadline:
-            bottom = max(first, top - min(TAIL_WINDOW, TAIL_BUDGET - fetched) + 1)
+        while fetched < budget and top >= first and time.monotonic() < deadline:
+            bottom = max(first, top - min(TAIL_WINDOW, budget - fetched) + 1)
             notes: Notes = ({}, {}, set(), {})
             fetched += _read_window(client, cons, ch, bottom, top, feed, notes, deadline)
             if any(src != "Insert" for _, src in notes[0].values()):

@@ -1,6 +1,6 @@
 """A first schema scan of a long channel reads only its newest messages (``source/tailscan.py``, issue #24):
 the messages fetched are counted at the real backend's consumer, never timed. The budget is made small
-here (a window of 10, 40 messages a channel) so that a log of ~130 messages is a long one. Data: the
+here (a window of 10, option schemaScanMessages=40) so that a log of ~130 messages is a long one. Data: the
 independent 2.6 test producer (tests/wal26/producer.py), on the embedded log and on Kafka."""
 
 from __future__ import annotations
@@ -25,7 +25,6 @@ def env(request):
 @pytest.fixture
 def small_budget(monkeypatch):
     monkeypatch.setattr(tailscan, "TAIL_WINDOW", WINDOW)
-    monkeypatch.setattr(tailscan, "TAIL_BUDGET", BUDGET)
 
 
 @pytest.fixture
@@ -48,7 +47,8 @@ def fetched(env, monkeypatch):
 
 
 def _opts(env, ch, **extra):
-    return parse_read_options({**spark_options(env), "channels": ch, **extra}, streaming=False)
+    return parse_read_options({**spark_options(env), "channels": ch, "schemaScanMessages": str(BUDGET), **extra},
+                              streaming=False)
 
 
 def _write(env, msgs) -> str:
@@ -80,9 +80,7 @@ def test_a_first_plan_reads_the_newest_messages_and_finds_a_later_alter(env, sma
     assert 0 < len(fetched) <= BUDGET < len(log)  # the alter lies in the newest 30 messages
     _forget(env, ch)
     fetched.clear()
-    with pytest.MonkeyPatch.context() as mp:  # the same log read from its first message
-        mp.setattr(tailscan, "TAIL_BUDGET", 10 ** 6)
-        full, full_cid = infer_collection(_opts(env, ch), [ch])
+    full, full_cid = infer_collection(_opts(env, ch, schemaScanMessages="0"), [ch])  # from the first message
     assert len(fetched) >= len(log)
     assert (full, full_cid) == (schema, cid)
 
@@ -107,3 +105,14 @@ def test_a_short_channel_is_read_from_its_first_message(env, small_budget, fetch
                       *_inserts(D.TT + 10, 15)])
     found, _ = _scan_schemas(_opts(env, ch), [ch])
     assert found[P.COLLECTION][1] == "CreateCollection" and len(fetched) == 32
+
+
+def test_the_budget_option_is_checked(local_env):
+    from msgstream_spark.errors import OptionError
+
+    ch = local_env.new_channel("tail")
+    assert _opts(local_env, ch, schemaScanMessages="0").schema_scan_messages == 0
+    assert parse_read_options({**spark_options(local_env), "channels": ch}, streaming=False).schema_scan_messages \
+        == 512
+    with pytest.raises(OptionError, match="schemaScanMessages must be an integer >= 0"):
+        _opts(local_env, ch, schemaScanMessages="-3")
