@@ -26,7 +26,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-TAIL_WINDOW = 256  # messages read per window
+TAIL_WINDOW = 4096  # messages read per window (the default budget is one window: one seek)
 
 Notes = tuple[dict, dict, set, dict]  # found, created, broadcasts seen, stamps (time of the schema message)
 Feed = Callable[[str, list, Notes], None]
