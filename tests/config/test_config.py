@@ -161,3 +161,33 @@ def test_missing_optional_client_names_the_extra(monkeypatch):
     monkeypatch.setitem(sys.modules, "confluent_kafka", None)  # as if not installed
     with pytest.raises(BackendUnavailableError, match=r"pip install 'msgstream-spark\[kafka\]'"):
         build_client("kafka", Config.from_dict({"kafka": {"brokerList": "h:1"}}))
+
+
+def test_a_login_shells_generic_variables_change_no_key(tmp_path):
+    """USER, TOKEN, ADDRESS, PASSWORD, ... set every key of the milvus backend before (issue #19)."""
+    from tests.fixtures.login_env import login_env
+    env = login_env(base={})
+    cfg = Config.load(overrides={"mq.type": "milvus", "milvus.token": "t"}, env=env)
+    assert cfg.to_dict() == Config.load(overrides={"mq.type": "milvus", "milvus.token": "t"}, env={}).to_dict()
+    # every variable named like the last part of a key, or like a milvus.* key without its section
+    generic = {k.rsplit(".", 1)[-1].upper(): "decoy" for k in cfg.to_dict()}
+    generic.update({k.split(".", 1)[1].replace(".", "_").upper(): "decoy" for k in cfg.to_dict()
+                    if k.startswith(("milvus.", "local.", "msgstream."))})
+    assert Config.load(env=generic).to_dict() == Config.load(env={}).to_dict()
+
+
+def test_own_keys_take_the_msgstream_prefix(tmp_path):
+    env = {"MSGSTREAM_MILVUS_TOKEN": "tok", "MSGSTREAM_MILVUS_ADDRESS": "m:19530", "MILVUS_USER": "ignored",
+           "MSGSTREAM_LOCAL_PATH": str(tmp_path / "x.db"), "MSGSTREAM_MSGSTREAM_MODE": "cluster",
+           "MSGSTREAM_MQ_TYPE": "milvus", "MQ_TYPE": "kafka", "MSGSTREAM_NO_SUCH_KEY": "x"}
+    cfg = Config.load(env=env)
+    assert cfg.get("milvus.token") == "tok" and cfg.get("milvus.address") == "m:19530"
+    assert cfg.get("milvus.user") == "" and cfg.get("local.path") == str(tmp_path / "x.db")
+    assert cfg.get("msgstream.mode") == "cluster"
+    assert cfg.get("mq.type") == "milvus"  # the prefixed name beats Milvus's own
+    assert cfg.masked()["milvus.token"] == "******"
+    # Milvus's own names, for keys Milvus has, in any of its spellings
+    cfg = Config.load(env={"PULSAR_ADDRESS": "pulsar://p:6650", "KAFKA_BROKER_LIST": "k:9092",
+                           "ROOTCOORD_DMLCHANNELNUM": "4", "MSGCHANNEL_CHANNAMEPREFIX_CLUSTER": "c1"})
+    assert cfg.get("pulsar.address") == "pulsar://p:6650" and cfg.get("kafka.brokerlist") == "k:9092"
+    assert cfg.get_int("rootcoord.dmlchannelnum") == 4 and cfg.dml_channel_names()[0] == "c1-rootcoord-dml_0"
