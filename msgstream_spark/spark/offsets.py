@@ -10,6 +10,12 @@ give positions:
   ``msgID`` and drop messages with BeginTs <= ``ts`` until the first time tick >= ``ts``.
   Milvus channel checkpoints and this source's ``_position`` column resume this way.
 * ``"exclusive": true`` on an end: stop BEFORE ``msgID`` (a saved ``_position`` as end).
+
+The source itself adds ``"tick": true`` to an end that is a time tick, so the next batches of
+that channel stay tick-aligned even before the scan meets another tick. A message with a time
+(``ts`` > 0: every 2.6 message, every 2.5 insert) is not a tick: the read-only ``milvus`` backend
+never delivers ticks to the source's scans (``DumpMessages`` filters them), so taking any timed
+end for a tick made a restarted query wait forever for one (issue #19).
 """
 
 from __future__ import annotations

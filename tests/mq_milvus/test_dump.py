@@ -24,6 +24,7 @@ from msgstream_spark.msg.wal26 import (
 )
 from msgstream_spark.stream.txn import TxnAssembler
 from tests.fixtures.milvus_env import StoreWriter, milvus_config, proxy_id
+from tests.milvus_proxy.wal import tso_now
 from tests.wal26 import producer as P
 
 WAIT = 20.0
@@ -189,8 +190,9 @@ def test_latest_first_and_timestamp_lookups(milvus_proxy, client):
     assert client.latest_message_id(P.PCHANNEL) == proxy_id(ids[4])
     assert client.first_message_id(P.PCHANNEL) == proxy_id(ids[0])
     assert client.message_id_at_timestamp(P.PCHANNEL, tt + 2) == proxy_id(ids[2])
-    fill(milvus_proxy, P.PCHANNEL, [P.insert(now_tt(50), [9])])
-    assert client.latest_message_id(P.PCHANNEL).offset == ids[-1].offset + 1  # the cached scan goes on
+    # every scan above persisted a TimeTick at the proxy's TSO, as Milvus does: a new entry comes after them
+    new = fill(milvus_proxy, P.PCHANNEL, [P.insert(tso_now() + 1, [9])])
+    assert client.latest_message_id(P.PCHANNEL) == proxy_id(new[0])  # the cached scan goes on
 
 
 def test_bad_ids_are_decode_errors(client):
