@@ -51,7 +51,6 @@ def test_publish_job_writes_synthetic_rows_and_deletes(spark, backend, tmp_path)
 
 
 def test_ingest_then_replay_from_a_saved_position(spark, backend, tmp_path):
-    pytest.importorskip("pyspark_msgstream", reason="the msgstream reader is not installed")
     local_env = backend
     from jobs import ingest, publish, replay
     from msgstream_spark.cli.commands import latest_position
@@ -83,7 +82,6 @@ def test_ingest_then_replay_from_a_saved_position(spark, backend, tmp_path):
 
 
 def test_demo_runs_green_with_small_sizes(tmp_path):
-    pytest.importorskip("pyspark_msgstream", reason="the msgstream reader is not installed")
     proc = subprocess.run([sys.executable, "-m", "jobs.demo", "--rows", "3000", "--more-rows", "1000", "--dim", "16",
                            "--workdir", str(tmp_path / "demo")], capture_output=True, text=True, timeout=540,
                           env=login_env())

@@ -94,7 +94,6 @@ def test_round_trip_every_type_with_deletes_and_milvus_sharding(spark, backend, 
 
 
 def test_round_trip_through_the_msgstream_reader(spark, local_env, tmp_path):
-    pytest.importorskip("pyspark_msgstream", reason="the msgstream reader is not installed")
     from chispa import assert_df_equality
 
     chans = [local_env.new_channel("rr") for _ in range(2)]
