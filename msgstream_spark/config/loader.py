@@ -43,7 +43,6 @@ DEFAULTS: dict[str, Any] = {
     "pulsar.requesttimeout": 60,
     "pulsar.authplugin": "",
     "pulsar.authparams": "",
-    "pulsar.enableclientmetrics": False,
     "pulsar.tlsallowinsecureconnection": False,
     "pulsar.tlstrustcertspath": "",
     "pulsar.tlsvalidatehostname": False,
@@ -64,8 +63,6 @@ DEFAULTS: dict[str, Any] = {
     "kafka.topicreplicationfactor": 1,
     "msgchannel.channameprefix.cluster": "by-dev",
     "msgchannel.channameprefix.rootcoorddml": "rootcoord-dml",
-    "msgchannel.channameprefix.replicatemsg": "replicate-msg",
-    "msgchannel.subnameprefix.datanodesubnameprefix": "dataNode",
     "rootcoord.dmlchannelnum": 16,
     # the read-only milvus backend (a Milvus 2.6 proxy's DumpMessages)
     "milvus.address": "localhost:19530",
