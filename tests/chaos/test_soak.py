@@ -35,7 +35,7 @@ def _rss_mb(driver_pid: int) -> tuple[dict[str, float], dict[tuple[int, float], 
                 mb = p.memory_info().rss / 2**20
                 if "java" in p.name():
                     out["jvm"] += mb
-                else:
+                elif "python" in p.name():  # not the shells Spark's launch scripts leave behind
                     workers[(p.pid, p.create_time())] = mb
             except psutil.NoSuchProcess:
                 continue  # a worker Spark retired between the listing and the reading
