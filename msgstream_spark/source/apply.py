@@ -129,12 +129,17 @@ class RowsHandler:
             return decode_failed(exc.with_location(part.channel, mid), self.opts, self.builder, d.raw)
         if new is None or not self._ours(msg.collection_id, new.name):
             return
-        added = [f.name for f in collection_arrow_schema(new) if f.name not in self.fields]
+        names = collection_arrow_schema(new).names
+        added = [n for n in names if n not in self.fields]
+        head = (f"collection {new.name or '?'} (id {msg.collection_id}): {msg.wal.type_name} on channel "
+                f"{part.channel} at position msgID(base64)={b64(mid)} (_tt {d.time_tick})")
+        dropped = sorted(self.fields.difference(names))
+        if dropped:  # 3.0 drops fields: later inserts lack them, their columns are null
+            log.warning("%s drops field(s) %s; their columns are null in the rows written after it", head,
+                        ", ".join(dropped))
         if not added:
             return
-        where = (f"collection {new.name or '?'} (id {msg.collection_id}): {msg.wal.type_name} on channel "
-                 f"{part.channel} at position msgID(base64)={b64(mid)} (_tt {d.time_tick}) adds field(s) "
-                 f"{', '.join(added)}")
+        where = f"{head} adds field(s) {', '.join(added)}"
         if self.opts.on_schema_change == "ignore":
             log.warning("%s; not in this query's schema, dropped from its rows (onSchemaChange=ignore)", where)
             return
