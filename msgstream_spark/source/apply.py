@@ -77,7 +77,8 @@ class RowsHandler:
         self.opts = part.opts
         self.builder = builder
         self.dedupe = dedupe
-        self.decoder = ChannelDecoder(part.channel, wal, start_ts=start_ts, group=self.opts.subscription)
+        self.decoder = ChannelDecoder(part.channel, wal, start_ts=start_ts, group=self.opts.subscription,
+                                      last_tick=part.start.get("tick"))  # a cut piece: the tick before it
         self.fields, self.inferred_cid = _query_fields(part.schema_json)
         self.open_txns: set[int] = set()  # begun and not ended, as seen on the broker
         self.keep_only: set[int] | None = None  # past the range end: only these transactions' rows
@@ -105,7 +106,9 @@ class RowsHandler:
         """At or past the range end: whether a transaction begun in the range is still open."""
         if self.keep_only is None:
             self.keep_only = set(self.open_txns)
-        return bool(self.keep_only & self.open_txns) and self.decoder.has_open
+        if not self.keep_only & self.open_txns or not self.decoder.has_open:
+            return False
+        return any(t.txn_id in self.keep_only for t in self.decoder.txn.open_transactions())  # not expired
 
     def _apply(self, d: Any) -> None:
         msg = d.msg

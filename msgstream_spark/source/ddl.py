@@ -6,6 +6,8 @@ is an :class:`~msgstream_spark.errors.OptionError` naming the column. Spark read
 
 from __future__ import annotations
 
+import re
+
 import pyarrow as pa
 
 from msgstream_spark.errors import OptionError
@@ -19,6 +21,9 @@ _SIMPLE = {
 }
 
 
+_DECIMAL = re.compile(r"decimal\((\d+),(\d+)\)")
+
+
 def arrow_type(text: str, column: str, element: bool = False) -> pa.DataType:
     """The Arrow type of a DDL type (``element``: an array's element, where ``struct<...>`` may stand)."""
     t = text.strip()
@@ -27,6 +32,9 @@ def arrow_type(text: str, column: str, element: bool = False) -> pa.DataType:
         return _SIMPLE[low]
     if low.startswith(("varchar(", "char(")):
         return pa.string()
+    m = _DECIMAL.fullmatch(low)
+    if m and int(m.group(1)) <= 38:  # _seq is decimal(38,0)
+        return pa.decimal128(int(m.group(1)), int(m.group(2)))
     if low.startswith("array<") and low.endswith(">"):
         return pa.list_(arrow_type(t[t.index("<") + 1:-1], column, element=True))
     if element and low.startswith("struct<") and low.endswith(">"):  # a struct array: array<struct<a:bigint,...>>
@@ -36,7 +44,8 @@ def arrow_type(text: str, column: str, element: bool = False) -> pa.DataType:
         if len(parts) == 2:
             return pa.map_(arrow_type(parts[0], column), arrow_type(parts[1], column))
     raise OptionError(f"option schema: column {column}: type {text.strip()!r} is not one this source reads "
-                      f"(known: {', '.join(sorted(_SIMPLE))}, array<...>, array<struct<...>>, map<...,...>)")
+                      f"(known: {', '.join(sorted(_SIMPLE))}, decimal(p,s), array<...>, array<struct<...>>, "
+                      "map<...,...>)")
 
 
 def _struct_field(part: str, column: str) -> pa.Field:
