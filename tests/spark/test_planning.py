@@ -17,7 +17,8 @@ def ids(client, *offsets):
 
 
 def test_channel_offset_round_trips_the_json_entry():
-    for e in ({"msgID": "", "ts": 0}, entry(b"\x01" * 8, 5, inclusive=True), entry(b"\x02" * 8, 7, exclusive=True)):
+    for e in ({"msgID": "", "ts": 0}, entry(b"\x01" * 8, 5, inclusive=True), entry(b"\x02" * 8, 7, exclusive=True),
+              entry(b"\x03" * 8, 9, atTick=True)):
         assert ChannelOffset.from_json(e).to_json() == e
     assert ChannelOffset.from_json(entry(b"x", 3, inclusive=True)) == ChannelOffset(b"x", 3, inclusive=True)
 
@@ -90,7 +91,7 @@ def test_a_restarted_scan_stays_aligned_after_a_tick_and_free_after_a_message(lo
         start = normalize({ch: entry(b"", 0)})
         first.refresh(start)
         at_tick, rows = first.plan_end(start, align=None)
-        assert rows == 3 and at_tick[ch]["tick"] is True and at_tick[ch]["ts"] > 0
+        assert rows == 3 and at_tick[ch]["atTick"] is True and at_tick[ch]["ts"] > 0
         data = first.chans[ch].items[-1]  # an end at the last insert, as a channel without ticks has
         at_data = normalize({ch: entry(data.id.serialize(), data.ts)})
     finally:
