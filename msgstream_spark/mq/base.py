@@ -244,6 +244,12 @@ class Client(abc.ABC):
     def latest_message_id(self, channel: str) -> MessageID | None:
         """Id of the last message of ``channel``, ``None`` if empty."""
 
+    def collection_schema(self, collection: str | None) -> tuple[bytes, int] | None:
+        """(serialized ``CollectionSchema``, collection id) of ``collection`` (a name or an id; ``None``: the
+        backend's only one) as the cluster describes it now; ``None`` where the backend cannot tell (it
+        holds messages, not collections: all but ``milvus``)."""
+        return None
+
     @abc.abstractmethod
     def first_message_id(self, channel: str) -> MessageID | None:
         """Id of the oldest retained message of ``channel``, ``None`` if empty."""

@@ -17,8 +17,9 @@ from typing import Any
 
 import pyarrow as pa
 
-from msgstream_spark.errors import DecodeError, SchemaError, UnknownMessageTypeError
+from msgstream_spark.errors import DecodeError, MsgStreamError, SchemaError, UnknownMessageTypeError
 from msgstream_spark.msg import codec
+from msgstream_spark.msg.pb import schema_pb2
 from msgstream_spark.msg.schema import collection_arrow_schema, infer_collection_schema
 from msgstream_spark.msg.types import MsgType
 from msgstream_spark.msg.wal26 import WalMessageType, decode_message
@@ -42,14 +43,16 @@ def _matches(opts: ReadOptions, cid: int, name: str) -> bool:
     return want is None or want == str(cid) or want == name
 
 
-def _scan_schemas(opts: ReadOptions, channels: list[str]) -> tuple[dict[int, tuple[Any, str]], dict[int, int]]:
+def _scan_schemas(opts: ReadOptions, channels: list[str],
+                  shared: Any = None) -> tuple[dict[int, tuple[Any, str]], dict[int, int]]:
     """({collection id: (CollectionSchema, source)}, {collection id: creation time}) found in the
     channels' CreateCollection messages (else their first insert), within the inference budget.
 
     On a channel with 2.6 messages the scan goes on after the CreateCollection, so that a later
     AlterCollection's schema wins (a new query infers the altered schema). What an earlier scan of the
-    same channels read is not read again (:mod:`msgstream_spark.source.scancache`)."""
-    client = opts.client()
+    same channels read is not read again (:mod:`msgstream_spark.source.scancache`). ``shared``: a client
+    to use (the caller closes it), else one of its own."""
+    client = shared or opts.client()
     deadline = time.monotonic() + INFER_SECONDS
     key = scancache.state_key(opts.collection, channels)
     try:
@@ -90,7 +93,8 @@ def _scan_schemas(opts: ReadOptions, channels: list[str]) -> tuple[dict[int, tup
         if state.upto != before:
             scancache.save(client, key, state)
     finally:
-        client.close()
+        if shared is None:
+            client.close()
     return state.found, state.created
 
 
@@ -267,9 +271,33 @@ def _note_wal_schema(opts: ReadOptions, ch: str, m: Any, state: tuple[dict, dict
         created.setdefault(cid, msg.wal.time_tick)
 
 
+def _described(opts: ReadOptions, client: Any) -> tuple[Any, int] | None:
+    """(CollectionSchema, collection id) as the backend describes the collection now (the ``milvus`` backend:
+    ``DescribeCollection`` through the proxy, for a configured collection), else ``None``: the scan decides."""
+    try:
+        got = client.collection_schema(opts.collection)
+    except MsgStreamError as exc:
+        log.warning("schema inference reads the channels: describing collection %s failed: %s",
+                    opts.collection or "(the configured one)", exc)
+        return None
+    if got is None:
+        return None
+    schema = schema_pb2.CollectionSchema()
+    schema.ParseFromString(got[0])
+    return schema, got[1]
+
+
 def infer_collection(opts: ReadOptions, channels: list[str]) -> tuple[Any, int]:
     """(CollectionSchema, collection id) of the collection ``opts`` reads; SchemaError if nothing is found."""
-    found, created = _scan_schemas(opts, channels)
+    client = opts.client()
+    try:
+        described = _described(opts, client)
+        if described is not None:
+            log.info("the schema of collection %s is the one DescribeCollection gives", described[1])
+            return described
+        found, created = _scan_schemas(opts, channels, client)
+    finally:
+        client.close()
     if not found:
         what = f"collection {opts.collection!r}" if opts.collection else "any collection"
         raise SchemaError(

@@ -14,9 +14,9 @@ the streaming node's scanner; see wal.py for ``DumpMessages`` itself):
 * ``DumpMessages`` failures end the stream with gRPC UNKNOWN and Milvus's text; an unknown
   pchannel keeps the stream open and silent.
 
-Simplified: collections, databases and credentials are set by the test (no RBAC, no schema
-beyond the name); the WAL is an embedded-log SQLite file whose ids are served as RocksMQ ids
-(base 36); every other RPC is UNIMPLEMENTED. Fault injection: ``restart()`` (a real stop and
+Simplified: collections, databases and credentials are set by the test (no RBAC; a schema only
+where the test sets one in ``state.schemas``); the WAL is an embedded-log SQLite file whose ids
+are served as RocksMQ ids (base 36); every other RPC is UNIMPLEMENTED. Fault injection: ``restart()`` (a real stop and
 start on the same port: open streams break with UNAVAILABLE), ``stall_after`` (the next stream
 goes silent after N messages), ``unimplemented`` (an old proxy without ``DumpMessages``) and
 ``truncate()`` (retention removing entries).
@@ -45,6 +45,7 @@ class ProxyState:
     """What the test controls: collections, credentials and faults."""
 
     collections: dict = field(default_factory=dict)  # (db, name) -> (collection id, pchannels, vchannels)
+    schemas: dict = field(default_factory=dict)  # (db, name) -> serialized CollectionSchema (else none sent)
     databases: set = field(default_factory=lambda: {"default"})
     tokens: set = field(default_factory=set)  # accepted raw tokens or "user:password"; empty: no auth
     unimplemented: bool = False
@@ -88,10 +89,14 @@ class Servicer(milvus_grpc.MilvusServiceServicer):
                 code=100, error_code=common_pb2.CollectionNotExists,
                 reason=f"collection not found[database={db}][collection={request.collection_name}]"))
         cid, pchannels, vchannels = found
-        return milvus_pb2.DescribeCollectionResponse(
+        resp = milvus_pb2.DescribeCollectionResponse(
             status=common_pb2.Status(), collectionID=cid, collection_name=request.collection_name, db_name=db,
             physical_channel_names=list(pchannels), virtual_channel_names=list(vchannels),
             shards_num=len(vchannels))
+        schema = self.state.schemas.get((db, request.collection_name))
+        if schema is not None:
+            resp.schema.ParseFromString(schema)
+        return resp
 
     def DumpMessages(self, request, context):
         self.state.requests.append(request)

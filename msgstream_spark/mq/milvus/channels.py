@@ -25,6 +25,24 @@ class CollectionChannels:
 
 
 def describe(conn: ProxyConnection, database: str, collection: str) -> CollectionChannels:
+    resp = _describe(conn, database, collection)
+    if not resp.physical_channel_names:
+        raise BackendError(f"DescribeCollection({database}.{collection}) on {conn.settings.address} returned no "
+                           "physical channels")
+    return CollectionChannels(database, collection, int(resp.collectionID), tuple(resp.physical_channel_names),
+                              tuple(resp.virtual_channel_names))
+
+
+def describe_schema(conn: ProxyConnection, database: str, collection: str) -> tuple[bytes, int] | None:
+    """(serialized CollectionSchema, collection id) from ``DescribeCollection``; ``None`` when the answer
+    carries no schema fields."""
+    resp = _describe(conn, database, collection)
+    if not resp.HasField("schema") or not resp.schema.fields:
+        return None
+    return resp.schema.SerializeToString(), int(resp.collectionID)
+
+
+def _describe(conn: ProxyConnection, database: str, collection: str):
     _, milvus_pb2, _ = pb_modules()
     req = milvus_pb2.DescribeCollectionRequest(db_name=database, collection_name=collection)
     resp = conn.unary(f"DescribeCollection({database}.{collection})", "DescribeCollection", req)
@@ -38,8 +56,4 @@ def describe(conn: ProxyConnection, database: str, collection: str) -> Collectio
     err = status_error(conn.settings, f"DescribeCollection({database}.{collection})", st)
     if err is not None:
         raise err
-    if not resp.physical_channel_names:
-        raise BackendError(f"DescribeCollection({database}.{collection}) on {conn.settings.address} returned no "
-                           "physical channels")
-    return CollectionChannels(database, collection, int(resp.collectionID), tuple(resp.physical_channel_names),
-                              tuple(resp.virtual_channel_names))
+    return resp

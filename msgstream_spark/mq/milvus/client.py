@@ -17,7 +17,7 @@ from msgstream_spark.config import Config
 from msgstream_spark.errors import ConfigError, DecodeError, ProduceError
 from msgstream_spark.mq.base import Client, Consumer, MessageID, Producer, SubscriptionInitialPosition
 from msgstream_spark.mq.milvus import scan
-from msgstream_spark.mq.milvus.channels import CollectionChannels, describe
+from msgstream_spark.mq.milvus.channels import CollectionChannels, describe, describe_schema
 from msgstream_spark.mq.milvus.connection import ProxyConnection
 from msgstream_spark.mq.milvus.consumer import MilvusConsumer
 from msgstream_spark.mq.milvus.message_id import MilvusMessageID, earliest_for, from_legacy
@@ -53,6 +53,15 @@ class MilvusClient(Client):
             if self._collections is None:
                 self._collections = [describe(self._conn, db, name) for db, name in self.settings.collections]
             return self._collections
+
+    def collection_schema(self, collection: str | None) -> tuple[bytes, int] | None:
+        """The schema ``DescribeCollection`` gives for one of the configured collections (``milvus.collections``;
+        ``None`` names the only one); ``None`` for any other, or an answer without schema fields."""
+        chosen = [c for c in self.collections()
+                  if collection is None or collection in (c.collection, str(c.collection_id))]
+        if len(chosen) != 1:
+            return None
+        return describe_schema(self._conn, chosen[0].database, chosen[0].collection)
 
     def _vchannels(self, channel: str) -> frozenset[str] | None:
         if not self.settings.collections:
