@@ -39,8 +39,33 @@ def read_backend(request):
     return request.getfixturevalue(f"{request.param.replace('-', '_')}_env")
 
 
+# ``make test`` spreads the suite over pytest-xdist workers with ``--dist loadgroup``; every worker has its own
+# session fixtures, so tests sharing an expensive process are kept in one ``xdist_group`` (one worker starts it
+# once). First match wins: the real Milvus, the standalone cluster and the Spark Connect server each get a worker
+# of their own (module/package-scoped, torn down when their tests end); the SparkSession tests are split by
+# directory into two groups, i.e. at most two local SparkSessions (plus those three) run at once.
+EXCLUSIVE_FIXTURES = {"milvus_stack": "milvus-real", "spark_cluster": "spark-cluster",
+                      "spark_connect_url": "spark-connect"}
+SPARK_GROUP_B = ("tests/stream/", "tests/sink/", "tests/jobs/", "tests/conformance/", "tests/packaging/",
+                 "tests/mq_milvus/", "tests/config/")
+
+
+def xdist_group(item) -> str | None:
+    """The worker group of a test (None: any worker)."""
+    names = getattr(item, "fixturenames", ())
+    for fixture, group in EXCLUSIVE_FIXTURES.items():
+        if fixture in names:
+            return group
+    if "spark" not in names:
+        return None
+    return "spark-b" if item.nodeid.startswith(SPARK_GROUP_B) else "spark-a"
+
+
 def pytest_collection_modifyitems(items):
-    """Every test that starts Spark is ``slow`` (``make test-fast`` runs the others)."""
+    """Every test that starts Spark is ``slow`` (``make test-fast`` runs the others); groups for xdist."""
     for item in items:
         if "spark" in getattr(item, "fixturenames", ()):
             item.add_marker(pytest.mark.slow)
+        group = xdist_group(item)
+        if group is not None:
+            item.add_marker(pytest.mark.xdist_group(group))
