@@ -61,6 +61,9 @@ def xdist_group(item) -> str | None:
     return "spark-b" if item.nodeid.startswith(SPARK_GROUP_B) else "spark-a"
 
 
+# tryfirst: xdist's worker reads the ``xdist_group`` marks in its own pytest_collection_modifyitems, which is
+# registered after this conftest and so would otherwise run before this one.
+@pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(items):
     """Every test that starts Spark is ``slow`` (``make test-fast`` runs the others); groups for xdist."""
     for item in items:
@@ -69,3 +72,22 @@ def pytest_collection_modifyitems(items):
         group = xdist_group(item)
         if group is not None:
             item.add_marker(pytest.mark.xdist_group(group))
+
+
+class _GroupCheck:
+    """In an xdist worker under ``--dist loadgroup``: fail loudly if xdist did not apply the groups (it renames a
+    grouped test ``<nodeid>@<group>``; pytest 9.2 ignores that rename), rather than start a JVM per worker."""
+
+    @pytest.hookimpl(trylast=True)
+    def pytest_collection_modifyitems(self, config, items):
+        if not getattr(config.option, "loadgroup", False):
+            return
+        for item in items:
+            group = xdist_group(item)
+            if group is not None and not item.nodeid.endswith(f"@{group}"):
+                raise pytest.UsageError(f"pytest-xdist did not apply the xdist_group {group!r} to {item.nodeid} "
+                                        f"(pytest {pytest.__version__} with this pytest-xdist?)")
+
+
+def pytest_configure(config):
+    config.pluginmanager.register(_GroupCheck(), "msgstream-xdist-group-check")
