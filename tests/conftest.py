@@ -53,11 +53,12 @@ def read_backend(request):
 # session fixtures, so tests sharing an expensive process are kept in one ``xdist_group`` (one worker starts it
 # once). First match wins: the real Milvus, the standalone cluster and the Spark Connect server each get a worker
 # of their own (module/package-scoped, torn down when their tests end); the SparkSession tests are split by
-# directory into two groups, i.e. at most two local SparkSessions (plus those three) run at once.
+# path into two groups of about equal time (the chaos suite and most of tests/spark; the rest), i.e. at most two
+# local SparkSessions (plus those three) run at once.
 EXCLUSIVE_FIXTURES = {"milvus_stack": "milvus-real", "spark_cluster": "spark-cluster",
                       "spark_connect_url": "spark-connect"}
 SPARK_GROUP_B = ("tests/stream/", "tests/sink/", "tests/jobs/", "tests/conformance/", "tests/packaging/",
-                 "tests/mq_milvus/", "tests/config/")
+                 "tests/mq_milvus/", "tests/config/", "tests/spark/test_source")
 
 
 def xdist_group(item) -> str | None:
