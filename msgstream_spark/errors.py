@@ -111,3 +111,8 @@ class UnknownMessageTypeError(DecodeError):
 
 class SchemaError(MsgStreamError):
     """Data does not fit a collection schema (type, dimension, null primary key)."""
+
+
+class MirrorError(MsgStreamError):
+    """A mirrored table cannot take a change: it belongs to another collection (name, id, primary key or
+    column types differ), a column type cannot evolve, or a table format library is missing."""

@@ -11,6 +11,8 @@ import os
 
 import pytest
 
+from tests.fixtures.login_env import DECOYS
+
 # Every JVM the suite starts (the SparkSession, spark-submit drivers, the Spark Connect server, the standalone
 # cluster's daemons) lives for seconds to minutes and runs little data: the C1 compiler alone (no C2 tier) halves
 # the CPU they take to start and warm up (a SparkSession and 20 small jobs: 15 s instead of 26 s of CPU), which is
@@ -18,6 +20,10 @@ import pytest
 QUICK_JVM = "-XX:TieredStopAtLevel=1"
 for _var in ("SPARK_SUBMIT_OPTS", "SPARK_DAEMON_JAVA_OPTS"):
     os.environ.setdefault(_var, QUICK_JVM)
+
+# A login shell's generic variables (USER, TOKEN, ADDRESS, ...) are in every test's environment,
+# and so in every Spark worker and subprocess started from it; none may change a config.
+os.environ.update(DECOYS)
 
 pytest_plugins = [
     "tests.fixtures.local_env",

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
+import decimal
 from typing import Any
 
 from msgstream_spark.cli.common import UsageError, load_config, split_channels
@@ -44,6 +45,8 @@ def _options(args: argparse.Namespace) -> dict[str, str]:
 def _plain(v: Any) -> Any:
     if isinstance(v, dt.datetime):
         return v.isoformat()
+    if isinstance(v, decimal.Decimal):  # _seq, decimal(38,0): an exact JSON integer
+        return int(v)
     if isinstance(v, list):
         return [_plain(x) for x in v]
     return v

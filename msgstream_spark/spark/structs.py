@@ -7,6 +7,7 @@ from typing import Any
 from pyspark.sql import types as T
 
 from msgstream_spark.msg.schema import collection_arrow_schema
+from msgstream_spark.msg.seq import SEQ_DDL
 from msgstream_spark.source.options import ReadOptions
 from msgstream_spark.source.rows import MESSAGES_DDL, METADATA_DDL, OP, ddl_fields
 from msgstream_spark.source.schema import infer_collection, primary_key
@@ -15,7 +16,8 @@ from msgstream_spark.source.schema import infer_collection, primary_key
 def _spark_fields(ddl_like: str) -> list:
     """StructFields from our fixed 'name type, ...' lists without a SparkContext."""
     simple = {"string": T.StringType(), "bigint": T.LongType(), "int": T.IntegerType(), "timestamp": T.TimestampType(),
-              "binary": T.BinaryType(), "map<string,string>": T.MapType(T.StringType(), T.StringType())}
+              "binary": T.BinaryType(), "map<string,string>": T.MapType(T.StringType(), T.StringType()),
+              SEQ_DDL: T.DecimalType(38, 0)}
     return [T.StructField(name, simple[typ], True) for name, typ in ddl_fields(ddl_like)]
 
 

@@ -33,7 +33,7 @@ def test_rows_equal_the_partition_read_and_what_milvus_applies(local_env, wal_ch
     rows = [r for b in batches for r in b.to_pylist()]
     assert _key(rows) == sorted(W.expected_rows())
     assert rows == W.read_direct(local_env, wal_channel)  # the Spark partitions' read, value for value
-    assert batches[0].schema.names[:3] == ["op", "pk", "vec"] and batches[0].schema.names[-1] == "_position"
+    assert batches[0].schema.names[:3] == ["op", "pk", "vec"] and batches[0].schema.names[-2:] == ["_position", "_seq"]
 
 
 def test_messages_output_and_options(local_env, wal_channel):

@@ -17,28 +17,37 @@ def ids(client, *offsets):
 
 
 def test_channel_offset_round_trips_the_json_entry():
-    for e in ({"msgID": "", "ts": 0}, entry(b"\x01" * 8, 5, inclusive=True), entry(b"\x02" * 8, 7, exclusive=True)):
+    for e in ({"msgID": "", "ts": 0}, entry(b"\x01" * 8, 5, inclusive=True), entry(b"\x02" * 8, 7, exclusive=True),
+              entry(b"\x03" * 8, 9, atTick=True)):
         assert ChannelOffset.from_json(e).to_json() == e
     assert ChannelOffset.from_json(entry(b"x", 3, inclusive=True)) == ChannelOffset(b"x", 3, inclusive=True)
 
 
 def test_ranges_split_only_where_ids_are_offsets(local_env):
+    from tests.spark import wal26_data as D
+
+    a, b, c_ = (local_env.new_channel(x) for x in "abc")
     with local_env.client() as c:
-        a0, a100, b10 = ids(c, 0, 100, 10)
-        start = normalize({"a": entry(a0, 0), "b": entry(a0, 0), "c": entry(b"", 0)})
-        end = normalize({"a": entry(a100, 9), "b": entry(b10, 4), "c": entry(b"", 0)})
-        assert [(ch, s.msg_id, e.msg_id) for ch, s, e in plan_ranges(c, start, end, None)] == [
-            ("a", a0, a100), ("b", a0, b10)]  # c has nothing to read
+        for ch, n in ((a, 100), (b, 10)):  # 2.5 messages: a piece may end with any of them
+            with c.create_producer(ch) as prod:
+                prod.send_batch([D.old_insert([k], D.TT + k) for k in range(n)])
+        start = normalize({ch: entry(b"", 0) for ch in (a, b, c_)})
+        end = normalize({a: entry(c.latest_message_id(a).serialize(), 9),
+                         b: entry(c.latest_message_id(b).serialize(), 4), c_: entry(b"", 0)})
+        whole = plan_ranges(c, start, end, None)
+        assert [(ch, s, e) for ch, s, e in whole] == [(a, start[a], end[a]), (b, start[b], end[b])]  # c: nothing
         split = plan_ranges(c, start, end, 11)
         per = {}
         for ch, s, e in split:
-            off = c.bytes_to_message_id
-            per.setdefault(ch, []).append((off(s.msg_id).offset, off(e.msg_id).offset, e.ts))
-        assert len(per["a"]) == 10 and per["a"][0][0] == 0 and per["a"][-1][1:] == (100, 9)
-        assert all(x[1] == y[0] for x, y in zip(per["a"], per["a"][1:]))  # contiguous pieces
-        assert per["b"] == [(0, 10, 4)]
-        inclusive = normalize({"a": entry(a0, 0, inclusive=True)})
-        assert len(plan_ranges(c, inclusive, normalize({"a": entry(a100, 9)}), 11)) == 1  # a seek is one piece
+            per.setdefault(ch, []).append((s, e))
+        assert len(per[a]) == 10 and per[a][0][0] == start[a] and per[a][-1][1] == end[a]
+        assert all(x[1]["msgID"] == y[0]["msgID"] for x, y in zip(per[a], per[a][1:]))  # contiguous pieces
+        assert per[b] == [(start[b], end[b])]
+        assert len(plan_ranges(c, start, end, None, 10)) == 11  # maxRecordsPerPartition: 10 on a, 1 on b
+        first = c.first_message_id(a).serialize()
+        seek = plan_ranges(c, normalize({a: entry(first, 7, inclusive=True)}), normalize({a: end[a]}), 11)
+        assert len(seek) == 11 and seek[0][1]["inclusive"]  # a seek splits too; later pieces keep its filter
+        assert all(s.get("seekTs") == 7 and not s.get("inclusive") for _ch, s, _e in seek[1:])
 
 
 def test_ranges_are_never_split_without_integer_offsets(pulsar_env):
@@ -65,6 +74,39 @@ def test_scanner_plan_end_cuts_at_a_tick_every_channel_reached(local_env):
     finally:
         scan.close()
         client.close()
+
+
+def test_a_restarted_scan_stays_aligned_after_a_tick_and_free_after_a_message(local_env):
+    """The next batch after an end at a tick waits for the next tick; after an end at a message with a
+    time (2.6 messages carry ``_tt``) it does not, or a source whose scans never see ticks (the milvus
+    backend) restarts to read nothing, run after run (issue #19)."""
+    client = local_env.client()
+    ch = local_env.new_channel("restart")
+    pub = Publisher(client, [ch])
+    pub.rounds(1, rows=3)
+    pub.insert(ch, 2)  # after the tick
+    pub.close()
+    first = Scanner(client, "rows", True)
+    try:
+        start = normalize({ch: entry(b"", 0)})
+        first.refresh(start)
+        at_tick, rows = first.plan_end(start, align=None)
+        assert rows == 3 and at_tick[ch]["atTick"] is True and at_tick[ch]["ts"] > 0
+        data = first.chans[ch].items[-1]  # an end at the last insert, as a channel without ticks has
+        at_data = normalize({ch: entry(data.id.serialize(), data.ts)})
+    finally:
+        first.close()
+    pub = Publisher(client, [ch], next_pk=5)
+    pub.insert(ch, 2)  # no tick after them yet
+    pub.close()
+    for start, want in ((at_tick, 0), (at_data, 2)):
+        scan = Scanner(client, "rows", True)
+        try:
+            scan.refresh(start)
+            assert scan.plan_end(start, align=None)[1] == want
+        finally:
+            scan.close()
+    client.close()
 
 
 def test_read_options(local_env):
