@@ -23,14 +23,18 @@ install: check-java $(STAMP)
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .
 
+# The full suite in TEST_WORKERS pytest-xdist processes. `--dist loadgroup` keeps the tests that share an expensive
+# process (a SparkSession, the real Milvus, the standalone cluster, the Spark Connect server) on one worker
+# (tests/conftest.py's xdist groups); `--durations` prints the slowest tests. TEST_WORKERS=0 runs it serially.
+TEST_WORKERS ?= 3
 test: check-java $(STAMP)
 	$(VENV)/bin/ruff check .
-	$(VPY) -m pytest -q $(PYTEST_ARGS)
+	$(VPY) -m pytest -q -n $(TEST_WORKERS) --dist loadgroup --durations=15 $(PYTEST_ARGS)
 
 # The Spark-free tests (library, backends, CLI, planners, layer rules) in 3 pytest processes: under a minute.
 test-fast: $(STAMP)
 	$(VENV)/bin/ruff check .
-	$(VPY) -m pytest -q -m "not slow" -n 3 $(PYTEST_ARGS)
+	$(VPY) -m pytest -q -m "not slow" -n 3 --dist loadgroup $(PYTEST_ARGS)
 
 demo: check-java $(STAMP)
 	$(VPY) -m jobs.demo $(DEMO_ARGS)

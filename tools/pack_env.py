@@ -16,7 +16,9 @@ the interpreter that built it, so every worker needs that Python version at the 
 usual case for machines built from one image). For a self-contained interpreter use conda-pack.
 
 ``--cache-dir`` keeps archives keyed by the wheel's content (its RECORD), the interpreter and the
-extras, so an unchanged project is packed once.
+extras, so an unchanged project is packed once; and, keyed by the requirements, extras and interpreter
+only, the venv of the dependencies alone: after a code change the archive is that venv copied, the new
+wheel installed into it (``--no-deps``) and packed, without installing the dependencies again.
 
 Usage: ``python tools/pack_env.py --output dist/msgstream-env.tar.gz [--extras kafka,pulsar]``
 """
@@ -108,11 +110,23 @@ def cache_key(metadata: str, record: str, extras: set[str], python: str) -> str:
     return h.hexdigest()[:16]
 
 
+def deps_key(metadata: str, extras: set[str], python: str) -> str:
+    """What the dependencies' venv depends on: the requirements, extras and interpreter (not the code)."""
+    reqs = sorted(line for line in metadata.splitlines() if line.startswith("Requires-Dist:"))
+    h = hashlib.sha256()
+    for part in ("\n".join(reqs), ",".join(sorted(extras)), os.path.realpath(python), sys.version):
+        h.update(part.encode())
+        h.update(b"\0")
+    return h.hexdigest()[:16]
+
+
 def prune_cache(cache_dir: Path, keep: int = 2) -> None:
-    """Keep the ``keep`` newest archives in ``cache_dir`` (each is ~130 MiB)."""
-    archives = sorted(cache_dir.glob("msgstream-env-*.tar.gz"), key=lambda p: p.stat().st_mtime, reverse=True)
-    for old in archives[keep:]:
+    """Keep the ``keep`` newest archives (each ~130 MiB) and dependency venvs (~400 MiB) in ``cache_dir``."""
+    newest_first = lambda paths: sorted(paths, key=lambda p: p.stat().st_mtime, reverse=True)  # noqa: E731
+    for old in newest_first(cache_dir.glob("msgstream-env-*.tar.gz"))[keep:]:
         old.unlink(missing_ok=True)
+    for old in newest_first(p for p in cache_dir.glob("deps-*") if p.is_dir())[keep:]:
+        shutil.rmtree(old, ignore_errors=True)
 
 
 def spark_python_path() -> str:
@@ -128,19 +142,48 @@ def spark_python_path() -> str:
     return os.pathsep.join(str(p) for p in sorted((Path(home) / "python" / "lib").glob("*.zip")))
 
 
-def make_env(env_dir: Path, wheel: Path, requirements: list[str], timeout: float) -> None:
-    """A venv at ``env_dir`` holding the wheel and ``requirements`` (installed by this interpreter's pip)."""
+def _pip(env_dir: Path) -> list[str]:
+    return [sys.executable, "-m", "pip", "--python", str(env_dir / "bin" / "python"), "install", "-q",
+            "--no-warn-script-location"]
+
+
+def make_deps_env(env_dir: Path, requirements: list[str], timeout: float) -> None:
+    """A venv at ``env_dir`` holding ``requirements`` (installed by this interpreter's pip), not the project."""
     base = getattr(sys, "_base_executable", sys.executable)
     subprocess.run([base, "-m", "venv", "--without-pip", str(env_dir)], check=True, timeout=timeout)
+    subprocess.run(_pip(env_dir) + requirements, check=True, timeout=timeout)
+
+
+def deps_env(env_dir: Path, requirements: list[str], key: str, cache_dir: Path | None, timeout: float) -> str:
+    """The dependencies' venv at ``env_dir``: copied from ``cache_dir/deps-<key>`` or made (and kept there)."""
+    cached = cache_dir / f"deps-{key}" if cache_dir else None
+    if cached is not None and cached.is_dir():
+        shutil.copytree(cached, env_dir, symlinks=True)
+        os.utime(cached)  # recently used: kept by prune_cache
+        return "dependencies cached"
+    make_deps_env(env_dir, requirements, timeout)
+    if cached is not None:
+        part = cached.with_name(f"{cached.name}.{os.getpid()}.part")
+        shutil.copytree(env_dir, part, symlinks=True)
+        try:
+            os.rename(part, cached)  # complete or absent: another process's copy may have landed first
+        except OSError:
+            shutil.rmtree(part, ignore_errors=True)
+    return "dependencies installed"
+
+
+def make_env(env_dir: Path, wheel: Path, requirements: list[str], timeout: float, key: str = "",
+             cache_dir: Path | None = None) -> str:
+    """A venv at ``env_dir`` holding the wheel and ``requirements``; returns how the dependencies came."""
+    how = deps_env(env_dir, requirements, key, cache_dir, timeout)
     target = str(env_dir / "bin" / "python")
-    pip = [sys.executable, "-m", "pip", "--python", target, "install", "-q", "--no-warn-script-location"]
-    subprocess.run(pip + requirements, check=True, timeout=timeout)
-    subprocess.run(pip + ["--no-deps", str(wheel)], check=True, timeout=timeout)
+    subprocess.run(_pip(env_dir) + ["--no-deps", str(wheel)], check=True, timeout=timeout)
     # As on an executor: pyspark from a Spark installation's zips, nothing from the current directory.
     probe = subprocess.run([target, "-c", "import msgstream_spark.spark.datasource"], capture_output=True, text=True,
                            timeout=timeout, cwd=env_dir, env=dict(os.environ, PYTHONPATH=spark_python_path()))
     if probe.returncode != 0:
         raise SystemExit(f"pack_env: the packed environment cannot import the data source:\n{probe.stderr}")
+    return how
 
 
 def pack(env_dir: Path, output: Path) -> None:
@@ -167,8 +210,9 @@ def build(output: Path, extras: set[str], wheel: Path | None = None, cache_dir: 
             os.utime(cached)  # recently used: kept by prune_cache
         else:
             env_dir = Path(tmp) / "env"
-            make_env(env_dir, wheel, runtime_requirements(metadata, extras), timeout)
-            src, how = cached or output, "built"
+            deps = make_env(env_dir, wheel, runtime_requirements(metadata, extras), timeout,
+                            deps_key(metadata, extras, sys.executable), cache_dir)
+            src, how = cached or output, f"built ({deps})"
             pack(env_dir, src)
             if cache_dir is not None:
                 prune_cache(cache_dir)
@@ -185,7 +229,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--output", "-o", default="dist/msgstream-env.tar.gz", help="archive to write")
     p.add_argument("--extras", default="kafka,pulsar", help="extras to install (default kafka,pulsar)")
     p.add_argument("--wheel", help="an msgstream-spark wheel to pack (default: build one from this checkout)")
-    p.add_argument("--cache-dir", help="reuse archives kept here, keyed by the wheel's content")
+    p.add_argument("--cache-dir", help="reuse archives kept here, keyed by the wheel's content, and the dependencies' "
+                                       "venv, keyed by the requirements")
     args = p.parse_args(argv)
     extras = {e.strip() for e in args.extras.split(",") if e.strip()}
     build(Path(args.output).resolve(), extras, Path(args.wheel).resolve() if args.wheel else None,

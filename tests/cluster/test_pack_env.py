@@ -44,3 +44,22 @@ def test_the_cache_key_follows_the_code_and_the_requirements_not_the_readme():
     assert pack_env.cache_key(METADATA, record.replace("abc", "abd"), {"kafka"}, "/usr/bin/python3") != key
     assert pack_env.cache_key(METADATA.replace(">=15", ">=16"), record, {"kafka"}, "/usr/bin/python3") != key
     assert pack_env.cache_key(METADATA, record, {"kafka", "pulsar"}, "/usr/bin/python3") != key
+
+
+def test_the_dependencies_key_follows_the_requirements_not_the_code():
+    key = pack_env.deps_key(METADATA, {"kafka"}, "/usr/bin/python3")
+    assert pack_env.deps_key(METADATA.replace("A long description.", "Another one."), {"kafka"},
+                             "/usr/bin/python3") == key
+    assert pack_env.deps_key(METADATA.replace(">=15", ">=16"), {"kafka"}, "/usr/bin/python3") != key
+    assert pack_env.deps_key(METADATA, {"kafka", "pulsar"}, "/usr/bin/python3") != key
+    assert pack_env.deps_key(METADATA, {"kafka"}, "/usr/bin/python3.12") != key
+
+
+def test_a_cached_dependencies_venv_is_copied_not_installed_again(tmp_path):
+    cache = tmp_path / "cache"
+    (cache / "deps-k1" / "lib").mkdir(parents=True)
+    (cache / "deps-k1" / "lib" / "dep.py").write_text("x = 1\n")
+    # A requirement no index has: installing it would fail, so only the copy can succeed.
+    how = pack_env.deps_env(tmp_path / "env", ["msgstream-no-such-dependency==0"], "k1", cache, timeout=60)
+    assert how == "dependencies cached"
+    assert (tmp_path / "env" / "lib" / "dep.py").read_text() == "x = 1\n"

@@ -1,4 +1,4 @@
-"""A real Milvus 2.3.5 on tansu (through the ApiVersions shim), once per test session.
+"""A real Milvus 2.3.5 on tansu (through the ApiVersions shim), once for this directory's tests.
 
 Start-up is bounded (``MilvusServer.startup_timeout``); every process started here is stopped by
 pid; Milvus's own logs are printed when start-up fails and kept in the report of a failing test.
@@ -31,7 +31,8 @@ class MilvusStack:
         return self.server.uri
 
 
-@pytest.fixture(scope="session")
+# Package-scoped: Milvus (its timers tick every 200 ms) is up only while this directory's tests run.
+@pytest.fixture(scope="package")
 def milvus_stack():
     if os.environ.get("MSGSTREAM_SKIP_MILVUS"):
         pytest.skip("MSGSTREAM_SKIP_MILVUS is set")
@@ -70,7 +71,7 @@ def pytest_runtest_makereport(item, call):
         item.rep_call = rep
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def pymilvus_orm(milvus_stack):
     """pymilvus's ORM connected to the server (the project's pymilvus drives Milvus 2.3.5)."""
     warnings.filterwarnings("ignore", message=".*ORM-style PyMilvus API.*")
