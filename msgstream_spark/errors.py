@@ -111,3 +111,7 @@ class UnknownMessageTypeError(DecodeError):
 
 class SchemaError(MsgStreamError):
     """Data does not fit a collection schema (type, dimension, null primary key)."""
+
+
+class MirrorError(MsgStreamError):
+    """Mirroring a collection into a table failed (table, snapshot, handover)."""

@@ -12,7 +12,7 @@ from pathlib import Path
 PKG = Path(__file__).resolve().parents[1] / "msgstream_spark"
 
 # Lowest first; a module may import its own layer and the ones below it (design.md, "Layers").
-LAYERS = ["errors", "msg", "config", "mq", "stream", "sink", "spark", "cli"]
+LAYERS = ["errors", "msg", "config", "mq", "stream", "sink", "mirror", "spark", "cli"]
 RANK = {name: i for i, name in enumerate(LAYERS)}
 # cli and jobs sit on top; spark (the adapters) uses the Spark-free sink core below it
 

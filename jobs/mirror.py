@@ -1,0 +1,157 @@
+"""Mirror: keep a Delta or Iceberg table equal to a Milvus collection.
+
+``python -m jobs.mirror --config C --collection NAME --table PATH --table-format delta|iceberg``
+starts a new table from a snapshot of the collection (``--snapshot initial``: the channels'
+positions first, then S, then the rows through Milvus's SDK, written by Spark tasks as the table's
+first data files), then merges the stream from those positions, one commit per micro-batch,
+recording the query and the batch so that a re-run batch is skipped (exactly once).
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import sys
+import time
+import uuid
+from typing import Any
+
+from jobs._common import add_config_args, main_wrapper, parse_kv, source_options, spark_error_line, spark_session
+from jobs._common import trigger_kwargs
+from jobs.ingest import Progress
+from msgstream_spark.errors import MirrorError
+
+log = logging.getLogger("jobs.mirror")
+
+SNAPSHOT_MODES = ("initial", "never", "when_needed")
+START_PROPERTY = "msgstream.mirror.start"  # the stream's startingPositions recorded with the snapshot
+S_PROPERTY = "msgstream.mirror.snapshot_ts"
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="mirror", description=__doc__.split("\n\n")[0])
+    add_config_args(p)
+    p.add_argument("--collection", required=True, help="collection name")
+    p.add_argument("--table", required=True, help="table location (directory; Iceberg: its warehouse location)")
+    p.add_argument("--table-format", required=True, choices=("delta", "iceberg"), help="delta or iceberg")
+    p.add_argument("--snapshot", default="initial", choices=SNAPSHOT_MODES,
+                   help="initial (default): a new table starts from a snapshot read through Milvus's SDK "
+                        "(config key milvus.address); never: from the stream alone (--starting); when_needed: "
+                        "a snapshot when the table is new and the log no longer reaches back to --starting")
+    p.add_argument("--channels", help="comma-separated channels (default: the config's DML channels, "
+                                      "<cluster>-<rootcoord-dml>_N)")
+    p.add_argument("--starting", default="earliest",
+                   help="with --snapshot never: where the stream starts (earliest, or positions as for ingest)")
+    p.add_argument("--checkpoint", help="checkpoint directory (default: <table>_checkpoint)")
+    p.add_argument("--subscription", help="subscription name (default: mirror-<collection>-<table dir name>)")
+    p.add_argument("--catalog-uri", help="Iceberg: SQL catalog URI (default: a SQLite file next to the table)")
+    p.add_argument("--trigger", default="available-now",
+                   help="available-now (default), once, or processing-time:<interval>")
+    p.add_argument("--max-rows-per-trigger", type=int, default=100000,
+                   help="rows per micro-batch (bounds what one merge holds in the driver; default 100000)")
+    p.add_argument("--snapshot-tasks", type=int, default=0, help="snapshot read tasks (default: Spark parallelism)")
+    p.add_argument("--timeout", type=float, help="stop a processing-time query after this many seconds")
+    p.add_argument("--progress-interval", type=float, default=5.0, help="seconds between progress lines")
+    return p
+
+
+def _config(args):
+    from msgstream_spark.config.loader import Config
+
+    return Config.load(args.config, overrides=parse_kv(args.option) or None)
+
+
+def _channels_option(args, cfg) -> dict[str, str]:
+    if args.channels:
+        return {"channels": args.channels}
+    prefix = cfg.dml_channel_names(1)[0].rsplit("_", 1)[0]
+    return {"channelPattern": f"^{prefix}_[0-9]+$"}
+
+
+def _stream(spark, args, cfg, starting: str | None):
+    sub = args.subscription or f"mirror-{args.collection}-{os.path.basename(args.table.rstrip('/'))}"
+    opts = source_options(args, collection=args.collection, subscription=sub, startingPositions=starting,
+                          maxRowsPerTrigger=args.max_rows_per_trigger, **_channels_option(args, cfg))
+    return spark.readStream.format("msgstream").options(**opts).load()
+
+
+def _facts(df) -> tuple[str, int | None]:
+    """(primary key, collection id) from the schema the source inferred."""
+    from msgstream_spark.spark.datasource import COLLECTION_META, PK_META
+
+    pk = next((f.name for f in df.schema.fields if (f.metadata or {}).get(PK_META)), None)
+    if pk is None:
+        raise MirrorError("the stream's schema names no primary key (was the collection created in this log?)")
+    cid = (df.schema["op"].metadata or {}).get(COLLECTION_META)
+    return pk, (int(cid) if cid is not None else None)
+
+
+def table_schema(df):
+    """The table's Arrow columns: the collection's fields, ``_ts`` and ``_seq`` (the change order)."""
+    from pyspark.sql.pandas.types import to_arrow_schema
+
+    from msgstream_spark.spark.mirror import _is_source_meta
+
+    keep = [f for f in df.schema.fields if not _is_source_meta(f.name)]
+    from pyspark.sql.types import StructType
+
+    return to_arrow_schema(StructType(keep), timezone="UTC")
+
+
+def run(args: argparse.Namespace, spark=None) -> dict[str, Any]:
+    trig = trigger_kwargs(args.trigger)
+    cfg = _config(args)
+    spark = spark or spark_session("msgstream-mirror", args.master)  # Spark first, then pymilvus clients
+    from jobs.mirror_start import decide_start
+
+    probe = _stream(spark, args, cfg, None)
+    pk, cid = _facts(probe)
+    checkpoint = args.checkpoint or args.table.rstrip("/") + "_checkpoint"
+    start = decide_start(spark, args, cfg, probe, pk, cid, checkpoint)
+    df = _stream(spark, args, cfg, start.starting)
+    from msgstream_spark.spark.mirror import MirrorBatch
+
+    sink = MirrorBatch(start.table, pk, checkpoint=checkpoint, collection_id=start.collection_id)
+    t0 = time.perf_counter()
+    query = (df.writeStream.foreachBatch(sink).option("checkpointLocation", checkpoint)
+             .trigger(**trig).queryName(f"mirror-{uuid.uuid4().hex[:8]}").start())
+    progress = Progress(query, args.progress_interval).start()
+    try:
+        if "processingTime" in trig and args.timeout is not None:
+            if not query.awaitTermination(args.timeout):
+                query.stop()
+        else:
+            query.awaitTermination()
+    except KeyboardInterrupt:
+        query.stop()
+    finally:
+        progress.stop()
+    err = query.exception()
+    if err is not None:
+        raise MirrorError(f"mirror query failed: {spark_error_line(err) or err}")
+    secs = time.perf_counter() - t0
+    return {"job": "mirror", "table": args.table, "format": args.table_format, "collection": args.collection,
+            "checkpoint": checkpoint, "snapshot": start.summary, "stream_rows": progress.rows,
+            "merged_batches": sink.batches, "skipped_batches": sink.skipped, "merged_changes": sink.rows,
+            "stream_seconds": round(secs, 3)}
+
+
+def main(argv=None) -> int:
+    rc = main_wrapper(build_parser(), run, argv)
+    # delta-rs can abort the process at interpreter exit after a correct commit (delta-rs issue 2184):
+    # the job's exit code is decided here, not by destructors.
+    try:
+        from pyspark.sql import SparkSession
+
+        active = SparkSession.getActiveSession()
+        if active is not None:
+            active.stop()
+    finally:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(rc)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
