@@ -114,4 +114,5 @@ class SchemaError(MsgStreamError):
 
 
 class MirrorError(MsgStreamError):
-    """Mirroring a collection into a table failed (table, snapshot, handover)."""
+    """A mirrored table cannot take a change: it belongs to another collection (name, id, primary key or
+    column types differ), a column type cannot evolve, or a table format library is missing."""

@@ -18,7 +18,7 @@ RANK = {name: i for i, name in enumerate(LAYERS)}
 
 # Imports allowed inside functions: optional clients and pyspark stay lazy so a missing extra
 # breaks only what needs it, and the Spark-free layers load without the JVM bridge.
-LAZY_ALLOWED = ("confluent_kafka", "pulsar", "pyspark", "grpc")
+LAZY_ALLOWED = ("confluent_kafka", "pulsar", "pyspark", "grpc", "deltalake", "pyiceberg")
 MAX_MODULE_LINES = 400
 MAX_FUNCTION_LINES = 60
 

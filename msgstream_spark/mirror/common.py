@@ -1,0 +1,101 @@
+"""What the table formats share: the table's columns, its identity properties, schema checks."""
+
+from __future__ import annotations
+
+import pyarrow as pa
+
+from msgstream_spark.errors import MirrorError
+from msgstream_spark.mirror.collapse import OP
+from msgstream_spark.mirror.order import SEQ, SEQ_TYPE
+
+TS = "_ts"
+PARTITION = "_partition"
+META_COLUMNS = (TS, SEQ, PARTITION)
+# table properties (Delta: metaData.configuration; Iceberg: table properties)
+PROP_COLLECTION = "msgstream.collection"
+PROP_COLLECTION_ID = "msgstream.collection_id"
+PROP_PK = "msgstream.pk"
+PROP_PREFIX = "msgstream."
+# snapshot/commit properties of every merge
+PROP_QUERY = "msgstream.query_id"
+PROP_BATCH = "msgstream.batch_id"
+
+
+def table_schema(fields: pa.Schema, pk: str) -> pa.Schema:
+    """The table's schema: the collection's fields (pk non-null) + ``_ts``, ``_seq``, ``_partition``."""
+    if pk not in fields.names:
+        raise MirrorError(f"primary key {pk!r} is not one of the fields {fields.names}")
+    out = []
+    for f in fields:
+        if f.name == OP or f.name.startswith("_") and f.name not in META_COLUMNS and f.name != pk:
+            continue  # rows output's op and metadata columns are not table columns
+        if f.name in META_COLUMNS:
+            continue
+        out.append(f.with_nullable(False) if f.name == pk else f)
+    out += [pa.field(TS, pa.int64(), False), pa.field(SEQ, SEQ_TYPE, False), pa.field(PARTITION, pa.int64(), True)]
+    return pa.schema(out)
+
+
+def identity_properties(collection: str, pk: str, collection_id: int | None) -> dict[str, str]:
+    props = {PROP_COLLECTION: collection, PROP_PK: pk}
+    if collection_id is not None:
+        props[PROP_COLLECTION_ID] = str(int(collection_id))
+    return props
+
+
+def check_identity(location: str, props: dict[str, str], collection: str, pk: str,
+                   collection_id: int | None) -> None:
+    """MirrorError if the table at ``location`` belongs to another collection."""
+    have = (props.get(PROP_COLLECTION), props.get(PROP_PK))
+    if have != (collection, pk):
+        raise MirrorError(f"table {location} mirrors collection {have[0]!r} (primary key {have[1]!r}), "
+                          f"not collection {collection!r} (primary key {pk!r}); nothing written")
+    tid = props.get(PROP_COLLECTION_ID)
+    if collection_id is not None and tid is not None and int(tid) != int(collection_id):
+        raise MirrorError(f"table {location} mirrors collection {collection!r} with id {tid}, but {collection!r} "
+                          f"now has id {collection_id} (dropped and re-created): mirror it into a new table; "
+                          "nothing written")
+
+
+def _same_type(a: pa.DataType, b: pa.DataType) -> bool:
+    norm = {pa.large_string(): pa.string(), pa.large_binary(): pa.binary()}
+    a, b = norm.get(a, a), norm.get(b, b)
+    if a == b:
+        return True
+    if pa.types.is_list(a) or pa.types.is_large_list(a) or pa.types.is_fixed_size_list(a):
+        if pa.types.is_list(b) or pa.types.is_large_list(b) or pa.types.is_fixed_size_list(b):
+            return _same_type(a.value_type, b.value_type)
+    return False
+
+
+def schema_difference(location: str, collection: str, have: pa.Schema, want: pa.Schema) -> list[pa.Field]:
+    """The fields of ``want`` that ``have`` lacks (to add); MirrorError if a shared column changed type
+    or a column of the table is not in ``want`` (a schema of another collection)."""
+    problems = []
+    for f in have:
+        if f.name not in want.names:
+            problems.append(f"column {f.name!r} ({f.type}) is not a field of {collection!r}")
+        elif not _same_type(f.type, want.field(f.name).type):
+            problems.append(f"column {f.name!r} is {f.type} in the table, {want.field(f.name).type} in {collection!r}")
+    if problems:
+        raise MirrorError(f"table {location} does not have the schema of collection {collection!r}: "
+                          + "; ".join(problems) + "; nothing written")
+    return [want.field(n).with_nullable(True) for n in want.names if n not in have.names]
+
+
+def conform(collapsed: pa.Table, schema: pa.Schema) -> pa.Table:
+    """``collapsed`` with the table's columns (in its order and types); columns the batch lacks are null."""
+    cols = []
+    for f in schema:
+        if f.name in collapsed.column_names:
+            col = collapsed.column(f.name)
+            cols.append(col if col.type == f.type else col.cast(f.type))
+        else:
+            cols.append(pa.nulls(collapsed.num_rows, f.type))
+    return pa.Table.from_arrays(cols, schema=schema)
+
+
+def check_prefix(properties: dict[str, str]) -> None:
+    bad = [k for k in properties if not k.startswith(PROP_PREFIX)]
+    if bad:
+        raise MirrorError(f"table properties must start with {PROP_PREFIX!r}: {bad}")

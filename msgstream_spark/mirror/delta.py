@@ -1,0 +1,160 @@
+"""The mirrored table as Delta Lake, through delta-rs (``deltalake``, no JVM).
+
+Exactly once: every merge commits a Delta application transaction (app id = the query id, version =
+the batch id) in the same commit as the data. delta-rs does not itself refuse a repeated
+(app id, version) (delta-rs issues 2580, 3821), so ``merge`` reads ``transaction_version`` first and
+skips a batch already in the table. One writer at a time.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from msgstream_spark.errors import MirrorError
+from msgstream_spark.mirror.collapse import OP
+from msgstream_spark.mirror.common import (
+    PROP_BATCH,
+    PROP_PREFIX,
+    PROP_QUERY,
+    check_identity,
+    check_prefix,
+    conform,
+    identity_properties,
+    schema_difference,
+    table_schema,
+)
+from msgstream_spark.mirror.order import SEQ
+
+
+def _deltalake():
+    try:
+        import deltalake
+    except ImportError as e:
+        raise MirrorError("the delta table format needs the 'deltalake' package: pip install "
+                          "'msgstream-spark[mirror]'") from e
+    return deltalake
+
+
+def _q(name: str) -> str:
+    return "`" + name.replace("`", "``") + "`"
+
+
+class DeltaMirrorTable:
+    """A Delta table at ``location`` mirroring one collection."""
+
+    def __init__(self, location: str, collection: str, pk: str, collection_id: int | None) -> None:
+        self.location = location
+        self.collection = collection
+        self.pk = pk
+        self.collection_id = collection_id
+        self._dt = None
+
+    @classmethod
+    def open(cls, location: str, *, collection: str, pk: str, arrow_schema: pa.Schema | None, create: bool,
+             collection_id: int | None) -> DeltaMirrorTable:
+        dl = _deltalake()
+        t = cls(location, collection, pk, collection_id)
+        if dl.DeltaTable.is_deltatable(location):
+            t._dt = dl.DeltaTable(location)
+            check_identity(location, t.properties(), collection, pk, collection_id)
+            if arrow_schema is not None:
+                add = schema_difference(location, collection, t.schema, table_schema(arrow_schema, pk))
+                if add:
+                    t._add_columns(add)
+        elif create:
+            if arrow_schema is None:
+                raise MirrorError(f"no Delta table at {location} and no schema to create it from")
+            props = identity_properties(collection, pk, collection_id)
+            t._dt = dl.DeltaTable.create(location, table_schema(arrow_schema, pk), configuration=props,
+                                         name=collection, raise_if_key_not_exists=False)
+        return t
+
+    def _table(self):
+        if self._dt is None:
+            raise MirrorError(f"no Delta table at {self.location} (open it with create=True or add_files first)")
+        return self._dt
+
+    @property
+    def schema(self) -> pa.Schema:
+        return pa.schema(self._table().schema().to_arrow())
+
+    def properties(self) -> dict[str, str]:
+        conf = self._table().metadata().configuration
+        return {k: v for k, v in conf.items() if k.startswith(PROP_PREFIX)}
+
+    def set_properties(self, properties: dict[str, str]) -> None:
+        check_prefix(properties)
+        self._table().alter.set_table_properties(dict(properties), raise_if_not_exists=False)
+
+    def last_batch(self, query_id: str) -> int | None:
+        v = self._table().transaction_version(query_id)
+        return None if v is None else int(v)
+
+    def merge(self, collapsed: pa.Table, *, query_id: str, batch_id: int) -> bool:
+        dl = _deltalake()
+        dt = self._table()
+        dt.update_incremental()
+        done = self.last_batch(query_id)
+        if done is not None and done >= batch_id:
+            return False
+        extra = [f for f in collapsed.schema if f.name not in self.schema.names and f.name != OP
+                 and not f.name.startswith("_")]
+        if extra:
+            self.evolve(pa.schema([*self.schema, *extra]))
+        schema = self.schema
+        source = conform(collapsed, schema).append_column(OP, collapsed.column(OP))
+        cols = {_q(c): f"s.{_q(c)}" for c in schema.names}
+        props = dl.CommitProperties(app_transactions=[dl.Transaction(query_id, int(batch_id))],
+                                    custom_metadata={PROP_QUERY: query_id, PROP_BATCH: str(batch_id)})
+        newer = f"s.{_q(SEQ)} > t.{_q(SEQ)}"
+        (dt.merge(source, predicate=f"t.{_q(self.pk)} = s.{_q(self.pk)}", source_alias="s", target_alias="t",
+                  commit_properties=props)
+         .when_matched_delete(predicate=f"s.{OP} = 'delete' AND {newer}")
+         .when_matched_update(updates=cols, predicate=f"s.{OP} = 'insert' AND {newer}")
+         .when_not_matched_insert(updates=cols, predicate=f"s.{OP} = 'insert'")
+         .execute())
+        return True
+
+    def add_files(self, paths: list[str], *, properties: dict[str, str]) -> None:
+        """The Parquet files (under ``location``) become the table's first version, with ``properties``."""
+        dl = _deltalake()
+        if self._dt is not None:
+            raise MirrorError(f"{self.location} is already a Delta table: add_files makes a new table's first version")
+        check_prefix(properties)
+        root = os.path.abspath(self.location)
+        actions, schema = [], None
+        for p in paths:
+            full = os.path.abspath(p)
+            if os.path.commonpath([root, full]) != root:
+                raise MirrorError(f"data file {p} is not under the table location {self.location}")
+            meta = pq.read_metadata(full)
+            schema = schema or meta.schema.to_arrow_schema()
+            actions.append(dl.transaction.AddAction(
+                os.path.relpath(full, root), os.path.getsize(full), {}, int(time.time() * 1000), True,
+                json.dumps({"numRecords": meta.num_rows})))
+        if schema is None:
+            raise MirrorError("add_files needs at least one data file")
+        conf = {**identity_properties(self.collection, self.pk, self.collection_id), **properties}
+        dl.transaction.create_table_with_add_actions(self.location, dl.Schema.from_arrow(schema), actions,
+                                                     configuration=conf, name=self.collection)
+        self._dt = dl.DeltaTable(self.location)
+
+    def evolve(self, new_schema: pa.Schema) -> None:
+        add = schema_difference(self.location, self.collection, self.schema, new_schema)
+        if add:
+            self._add_columns(add)
+
+    def _add_columns(self, fields: list[pa.Field]) -> None:
+        dl = _deltalake()
+        self._table().alter.add_columns([dl.Field.from_arrow(f.with_nullable(True)) for f in fields])
+
+    def to_arrow(self) -> pa.Table:
+        dt = self._table()
+        dt.update_incremental()
+        return pa.table(dt.to_pyarrow_table())
+

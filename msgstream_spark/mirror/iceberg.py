@@ -1,0 +1,177 @@
+"""The mirrored table as Apache Iceberg, through ``pyiceberg`` and its SQL catalog (no JVM).
+
+The catalog is a SQLite file (``catalog_uri``, a SQLAlchemy URL; default ``<location>/catalog.sqlite``),
+meant for development and one writer: point ``catalog_uri`` at your own SQL catalog otherwise.
+Exactly once: each merge is one Iceberg transaction (its deletes, its appends and the table property
+``msgstream.batch.<query id>`` = batch id), whose snapshots carry the query id and batch id in their
+summary; a batch whose id is not above the stored one is skipped. A merge reads only the key and
+``_seq`` of the batch's pks, computes what to delete and append in Arrow, and deletes by key
+(copy-on-write) then appends; pyiceberg's own ``upsert`` is not used (no delete clause).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from msgstream_spark.errors import MirrorError
+from msgstream_spark.mirror.collapse import OP
+from msgstream_spark.mirror.common import (
+    PROP_BATCH,
+    PROP_PREFIX,
+    PROP_QUERY,
+    check_identity,
+    check_prefix,
+    conform,
+    identity_properties,
+    schema_difference,
+    table_schema,
+)
+from msgstream_spark.mirror.order import SEQ
+
+NAMESPACE = "msgstream"
+PROP_BATCH_OF = "msgstream.batch."
+
+
+def _catalog(location: str, catalog_uri: str | None):
+    try:
+        from pyiceberg.catalog.sql import SqlCatalog
+    except ImportError as e:
+        raise MirrorError("the iceberg table format needs 'pyiceberg' and 'sqlalchemy': pip install "
+                          "'msgstream-spark[mirror]'") from e
+    os.makedirs(location, exist_ok=True)
+    uri = catalog_uri or f"sqlite:///{os.path.join(os.path.abspath(location), 'catalog.sqlite')}"
+    cat = SqlCatalog("msgstream", uri=uri, warehouse=f"file://{os.path.abspath(location)}")
+    cat.create_namespace_if_not_exists(NAMESPACE)
+    return cat
+
+
+def _identifier(collection: str) -> tuple[str, str]:
+    return NAMESPACE, re.sub(r"[^A-Za-z0-9_]", "_", collection)
+
+
+class IcebergMirrorTable:
+    """An Iceberg table at ``location`` mirroring one collection."""
+
+    def __init__(self, location: str, collection: str, pk: str, collection_id: int | None, catalog) -> None:
+        self.location = location
+        self.collection = collection
+        self.pk = pk
+        self.collection_id = collection_id
+        self._catalog = catalog
+        self._tbl = None
+
+    @classmethod
+    def open(cls, location: str, *, collection: str, pk: str, arrow_schema: pa.Schema | None,
+             catalog_uri: str | None, create: bool, collection_id: int | None) -> IcebergMirrorTable:
+        t = cls(location, collection, pk, collection_id, _catalog(location, catalog_uri))
+        ident = _identifier(collection)
+        if t._catalog.table_exists(ident):
+            t._tbl = t._catalog.load_table(ident)
+            check_identity(location, t.properties(), collection, pk, collection_id)
+            if arrow_schema is not None:
+                add = schema_difference(location, collection, t.schema, table_schema(arrow_schema, pk))
+                if add:
+                    t._union(add)
+        elif create:
+            if arrow_schema is None:
+                raise MirrorError(f"no Iceberg table {'.'.join(ident)} at {location} and no schema to create it from")
+            t._create(table_schema(arrow_schema, pk), {})
+        return t
+
+    def _create(self, schema: pa.Schema, properties: dict[str, str]) -> None:
+        props = {**identity_properties(self.collection, self.pk, self.collection_id), **properties}
+        self._tbl = self._catalog.create_table(_identifier(self.collection), schema=schema,
+                                               location=os.path.abspath(self.location), properties=props)
+
+    def _table(self):
+        if self._tbl is None:
+            raise MirrorError(f"no Iceberg table for {self.collection!r} at {self.location}")
+        return self._tbl
+
+    @property
+    def schema(self) -> pa.Schema:
+        return self._table().schema().as_arrow()
+
+    def properties(self) -> dict[str, str]:
+        tbl = self._table()
+        tbl.refresh()
+        return {k: v for k, v in tbl.properties.items() if k.startswith(PROP_PREFIX)}
+
+    def set_properties(self, properties: dict[str, str]) -> None:
+        check_prefix(properties)
+        with self._table().transaction() as tx:
+            tx.set_properties(dict(properties))
+
+    def last_batch(self, query_id: str) -> int | None:
+        v = self.properties().get(PROP_BATCH_OF + query_id)
+        return None if v is None else int(v)
+
+    def merge(self, collapsed: pa.Table, *, query_id: str, batch_id: int) -> bool:
+        from pyiceberg.expressions import In
+
+        done = self.last_batch(query_id)
+        if done is not None and done >= batch_id:
+            return False
+        extra = [f for f in collapsed.schema if f.name not in self.schema.names and f.name != OP
+                 and not f.name.startswith("_")]
+        if extra:
+            self._union(extra)
+        tbl = self._table()
+        source = conform(collapsed, self.schema)
+        remove, insert = self._plan(source, collapsed.column(OP))
+        snap = {PROP_QUERY: query_id, PROP_BATCH: str(batch_id)}
+        with tbl.transaction() as tx:
+            if len(remove):
+                tx.delete(In(self.pk, remove.to_pylist()), snapshot_properties=snap)
+            if insert.num_rows:
+                tx.append(insert, snapshot_properties=snap)
+            tx.set_properties({PROP_BATCH_OF + query_id: str(int(batch_id))})
+        return True
+
+    def _plan(self, source: pa.Table, ops: pa.ChunkedArray) -> tuple[pa.Array, pa.Table]:
+        """(pks to delete from the table, rows to append): a change applies only if newer than the table's row."""
+        from pyiceberg.expressions import In
+
+        tbl = self._table()
+        keys = source.column(self.pk)
+        current = tbl.scan(row_filter=In(self.pk, keys.to_pylist()), selected_fields=(self.pk, SEQ)).to_arrow()
+        current = current.rename_columns([self.pk, "__table_seq"])
+        joined = source.select([self.pk, SEQ]).append_column(OP, ops).join(current, self.pk, join_type="left outer")
+        present = pc.is_valid(joined.column("__table_seq"))
+        newer = pc.or_kleene(pc.invert(present), pc.greater(joined.column(SEQ), joined.column("__table_seq")))
+        remove = pc.filter(joined.column(self.pk), pc.and_(present, newer)).combine_chunks()
+        wanted = pc.filter(joined.column(self.pk), pc.and_(newer, pc.equal(joined.column(OP), "insert")))
+        insert = source.filter(pc.is_in(keys, value_set=wanted.combine_chunks()))
+        return remove, insert
+
+    def add_files(self, paths: list[str], *, properties: dict[str, str]) -> None:
+        """Register the Parquet files (written elsewhere, e.g. by Spark tasks) with ``properties``."""
+        check_prefix(properties)
+        if not paths:
+            raise MirrorError("add_files needs at least one data file")
+        if self._tbl is None:
+            self._create(pq.read_schema(paths[0]), {})
+        with self._table().transaction() as tx:
+            tx.add_files(list(paths), snapshot_properties=dict(properties))
+            tx.set_properties(dict(properties))
+
+    def evolve(self, new_schema: pa.Schema) -> None:
+        add = schema_difference(self.location, self.collection, self.schema, new_schema)
+        if add:
+            self._union(add)
+
+    def _union(self, fields: list[pa.Field]) -> None:
+        tbl = self._table()
+        with tbl.update_schema() as u:
+            u.union_by_name(pa.schema([f.with_nullable(True) for f in fields]))
+
+    def to_arrow(self) -> pa.Table:
+        tbl = self._table()
+        tbl.refresh()
+        return tbl.scan().to_arrow()
+

@@ -1,0 +1,70 @@
+"""One table per mirrored collection, in Delta (delta-rs) or Iceberg (pyiceberg): the common interface.
+
+A table holds the collection's fields plus ``_ts`` and ``_seq`` of each row's last change and its
+``_partition``. Its properties name the collection (name, id, primary key) so that a table is never
+fed another collection's changes, and every commit records the writing query and its batch id so a
+re-run batch is skipped (exactly once). See docs/mirror.md.
+"""
+
+from __future__ import annotations
+
+from typing import Protocol, runtime_checkable
+
+import pyarrow as pa
+
+from msgstream_spark.errors import MirrorError
+from msgstream_spark.mirror.common import table_schema
+from msgstream_spark.mirror.delta import DeltaMirrorTable
+from msgstream_spark.mirror.iceberg import IcebergMirrorTable
+
+FORMATS = ("delta", "iceberg")
+__all__ = ["FORMATS", "MirrorTable", "open_table", "table_schema"]
+
+
+@runtime_checkable
+class MirrorTable(Protocol):
+    """A mirrored collection's table (one writer at a time)."""
+
+    location: str
+    collection: str
+    pk: str
+
+    @property
+    def schema(self) -> pa.Schema: ...
+
+    def last_batch(self, query_id: str) -> int | None:
+        """The largest batch id of ``query_id`` committed to the table (None: none)."""
+
+    def merge(self, collapsed: pa.Table, *, query_id: str, batch_id: int) -> bool:
+        """Apply one change per pk (``collapse``'s output); False if the batch is already in the table."""
+
+    def add_files(self, paths: list[str], *, properties: dict[str, str]) -> None:
+        """Register Parquet files written elsewhere (a snapshot) as the table's rows, with ``properties``."""
+
+    def properties(self) -> dict[str, str]:
+        """The table's ``msgstream.*`` properties (collection identity, job metadata)."""
+
+    def set_properties(self, properties: dict[str, str]) -> None:
+        """Store ``msgstream.*`` properties (one commit)."""
+
+    def evolve(self, new_schema: pa.Schema) -> None:
+        """Add the columns of ``new_schema`` the table lacks, as nullable columns."""
+
+    def to_arrow(self) -> pa.Table: ...
+
+
+def open_table(fmt: str, location: str, *, collection: str, pk: str, arrow_schema: pa.Schema | None = None,
+               catalog_uri: str | None = None, create: bool = True, collection_id: int | None = None) -> MirrorTable:
+    """The table at ``location`` (created from ``arrow_schema`` if missing and ``create``).
+
+    ``arrow_schema``: the collection's fields (``table_schema`` adds the metadata columns). An existing
+    table must belong to the same collection (name, primary key, id when both know it) and its columns
+    must keep their types: otherwise MirrorError naming both, and nothing is written.
+    """
+    if fmt == "delta":
+        return DeltaMirrorTable.open(location, collection=collection, pk=pk, arrow_schema=arrow_schema,
+                                     create=create, collection_id=collection_id)
+    if fmt == "iceberg":
+        return IcebergMirrorTable.open(location, collection=collection, pk=pk, arrow_schema=arrow_schema,
+                                       catalog_uri=catalog_uri, create=create, collection_id=collection_id)
+    raise MirrorError(f"table format must be one of {FORMATS}, got {fmt!r}")
