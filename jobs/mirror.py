@@ -17,16 +17,21 @@ import time
 import uuid
 from typing import Any
 
-from jobs._common import add_config_args, main_wrapper, parse_kv, source_options, spark_error_line, spark_session
-from jobs._common import trigger_kwargs
+from jobs._common import (
+    add_config_args,
+    main_wrapper,
+    parse_kv,
+    source_options,
+    spark_error_line,
+    spark_session,
+    trigger_kwargs,
+)
 from jobs.ingest import Progress
 from msgstream_spark.errors import MirrorError
 
 log = logging.getLogger("jobs.mirror")
 
 SNAPSHOT_MODES = ("initial", "never", "when_needed")
-START_PROPERTY = "msgstream.mirror.start"  # the stream's startingPositions recorded with the snapshot
-S_PROPERTY = "msgstream.mirror.snapshot_ts"
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -87,16 +92,11 @@ def _facts(df) -> tuple[str, int | None]:
     return pk, (int(cid) if cid is not None else None)
 
 
-def table_schema(df):
-    """The table's Arrow columns: the collection's fields, ``_ts`` and ``_seq`` (the change order)."""
+def rows_arrow_schema(df):
+    """The stream's rows as an Arrow schema (the table keeps the fields, ``_ts``, ``_seq``, ``_partition``)."""
     from pyspark.sql.pandas.types import to_arrow_schema
 
-    from msgstream_spark.spark.mirror import _is_source_meta
-
-    keep = [f for f in df.schema.fields if not _is_source_meta(f.name)]
-    from pyspark.sql.types import StructType
-
-    return to_arrow_schema(StructType(keep), timezone="UTC")
+    return to_arrow_schema(df.schema, timezone="UTC")
 
 
 def run(args: argparse.Namespace, spark=None) -> dict[str, Any]:
@@ -108,7 +108,7 @@ def run(args: argparse.Namespace, spark=None) -> dict[str, Any]:
     probe = _stream(spark, args, cfg, None)
     pk, cid = _facts(probe)
     checkpoint = args.checkpoint or args.table.rstrip("/") + "_checkpoint"
-    start = decide_start(spark, args, cfg, probe, pk, cid, checkpoint)
+    start = decide_start(spark, args, cfg, rows_arrow_schema(probe), pk, cid, checkpoint)
     df = _stream(spark, args, cfg, start.starting)
     from msgstream_spark.spark.mirror import MirrorBatch
 

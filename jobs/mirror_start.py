@@ -20,12 +20,12 @@ from typing import Any
 
 from jobs._common import parse_kv
 from msgstream_spark.errors import MirrorError
+from msgstream_spark.mirror.common import PROP_COLLECTION_ID
 
 log = logging.getLogger("jobs.mirror")
 
 START_PROPERTY = "msgstream.mirror.start"
 S_PROPERTY = "msgstream.mirror.snapshot_ts"
-COLLECTION_PROPERTY = "msgstream.mirror.collection_id"
 
 
 @dataclass
@@ -36,20 +36,22 @@ class Start:
     summary: dict[str, Any] = field(default_factory=dict)
 
 
-def _open(args, pk: str, schema, create: bool):
+def _open(args, pk: str, schema, cid: int | None, create: bool):
+    """The table (a table of another collection, key or id fails here, nothing written)."""
     from msgstream_spark.mirror.table import open_table
 
     return open_table(args.table_format, args.table, collection=args.collection, pk=pk, arrow_schema=schema,
-                      catalog_uri=args.catalog_uri, create=create)
+                      catalog_uri=args.catalog_uri, create=create, collection_id=cid)
 
 
-def _existing(args, pk: str, schema):
-    """The table if it exists (a table of another collection or key fails here, nothing written)."""
-    from msgstream_spark.mirror.table import table_exists
-
-    if not table_exists(args.table_format, args.table, collection=args.collection, catalog_uri=args.catalog_uri):
-        return None
-    return _open(args, pk, schema, create=False)
+def _exists(table) -> bool:
+    """Whether ``open_table(create=False)`` found a table (its metadata reads only then)."""
+    try:
+        table.properties()
+    except MirrorError as exc:
+        log.info("no table yet: %s", exc)
+        return False
+    return True
 
 
 def _channels(client, args, cfg) -> list[str]:
@@ -60,25 +62,22 @@ def _channels(client, args, cfg) -> list[str]:
     return sorted(c for c in client.list_channels() if pat.match(c))
 
 
-def decide_start(spark, args, cfg, probe, pk: str, cid: int | None, checkpoint: str) -> Start:
-    from jobs.mirror import table_schema
-
-    schema = table_schema(probe)
-    table = _existing(args, pk, schema)
-    if table is not None:
+def decide_start(spark, args, cfg, schema, pk: str, cid: int | None, checkpoint: str) -> Start:
+    """``schema``: the Arrow schema of the stream's rows (the table keeps the fields, ``_ts``, ``_seq``)."""
+    table = _open(args, pk, schema, cid, create=False)
+    if _exists(table):
         props = table.properties()
-        tcid = int(props[COLLECTION_PROPERTY]) if props.get(COLLECTION_PROPERTY) else cid
+        tcid = int(props[PROP_COLLECTION_ID]) if props.get(PROP_COLLECTION_ID) else cid
         if os.path.isdir(os.path.join(checkpoint, "offsets")):
             return Start(table, None, tcid, {"mode": "resumed"})
         starting = props.get(START_PROPERTY) or args.starting
         return Start(table, starting, tcid, {"mode": "recorded start" if props.get(START_PROPERTY) else "stream"})
     if args.snapshot == "never":
-        return Start(_open(args, pk, schema, create=True), args.starting, cid, {"mode": "never"})
-    return _snapshot(spark, args, cfg, schema, pk)
+        return Start(_open(args, pk, schema, cid, create=True), args.starting, cid, {"mode": "never"})
+    return _snapshot(spark, args, cfg, table, schema, pk)
 
 
-def _snapshot(spark, args, cfg, schema, pk: str) -> Start:
-    from msgstream_spark.mirror.order import snapshot_seq
+def _snapshot(spark, args, cfg, table, schema, pk: str) -> Start:
     from msgstream_spark.mirror.snapshot import (
         RangeReader,
         describe,
@@ -88,6 +87,7 @@ def _snapshot(spark, args, cfg, schema, pk: str) -> Start:
         starting_positions,
         take_positions,
     )
+    from msgstream_spark.mirror.table import table_schema
     from msgstream_spark.spark.snapshot import write_snapshot
     from msgstream_spark.stream.factory import Factory
 
@@ -96,6 +96,11 @@ def _snapshot(spark, args, cfg, schema, pk: str) -> Start:
     if info.pk != pk:
         raise MirrorError(f"collection {args.collection!r}: Milvus names primary key {info.pk!r}, the stream's schema "
                           f"{pk!r} (is the config's log the cluster at milvus.address={target.address}?)")
+    if table.collection_id is not None and table.collection_id != info.collection_id:
+        raise MirrorError(f"collection {args.collection!r} has id {info.collection_id} in Milvus, but the log's newest "
+                          f"collection of that name has id {table.collection_id}: is the config's log the cluster at "
+                          f"milvus.address={target.address}?")
+    table.collection_id = info.collection_id
     with Factory(cfg).client() as client:  # 1. positions, 2. S: before any row is read
         positions = take_positions(client, _channels(client, args, cfg))
     s = snapshot_ts(positions)
@@ -107,13 +112,11 @@ def _snapshot(spark, args, cfg, schema, pk: str) -> Start:
         mc.close()
     log.info("snapshot of %s: S=%d, %d rows, %d range(s), positions %s", args.collection, s, info.row_count,
              len(ranges), {ch: (p.timestamp if p else None) for ch, p in positions.items()})
-    table = _open(args, pk, schema, create=True)
     out = os.path.join(args.table, f"snapshot-{s}-{uuid.uuid4().hex[:8]}")
-    reader = RangeReader(target, info, schema, {"_ts": s, "_seq": snapshot_seq(s)})
+    reader = RangeReader(target, info, table_schema(schema, pk), s)
     files = write_snapshot(spark, reader, ranges, out, info.row_count, args.progress_interval)
     starting = starting_positions(positions)
-    table.add_files(files.files, properties={START_PROPERTY: starting, S_PROPERTY: str(s),
-                                             COLLECTION_PROPERTY: str(info.collection_id)})
+    table.add_files(files.files, properties={START_PROPERTY: starting, S_PROPERTY: str(s)})
     return Start(table, starting, info.collection_id,
                  {"mode": "initial", "S": s, "rows": files.rows, "files": len(files.files), "ranges": len(ranges),
                   "positions": json.loads(starting)})

@@ -19,13 +19,16 @@ import json
 import logging
 import os
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 import yaml
 
 from msgstream_spark.errors import MirrorError
+from msgstream_spark.mirror.common import TS
+from msgstream_spark.mirror.order import SEQ, snapshot_seq_array
 from msgstream_spark.msg.position import MsgPosition
 from msgstream_spark.stream.timeseek import message_time
 
@@ -221,13 +224,13 @@ def plan_ranges(mc, info: CollectionInfo, collection: str, tasks: int) -> list[P
 # -- rows as Arrow --------------------------------------------------------------------------------
 @dataclass
 class RangeReader:
-    """Reads ranges of one collection into record batches of ``schema`` (the table's data columns);
-    ``extra`` holds constant columns (e.g. ``_ts`` = S, the snapshot's change order)."""
+    """Reads ranges of one collection into record batches of ``schema`` (the table's columns): each row
+    a change at S (``_ts`` = S, ``_seq`` = ``snapshot_seq(S)``: after every change at S)."""
 
     target: MilvusTarget
     info: CollectionInfo
     schema: pa.Schema
-    extra: dict[str, Any] = field(default_factory=dict)
+    snapshot_ts: int
     rows_per_query: int = 4096
 
     def read(self, ranges: list[PkRange], mc=None) -> Iterator[pa.RecordBatch]:
@@ -252,7 +255,7 @@ class RangeReader:
                 yield from self._read_piece(mc, piece)
             return
         if rows:
-            yield to_batch(rows, self.schema, self.info, self.extra)
+            yield to_batch(rows, self.schema, self.info, self.snapshot_ts)
 
 
 def _column(values: list, typ: pa.DataType) -> pa.Array:
@@ -264,14 +267,17 @@ def _column(values: list, typ: pa.DataType) -> pa.Array:
     return pa.array(values, type=typ)
 
 
-def to_batch(rows: list[dict], schema: pa.Schema, info: CollectionInfo, extra: Mapping[str, Any]) -> pa.RecordBatch:
+def to_batch(rows: list[dict], schema: pa.Schema, info: CollectionInfo, snapshot_ts: int) -> pa.RecordBatch:
     """Query rows -> one record batch of ``schema``, column by column. Dynamic keys (flattened into the
-    row by ``query``) go back under ``$meta`` as JSON text; columns absent from Milvus are null."""
+    row by ``query``) go back under ``$meta`` as JSON text; ``_partition`` (not in query results) and
+    columns absent from Milvus are null."""
     declared = set(info.fields)
+    extra = {TS: pa.array(np.full(len(rows), snapshot_ts, dtype=np.int64)),
+             SEQ: snapshot_seq_array(snapshot_ts, len(rows))}
     cols = []
     for f in schema:
         if f.name in extra:
-            cols.append(pa.array([extra[f.name]] * len(rows), type=f.type))
+            cols.append(extra[f.name].cast(f.type))
         elif f.name == META:
             cols.append(_column([{k: v for k, v in r.items() if k not in declared} for r in rows], f.type))
         else:

@@ -25,7 +25,6 @@ log = logging.getLogger(__name__)
 
 SEQ = "_seq"
 FAILPOINT_ENV = "MSGSTREAM_MIRROR_FAILPOINT"  # tests: kill-after-commit:<batch id>
-COLLECTION_PROPERTY = "msgstream.mirror.collection_id"
 
 
 def checkpoint_query_id(checkpoint: str) -> str:
@@ -92,7 +91,6 @@ class MirrorBatch:
             return
         changes = collapse_in_spark(df, self.pk).toArrow()
         self._check_collection(changes)
-        self._evolve(changes)
         if apply_batch(self.table, changes, self.pk, qid, batch_id):
             self.batches += 1
             self.rows += changes.num_rows
@@ -110,16 +108,3 @@ class MirrorBatch:
                 f"the stream holds rows of collection id(s) {sorted(other)}, but the table mirrors collection id "
                 f"{self.collection_id} of that name: the collection was dropped and re-created. The table keeps the "
                 f"old collection's rows; mirror the new collection into a new table (and a new checkpoint)")
-
-    def _evolve(self, changes: Any) -> None:
-        have = set(self.table.schema.names)
-        new = [f for f in changes.schema if f.name not in have and not _is_source_meta(f.name)]
-        if new:
-            import pyarrow as pa
-
-            log.info("schema change: new column(s) %s", [f.name for f in new])
-            self.table.evolve(pa.schema([*self.table.schema, *[f.with_nullable(True) for f in new]]))
-
-
-def _is_source_meta(name: str) -> bool:
-    return name == "op" or (name.startswith("_") and name != "_ts" and name != SEQ)

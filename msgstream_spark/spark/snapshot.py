@@ -83,7 +83,7 @@ def write_snapshot(spark: SparkSession, reader: RangeReader, ranges: list[PkRang
     from pyspark.sql.pandas.types import to_arrow_schema
 
     sschema = spark_schema(reader.schema)
-    reader = RangeReader(reader.target, reader.info, to_arrow_schema(sschema, timezone="UTC"), dict(reader.extra),
+    reader = RangeReader(reader.target, reader.info, to_arrow_schema(sschema, timezone="UTC"), reader.snapshot_ts,
                          reader.rows_per_query)
     acc = spark.sparkContext.accumulator(0)
     n = max(1, len(ranges))
