@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from msgstream_spark.mirror.collapse import collapse
+from msgstream_spark.mirror.common import PROP_SNAPSHOT_TS, TS
 from msgstream_spark.mirror.table import MirrorTable
 
 
@@ -14,8 +16,20 @@ def apply_batch(table: MirrorTable, changes: pa.Table, pk: str, query_id: str, b
 
     Put it in your own ``foreachBatch`` (``df.toArrow()`` of a micro-batch that fits the driver) or
     use jobs/mirror.py, which collapses in Spark first.
+
+    If the table has the property ``msgstream.snapshot_ts`` (S, stored with the snapshot's files), changes
+    at or before S are dropped: the snapshot, read at least at S, already holds them, and an old insert
+    of a pk the snapshot no longer has would otherwise come back until its delete is replayed.
     """
     last = table.last_batch(query_id)
     if last is not None and last >= batch_id:
         return False
-    return table.merge(collapse(changes, pk), query_id=query_id, batch_id=batch_id)
+    return table.merge(collapse(after_snapshot(table, changes), pk), query_id=query_id, batch_id=batch_id)
+
+
+def after_snapshot(table: MirrorTable, changes: pa.Table) -> pa.Table:
+    """``changes`` newer than the table's snapshot timestamp (all of them if it has none)."""
+    s = table.properties().get(PROP_SNAPSHOT_TS)
+    if s is None or changes.num_rows == 0:
+        return changes
+    return changes.filter(pc.greater(changes.column(TS), pa.scalar(int(s), changes.schema.field(TS).type)))

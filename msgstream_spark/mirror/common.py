@@ -16,6 +16,8 @@ PROP_COLLECTION = "msgstream.collection"
 PROP_COLLECTION_ID = "msgstream.collection_id"
 PROP_PK = "msgstream.pk"
 PROP_PREFIX = "msgstream."
+# the snapshot's timestamp S (set by whoever wrote the snapshot): changes at or before S are in it
+PROP_SNAPSHOT_TS = "msgstream.snapshot_ts"
 # snapshot/commit properties of every merge
 PROP_QUERY = "msgstream.query_id"
 PROP_BATCH = "msgstream.batch_id"

@@ -8,12 +8,7 @@ skips a batch already in the table. One writer at a time.
 
 from __future__ import annotations
 
-import json
-import os
-import time
-
 import pyarrow as pa
-import pyarrow.parquet as pq
 
 from msgstream_spark.errors import MirrorError
 from msgstream_spark.mirror.collapse import OP
@@ -28,6 +23,7 @@ from msgstream_spark.mirror.common import (
     schema_difference,
     table_schema,
 )
+from msgstream_spark.mirror.deltalog import data_files, write_first_version
 from msgstream_spark.mirror.order import SEQ
 
 
@@ -121,27 +117,16 @@ class DeltaMirrorTable:
         return True
 
     def add_files(self, paths: list[str], *, properties: dict[str, str]) -> None:
-        """The Parquet files (under ``location``) become the table's first version, with ``properties``."""
+        """The Parquet files (under ``location``) become the table's version 0, with ``properties``."""
         dl = _deltalake()
         if self._dt is not None:
             raise MirrorError(f"{self.location} is already a Delta table: add_files makes a new table's first version")
         check_prefix(properties)
-        root = os.path.abspath(self.location)
-        actions, schema = [], None
-        for p in paths:
-            full = os.path.abspath(p)
-            if os.path.commonpath([root, full]) != root:
-                raise MirrorError(f"data file {p} is not under the table location {self.location}")
-            meta = pq.read_metadata(full)
-            schema = schema or meta.schema.to_arrow_schema()
-            actions.append(dl.transaction.AddAction(
-                os.path.relpath(full, root), os.path.getsize(full), {}, int(time.time() * 1000), True,
-                json.dumps({"numRecords": meta.num_rows})))
-        if schema is None:
-            raise MirrorError("add_files needs at least one data file")
+        schema, adds = data_files(self.location, paths)
+        if self.pk not in schema.names:
+            raise MirrorError(f"the data files have no primary key column {self.pk!r}: {schema.names}")
         conf = {**identity_properties(self.collection, self.pk, self.collection_id), **properties}
-        dl.transaction.create_table_with_add_actions(self.location, dl.Schema.from_arrow(schema), actions,
-                                                     configuration=conf, name=self.collection)
+        write_first_version(self.location, self.collection, dl.Schema.from_arrow(schema).to_json(), conf, adds)
         self._dt = dl.DeltaTable(self.location)
 
     def evolve(self, new_schema: pa.Schema) -> None:

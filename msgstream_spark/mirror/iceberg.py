@@ -70,8 +70,11 @@ class IcebergMirrorTable:
              catalog_uri: str | None, create: bool, collection_id: int | None) -> IcebergMirrorTable:
         t = cls(location, collection, pk, collection_id, _catalog(location, catalog_uri))
         ident = _identifier(collection)
-        if t._catalog.table_exists(ident):
-            t._tbl = t._catalog.load_table(ident)
+        t._tbl = t._at_location()
+        if t._tbl is None and t._catalog.table_exists(ident):
+            raise MirrorError(f"the catalog already has a table {'.'.join(ident)} for {collection!r}, at "
+                              f"{t._catalog.load_table(ident).location()}, not at {location}")
+        if t._tbl is not None:
             check_identity(location, t.properties(), collection, pk, collection_id)
             if arrow_schema is not None:
                 add = schema_difference(location, collection, t.schema, table_schema(arrow_schema, pk))
@@ -82,6 +85,15 @@ class IcebergMirrorTable:
                 raise MirrorError(f"no Iceberg table {'.'.join(ident)} at {location} and no schema to create it from")
             t._create(table_schema(arrow_schema, pk), {})
         return t
+
+    def _at_location(self):
+        """The catalog's table stored at this location (whatever its name), or None."""
+        want = os.path.abspath(self.location).rstrip("/")
+        for ident in self._catalog.list_tables(NAMESPACE):
+            tbl = self._catalog.load_table(ident)
+            if tbl.location().removeprefix("file://").rstrip("/") == want:
+                return tbl
+        return None
 
     def _create(self, schema: pa.Schema, properties: dict[str, str]) -> None:
         props = {**identity_properties(self.collection, self.pk, self.collection_id), **properties}

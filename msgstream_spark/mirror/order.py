@@ -2,17 +2,19 @@
 
 ``_seq`` is a ``decimal(38,0)`` built from four parts, most significant first::
 
-    _seq = _ts * 2**64  +  op * 2**63  +  message * 2**32  +  row
+    _seq = _ts * 2**64  +  op * 2**63  +  (2**31 - 1 - message) * 2**32  +  (2**32 - 2 - row)
 
 - ``_ts``: the row's hybrid timestamp (Milvus orders every change by it);
 - ``op``: 0 for a delete, 1 for an insert. At one timestamp Milvus's delete does not remove an insert
-  (a delete at T hides rows written before T), which is how an upsert (a Delete and an Insert with one
-  timestamp) leaves the new row: the delete sorts first;
-- ``message`` (31 bits): the rank of the message among the channel's messages with the same timestamp
-  (0 unless a request was split into several messages; see docs/spark-source.md);
-- ``row`` (32 bits): the row's index inside its message. A pk repeated inside one insert or upsert
-  batch: Milvus's ``query`` returns the last one (tests/milvus_real/test_repeated_pk.py), so the later
-  row sorts later.
+  (a delete at T hides rows written before T), which is how an upsert (on Milvus 2.3.5's channel an
+  Insert message *followed* by a Delete message with the same timestamp) leaves the new row: the delete
+  sorts first, whatever the arrival order;
+- ``message``: the rank of the message among the channel's messages with the same timestamp (0 unless
+  one request was split into several messages), and ``row``: the row's index inside its message. A pk
+  repeated inside one insert or upsert batch: the real Milvus 2.3.5 keeps every row in the message, in
+  request order, all with one timestamp, and ``query`` returns the **first** one, from growing and from
+  sealed segments alike (tests/milvus_real/test_repeated_pk.py). So the earlier row sorts later (wins):
+  both ranks are stored reversed.
 
 Why a decimal: the hybrid timestamp takes 59 bits today, so (ts, op, row) does not fit an int64; a
 ``decimal(38,0)`` is one scalar that Spark (``sequence_by`` must be orderable, non-null, one stable type),
@@ -20,7 +22,8 @@ Delta, Iceberg, DuckDB, Polars and pyarrow all compare natively. It holds ``_ts 
 (physical time until about the year 2600).
 
 A snapshot row counts as a change at the snapshot's timestamp S that comes after every change at S:
-``snapshot_seq(S) = (S + 1) * 2**64 - 1``. A change newer than S wins over it, an older one loses.
+``snapshot_seq(S) = (S + 1) * 2**64 - 1`` (the row part 2**32 - 1 is never a change's). A change newer
+than S wins over it, an older one loses.
 """
 
 from __future__ import annotations
@@ -36,14 +39,14 @@ SEQ_DDL = "decimal(38,0)"
 OP_DELETE = 0
 OP_INSERT = 1
 MAX_MESSAGE = (1 << 31) - 1
-MAX_ROW = (1 << 32) - 1
+MAX_ROW = (1 << 32) - 1  # a row index is below it: the row part MAX_ROW is the snapshot's
 _MAX_TS = 10**38 // (1 << 64)
 
 
 def seq_value(ts: int, op: str, row: int = 0, message: int = 0) -> int:
     """One ``_seq`` as a Python int (``op``: "insert" or "delete")."""
     _check_parts(ts, message, row)
-    return (int(ts) << 64) | (_op_bit(op) << 63) | (int(message) << 32) | int(row)
+    return (int(ts) << 64) | (_op_bit(op) << 63) | ((MAX_MESSAGE - int(message)) << 32) | (MAX_ROW - 1 - int(row))
 
 
 def snapshot_seq(snapshot_ts: int) -> int:
@@ -65,7 +68,10 @@ def seq_array(ts: np.ndarray, op: str | np.ndarray, row: np.ndarray | None = Non
         ops = np.full(n, _op_bit(op), dtype=np.uint64)
     else:
         ops = np.asarray(op).astype(np.uint64)
-    low = (ops << np.uint64(63)) | (np.asarray(message, dtype=np.uint64) << np.uint64(32)) | rows
+    if n and (int(rows.max()) >= MAX_ROW or int(np.max(message)) > MAX_MESSAGE):
+        raise MirrorError(f"row index {int(rows.max())} or message rank {int(np.max(message))} out of range")
+    msg = np.uint64(MAX_MESSAGE) - np.asarray(message, dtype=np.uint64)
+    low = (ops << np.uint64(63)) | (msg << np.uint64(32)) | (np.uint64(MAX_ROW - 1) - rows)
     words = np.empty((n, 2), dtype="<u8")
     words[:, 0] = low
     words[:, 1] = ts
@@ -75,15 +81,18 @@ def seq_array(ts: np.ndarray, op: str | np.ndarray, row: np.ndarray | None = Non
 def snapshot_seq_array(snapshot_ts: int, n: int) -> pa.Array:
     """``snapshot_seq(snapshot_ts)`` on ``n`` rows."""
     _check_parts(snapshot_ts, 0, 0)
-    return seq_array(np.full(n, snapshot_ts, dtype=np.uint64), "insert", np.full(n, MAX_ROW, dtype=np.uint64),
-                     MAX_MESSAGE)
+    words = np.empty((n, 2), dtype="<u8")
+    words[:, 0] = np.uint64((1 << 64) - 1)
+    words[:, 1] = np.uint64(snapshot_ts)
+    return pa.Array.from_buffers(SEQ_TYPE, n, [None, pa.py_buffer(words.tobytes())])
 
 
 def seq_parts(seq: int) -> tuple[int, str, int, int]:
     """(ts, op, message, row) of one ``_seq`` (for messages and tests)."""
     seq = int(seq)
     low = seq & ((1 << 64) - 1)
-    return seq >> 64, "insert" if low >> 63 else "delete", (low >> 32) & MAX_MESSAGE, low & MAX_ROW
+    return (seq >> 64, "insert" if low >> 63 else "delete", MAX_MESSAGE - ((low >> 32) & MAX_MESSAGE),
+            MAX_ROW - 1 - (low & MAX_ROW))
 
 
 def _op_bit(op: str) -> int:
@@ -97,5 +106,5 @@ def _op_bit(op: str) -> int:
 def _check_parts(ts: int, message: int, row: int) -> None:
     if not 0 <= int(ts) < _MAX_TS:
         raise MirrorError(f"timestamp {ts} is outside what _seq can hold (0..{_MAX_TS - 1})")
-    if not 0 <= int(message) <= MAX_MESSAGE or not 0 <= int(row) <= MAX_ROW:
+    if not 0 <= int(message) <= MAX_MESSAGE or not 0 <= int(row) < MAX_ROW:
         raise MirrorError(f"message rank {message} or row index {row} out of range")

@@ -1,0 +1,71 @@
+"""A Delta table's first version written as its log file, from Parquet files already under its location.
+
+delta-rs's ``create_table_with_add_actions`` refuses table properties outside the Delta protocol's own
+keys, and ``convert_to_deltalake`` takes a whole directory without properties; the snapshot needs both
+its data files and its ``msgstream.*`` properties in one atomic version 0. So this writes
+``_delta_log/00000000000000000000.json`` itself (protocol 1/2, metaData, one add per file), publishing it
+with a hard link that fails if the version already exists (a local or mounted file system).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+import uuid
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from msgstream_spark.errors import MirrorError
+
+FIRST = "00000000000000000000.json"
+
+
+def data_files(location: str, paths: list[str]) -> tuple[pa.Schema, list[dict]]:
+    """The files' common Arrow schema and their ``add`` actions (paths relative to ``location``)."""
+    root = os.path.abspath(location)
+    schema, adds = None, []
+    now = int(time.time() * 1000)
+    for p in paths:
+        full = os.path.abspath(p)
+        if os.path.commonpath([root, full]) != root:
+            raise MirrorError(f"data file {p} is not under the table location {location}")
+        meta = pq.read_metadata(full)
+        file_schema = meta.schema.to_arrow_schema().remove_metadata()
+        if schema is None:
+            schema = file_schema
+        elif not file_schema.equals(schema):
+            raise MirrorError(f"data file {p} has another schema than {paths[0]}: {file_schema} vs {schema}")
+        adds.append({"add": {"path": os.path.relpath(full, root), "partitionValues": {}, "size": os.path.getsize(full),
+                             "modificationTime": now, "dataChange": True,
+                             "stats": json.dumps({"numRecords": meta.num_rows})}})
+    if schema is None:
+        raise MirrorError("add_files needs at least one data file")
+    return schema, adds
+
+
+def write_first_version(location: str, name: str, schema_json: str, configuration: dict[str, str],
+                        adds: list[dict]) -> None:
+    """Publish version 0; MirrorError if the table already has one."""
+    log = os.path.join(location, "_delta_log")
+    os.makedirs(log, exist_ok=True)
+    now = int(time.time() * 1000)
+    actions = [
+        {"commitInfo": {"timestamp": now, "operation": "CREATE TABLE", "operationParameters": {"mode": "ErrorIfExists"},
+                        "clientVersion": "msgstream-spark"}},
+        {"protocol": {"minReaderVersion": 1, "minWriterVersion": 2}},
+        {"metaData": {"id": str(uuid.uuid4()), "name": name, "format": {"provider": "parquet", "options": {}},
+                      "schemaString": schema_json, "partitionColumns": [], "configuration": configuration,
+                      "createdTime": now}},
+        *adds,
+    ]
+    tmp = os.path.join(log, f".{FIRST}.{uuid.uuid4().hex}.tmp")
+    with open(tmp, "w") as f:
+        f.write("\n".join(json.dumps(a) for a in actions) + "\n")
+    try:
+        os.link(tmp, os.path.join(log, FIRST))
+    except FileExistsError as e:
+        raise MirrorError(f"{location} already has a Delta table version 0: add_files makes a new table") from e
+    finally:
+        os.unlink(tmp)
