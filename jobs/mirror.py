@@ -100,6 +100,7 @@ def rows_arrow_schema(df):
 
 
 def run(args: argparse.Namespace, spark=None) -> dict[str, Any]:
+    logging.getLogger("py4j").setLevel(logging.WARNING)  # its callback server logs every call at INFO
     trig = trigger_kwargs(args.trigger)
     cfg = _config(args)
     spark = spark or spark_session("msgstream-mirror", args.master)  # Spark first, then pymilvus clients

@@ -20,12 +20,12 @@ from typing import Any
 
 from jobs._common import parse_kv
 from msgstream_spark.errors import MirrorError
-from msgstream_spark.mirror.common import PROP_COLLECTION_ID
+from msgstream_spark.mirror.common import PROP_COLLECTION_ID, PROP_SNAPSHOT_TS
 
 log = logging.getLogger("jobs.mirror")
 
 START_PROPERTY = "msgstream.mirror.start"
-S_PROPERTY = "msgstream.mirror.snapshot_ts"
+S_PROPERTY = PROP_SNAPSHOT_TS
 
 
 @dataclass

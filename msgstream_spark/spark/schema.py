@@ -25,6 +25,7 @@ log = logging.getLogger(__name__)
 
 INFER_MAX_MESSAGES = 100_000
 INFER_SECONDS = 30.0
+INFER_STALL_SECONDS = 5.0  # no message for this long before a channel's last one: stop scanning it
 WAL_VERSION, WAL_TYPE = "_v", "_t"  # 2.6 message properties: wire version, message type
 _WAL_SCHEMA_TYPES = frozenset((WalMessageType.CreateCollection, WalMessageType.AlterCollection,
                                WalMessageType.SchemaChange))
@@ -78,10 +79,14 @@ def _scan_channel(opts: ReadOptions, ch: str, cons: Any, last: Any, deadline: fl
     """Feed one channel's messages up to ``last`` (its latest id when the scan began) to the notes."""
     found, created, _ = state
     seen = 0
+    stall = time.monotonic() + INFER_STALL_SECONDS
     while seen < INFER_MAX_MESSAGES and time.monotonic() < deadline:
         batch = cons.receive_batch(1024, 0.2)
         if not batch:
-            return
+            if time.monotonic() > stall:  # ``last`` exists: a busy broker's first fetch may take a while
+                return
+            continue
+        stall = time.monotonic() + INFER_STALL_SECONDS
         seen += len(batch)
         at_end = not batch[-1].id < last
         if at_end:  # reached the channel's end as of the scan's start: nothing after it counts

@@ -82,12 +82,12 @@ class Writer:
 
     def _loop(self) -> None:
         i = 0
-        try:
-            while not self.stop_event.is_set() and i < 400:  # bounded: at most 400 rounds
+        try:  # bounded: at most 500 rounds, paced so that it spans a job's run
+            while i < 500 and not self.stop_event.wait(0.05):
                 for w in self.workloads:
                     w.insert(range(self.next, self.next + 10))
                     if i % 2 == 0:
-                        w.upsert(range(self.next - 40, self.next - 35), gen=1 + i)
+                        w.upsert(range(self.next - 40, self.next - 35), gen=1 + i % 3)
                     if i % 3 == 0:
                         w.delete(list(range(i * 3, i * 3 + 3)))
                 self.next += 10
@@ -119,24 +119,27 @@ def test_snapshot_while_writing_then_stream_equals_query(spark, milvus_stack, py
         w.insert(range(n // 2, n))
         load_for_query(w.collection)
     before = {w.name: len(w.acked) for w in (a, b)}
-    writer = Writer([a, b], first_new=3000).start()
-    try:
-        sa = run_job(spark, cfg, "mir_a", tmp_path / "ta", "delta", "--snapshot-tasks", "3")
-        sb = run_job(spark, cfg, "mir_b", tmp_path / "tb", "iceberg")
-    finally:
-        writer.stop()
+    chans = {w.name: ["--channels", ",".join(pchannels(pymilvus_orm, w.name))] for w in (a, b)}
+    summaries = {}
+    for w, fmt, extra in ((a, "delta", ["--snapshot-tasks", "3"]), (b, "iceberg", [])):
+        writer = Writer([w], first_new=3000).start()  # writes during the snapshot and after it
+        try:
+            summaries[w.name] = run_job(spark, cfg, w.name, tmp_path / w.name, fmt, *extra, *chans[w.name])
+        finally:
+            writer.stop()
+    sa, sb = summaries["mir_a"], summaries["mir_b"]
     for s, w in ((sa, a), (sb, b)):
         assert s["snapshot"]["mode"] == "initial"
         assert s["snapshot"]["files"] >= 1 and s["snapshot"]["rows"] >= 1
         later = [x for x in w.acked[before[w.name]:] if x.ts and x.ts > s["snapshot"]["S"]]
         assert later, f"{w.name}: no write after S: the writer did not overlap the snapshot"
     assert sa["snapshot"]["ranges"] == 3
-    await_ticks(milvus_stack, last_ts(a, b), pchannels(pymilvus_orm, "mir_a"))
-    ra = run_job(spark, cfg, "mir_a", tmp_path / "ta", "delta")  # the same query, from its checkpoint
-    rb = run_job(spark, cfg, "mir_b", tmp_path / "tb", "iceberg")
+    await_ticks(milvus_stack, last_ts(a, b), sorted({c for w in (a, b) for c in pchannels(pymilvus_orm, w.name)}))
+    ra = run_job(spark, cfg, "mir_a", tmp_path / "mir_a", "delta", *chans["mir_a"])  # from its checkpoint
+    rb = run_job(spark, cfg, "mir_b", tmp_path / "mir_b", "iceberg", *chans["mir_b"])
     assert ra["snapshot"]["mode"] == rb["snapshot"]["mode"] == "resumed"
-    assert_table_equals_query(tmp_path / "ta", "delta", a)
-    assert_table_equals_query(tmp_path / "tb", "iceberg", b)
+    assert_table_equals_query(tmp_path / "mir_a", "delta", a)
+    assert_table_equals_query(tmp_path / "mir_b", "iceberg", b)
 
 
 def test_never_from_milvus_etcd_channel_checkpoints(spark, milvus_stack, pymilvus_orm, cfg, tmp_path):
@@ -220,8 +223,9 @@ def test_bad_input_one_clear_error_and_nothing_written(spark, milvus_stack, pymi
                  "--table", str(tmp_path / "m")])
     assert "milvus.address" in msg and not (tmp_path / "m").exists()
     bin_table = tmp_path / "other"  # a table of another collection (bin_parts: VarChar key, binary vector)
-    from msgstream_spark.mirror.table import open_table
     import pyarrow as pa
+
+    from msgstream_spark.mirror.table import open_table
 
     open_table("delta", str(bin_table), collection="mir_bad", pk="pk", create=True,
                arrow_schema=pa.schema([("pk", pa.int64()), ("bv", pa.binary())]))
