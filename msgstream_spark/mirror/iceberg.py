@@ -35,6 +35,7 @@ from msgstream_spark.mirror.order import SEQ
 
 NAMESPACE = "msgstream"
 PROP_BATCH_OF = "msgstream.batch."
+IN_FILTER_MAX = 2000
 
 
 def _catalog(location: str, catalog_uri: str | None):
@@ -151,7 +152,12 @@ class IcebergMirrorTable:
 
         tbl = self._table()
         keys = source.column(self.pk)
-        current = tbl.scan(row_filter=In(self.pk, keys.to_pylist()), selected_fields=(self.pk, SEQ)).to_arrow()
+        if tbl.current_snapshot() is None:
+            current = pa.table({self.pk: pa.array([], keys.type), SEQ: pa.array([], source.schema.field(SEQ).type)})
+        elif len(keys) <= IN_FILTER_MAX:  # few keys: let pyiceberg prune files by the key's bounds
+            current = tbl.scan(row_filter=In(self.pk, keys.to_pylist()), selected_fields=(self.pk, SEQ)).to_arrow()
+        else:  # many keys: a huge In() costs more than reading two columns
+            current = tbl.scan(selected_fields=(self.pk, SEQ)).to_arrow()
         current = current.rename_columns([self.pk, "__table_seq"])
         joined = source.select([self.pk, SEQ]).append_column(OP, ops).join(current, self.pk, join_type="left outer")
         present = pc.is_valid(joined.column("__table_seq"))

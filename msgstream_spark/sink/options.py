@@ -27,7 +27,7 @@ DEFAULT_BUFFER_BYTES = 16 * 1024 * 1024  # a task validates and encodes this muc
 CONFIG_PREFIXES = ("mq.", "local.", "kafka.", "pulsar.", "msgstream.", "msgchannel.", "rootcoord.")
 # Columns the msgstream reader adds; the sink ignores them so a read DataFrame can be written back.
 METADATA_COLUMNS = frozenset({"_channel", "_shard", "_collection", "_partition", "_ts", "_event_time",
-                              "_msg_id", "_position", "_msg_type"})
+                              "_msg_id", "_position", "_msg_type", "_seq"})
 OP_COLUMN = "op"
 
 SINK_OPTIONS = ("config", "channels", "collection", "collectionID", "partition", "partitionID",

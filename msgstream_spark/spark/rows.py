@@ -15,13 +15,14 @@ import pyarrow as pa
 from msgstream_spark.msg import codec
 from msgstream_spark.msg.columns import field_data_to_arrow
 from msgstream_spark.msg.position import MsgPosition
+from msgstream_spark.msg.seq import SEQ, SEQ_DDL, seq_array
 from msgstream_spark.msg.types import DeleteMsg, InsertMsg, MsgType, TsMsg
 from msgstream_spark.msg.wal26 import parse_envelope
 
 OP = "op"
-METADATA = ("_channel", "_shard", "_collection", "_partition", "_ts", "_event_time", "_msg_id", "_position")
+METADATA = ("_channel", "_shard", "_collection", "_partition", "_ts", "_event_time", "_msg_id", "_position", SEQ)
 METADATA_DDL = ("_channel string, _shard string, _collection bigint, _partition bigint, _ts bigint, "
-                "_event_time timestamp, _msg_id binary, _position string")
+                f"_event_time timestamp, _msg_id binary, _position string, {SEQ} {SEQ_DDL}")
 MESSAGES_DDL = ("channel string, msg_id binary, position string, msg_type string, timestamp bigint, "
                 "begin_ts bigint, end_ts bigint, event_time timestamp, collection_id bigint, shard string, "
                 "num_rows bigint, properties map<string,string>, payload binary, "
@@ -33,7 +34,8 @@ def _spark_fields(ddl_like: str) -> list:
     from pyspark.sql import types as T
 
     simple = {"string": T.StringType(), "bigint": T.LongType(), "int": T.IntegerType(), "timestamp": T.TimestampType(),
-              "binary": T.BinaryType(), "map<string,string>": T.MapType(T.StringType(), T.StringType())}
+              "binary": T.BinaryType(), "map<string,string>": T.MapType(T.StringType(), T.StringType()),
+              SEQ_DDL: T.DecimalType(38, 0)}
     out = []
     for part in ddl_like.split(", "):
         name, typ = part.split(" ", 1)
@@ -111,6 +113,8 @@ class RowsBuilder:
         self.pieces: list[pa.RecordBatch] = []
         self.rows = 0
         self._repeated: dict[tuple, pa.Array] = {}
+        self._group: tuple = ()  # (channel, op, ts) of the last message and its rank among equal ones
+        self._rank = 0
 
     def _column(self, name: str, typ: pa.DataType, n: int, values: dict[str, Any]) -> pa.Array:
         v = values.get(name)
@@ -148,6 +152,7 @@ class RowsBuilder:
             return
         ts = msg.timestamps
         values.update({
+            SEQ: seq_array(ts, op, None, self._message_rank(channel, op, msg.begin_ts)),
             OP: op, "_channel": channel, "_shard": msg.shard_name, "_collection": msg.collection_id,
             "_partition": msg.partition_id, "_ts": pa.array(ts.view(np.int64)), "_event_time": _event_time(ts),
             "_msg_id": msg_id,
@@ -157,6 +162,14 @@ class RowsBuilder:
         cols = [self._column(f.name, f.type, n, values) for f in self.schema]
         self.pieces.append(pa.RecordBatch.from_arrays(cols, schema=self.schema))
         self.rows += n
+
+    def _message_rank(self, channel: str, op: str, ts: int) -> int:
+        """0, or 1, 2, ... for the next consecutive messages of one channel with the same type and timestamp
+        (one request split into several messages): an earlier message's rows win (``_seq``)."""
+        group = (channel, op, ts)
+        self._rank = self._rank + 1 if group == self._group else 0
+        self._group = group
+        return self._rank
 
     def _pk_name(self) -> str | None:
         if self.pk:
