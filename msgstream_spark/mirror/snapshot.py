@@ -25,6 +25,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 import yaml
+from pymilvus import DataType, MilvusClient
 
 from msgstream_spark.errors import MirrorError
 from msgstream_spark.mirror.common import TS
@@ -55,8 +56,6 @@ class MilvusTarget:
         return a if "://" in a else f"http://{a}"
 
     def client(self):
-        from pymilvus import MilvusClient
-
         kw: dict[str, Any] = {"uri": self.uri, "timeout": self.timeout}
         if self.token:
             kw["token"] = self.token
@@ -113,8 +112,6 @@ class CollectionInfo:
 
 def describe(target: MilvusTarget, mc=None) -> CollectionInfo:
     """The collection's id, key and fields, and its row count (a Strong ``count(*)``)."""
-    from pymilvus import DataType
-
     own = mc is None
     mc = mc or target.client()
     try:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import logging
 import threading
 from dataclasses import dataclass
+from urllib.parse import unquote, urlparse
 
 import pyarrow as pa
 from pyspark.sql import SparkSession
@@ -72,8 +73,6 @@ class _Progress:
 
 def _local(uri: str) -> str:
     """A local path for ``file:`` URIs (other file systems keep their URI)."""
-    from urllib.parse import unquote, urlparse
-
     return unquote(urlparse(uri).path) if uri.startswith("file:") else uri
 
 
