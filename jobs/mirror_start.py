@@ -49,7 +49,7 @@ def _exists(table) -> bool:
     try:
         table.properties()
     except MirrorError as exc:
-        log.info("no table yet: %s", exc)
+        log.debug("no table yet: %s", exc)
         return False
     return True
 
