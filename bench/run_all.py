@@ -26,6 +26,7 @@ SCRIPTS = [
     "bench.bench_spark_read",
     "bench.bench_spark_write",
     "bench.bench_scaling",
+    "bench.bench_mirror",
 ]
 
 # Sizes per script: "full" is what the README's figures come from (about 10 minutes on 2 cores).
@@ -33,11 +34,13 @@ SIZES = {
     "full": {"bench.bench_spark_read": {"rows": 300_000, "mem_rows": 0, "kafka": True},
              "bench.bench_spark_write": {"rows": 50_000},
              "bench.profile_read": {"rows": 200_000, "kafka": True},
-             "bench.bench_scaling": {"sizes": [1_000_000, 10_000_000]}},
+             "bench.bench_scaling": {"sizes": [1_000_000, 10_000_000]},
+             "bench.bench_mirror": {"rows": 1_000_000, "snapshot_rows": 200_000}},
     "quick": {"bench.bench_spark_read": {"rows": 200_000, "mem_rows": 0, "kafka": True},
               "bench.bench_spark_write": {"rows": 20_000, "reps": 2},
               "bench.profile_read": {"rows": 50_000, "kafka": True},
-              "bench.bench_scaling": {"sizes": [100_000, 1_000_000], "channel_counts": [1, 4, 16]}},
+              "bench.bench_scaling": {"sizes": [100_000, 1_000_000], "channel_counts": [1, 4, 16]},
+              "bench.bench_mirror": {"rows": 100_000, "snapshot_rows": 50_000}},
 }
 
 
