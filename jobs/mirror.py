@@ -99,43 +99,63 @@ def rows_arrow_schema(df):
     return to_arrow_schema(df.schema, timezone="UTC")
 
 
+SCHEMA_RESTARTS = 3  # a 2.6 AlterCollection adding a field: restart the query, which infers the new schema
+
+
+def _await(query, trig: dict, timeout: float | None) -> None:
+    try:
+        if "processingTime" in trig and timeout is not None:
+            if not query.awaitTermination(timeout):
+                query.stop()
+        else:
+            query.awaitTermination()
+    except KeyboardInterrupt:
+        query.stop()
+
+
+def _stream_into(spark, args, cfg, starting: str | None, sink, checkpoint: str, trig: dict):
+    """Run the stream into ``sink`` until it ends; (error text or None, rows, batches)."""
+    df = _stream(spark, args, cfg, starting)
+    query = (df.writeStream.foreachBatch(sink).option("checkpointLocation", checkpoint)
+             .trigger(**trig).queryName(f"mirror-{uuid.uuid4().hex[:8]}").start())
+    progress = Progress(query, args.progress_interval).start()
+    try:
+        _await(query, trig, args.timeout)
+    finally:
+        progress.stop()
+    err = query.exception()
+    return (None if err is None else (spark_error_line(err) or str(err))), progress.rows, progress.batches
+
+
 def run(args: argparse.Namespace, spark=None) -> dict[str, Any]:
     logging.getLogger("py4j").setLevel(logging.WARNING)  # its callback server logs every call at INFO
     trig = trigger_kwargs(args.trigger)
     cfg = _config(args)
     spark = spark or spark_session("msgstream-mirror", args.master)  # Spark first, then pymilvus clients
     from jobs.mirror_start import decide_start
+    from msgstream_spark.spark.mirror import MirrorBatch
 
     probe = _stream(spark, args, cfg, None)
     pk, cid = _facts(probe)
     checkpoint = args.checkpoint or args.table.rstrip("/") + "_checkpoint"
     start = decide_start(spark, args, cfg, rows_arrow_schema(probe), pk, cid, checkpoint)
-    df = _stream(spark, args, cfg, start.starting)
-    from msgstream_spark.spark.mirror import MirrorBatch
-
     sink = MirrorBatch(start.table, pk, checkpoint=checkpoint, collection_id=start.collection_id)
     t0 = time.perf_counter()
-    query = (df.writeStream.foreachBatch(sink).option("checkpointLocation", checkpoint)
-             .trigger(**trig).queryName(f"mirror-{uuid.uuid4().hex[:8]}").start())
-    progress = Progress(query, args.progress_interval).start()
-    try:
-        if "processingTime" in trig and args.timeout is not None:
-            if not query.awaitTermination(args.timeout):
-                query.stop()
-        else:
-            query.awaitTermination()
-    except KeyboardInterrupt:
-        query.stop()
-    finally:
-        progress.stop()
-    err = query.exception()
-    if err is not None:
-        raise MirrorError(f"mirror query failed: {spark_error_line(err) or err}")
+    rows = restarts = 0
+    while True:
+        err, n, _ = _stream_into(spark, args, cfg, start.starting, sink, checkpoint, trig)
+        rows += n
+        if err is None:
+            break
+        if "adds field(s)" not in err or restarts >= SCHEMA_RESTARTS:
+            raise MirrorError(f"mirror query failed: {err}")
+        restarts += 1  # the restarted query (same checkpoint) infers the altered schema; the merge adds the column
+        log.info("schema change, restarting the query (%d of %d): %s", restarts, SCHEMA_RESTARTS, err)
     secs = time.perf_counter() - t0
     return {"job": "mirror", "table": args.table, "format": args.table_format, "collection": args.collection,
-            "checkpoint": checkpoint, "snapshot": start.summary, "stream_rows": progress.rows,
+            "checkpoint": checkpoint, "snapshot": start.summary, "stream_rows": rows,
             "merged_batches": sink.batches, "skipped_batches": sink.skipped, "merged_changes": sink.rows,
-            "stream_seconds": round(secs, 3)}
+            "schema_restarts": restarts, "stream_seconds": round(secs, 3)}
 
 
 def main(argv=None) -> int:

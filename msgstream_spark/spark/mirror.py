@@ -24,7 +24,7 @@ from msgstream_spark.mirror.apply import apply_batch
 log = logging.getLogger(__name__)
 
 SEQ = "_seq"
-FAILPOINT_ENV = "MSGSTREAM_MIRROR_FAILPOINT"  # tests: kill-after-commit:<batch id>
+FAILPOINT_ENV = "MSGSTREAM_MIRROR_FAILPOINT"  # tests: kill-after-commit:<batch id> | kill-after-commit:first
 
 
 def checkpoint_query_id(checkpoint: str) -> str:
@@ -48,9 +48,11 @@ def collapse_in_spark(df, pk: str):
     return df.withColumn("__rank", F.row_number().over(w)).where("__rank = 1").drop("__rank")
 
 
-def _failpoint(batch_id: int) -> None:
+def _failpoint(batch_id: int, committed: bool) -> None:
+    """Tests: ``kill-after-commit:<batch id>``, or ``kill-after-commit:first`` (the first batch that
+    committed changes), SIGKILLs the driver after the table commit and before Spark's own."""
     spec = os.environ.get(FAILPOINT_ENV, "")
-    if spec == f"kill-after-commit:{batch_id}":
+    if spec == f"kill-after-commit:{batch_id}" or (committed and spec == "kill-after-commit:first"):
         log.warning("failpoint %s: SIGKILL after the table commit of batch %d", spec, batch_id)
         if os.getpgrp() == os.getpid():  # the test started the job as a group of its own: JVM too
             os.killpg(os.getpgrp(), signal.SIGKILL)
@@ -91,12 +93,13 @@ class MirrorBatch:
             return
         changes = collapse_in_spark(df, self.pk).toArrow()
         self._check_collection(changes)
-        if apply_batch(self.table, changes, self.pk, qid, batch_id):
+        committed = apply_batch(self.table, changes, self.pk, qid, batch_id)
+        if committed:
             self.batches += 1
             self.rows += changes.num_rows
         else:
             self.skipped += 1
-        _failpoint(batch_id)
+        _failpoint(batch_id, committed and changes.num_rows > 0)
 
     def _check_collection(self, changes: Any) -> None:
         if self.collection_id is None or "_collection" not in changes.column_names or changes.num_rows == 0:
