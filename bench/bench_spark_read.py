@@ -78,7 +78,7 @@ def _sources(rows: int, dim: int):
     from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 
     from msgstream_spark.spark.datasource import MsgStreamDataSource
-    from msgstream_spark.spark.reader import read_partition
+    from msgstream_spark.spark.partitions import read_partition
 
     class SyntheticReader(DataSourceReader):
         def partitions(self):
@@ -124,7 +124,7 @@ def _sources(rows: int, dim: int):
         def schema(self):
             from pyspark.sql import types as T
 
-            from msgstream_spark.spark.rows import rows_struct
+            from msgstream_spark.spark.structs import rows_struct
 
             return rows_struct([T.StructField("pk", T.LongType()), T.StructField("vec", T.ArrayType(T.FloatType())),
                                 T.StructField("text", T.StringType())])

@@ -31,7 +31,7 @@ def _partitions(opts: dict):
 
 
 def _read_all(parts) -> int:
-    from msgstream_spark.spark.reader import read_partition
+    from msgstream_spark.spark.partitions import read_partition
 
     n = 0
     for p in parts:

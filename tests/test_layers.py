@@ -12,9 +12,11 @@ from pathlib import Path
 PKG = Path(__file__).resolve().parents[1] / "msgstream_spark"
 
 # Lowest first; a module may import its own layer and the ones below it (design.md, "Layers").
-LAYERS = ["errors", "msg", "config", "mq", "stream", "sink", "mirror", "spark", "cli"]
+LAYERS = ["errors", "msg", "config", "mq", "stream", "sink", "source", "mirror", "spark", "cli"]
 RANK = {name: i for i, name in enumerate(LAYERS)}
-# cli and jobs sit on top; spark (the adapters) uses the Spark-free sink core below it
+# cli and jobs sit on top; spark (the adapters only) uses the Spark-free read (source) and write (sink) cores
+# below it; mirror (table keeping) sits between spark and source
+SPARK_LAYER = "spark"  # the only layer of the package that may import pyspark (jobs/ and pyspark_msgstream/ too)
 
 # Imports allowed inside functions: optional clients and pyspark stay lazy so a missing extra
 # breaks only what needs it, and the Spark-free layers load without the JVM bridge.
@@ -128,6 +130,30 @@ def test_no_import_cycles():
 def _is_package_edge(cycle: list[str]) -> bool:
     """``pkg.mod -> pkg`` (reaching one's own package __init__) is how Python loads packages."""
     return any(b != a and a.startswith(b + ".") for a, b in zip(cycle, cycle[1:]))
+
+
+def _pyspark_lines(path: Path) -> list[int]:
+    """Lines importing pyspark anywhere in the module (module top, functions, typing blocks)."""
+    out = []
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        names = ([a.name for a in node.names] if isinstance(node, ast.Import)
+                 else [node.module or ""] if isinstance(node, ast.ImportFrom) and not node.level else [])
+        if any(n == "pyspark" or n.startswith("pyspark.") for n in names):
+            out.append(node.lineno)
+    return out
+
+
+def test_pyspark_only_in_the_spark_adapters():
+    """Spark is a thin adapter: no pyspark import outside ``spark/``, and every module in it imports pyspark."""
+    bad = []
+    for mod, path in _modules().items():
+        lines = _pyspark_lines(path)
+        if _layer(mod) == SPARK_LAYER:
+            if not lines and path.name != "__init__.py":
+                bad.append(f"{mod}: in spark/ without importing pyspark (Spark-free code goes to source/ or sink/)")
+        elif lines:
+            bad.append(f"{path.relative_to(PKG.parent)}:{lines[0]}: imports pyspark outside spark/")
+    assert not bad, "\n".join(bad)
 
 
 def test_imports_at_module_top():

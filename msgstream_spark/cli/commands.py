@@ -10,6 +10,7 @@ from msgstream_spark.cli.common import UsageError, open_client, split_channels
 from msgstream_spark.cli.inspect import cmd_inspect
 from msgstream_spark.cli.publish import publish
 from msgstream_spark.cli.render import dumps, message_dict, position_dict
+from msgstream_spark.cli.rows import cmd_rows
 from msgstream_spark.errors import BackendTimeoutError, ChannelNotFoundError, ConfigError, DecodeError
 from msgstream_spark.msg import codec, tso
 from msgstream_spark.msg.position import MsgPosition, parse_positions
@@ -293,6 +294,7 @@ COMMANDS = {
     "channels": cmd_channels,
     "position": cmd_position,
     "tail": cmd_tail,
+    "rows": cmd_rows,
     "inspect": cmd_inspect,
     "publish": cmd_publish,
 }

@@ -1,6 +1,6 @@
 """``msgstream``: inspect and feed Milvus message streams from the shell.
 
-Subcommands: ``channels``, ``publish``, ``tail``, ``position``, ``inspect``. All accept
+Subcommands: ``channels``, ``publish``, ``tail``, ``rows``, ``position``, ``inspect``. All accept
 ``--config``. Errors print one line on stderr and exit non-zero (2 for usage errors).
 """
 
@@ -13,6 +13,7 @@ from collections.abc import Sequence
 
 from msgstream_spark.cli import commands
 from msgstream_spark.cli.publish_args import add_publish_args
+from msgstream_spark.cli.rows import add_rows_parser
 from msgstream_spark.errors import MsgStreamError
 
 EXIT_ERROR = 1
@@ -70,6 +71,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="without --follow: stop when nothing arrives for this many seconds (default 2)")
     p.add_argument("--rows", action="store_true", help="include the decoded rows of inserts and deletes")
     p.add_argument("--no-ticks", action="store_true", help="hide TimeTick messages")
+
+    add_rows_parser(sub, _common)
 
     p = sub.add_parser("position", help="latest or at-timestamp MsgPosition (JSON and base64 protobuf)")
     _common(p)

@@ -5,9 +5,12 @@ from __future__ import annotations
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from msgstream_spark.errors import MirrorError
 from msgstream_spark.mirror.collapse import collapse
-from msgstream_spark.mirror.common import PROP_SNAPSHOT_TS, TS
+from msgstream_spark.mirror.common import PROP_COLLECTION_ID, PROP_SNAPSHOT_TS, TS
 from msgstream_spark.mirror.table import MirrorTable
+
+COLLECTION = "_collection"
 
 
 def apply_batch(table: MirrorTable, changes: pa.Table, pk: str, query_id: str, batch_id: int) -> bool:
@@ -20,16 +23,35 @@ def apply_batch(table: MirrorTable, changes: pa.Table, pk: str, query_id: str, b
     If the table has the property ``msgstream.snapshot_ts`` (S, stored with the snapshot's files), changes
     at or before S are dropped: the snapshot, read at least at S, already holds them, and an old insert
     of a pk the snapshot no longer has would otherwise come back until its delete is replayed.
+
+    Rows of another collection id (``_collection``; a collection dropped and re-created under the same
+    name) raise MirrorError naming both ids, and nothing is written.
     """
     last = table.last_batch(query_id)
     if last is not None and last >= batch_id:
         return False
-    return table.merge(collapse(after_snapshot(table, changes), pk), query_id=query_id, batch_id=batch_id)
+    props = table.properties()
+    check_collection_ids(table, props, changes)
+    changes = after_snapshot(props, changes)
+    return table.merge(collapse(changes, pk), query_id=query_id, batch_id=batch_id)
 
 
-def after_snapshot(table: MirrorTable, changes: pa.Table) -> pa.Table:
-    """``changes`` newer than the table's snapshot timestamp (all of them if it has none)."""
-    s = table.properties().get(PROP_SNAPSHOT_TS)
+def check_collection_ids(table: MirrorTable, props: dict[str, str], changes: pa.Table) -> None:
+    """MirrorError if ``changes`` hold rows of a collection id other than the table's."""
+    want = props.get(PROP_COLLECTION_ID)
+    if want is None or COLLECTION not in changes.column_names or changes.num_rows == 0:
+        return
+    ids = pc.unique(changes.column(COLLECTION).drop_null()).to_pylist()
+    other = sorted(i for i in ids if i != int(want))
+    if other:
+        raise MirrorError(f"table {table.location} mirrors collection {table.collection!r} id {want}; the batch holds "
+                          f"rows of collection id(s) {other} (dropped and re-created under the same name?): mirror "
+                          "it into a new table; nothing written")
+
+
+def after_snapshot(props: dict[str, str], changes: pa.Table) -> pa.Table:
+    """``changes`` newer than the table's snapshot timestamp (``props``; all of them if it has none)."""
+    s = props.get(PROP_SNAPSHOT_TS)
     if s is None or changes.num_rows == 0:
         return changes
     return changes.filter(pc.greater(changes.column(TS), pa.scalar(int(s), changes.schema.field(TS).type)))

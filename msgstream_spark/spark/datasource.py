@@ -17,12 +17,14 @@ from typing import Any
 from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 from pyspark.sql.types import StructType
 
-from msgstream_spark.spark.offsets import resolve_end, resolve_start
-from msgstream_spark.spark.options import ReadOptions, parse_read_options
-from msgstream_spark.spark.reader import plan_partitions, read_partition
-from msgstream_spark.spark.rows import rows_schema_ddl
-from msgstream_spark.spark.schema import infer, user_pk
-from msgstream_spark.spark.stream_reader import MsgStreamStreamReader, list_channels
+from msgstream_spark.source.offsets import resolve_end, resolve_start
+from msgstream_spark.source.options import ReadOptions, parse_read_options
+from msgstream_spark.source.read import collection_filter, list_channels
+from msgstream_spark.source.rows import rows_schema_ddl
+from msgstream_spark.source.schema import user_pk
+from msgstream_spark.spark.partitions import plan_partitions, read_partition
+from msgstream_spark.spark.stream_reader import MsgStreamStreamReader
+from msgstream_spark.spark.structs import infer
 from msgstream_spark.spark.writer import batch_writer, stream_writer
 
 PK_META = "msgstream.primaryKey"
@@ -47,14 +49,7 @@ def _annotate(parsed: StructType, pk: str | None, cid: int | None) -> StructType
 def _facts(schema: StructType, opts: ReadOptions) -> tuple[str, str | None, tuple[int | None, str | None]]:
     """(schema JSON, pk name, collection filter) for partitions."""
     pk = next((f.name for f in schema.fields if (f.metadata or {}).get(PK_META)), None) or user_pk(schema)
-    cid: int | None = None
-    cname: str | None = None
-    if opts.collection is not None:
-        if opts.collection.isdigit():
-            cid = int(opts.collection)
-        else:
-            cname = opts.collection
-    return json.dumps(schema.jsonValue()), pk, (cid, cname)
+    return json.dumps(schema.jsonValue()), pk, collection_filter(opts)
 
 
 class MsgStreamDataSource(DataSource):

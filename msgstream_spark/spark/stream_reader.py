@@ -12,7 +12,6 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-import re
 from typing import Any
 
 from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
@@ -25,10 +24,11 @@ from pyspark.sql.streaming.datasource import (
     SupportsTriggerAvailableNow,
 )
 
-from msgstream_spark.spark.offsets import Offset, dumps, entry, normalize, resolve_start, unb64
-from msgstream_spark.spark.options import ReadOptions
-from msgstream_spark.spark.reader import plan_partitions, read_partition
-from msgstream_spark.spark.scan import Scanner
+from msgstream_spark.source.offsets import Offset, dumps, entry, normalize, resolve_start, unb64
+from msgstream_spark.source.options import ReadOptions
+from msgstream_spark.source.read import list_channels
+from msgstream_spark.source.scan import Scanner
+from msgstream_spark.spark.partitions import plan_partitions, read_partition
 
 log = logging.getLogger(__name__)
 
@@ -38,13 +38,6 @@ def start_key(opts: ReadOptions) -> str:
     basis = json.dumps([opts.channels, opts.channel_pattern, opts.starting, opts.starting_ts], sort_keys=True)
     digest = hashlib.sha1(basis.encode()).hexdigest()[:12]
     return f"spark-source/{opts.subscription}/initial/{digest}"
-
-
-def list_channels(opts: ReadOptions, client: Any) -> list[str]:
-    if opts.channels:
-        return list(opts.channels)
-    rx = re.compile(opts.channel_pattern or "")
-    return sorted(c for c in client.list_channels() if rx.fullmatch(c))
 
 
 class MsgStreamStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):

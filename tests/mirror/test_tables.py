@@ -246,3 +246,17 @@ def test_varchar_key_binary_vector_json_and_the_dynamic_field(fmt, tmp_path):
     assert got == {"k1": (bytes([2, 5]), '{"t": 5}', '{"dyn": 1}', None),
                    "k2": (bytes([2, 6]), '{"t": 6}', '{"dyn": 1}', 4)}
     assert t.schema.field("key").nullable is False and t.schema.field("n").nullable
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_rows_of_a_recreated_collection_are_refused(fmt, tmp_path):
+    """A query following the name reads the re-created collection's rows (another ``_collection`` id):
+    the batch fails naming both ids, nothing written; the old table keeps the old collection's state."""
+    t = _open(fmt, tmp_path / "t", collection_id=1)
+    first = to_arrow([insert(10, (1, "a"))])
+    apply_batch(t, first.append_column("_collection", pa.array([1], pa.int64())), "pk", "q", 0)
+    mixed = to_arrow([delete(20, 1), insert(21, (1, "new"))])
+    mixed = mixed.append_column("_collection", pa.array([1, 2], pa.int64()))
+    with pytest.raises(MirrorError, match=r"id 1; the batch holds rows of collection id\(s\) \[2\]"):
+        apply_batch(t, mixed, "pk", "q", 1)
+    assert _rows(t) == {1: ("a", 10)} and t.last_batch("q") == 0

@@ -5,10 +5,10 @@ from __future__ import annotations
 import pytest
 
 from msgstream_spark.errors import OptionError
-from msgstream_spark.spark.offsets import ChannelOffset, entry, normalize
-from msgstream_spark.spark.options import parse_read_options
-from msgstream_spark.spark.ranges import plan_ranges
-from msgstream_spark.spark.scan import Scanner
+from msgstream_spark.source.offsets import ChannelOffset, entry, normalize
+from msgstream_spark.source.options import parse_read_options
+from msgstream_spark.source.ranges import plan_ranges
+from msgstream_spark.source.scan import Scanner
 from tests.spark.helpers import Publisher, spark_options
 
 

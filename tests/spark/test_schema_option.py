@@ -3,12 +3,12 @@ adds itself (``op``, ``_ts``, ...) no longer repeats them (Spark then failed wit
 
 from __future__ import annotations
 
+from msgstream_spark.source.rows import rows_schema_ddl
 from msgstream_spark.spark.datasource import MsgStreamDataSource
-from msgstream_spark.spark.rows import rows_schema_ddl
 
 
 def _names(ddl: str) -> list[str]:
-    from msgstream_spark.spark.rows import _ddl_columns
+    from msgstream_spark.source.rows import _ddl_columns
 
     return [c.split()[0].strip("`") for c in _ddl_columns(ddl)]
 

@@ -9,9 +9,10 @@ import pytest
 from msgstream_spark.errors import SchemaError
 from msgstream_spark.mq.base import ProducerMessage
 from msgstream_spark.msg.pb import msg_pb2
-from msgstream_spark.spark.options import parse_read_options
-from msgstream_spark.spark.rows import PASS_THROUGH_BYTES, RowsBuilder
-from msgstream_spark.spark.schema import _insert_collection, _scan_channel, infer
+from msgstream_spark.source.options import parse_read_options
+from msgstream_spark.source.rows import PASS_THROUGH_BYTES, RowsBuilder
+from msgstream_spark.source.schema import _insert_collection, _scan_channel
+from msgstream_spark.spark.structs import infer
 from tests.spark import wal26_data as D
 from tests.spark.helpers import spark_options
 from tests.wal26 import producer as P

@@ -15,11 +15,11 @@ import pytest
 from msgstream_spark.errors import DecodeError, OptionError, SchemaError
 from msgstream_spark.msg.position import MsgPosition
 from msgstream_spark.msg.wal26 import WalCheckpoint, WalMessageId, WALName
-from msgstream_spark.spark.offsets import entry, normalize, resolve_start
-from msgstream_spark.spark.options import parse_read_options
-from msgstream_spark.spark.scan import Scanner
-from msgstream_spark.spark.schema import infer
-from msgstream_spark.spark.walpos import parse_wal_start, wal_start_position
+from msgstream_spark.source.offsets import entry, normalize, resolve_start
+from msgstream_spark.source.options import parse_read_options
+from msgstream_spark.source.scan import Scanner
+from msgstream_spark.source.walpos import parse_wal_start, wal_start_position
+from msgstream_spark.spark.structs import infer
 from tests.spark import wal26_data as D
 from tests.spark.helpers import spark_options
 from tests.wal26 import producer as P

@@ -11,11 +11,10 @@ import json
 
 from msgstream_spark.mq.base import ProducerMessage
 from msgstream_spark.msg.pb import msg_pb2
-from msgstream_spark.spark.offsets import entry, resolve_end, resolve_start
-from msgstream_spark.spark.options import parse_read_options
-from msgstream_spark.spark.reader import plan_partitions, read_partition
-from msgstream_spark.spark.rows import messages_struct, rows_struct
-from msgstream_spark.spark.schema import collection_fields
+from msgstream_spark.source.offsets import entry, resolve_end, resolve_start
+from msgstream_spark.source.options import parse_read_options
+from msgstream_spark.spark.partitions import plan_partitions, read_partition
+from msgstream_spark.spark.structs import collection_fields, messages_struct, rows_struct
 from msgstream_spark.stream.decode import own_wal_id, wal_name
 from tests.spark.helpers import spark_options
 from tests.wal26 import producer as P

@@ -1,28 +1,29 @@
-"""Partitions of the msgstream source and the executor-side read of one partition.
+"""The plan of a read and the read of one range, Spark-free.
 
-A partition is one id range of one channel: after ``start`` (or at it, with Milvus's
-seek filter when ``inclusive``) up to ``end`` inclusive (or exclusive). ``read_partition``
-is stateless: everything it needs is inside the pickled partition.
+A range is one id range of one channel: after ``start`` (or at it, with Milvus's
+seek filter when ``inclusive``) up to ``end`` inclusive (or exclusive). ``read_range``
+is stateless: everything it needs is inside the (picklable) range and the Arrow schema.
+Spark's partitions are these ranges (``msgstream_spark.spark.partitions``).
 """
 
 from __future__ import annotations
 
 import logging
+import re
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
 import pyarrow as pa
-from pyspark.sql.datasource import InputPartition
 
 from msgstream_spark.errors import ConsumeError, DataLossError
 from msgstream_spark.sink.dedupe import ReplayFilter
-from msgstream_spark.spark.apply import RowsHandler, handle_message
-from msgstream_spark.spark.offsets import Entry, Offset, unb64
-from msgstream_spark.spark.options import ReadOptions
-from msgstream_spark.spark.ranges import plan_ranges
-from msgstream_spark.spark.rows import MessagesBuilder, RowsBuilder
+from msgstream_spark.source.apply import RowsHandler, handle_message
+from msgstream_spark.source.offsets import Entry, Offset, unb64
+from msgstream_spark.source.options import ReadOptions
+from msgstream_spark.source.ranges import plan_ranges
+from msgstream_spark.source.rows import MessagesBuilder, RowsBuilder
 from msgstream_spark.stream.seek import SeekFilter
 
 log = logging.getLogger(__name__)
@@ -33,7 +34,7 @@ FETCH_MESSAGES = 128
 
 
 @dataclass
-class ChannelPartition(InputPartition):
+class ReadRange:
     """Plain data: the range of one channel and what is needed to read and convert it."""
 
     channel: str
@@ -46,15 +47,27 @@ class ChannelPartition(InputPartition):
     collection_name: str | None = None
     limit: Entry | None = None  # an earlier piece of a split range: the range's end (transactions finish)
 
-    def __post_init__(self) -> None:
-        InputPartition.__init__(self, self.channel)
+
+def list_channels(opts: ReadOptions, client: Any) -> list[str]:
+    """The channels a read covers: option channels, else the backend's channels matching channelPattern."""
+    if opts.channels:
+        return list(opts.channels)
+    rx = re.compile(opts.channel_pattern or "")
+    return sorted(c for c in client.list_channels() if rx.fullmatch(c))
 
 
-def plan_partitions(client: Any, start: Offset, end: Offset, opts: ReadOptions, schema_json: str,
-                    pk_name: str | None, collection: tuple[int | None, str | None] = (None, None),
-                    ) -> list[ChannelPartition]:
-    """One partition per channel with data in (start, end], split by ``minPartitions`` where the
-    backend's ids are integer offsets (:func:`msgstream_spark.spark.ranges.plan_ranges`).
+def collection_filter(opts: ReadOptions) -> tuple[int | None, str | None]:
+    """(collection id, collection name) of option ``collection`` (a number is an id)."""
+    if opts.collection is None:
+        return None, None
+    return (int(opts.collection), None) if opts.collection.isdigit() else (None, opts.collection)
+
+
+def plan_reads(client: Any, start: Offset, end: Offset, opts: ReadOptions, schema_json: str,
+               pk_name: str | None, collection: tuple[int | None, str | None] = (None, None),
+               ) -> list[ReadRange]:
+    """One range per channel with data in (start, end], split by ``minPartitions`` where the
+    backend's ids are integer offsets (:func:`msgstream_spark.source.ranges.plan_ranges`).
 
     A piece that ends inside a 2.6 transaction reads on (up to its channel's end) until that
     transaction ends, and keeps only its rows; the next piece ignores them (it never saw the Begin).
@@ -62,22 +75,14 @@ def plan_partitions(client: Any, start: Offset, end: Offset, opts: ReadOptions, 
     cid, cname = collection
     ranges = plan_ranges(client, start, end, opts.min_partitions)
     last = {ch: e for ch, _s, e in ranges}  # pieces come in order: the last one ends the channel's range
-    return [ChannelPartition(ch, s.to_json(), e.to_json(), opts, schema_json, pk_name, cid, cname,
-                             None if e is last[ch] else last[ch].to_json())
+    return [ReadRange(ch, s.to_json(), e.to_json(), opts, schema_json, pk_name, cid, cname,
+                      None if e is last[ch] else last[ch].to_json())
             for ch, s, e in ranges]
 
 
-def _spark_arrow_schema(schema_json: str) -> pa.Schema:
-    from pyspark.sql.pandas.types import to_arrow_schema
-    from pyspark.sql.types import StructType
-
-    return to_arrow_schema(StructType.fromJson(__import__("json").loads(schema_json)), timezone="UTC")
-
-
-def read_partition(part: ChannelPartition) -> Iterator[pa.RecordBatch]:
-    """Read one partition and yield RecordBatches of the exact Spark Arrow schema."""
+def read_range(part: ReadRange, schema: pa.Schema) -> Iterator[pa.RecordBatch]:
+    """Read one range and yield RecordBatches of ``schema`` (the output's Arrow schema)."""
     opts = part.opts
-    schema = _spark_arrow_schema(part.schema_json)
     group = opts.subscription
     dedupe = ReplayFilter() if opts.dedupe else None
     client = opts.client()
@@ -130,7 +135,7 @@ class _Bound:
         return mid > self.id or (self.exclusive and mid >= self.id)
 
 
-def _messages(consumer: Any, client: Any, part: ChannelPartition) -> Iterator[Any]:
+def _messages(consumer: Any, client: Any, part: ReadRange) -> Iterator[Any]:
     """The channel's messages in order, fetched in groups; fails after ``readTimeout`` without any."""
     opts = part.opts
     last_progress = time.monotonic()

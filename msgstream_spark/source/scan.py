@@ -16,8 +16,8 @@ from msgstream_spark.errors import DataLossError, DecodeError
 from msgstream_spark.msg import codec
 from msgstream_spark.msg.types import MsgType
 from msgstream_spark.msg.wire import iter_fields
-from msgstream_spark.spark.offsets import Entry, Offset, entry, normalize, unb64
-from msgstream_spark.spark.txncut import ScanItem, settle_cut, wal_item
+from msgstream_spark.source.offsets import Entry, Offset, entry, normalize, unb64
+from msgstream_spark.source.txncut import ScanItem, settle_cut, wal_item
 from msgstream_spark.stream.ticks import Item, plan_cut, totals
 from msgstream_spark.stream.txn import TxnAssembler
 
@@ -151,7 +151,7 @@ class Scanner:
         """The end offset of the next batch and the rows it holds (the cut: stream.ticks).
 
         Aligned channels are those carrying time ticks, or all when ``align`` is true. No cut
-        falls inside an open 2.6 transaction (:func:`msgstream_spark.spark.txncut.settle_cut`).
+        falls inside an open 2.6 transaction (:func:`msgstream_spark.source.txncut.settle_cut`).
         """
         views = self._views(start, cap)
         aligned = {ch for ch in start if align is True or (align is None and self.chans.get(ch) and

@@ -1,4 +1,4 @@
-"""Decoded messages -> Arrow record batches in the Spark schema, column-wise.
+"""Decoded messages -> Arrow record batches of the source's schema, column-wise.
 
 ``rows`` output: one row per inserted row and per deleted key, the collection's fields
 plus metadata columns. ``messages`` output: one row per message, undecoded payload.
@@ -7,17 +7,22 @@ Per message the work is a handful of Arrow calls; nothing loops over rows in Pyt
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 import numpy as np
 import pyarrow as pa
 
+from msgstream_spark.errors import DecodeError
 from msgstream_spark.msg import codec
 from msgstream_spark.msg.columns import field_data_to_arrow
 from msgstream_spark.msg.position import MsgPosition
-from msgstream_spark.msg.seq import SEQ, SEQ_DDL, seq_array
+from msgstream_spark.msg.seq import SEQ, SEQ_DDL, SEQ_TYPE, seq_array
 from msgstream_spark.msg.types import DeleteMsg, InsertMsg, MsgType, TsMsg
 from msgstream_spark.msg.wal26 import parse_envelope
+from msgstream_spark.source.offsets import b64
+
+log = logging.getLogger(__name__)
 
 OP = "op"
 METADATA = ("_channel", "_shard", "_collection", "_partition", "_ts", "_event_time", "_msg_id", "_position", SEQ)
@@ -29,31 +34,29 @@ MESSAGES_DDL = ("channel string, msg_id binary, position string, msg_type string
                 "version int, vchannel string, txn_id bigint, broadcast_id bigint")
 
 
-def _spark_fields(ddl_like: str) -> list:
-    """StructFields from our fixed 'name type, ...' lists without a SparkContext."""
-    from pyspark.sql import types as T
-
-    simple = {"string": T.StringType(), "bigint": T.LongType(), "int": T.IntegerType(), "timestamp": T.TimestampType(),
-              "binary": T.BinaryType(), "map<string,string>": T.MapType(T.StringType(), T.StringType()),
-              SEQ_DDL: T.DecimalType(38, 0)}
-    out = []
-    for part in ddl_like.split(", "):
-        name, typ = part.split(" ", 1)
-        out.append(T.StructField(name, simple[typ], True))
-    return out
+# The fixed columns as Arrow types (what Spark's types of the DDL above map to, field by field).
+_ARROW = {"string": pa.string(), "bigint": pa.int64(), "int": pa.int32(), "timestamp": pa.timestamp("us", tz="UTC"),
+          "binary": pa.binary(), "map<string,string>": pa.map_(pa.string(), pa.string()), SEQ_DDL: SEQ_TYPE}
 
 
-def rows_struct(collection_fields: list) -> object:
-    """op + the collection's fields + metadata columns, as a StructType."""
-    from pyspark.sql import types as T
-
-    return T.StructType([T.StructField(OP, T.StringType(), True), *collection_fields, *_spark_fields(METADATA_DDL)])
+def ddl_fields(ddl_like: str) -> list[tuple[str, str]]:
+    """(name, type) of our fixed 'name type, ...' lists."""
+    return [tuple(part.split(" ", 1)) for part in ddl_like.split(", ")]  # type: ignore[misc]
 
 
-def messages_struct() -> object:
-    from pyspark.sql import types as T
+def _arrow_fields(ddl_like: str) -> list[pa.Field]:
+    return [pa.field(name, _ARROW[typ], nullable=True) for name, typ in ddl_fields(ddl_like)]
 
-    return T.StructType(_spark_fields(MESSAGES_DDL))
+
+def rows_arrow_schema(collection_fields: pa.Schema | list[pa.Field]) -> pa.Schema:
+    """op + the collection's fields + metadata columns: the Arrow schema of ``rows`` output."""
+    fields = [pa.field(f.name, f.type, nullable=True) for f in collection_fields]
+    return pa.schema([pa.field(OP, pa.string(), nullable=True), *fields, *_arrow_fields(METADATA_DDL)])
+
+
+def messages_arrow_schema() -> pa.Schema:
+    """The Arrow schema of ``messages`` output."""
+    return pa.schema(_arrow_fields(MESSAGES_DDL))
 
 
 def _ddl_columns(ddl: str) -> list[str]:
@@ -264,7 +267,8 @@ def _wal_columns(m: Any, msg: TsMsg | None) -> dict[str, Any]:
     if env is None and msg is None and m.properties and "_v" in m.properties:
         try:  # an undecodable message (onDecodeError=skip) still shows its envelope
             env = parse_envelope(m.properties)
-        except Exception:  # noqa: BLE001 - messages output shows what it can
+        except DecodeError as exc:  # messages output shows what it can (a codec bug propagates)
+            log.debug("channel %s msgID(base64)=%s: no envelope shown: %s", m.channel, b64(m.id.serialize()), exc)
             env = None
     if env is None:
         return {}
@@ -275,7 +279,8 @@ def _wal_columns(m: Any, msg: TsMsg | None) -> dict[str, Any]:
 def _safe_type(m: Any) -> int | None:
     try:
         return codec.peek_msg_type(m.payload, m.properties)
-    except Exception:  # noqa: BLE001 - messages output shows what it can
+    except DecodeError as exc:  # messages output shows what it can (a codec bug propagates)
+        log.debug("channel %s msgID(base64)=%s: no message type shown: %s", m.channel, b64(m.id.serialize()), exc)
         return None
 
 

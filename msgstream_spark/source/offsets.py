@@ -23,7 +23,7 @@ from typing import Any
 
 from msgstream_spark.errors import DataLossError, OptionError
 from msgstream_spark.msg.position import MsgPosition, parse_positions
-from msgstream_spark.spark.walpos import wal_start_position
+from msgstream_spark.source.walpos import wal_start_position
 from msgstream_spark.stream.names import to_physical_channel
 from msgstream_spark.stream.timeseek import first_after, first_at_or_after
 

@@ -18,8 +18,8 @@ from msgstream_spark.errors import DecodeError, SchemaError, UnknownMessageTypeE
 from msgstream_spark.msg.schema import collection_arrow_schema
 from msgstream_spark.msg.types import MsgType
 from msgstream_spark.msg.wal26 import WalMessageType, WalMsg, decode_message, parse_envelope, time_tick_of
-from msgstream_spark.spark.offsets import b64
-from msgstream_spark.spark.rows import METADATA, OP, wanted_type
+from msgstream_spark.source.offsets import b64
+from msgstream_spark.source.rows import METADATA, OP, wanted_type
 from msgstream_spark.stream.decode import ChannelDecoder
 from msgstream_spark.stream.seek import SeekFilter
 

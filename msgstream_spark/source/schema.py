@@ -1,4 +1,4 @@
-"""The source's Spark schema: fixed for ``messages``, inferred or given for ``rows``.
+"""The source's schema: fixed for ``messages``, inferred or given for ``rows``.
 
 Inference reads the channels from their first message until it finds, for the wanted
 collection, a CreateCollection message (the authoritative schema) or a first insert. Each
@@ -12,14 +12,17 @@ import logging
 import time
 from typing import Any
 
-from msgstream_spark.errors import SchemaError
+import pyarrow as pa
+
+from msgstream_spark.errors import DecodeError, SchemaError, UnknownMessageTypeError
 from msgstream_spark.msg import codec
 from msgstream_spark.msg.schema import collection_arrow_schema, infer_collection_schema
 from msgstream_spark.msg.types import MsgType
 from msgstream_spark.msg.wal26 import WalMessageType, decode_message
 from msgstream_spark.msg.wire import iter_fields
-from msgstream_spark.spark.options import ReadOptions
-from msgstream_spark.spark.rows import METADATA, OP, messages_struct, rows_struct
+from msgstream_spark.source.offsets import b64
+from msgstream_spark.source.options import ReadOptions
+from msgstream_spark.source.rows import METADATA, OP, messages_arrow_schema, rows_arrow_schema
 
 log = logging.getLogger(__name__)
 
@@ -29,17 +32,6 @@ INFER_STALL_SECONDS = 5.0  # no message for this long before a channel's last on
 WAL_VERSION, WAL_TYPE = "_v", "_t"  # 2.6 message properties: wire version, message type
 _WAL_SCHEMA_TYPES = frozenset((WalMessageType.CreateCollection, WalMessageType.AlterCollection,
                                WalMessageType.SchemaChange))
-
-
-def collection_fields(coll_schema: Any) -> tuple[list, str | None]:
-    """(StructFields of the collection's user fields, primary key name)."""
-    from pyspark.sql.pandas.types import from_arrow_type
-    from pyspark.sql.types import StructField
-
-
-    arrow = collection_arrow_schema(coll_schema)
-    pk = next((f.name for f in coll_schema.fields if f.is_primary_key), None)
-    return [StructField(f.name, from_arrow_type(f.type), True) for f in arrow], pk
 
 
 def _matches(opts: ReadOptions, cid: int, name: str) -> bool:
@@ -126,20 +118,27 @@ def _known_insert(opts: ReadOptions, payload: bytes, found: dict) -> bool:
     return cid in found or not _matches(opts, cid, name)
 
 
+def _skipped(ch: str, m: Any, exc: DecodeError) -> None:
+    """An undecodable message tells no schema: logged with its channel and position, then skipped."""
+    level = logging.DEBUG if isinstance(exc, UnknownMessageTypeError) else logging.WARNING
+    log.log(level, "schema inference skips the message at channel %s msgID(base64)=%s: %s", ch,
+            b64(m.id.serialize()), exc.reason)
+
+
 def _note_schema(opts: ReadOptions, ch: str, m: Any, found: dict, created: dict) -> None:
     """Record the schema one raw message tells (a CreateCollection wins over an insert)."""
     try:
         t = codec.peek_msg_type(m.payload, m.properties)
-    except Exception:  # noqa: BLE001 - corrupt messages do not stop inference
-        return
+    except DecodeError as exc:  # a corrupt message does not stop inference (a codec bug does)
+        return _skipped(ch, m, exc)
     if t not in (MsgType.CreateCollection, MsgType.Insert):
         return
     if t == MsgType.Insert and _known_insert(opts, m.payload, found):
         return  # no need to decode its rows
     try:
         msg = codec.unmarshal(m.payload, m.properties, channel=ch)
-    except Exception:  # noqa: BLE001
-        return
+    except DecodeError as exc:
+        return _skipped(ch, m, exc)
     name = getattr(msg.proto, "collectionName", "") or getattr(msg.proto, "collection_name", "")
     cid = msg.collection_id
     if not _matches(opts, cid, name):
@@ -191,8 +190,8 @@ def _note_wal_schema(opts: ReadOptions, ch: str, m: Any, state: tuple[dict, dict
             schema, name = None, msg.proto.collection_name
         else:
             return
-    except Exception:  # noqa: BLE001 - corrupt messages do not stop inference
-        return
+    except DecodeError as exc:  # a corrupt message does not stop inference (a codec bug does)
+        return _skipped(ch, m, exc)
     cid = msg.collection_id
     if schema is None and t != WalMessageType.Insert or not _matches(opts, cid, name):
         return
@@ -211,10 +210,8 @@ def _note_wal_schema(opts: ReadOptions, ch: str, m: Any, state: tuple[dict, dict
         created.setdefault(cid, msg.wal.time_tick)
 
 
-def infer(opts: ReadOptions, channels: list[str]) -> tuple[Any, str | None, int | None]:
-    """(StructType, pk name, collection id) for ``opts``; SchemaError if nothing is found."""
-    if opts.output == "messages":
-        return messages_struct(), None, None
+def infer_collection(opts: ReadOptions, channels: list[str]) -> tuple[Any, int]:
+    """(CollectionSchema, collection id) of the collection ``opts`` reads; SchemaError if nothing is found."""
     found, created = _scan_schemas(opts, channels)
     if not found:
         what = f"collection {opts.collection!r}" if opts.collection else "any collection"
@@ -231,14 +228,25 @@ def infer(opts: ReadOptions, channels: list[str]) -> tuple[Any, str | None, int 
         raise SchemaError(f"channels {', '.join(channels)} carry several collections (ids "
                           f"{', '.join(map(str, sorted(found)))}): set option collection to pick one")
     cid, (coll, src) = next(iter(found.items()))
-    fields, pk = collection_fields(coll)
     log.info("inferred the schema of collection %s from a %s message", cid, src)
-    return rows_struct(fields), pk, cid
+    return coll, cid
+
+
+def primary_key(coll_schema: Any) -> str | None:
+    return next((f.name for f in coll_schema.fields if f.is_primary_key), None)
+
+
+def infer_arrow(opts: ReadOptions, channels: list[str]) -> tuple[pa.Schema, str | None, int | None]:
+    """(Arrow schema of the output, pk name, collection id) for ``opts``; SchemaError if nothing is found."""
+    if opts.output == "messages":
+        return messages_arrow_schema(), None, None
+    coll, cid = infer_collection(opts, channels)
+    return rows_arrow_schema(collection_arrow_schema(coll)), primary_key(coll), cid
 
 
 def user_pk(schema: Any) -> str | None:
     """With a user-given schema, the primary key is its first collection field."""
-    for f in schema.fields:
+    for f in (schema if isinstance(schema, pa.Schema) else schema.fields):
         if f.name != OP and f.name not in METADATA:
             return f.name
     return None

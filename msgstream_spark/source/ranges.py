@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from msgstream_spark.spark.offsets import ChannelOffset, Offset
+from msgstream_spark.source.offsets import ChannelOffset, Offset
 
 Range = tuple[str, ChannelOffset, ChannelOffset]
 
