@@ -181,7 +181,7 @@ def test_exactly_once_across_a_driver_sigkill_between_the_two_commits(spark, mil
     argv = ["--config", cfg, "--collection", "mir_kill", "--table", str(table), "--table-format", "delta",
             "--snapshot", "never", "--max-rows-per-trigger", "500", "--master", "local[2]"]
     env = dict(os.environ, **{FAILPOINT_ENV: "kill-after-commit:first"}, PYTHONPATH=str(ROOT))
-    proc = subprocess.run([sys.executable, "-m", "jobs.mirror", *argv], cwd=tmp_path, env=env, timeout=300,
+    proc = subprocess.run([sys.executable, "-m", "jobs.mirror", *argv], cwd=tmp_path, env=env, timeout=600,
                           capture_output=True, text=True, start_new_session=True)
     assert proc.returncode == -9, proc.stderr[-3000:]
     qid = checkpoint_query_id(str(tmp_path / "t_checkpoint"))
