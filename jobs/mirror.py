@@ -43,7 +43,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--snapshot", default="initial", choices=SNAPSHOT_MODES,
                    help="initial (default): a new table starts from a snapshot read through Milvus's SDK "
                         "(config key milvus.address); never: from the stream alone (--starting); when_needed: "
-                        "a snapshot when the table is new and the log no longer reaches back to --starting")
+                        "like initial for a new table (an existing table is not snapshotted again)")
     p.add_argument("--channels", help="comma-separated channels (default: the config's DML channels, "
                                       "<cluster>-<rootcoord-dml>_N)")
     p.add_argument("--starting", default="earliest",
