@@ -89,7 +89,7 @@ def _milvus_stack():
 def snapshot_part(spark, work: Path, rows: int) -> dict:
     from pymilvus import connections
 
-    from tests.milvus_real.workload import SHARDS, load_for_query
+    from tests.milvus_real.workload import SHARDS
 
     broker, shim, server, kafka = _milvus_stack()
     try:
@@ -105,7 +105,9 @@ def snapshot_part(spark, work: Path, rows: int) -> dict:
 
         for b in synthetic_batches(rows, 8, 10_000):
             col.insert([b.column(i).to_pylist() for i in range(4)])
-        load_for_query(col, "vec")
+        col.flush()
+        col.create_index("vec", {"index_type": "FLAT", "metric_type": "L2", "params": {}})
+        col.load(timeout=300)
         connections.disconnect("bench")
         cfg = work / "milvus.yaml"
         cfg.write_text(yaml.safe_dump({"mq.type": "kafka", "kafka.brokerList": kafka,
