@@ -30,6 +30,19 @@ def ratio_rows(res: dict) -> list[tuple[str, float, float]]:
     c = res.get("bench.bench_codec") or {}
     if c.get("decode_time_vs_baseline"):
         rows.append(("decode (baseline time / decode time)", 1 / c["decode_time_vs_baseline"], 1 / 1.2))
+    d26 = res.get("bench.bench_decode26") or {}
+    if d26.get("decode_v26_time_vs_v25"):
+        rows.append(("2.6 decode (2.5 time / 2.6 time, same inserts)", 1 / d26["decode_v26_time_vs_v25"], 1 / 1.5))
+    shape = res.get("bench.bench_read_shape") or {}
+    for key, label in (("plan_local", "embedded log"), ("plan_kafka", "Kafka")):
+        if (shape.get(key) or {}).get("ratio"):
+            rows.append((f"planning, {label}: 100k-row time / 10M-row time", 1 / shape[key]["ratio"], 1 / 1.2))
+        if (shape.get(key) or {}).get("ratio_first"):
+            rows.append(("  same, a first plan (nothing scanned yet)", 1 / shape[key]["ratio_first"], 1 / 1.2))
+    if (shape.get("channels") or {}).get("ratio"):
+        rows.append(("Spark read, 16 channels vs 2 (same rows)", shape["channels"]["ratio"], 0.9))
+    if (shape.get("split") or {}).get("ratio"):
+        rows.append(("Spark read, one channel: 2 tasks vs 1", shape["split"]["ratio"], 1.5))
     s = res.get("bench.bench_spark_read") or {}
     for key, label, goal in (("local_vs_synthetic", "Spark read, embedded log vs synthetic", 0.8),
                              ("local_collection_opt_vs_synthetic", "  same, with option collection", 0.8),

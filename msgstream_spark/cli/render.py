@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import datetime
 import json
 from typing import Any
 
@@ -10,13 +11,17 @@ from google.protobuf import json_format
 
 from msgstream_spark.errors import DecodeError
 from msgstream_spark.msg import tso
-from msgstream_spark.msg.columns import field_data_to_arrow
+from msgstream_spark.msg.columns import GEOMETRY, field_data_to_arrow
 from msgstream_spark.msg.pb import common_pb2
+from msgstream_spark.msg.structs import rebuild_structs, struct_arrow_type, structs_from_columns
+from msgstream_spark.msg.wkb import to_wkt
 
 
 def _jsonable(v: Any) -> Any:
     if isinstance(v, bytes):
         return base64.b64encode(v).decode()
+    if isinstance(v, datetime.datetime):  # a Timestamptz value (UTC)
+        return v.isoformat()
     if isinstance(v, dict):
         return {str(k): _jsonable(x) for k, x in v.items()}
     if isinstance(v, (list, tuple)):
@@ -138,7 +143,17 @@ def _rows(proto) -> list[dict[str, Any]]:
     """Rows of an insert (columns from FieldData) or the primary keys of a delete."""
 
     if proto.DESCRIPTOR.name == "InsertRequest":
-        cols = {fd.field_name: field_data_to_arrow(fd).to_pylist() for fd in proto.fields_data}
+        arrays = {fd.field_name: field_data_to_arrow(fd) for fd in proto.fields_data}
+        structs = structs_from_columns(list(proto.fields_data))  # ``struct[sub]`` columns -> one struct array
+        if structs:
+            rebuild_structs(arrays, [(ss.name, struct_arrow_type(ss)) for ss in structs])
+            for ss in structs:
+                for sub in ss.fields:
+                    arrays.pop(sub.name, None)
+        cols = {name: arr.to_pylist() for name, arr in arrays.items()}
+        for fd in proto.fields_data:  # Geometry (WKB) shows as WKT
+            if int(fd.type) == GEOMETRY and fd.field_name in cols:
+                cols[fd.field_name] = [to_wkt(v) for v in cols[fd.field_name]]
         n = int(proto.num_rows)
         return [{k: _jsonable(v[i]) for k, v in cols.items()} for i in range(n)]
     if proto.DESCRIPTOR.name == "DeleteRequest":

@@ -13,7 +13,7 @@ from typing import Any
 from google.protobuf.message import DecodeError as PbDecodeError
 
 from msgstream_spark.errors import DecodeError, UnknownMessageTypeError
-from msgstream_spark.msg.columns import field_data_rows
+from msgstream_spark.msg.columns import field_data_rows, field_level_validity, is_known_type, type_name
 from msgstream_spark.msg.pb import common_pb2, msg_pb2
 from msgstream_spark.msg.types import (
     CreateCollectionMsg,
@@ -166,6 +166,14 @@ def _check_insert(req, channel, msg_id, payload) -> None:
         raise DecodeError("row-based (legacy 2.0) Insert messages are not supported", channel=channel,
                           msg_id=msg_id, payload=payload)
     for fd in req.fields_data:
+        if not is_known_type(int(fd.type)):
+            raise DecodeError(f"Insert field {fd.field_name!r} (id {fd.field_id}) has Milvus data type "
+                              f"{type_name(fd.type)} ({int(fd.type)}), which this version does not decode",
+                              channel=channel, msg_id=msg_id, payload=payload)
+        if not len(fd.valid_data) and field_level_validity(fd):
+            raise DecodeError(f"Insert field {fd.field_name!r} (id {fd.field_id}) carries its validity in "
+                              "ScalarField/VectorField valid_data (newer than Milvus 3.0), which this version does "
+                              "not read", channel=channel, msg_id=msg_id, payload=payload)
         rows = field_data_rows(fd)
         if rows < 0:
             raise DecodeError(f"inconsistent Insert: field {fd.field_name!r} (type {fd.type}, dim {fd.vectors.dim}) "

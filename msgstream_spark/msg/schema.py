@@ -9,6 +9,8 @@ import pyarrow as pa
 from msgstream_spark.errors import SchemaError
 from msgstream_spark.msg import columns as C
 from msgstream_spark.msg.pb import common_pb2, schema_pb2
+from msgstream_spark.msg.structs import struct_arrow_type, structs_from_columns
+from msgstream_spark.msg.vectors import vector_array_kind
 
 PK_NAMES = ("pk", "id", "primary_key", "_id")
 
@@ -27,8 +29,11 @@ def primary_field(schema: Any) -> Any:
 
 
 def collection_arrow_schema(schema: Any) -> pa.Schema:
-    """Arrow schema of the user fields (every column nullable on the Arrow side)."""
-    return pa.schema([pa.field(f.name, C.arrow_type_for(f), nullable=True) for f in user_fields(schema)])
+    """Arrow schema of the user fields, then the struct arrays as ``list<struct>`` (every column
+    nullable on the Arrow side)."""
+    cols = [pa.field(f.name, C.arrow_type_for(f), nullable=True) for f in user_fields(schema)]
+    cols += [pa.field(ss.name, struct_arrow_type(ss), nullable=True) for ss in schema.struct_array_fields]
+    return pa.schema(cols)
 
 
 def field_schema_for_data(fd: Any, *, is_primary_key: bool = False) -> Any:
@@ -37,7 +42,10 @@ def field_schema_for_data(fd: Any, *, is_primary_key: bool = False) -> Any:
     fs = schema_pb2.FieldSchema(fieldID=int(fd.field_id), name=fd.field_name, data_type=int(fd.type),
                                 is_primary_key=is_primary_key, nullable=len(fd.valid_data) > 0,
                                 is_dynamic=bool(fd.is_dynamic))
-    if fd.WhichOneof("field") == "vectors" and int(fd.type) != C.SPARSE_VECTOR:
+    if int(fd.type) == C.ARRAY_OF_VECTOR:  # a struct sub-field under its raw name (2.6.0-2.6.3)
+        fs.element_type, dim = vector_array_kind(fd.vectors.vector_array)
+        fs.type_params.append(common_pb2.KeyValuePair(key="dim", value=str(dim)))
+    elif fd.WhichOneof("field") == "vectors" and int(fd.type) != C.SPARSE_VECTOR:
         fs.type_params.append(common_pb2.KeyValuePair(key="dim", value=str(int(fd.vectors.dim))))
     if int(fd.type) == C.ARRAY:
         fs.element_type = C.array_element_type(fd)  # Milvus 2.3.5 writes 0: then the rows' slot says
@@ -55,8 +63,12 @@ def infer_collection_schema(insert: Any, name: str = "") -> Any:
     keyable = [f for f in fds if int(f.type) in (C.INT64, C.VARCHAR)]
     pk = next((f for f in keyable if f.field_name.lower() in PK_NAMES), keyable[0] if keyable else None)
     schema = schema_pb2.CollectionSchema(name=name or insert.collection_name)
+    structs = structs_from_columns(fds)  # flattened ``struct[sub]`` columns (Milvus 2.6.4+ names)
+    in_structs = {sub.name for ss in structs for sub in ss.fields}
     for fd in fds:
-        schema.fields.append(field_schema_for_data(fd, is_primary_key=pk is not None and fd is pk))
+        if fd.field_name not in in_structs:
+            schema.fields.append(field_schema_for_data(fd, is_primary_key=pk is not None and fd is pk))
+    schema.struct_array_fields.extend(structs)
     return schema
 
 
@@ -66,6 +78,7 @@ _ARROW_TO_MILVUS = [
     (pa.types.is_float64, C.DOUBLE), (pa.types.is_string, C.VARCHAR), (pa.types.is_large_string, C.VARCHAR),
     (pa.types.is_binary, C.BINARY_VECTOR), (pa.types.is_large_binary, C.BINARY_VECTOR),
     (pa.types.is_fixed_size_binary, C.BINARY_VECTOR), (pa.types.is_map, C.SPARSE_VECTOR),
+    (pa.types.is_timestamp, C.TIMESTAMPTZ),
 ]
 _UNSIGNED_OK = (pa.types.is_uint8, pa.types.is_uint16)
 
@@ -75,7 +88,8 @@ def _parse_type_name(name: str) -> int:
     t = lookup.get(name.strip().lower())
     if t is None:
         raise SchemaError(f"unknown Milvus type {name!r}; e.g. FloatVector, Float16Vector, BFloat16Vector, "
-                          "Int8Vector, BinaryVector, SparseFloatVector, JSON, VarChar, Int64")
+                          "Int8Vector, BinaryVector, SparseFloatVector, JSON, VarChar, Text, Geometry, "
+                          "Timestamptz, Int64")
     return int(t)
 
 
@@ -93,6 +107,9 @@ def field_schema_from_arrow(name: str, pa_type: pa.DataType, *, field_id: int, i
     elem = 0
     if milvus_type is not None:
         t = milvus_type if isinstance(milvus_type, int) else _parse_type_name(milvus_type)
+        if not C.is_known_type(t) or t == C.ARRAY_OF_VECTOR:
+            raise SchemaError(f"column {name!r}: Milvus type {C.type_name(t)} ({t}) cannot be written "
+                              "(no released Milvus writes it, or Milvus allows it only inside a struct array)")
     elif pa.types.is_list(pa_type) or pa.types.is_large_list(pa_type) or pa.types.is_fixed_size_list(pa_type):
         vt = pa_type.value_type
         if pa.types.is_floating(vt):

@@ -17,6 +17,8 @@ import pyarrow as pa
 from msgstream_spark.msg.columns import field_data_to_arrow
 from msgstream_spark.msg.pb import common_pb2, msg_pb2, schema_pb2
 from msgstream_spark.msg.position import MsgPosition
+from msgstream_spark.msg.schema import collection_arrow_schema
+from msgstream_spark.msg.structs import rebuild_structs, struct_targets
 
 
 class MsgType(enum.IntEnum):
@@ -127,13 +129,22 @@ class InsertMsg(_DmlMsg):
     def fields_data(self):
         return self.proto.fields_data
 
-    def to_arrow(self):
-        """The user fields as a ``pyarrow.RecordBatch`` (column per FieldData, by name)."""
+    def to_arrow(self, schema: Any = None) -> pa.RecordBatch:
+        """The user fields as a ``pyarrow.RecordBatch``.
 
-
-        arrays = [field_data_to_arrow(fd) for fd in self.proto.fields_data]
-        names = [fd.field_name for fd in self.proto.fields_data]
-        return pa.RecordBatch.from_arrays(arrays, names=names)
+        Without ``schema``: one column per FieldData, by name (a struct array shows as its flattened
+        ``struct[sub]`` columns, as in the WAL). With the collection's ``schema.CollectionSchema``:
+        its columns in its order and types, struct arrays rebuilt as ``list<struct>``, columns the
+        message lacks (e.g. a BM25 output, computed after the WAL) null.
+        """
+        values = {fd.field_name: field_data_to_arrow(fd) for fd in self.proto.fields_data}
+        if schema is None:
+            return pa.RecordBatch.from_arrays(list(values.values()), names=list(values))
+        arrow = collection_arrow_schema(schema)
+        rebuild_structs(values, struct_targets(arrow))
+        n = self.num_rows
+        cols = [values[f.name].cast(f.type) if f.name in values else pa.nulls(n, f.type) for f in arrow]
+        return pa.RecordBatch.from_arrays(cols, schema=arrow)
 
     @classmethod
     def build(cls, *, fields_data: Sequence[Any], num_rows: int, timestamp: int | Sequence[int],

@@ -20,9 +20,10 @@ from msgstream_spark.errors import MsgStreamError, SchemaError
 from msgstream_spark.msg.columns import arrow_to_field_data
 from msgstream_spark.msg.hashing import shard_indices
 from msgstream_spark.msg.pb import common_pb2, msg_pb2
+from msgstream_spark.msg.structs import flatten_struct_column
 from msgstream_spark.sink import wire
 from msgstream_spark.sink.options import OP_COLUMN, SinkOptions
-from msgstream_spark.sink.plan import FieldPlan, WritePlan
+from msgstream_spark.sink.plan import STRUCT_TYPE, FieldPlan, WritePlan
 
 log = logging.getLogger(__name__)
 
@@ -291,7 +292,8 @@ class Encoder:
                 if f.name in dense:
                     parts.extend(wire.float_vector_entry(dense[f.name][a:b], f.name, f.field_id))
                 else:
-                    parts.append(wire.fields_data_entry(self._field_bytes(rows.column(f.name).slice(a, n), f, fs)))
+                    parts.extend(wire.fields_data_entry(b)
+                                 for b in self._field_bytes(rows.column(f.name).slice(a, n), f, fs))
             parts.append(msg_pb2.InsertRequest(num_rows=n, version=msg_pb2.ColumnBased).SerializeToString())
             out.append(EncodedMessage(shard, OP_INSERT, b"".join(parts), n, ts, mid, seq))
         return out
@@ -303,13 +305,16 @@ class Encoder:
                     collection_name=self.opts.collection, partition_name=self.opts.partition,
                     collectionID=self.opts.collection_id, partitionID=self.opts.partition_id)
 
-    def _field_bytes(self, col: pa.Array, f: FieldPlan, fs) -> bytes:
-        """One column as serialized FieldData (via the codec's arrow_to_field_data)."""
+    def _field_bytes(self, col: pa.Array, f: FieldPlan, fs) -> list[bytes]:
+        """One column as serialized FieldData (via the codec's arrow_to_field_data); a struct array as
+        its sub-field columns, flattened as Milvus's proxy writes them to the WAL."""
 
         if f.name == self.plan.pk and not self.plan.pk_is_string:
             col = col.cast(pa.int64())
         try:
-            return arrow_to_field_data(col, fs).SerializeToString()
+            if f.type_name == STRUCT_TYPE:
+                return [fd.SerializeToString() for fd in flatten_struct_column(col, fs)]
+            return [arrow_to_field_data(col, fs).SerializeToString()]
         except SchemaError:
             raise
         except (MsgStreamError, TypeError, ValueError, pa.ArrowException) as exc:

@@ -6,6 +6,8 @@ column Milvus cannot hold fails the job up front with its name.
 
 from __future__ import annotations
 
+import itertools
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 import pyarrow as pa
@@ -13,9 +15,11 @@ import pyarrow as pa
 from msgstream_spark.errors import MsgStreamError, SchemaError
 from msgstream_spark.msg.pb import schema_pb2
 from msgstream_spark.msg.schema import field_schema_from_arrow
+from msgstream_spark.msg.structs import struct_schema_from_arrow
 from msgstream_spark.sink.options import METADATA_COLUMNS, OP_COLUMN, SinkOptions
 
 PK_CANDIDATES = ("pk", "id")
+STRUCT_TYPE = "ArrayOfStruct"  # a list<struct> column: written flattened, one column per sub-field
 
 
 @dataclass(frozen=True)
@@ -41,9 +45,10 @@ class WritePlan:
     dims: dict[str, int] = field(default_factory=dict)
 
     def field_schemas(self):
+        """Each field's ``FieldSchema`` (a struct array's ``StructArrayFieldSchema``)."""
         out = []
         for f in self.fields:
-            fs = schema_pb2.FieldSchema()
+            fs = schema_pb2.StructArrayFieldSchema() if f.type_name == STRUCT_TYPE else schema_pb2.FieldSchema()
             fs.ParseFromString(f.schema_bytes)
             out.append(fs)
         return out
@@ -73,7 +78,8 @@ def plan_write(schema: pa.Schema, opts: SinkOptions) -> WritePlan:
         raise SchemaError(f"option fieldTypes names column(s) the DataFrame does not have: "
                           f"{', '.join(sorted(unknown_types))}")
     ordered = [pk] + [n for n in names if n != pk]
-    plans = [_field_plan(schema, name, 100 + i, pk, pk_is_string, opts) for i, name in enumerate(ordered)]
+    sub_ids = itertools.count(100 + len(ordered))  # struct sub-fields are numbered after every column
+    plans = [_field_plan(schema, name, 100 + i, pk, pk_is_string, opts, sub_ids) for i, name in enumerate(ordered)]
     dims = {p.name: p.dim for p in plans if p.dim}
     return WritePlan(pk, pk_is_string, tuple(plans), has_op, dims)
 
@@ -99,9 +105,13 @@ def _primary_key(schema: pa.Schema, names: list[str], opts: SinkOptions) -> tupl
 
 
 def _field_plan(schema: pa.Schema, name: str, field_id: int, pk: str, pk_is_string: bool,
-                opts: SinkOptions) -> FieldPlan:
+                opts: SinkOptions, sub_ids: Iterator[int]) -> FieldPlan:
     """The collection field for one column (SchemaError naming it when Milvus cannot hold it)."""
     typ = schema.field(name).type
+    if pa.types.is_list(typ) and pa.types.is_struct(typ.value_type) and name != pk:
+        ss = struct_schema_from_arrow(name, typ, field_id=field_id, sub_ids=[next(sub_ids) for _ in typ.value_type],
+                                      nullable=schema.field(name).nullable)
+        return FieldPlan(name, field_id, ss.SerializeToString(), STRUCT_TYPE)
     if name == pk and not pk_is_string:
         typ = pa.int64()
     if pa.types.is_map(typ) and not (pa.types.is_integer(typ.key_type) and pa.types.is_floating(typ.item_type)):

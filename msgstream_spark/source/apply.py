@@ -77,7 +77,8 @@ class RowsHandler:
         self.opts = part.opts
         self.builder = builder
         self.dedupe = dedupe
-        self.decoder = ChannelDecoder(part.channel, wal, start_ts=start_ts, group=self.opts.subscription)
+        self.decoder = ChannelDecoder(part.channel, wal, start_ts=start_ts, group=self.opts.subscription,
+                                      last_tick=part.start.get("tick"))  # a cut piece: the tick before it
         self.fields, self.inferred_cid = _query_fields(part.schema_json)
         self.open_txns: set[int] = set()  # begun and not ended, as seen on the broker
         self.keep_only: set[int] | None = None  # past the range end: only these transactions' rows
@@ -105,7 +106,9 @@ class RowsHandler:
         """At or past the range end: whether a transaction begun in the range is still open."""
         if self.keep_only is None:
             self.keep_only = set(self.open_txns)
-        return bool(self.keep_only & self.open_txns) and self.decoder.has_open
+        if not self.keep_only & self.open_txns or not self.decoder.has_open:
+            return False
+        return any(t.txn_id in self.keep_only for t in self.decoder.txn.open_transactions())  # not expired
 
     def _apply(self, d: Any) -> None:
         msg = d.msg
@@ -129,12 +132,17 @@ class RowsHandler:
             return decode_failed(exc.with_location(part.channel, mid), self.opts, self.builder, d.raw)
         if new is None or not self._ours(msg.collection_id, new.name):
             return
-        added = [f.name for f in collection_arrow_schema(new) if f.name not in self.fields]
+        names = collection_arrow_schema(new).names
+        added = [n for n in names if n not in self.fields]
+        head = (f"collection {new.name or '?'} (id {msg.collection_id}): {msg.wal.type_name} on channel "
+                f"{part.channel} at position msgID(base64)={b64(mid)} (_tt {d.time_tick})")
+        dropped = sorted(self.fields.difference(names))
+        if dropped:  # 3.0 drops fields: later inserts lack them, their columns are null
+            log.warning("%s drops field(s) %s; their columns are null in the rows written after it", head,
+                        ", ".join(dropped))
         if not added:
             return
-        where = (f"collection {new.name or '?'} (id {msg.collection_id}): {msg.wal.type_name} on channel "
-                 f"{part.channel} at position msgID(base64)={b64(mid)} (_tt {d.time_tick}) adds field(s) "
-                 f"{', '.join(added)}")
+        where = f"{head} adds field(s) {', '.join(added)}"
         if self.opts.on_schema_change == "ignore":
             log.warning("%s; not in this query's schema, dropped from its rows (onSchemaChange=ignore)", where)
             return

@@ -24,7 +24,8 @@ _SIMPLE = {
 _DECIMAL = re.compile(r"decimal\((\d+),(\d+)\)")
 
 
-def arrow_type(text: str, column: str) -> pa.DataType:
+def arrow_type(text: str, column: str, element: bool = False) -> pa.DataType:
+    """The Arrow type of a DDL type (``element``: an array's element, where ``struct<...>`` may stand)."""
     t = text.strip()
     low = t.lower().replace(" ", "")
     if low in _SIMPLE:
@@ -35,13 +36,26 @@ def arrow_type(text: str, column: str) -> pa.DataType:
     if m and int(m.group(1)) <= 38:  # _seq is decimal(38,0)
         return pa.decimal128(int(m.group(1)), int(m.group(2)))
     if low.startswith("array<") and low.endswith(">"):
-        return pa.list_(arrow_type(t[t.index("<") + 1:-1], column))
+        return pa.list_(arrow_type(t[t.index("<") + 1:-1], column, element=True))
+    if element and low.startswith("struct<") and low.endswith(">"):  # a struct array: array<struct<a:bigint,...>>
+        return pa.struct([_struct_field(part, column) for part in _ddl_columns(t[t.index("<") + 1:-1])])
     if low.startswith("map<") and low.endswith(">"):
         parts = _ddl_columns(t[t.index("<") + 1:-1])
         if len(parts) == 2:
             return pa.map_(arrow_type(parts[0], column), arrow_type(parts[1], column))
     raise OptionError(f"option schema: column {column}: type {text.strip()!r} is not one this source reads "
-                      f"(known: {', '.join(sorted(_SIMPLE))}, decimal(p,s), array<...>, map<...,...>)")
+                      f"(known: {', '.join(sorted(_SIMPLE))}, decimal(p,s), array<...>, array<struct<...>>, "
+                      "map<...,...>)")
+
+
+def _struct_field(part: str, column: str) -> pa.Field:
+    """``name:type`` (or ``name type``) inside ``struct<...>``."""
+    name, sep, typ = part.partition(":")
+    if not sep or "<" in name:
+        name, _, typ = part.strip().partition(" ")
+    if not name.strip() or not typ.strip():
+        raise OptionError(f"option schema: column {column}: struct field {part.strip()!r} is not 'name:type'")
+    return pa.field(name.strip().strip("`"), arrow_type(typ, column), nullable=True)
 
 
 def ddl_arrow_schema(ddl: str) -> pa.Schema:

@@ -47,7 +47,8 @@ READ_OPTIONS = {
     "collection": "collection name or id",
     "ondecodeerror": "fail | skip",
     "onschemachange": "fail | ignore: a 2.6 AlterCollection adding a field the query's schema lacks",
-    "minpartitions": "positive integer",
+    "minpartitions": "positive integer: at least this many read tasks (channel ranges cut at safe messages)",
+    "maxrecordsperpartition": "positive integer: at most this many messages a read task (as planned)",
     "dedupe": "true | false: drop replayed sink batches (exactly-once with the msgstream sink)",
     "schema": "Spark DDL of the collection's fields (else inferred)",
     "readtimeout": "seconds a task waits for a message it knows exists (default 60)",
@@ -125,6 +126,7 @@ class ReadOptions:
     on_decode_error: str = "fail"
     on_schema_change: str = "fail"
     min_partitions: int | None = None
+    max_records: int | None = None  # maxRecordsPerPartition
     dedupe: bool = False
     schema_ddl: str | None = None
     read_timeout: float = 60.0
@@ -171,7 +173,8 @@ def parse_read_options(options: Mapping[str, Any], *, streaming: bool | None) ->
         collection=(opts.get("collection") or None),
         on_decode_error=_choice(opts, "ondecodeerror", DECODE_ERROR_POLICIES, "fail"),
         on_schema_change=_choice(opts, "onschemachange", SCHEMA_CHANGE_POLICIES, "fail"),
-        min_partitions=_pos_int(opts, "minpartitions"), dedupe=bool(_bool(opts, "dedupe", False)),
+        min_partitions=_pos_int(opts, "minpartitions"), max_records=_pos_int(opts, "maxrecordsperpartition"),
+        dedupe=bool(_bool(opts, "dedupe", False)),
         schema_ddl=opts.get("schema") or None,
     )
     r.message_types = _message_types(opts, r.output) or r.message_types

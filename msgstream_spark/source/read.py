@@ -22,7 +22,7 @@ from msgstream_spark.sink.dedupe import ReplayFilter
 from msgstream_spark.source.apply import RowsHandler, handle_message
 from msgstream_spark.source.offsets import Entry, Offset, unb64
 from msgstream_spark.source.options import ReadOptions
-from msgstream_spark.source.ranges import plan_ranges
+from msgstream_spark.source.ranges import MIN_TASKS, pack, piece_size, plan_ranges
 from msgstream_spark.source.rows import MessagesBuilder, RowsBuilder
 from msgstream_spark.stream.seek import SeekFilter
 
@@ -66,18 +66,28 @@ def collection_filter(opts: ReadOptions) -> tuple[int | None, str | None]:
 def plan_reads(client: Any, start: Offset, end: Offset, opts: ReadOptions, schema_json: str,
                pk_name: str | None, collection: tuple[int | None, str | None] = (None, None),
                ) -> list[ReadRange]:
-    """One range per channel with data in (start, end], split by ``minPartitions`` where the
-    backend's ids are integer offsets (:func:`msgstream_spark.source.ranges.plan_ranges`).
+    """One range per channel with data in (start, end], cut by ``minPartitions`` and
+    ``maxRecordsPerPartition`` where the backend's ids are integer offsets, at safe messages
+    (:mod:`msgstream_spark.source.ranges` says where and why).
 
     A piece that ends inside a 2.6 transaction reads on (up to its channel's end) until that
     transaction ends, and keeps only its rows; the next piece ignores them (it never saw the Begin).
     """
     cid, cname = collection
-    ranges = plan_ranges(client, start, end, opts.min_partitions)
-    last = {ch: e for ch, _s, e in ranges}  # pieces come in order: the last one ends the channel's range
-    return [ReadRange(ch, s.to_json(), e.to_json(), opts, schema_json, pk_name, cid, cname,
-                      None if e is last[ch] else last[ch].to_json())
-            for ch, s, e in ranges]
+    pieces = plan_ranges(client, start, end, opts.min_partitions, opts.max_records, dedupe=opts.dedupe)
+    last = {ch: e for ch, _s, e in pieces}  # pieces come in order: the last one ends the channel's range
+    return [ReadRange(ch, s, e, opts, schema_json, pk_name, cid, cname, None if e is last[ch] else last[ch])
+            for ch, s, e in pieces]
+
+
+def plan_tasks(client: Any, ranges: list[ReadRange], opts: ReadOptions) -> list[list[ReadRange]]:
+    """The ranges grouped into read tasks: small ranges share a task (:func:`~msgstream_spark.source.ranges.pack`),
+    never fewer tasks than ``minPartitions``; a task reads its ranges one after the other."""
+    if opts.max_records or len(ranges) <= max(MIN_TASKS, opts.min_partitions or 0):
+        return [[r] for r in ranges]  # maxRecordsPerPartition bounds a task, not only a range
+    sizes = [piece_size(client, r.channel, r.start, r.end) for r in ranges]
+    groups = pack(sizes, max(MIN_TASKS, opts.min_partitions or 0))
+    return [[ranges[i] for i in g] for g in groups]
 
 
 def read_range(part: ReadRange, schema: pa.Schema) -> Iterator[pa.RecordBatch]:
@@ -91,7 +101,8 @@ def read_range(part: ReadRange, schema: pa.Schema) -> Iterator[pa.RecordBatch]:
         consumer = client.reader(part.channel)  # records nothing on the broker
         start_id = unb64(part.start.get("msgID", ""))
         inclusive = bool(part.start.get("inclusive"))
-        seek_ts = int(part.start.get("ts", 0)) if inclusive else None
+        # a later piece of a range that starts AT a position keeps its seek filter (ranges.py)
+        seek_ts = int(part.start.get("ts", 0)) if inclusive else part.start.get("seekTs")
         if opts.output == "messages":
             builder: Any = MessagesBuilder(schema, group)
             seek = SeekFilter(seek_ts)
@@ -116,6 +127,8 @@ def read_range(part: ReadRange, schema: pa.Schema) -> Iterator[pa.RecordBatch]:
             if builder.rows >= opts.batch_rows:  # hand rows to Spark as soon as a batch is full
                 yield from builder.flush()
             if m.id == end.id and (rows_handler is None or limit is None or not rows_handler.needs_more()):
+                break
+            if limit is not None and m.id == limit.id:  # the range's last message: nothing more to wait for
                 break
         yield from builder.flush()
     finally:

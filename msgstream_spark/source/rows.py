@@ -18,6 +18,7 @@ from msgstream_spark.msg import codec
 from msgstream_spark.msg.columns import field_data_to_arrow
 from msgstream_spark.msg.position import MsgPosition
 from msgstream_spark.msg.seq import SEQ, SEQ_DDL, SEQ_TYPE, seq_array
+from msgstream_spark.msg.structs import rebuild_structs, struct_targets
 from msgstream_spark.msg.types import DeleteMsg, InsertMsg, MsgType, TsMsg
 from msgstream_spark.msg.wal26 import parse_envelope
 from msgstream_spark.source.offsets import b64
@@ -118,6 +119,7 @@ class RowsBuilder:
         self._repeated: dict[tuple, pa.Array] = {}
         self._group: tuple = ()  # (channel, op, ts) of the last message and its rank among equal ones
         self._rank = 0
+        self._structs = struct_targets(arrow_schema)  # list<struct> columns rebuilt from flattened sub-fields
 
     def _column(self, name: str, typ: pa.DataType, n: int, values: dict[str, Any]) -> pa.Array:
         v = values.get(name)
@@ -142,6 +144,8 @@ class RowsBuilder:
         if isinstance(msg, InsertMsg):
             n = msg.num_rows
             values: dict[str, Any] = {fd.field_name: field_data_to_arrow(fd) for fd in msg.proto.fields_data}
+            if self._structs:
+                rebuild_structs(values, self._structs)
             op = "insert"
         elif isinstance(msg, DeleteMsg):
             pks = msg.primary_keys

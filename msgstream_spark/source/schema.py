@@ -20,6 +20,7 @@ from msgstream_spark.msg.schema import collection_arrow_schema, infer_collection
 from msgstream_spark.msg.types import MsgType
 from msgstream_spark.msg.wal26 import WalMessageType, decode_message
 from msgstream_spark.msg.wire import iter_fields
+from msgstream_spark.source import scancache
 from msgstream_spark.source.offsets import b64
 from msgstream_spark.source.options import ReadOptions
 from msgstream_spark.source.rows import METADATA, OP, messages_arrow_schema, rows_arrow_schema
@@ -28,7 +29,6 @@ log = logging.getLogger(__name__)
 
 INFER_MAX_MESSAGES = 100_000
 INFER_SECONDS = 30.0
-INFER_STALL_SECONDS = 5.0  # no message for this long before a channel's last one: stop scanning it
 WAL_VERSION, WAL_TYPE = "_v", "_t"  # 2.6 message properties: wire version, message type
 _WAL_SCHEMA_TYPES = frozenset((WalMessageType.CreateCollection, WalMessageType.AlterCollection,
                                WalMessageType.SchemaChange))
@@ -44,41 +44,55 @@ def _scan_schemas(opts: ReadOptions, channels: list[str]) -> tuple[dict[int, tup
     channels' CreateCollection messages (else their first insert), within the inference budget.
 
     On a channel with 2.6 messages the scan goes on after the CreateCollection, so that a later
-    AlterCollection's schema wins (a new query infers the altered schema)."""
-    found: dict[int, tuple[Any, str]] = {}
-    created: dict[int, int] = {}  # time of its CreateCollection (else first insert)
-    broadcasts: set = set()  # 2.6 broadcasts already counted (one copy per vchannel)
+    AlterCollection's schema wins (a new query infers the altered schema). What an earlier scan of the
+    same channels read is not read again (:mod:`msgstream_spark.source.scancache`)."""
     client = opts.client()
     deadline = time.monotonic() + INFER_SECONDS
+    key = scancache.state_key(opts.collection, channels)
     try:
+        state = scancache.load(client, key)
+        lasts = {ch: client.latest_message_id(ch) for ch in channels}  # the scan ends there: later ones do not count
+        if any(after is not None and lasts.get(ch) is not None and client.bytes_to_message_id(after) > lasts[ch]
+               for ch, after in state.upto.items()):
+            log.info("a channel is behind the stored schema scan (deleted and re-created?): scanning from the start")
+            state = scancache.ScanState()
+        before = dict(state.upto)
         for ch in channels:
-            last = client.latest_message_id(ch)  # the scan ends here: later messages do not count
+            last = lasts[ch]
             if last is None:
                 continue
+            after = state.upto.get(ch)
+            if after is not None and not client.bytes_to_message_id(after) < last:
+                continue  # nothing appended since the stored scan
             cons = client.reader(ch)
             try:
-                cons.seek(client.earliest_message_id(), inclusive=True)
-                _scan_channel(opts, ch, cons, last, deadline, (found, created, broadcasts))
+                if after is None:
+                    cons.seek(client.earliest_message_id(), inclusive=True)
+                else:
+                    cons.seek(client.bytes_to_message_id(after), inclusive=False)
+                stop = _scan_channel(opts, ch, cons, last, deadline, (state.found, state.created, state.broadcasts))
+                if stop is not None:
+                    state.upto[ch] = stop.serialize()
             finally:
                 cons.unsubscribe()  # a throwaway inference subscription
+        if state.upto != before:
+            scancache.save(client, key, state)
     finally:
         client.close()
-    return found, created
+    return state.found, state.created
 
 
 def _scan_channel(opts: ReadOptions, ch: str, cons: Any, last: Any, deadline: float,
-                  state: tuple[dict, dict, set]) -> None:
-    """Feed one channel's messages up to ``last`` (its latest id when the scan began) to the notes."""
+                  state: tuple[dict, dict, set]) -> Any:
+    """Feed one channel's messages up to ``last`` (its latest id when the scan began) to the notes;
+    the id of the last message fed (None: none)."""
     found, created, _ = state
     seen = 0
-    stall = time.monotonic() + INFER_STALL_SECONDS
+    stop = None
     while seen < INFER_MAX_MESSAGES and time.monotonic() < deadline:
         batch = cons.receive_batch(1024, 0.2)
-        if not batch:
-            if time.monotonic() > stall:  # ``last`` exists: a busy broker's first fetch may take a while
-                return
+        if not batch:  # ``last`` exists but has not come yet (a slow first fetch): wait, within the budget
             continue
-        stall = time.monotonic() + INFER_STALL_SECONDS
         seen += len(batch)
         at_end = not batch[-1].id < last
         if at_end:  # reached the channel's end as of the scan's start: nothing after it counts
@@ -90,8 +104,10 @@ def _scan_channel(opts: ReadOptions, ch: str, cons: Any, last: Any, deadline: fl
                 _note_wal_schema(opts, ch, m, state)
             else:
                 _note_schema(opts, ch, m, found, created)
+            stop = m.id
         if at_end or found and opts.collection is not None and not wal:
-            return  # no wait for more at the end
+            return stop  # no wait for more at the end
+    return stop
 
 
 def _insert_collection(payload: bytes) -> tuple[int, str] | None:

@@ -16,7 +16,7 @@ from pyspark.sql.datasource import InputPartition
 
 from msgstream_spark.source.offsets import Offset
 from msgstream_spark.source.options import ReadOptions
-from msgstream_spark.source.read import ReadRange, plan_reads, read_range
+from msgstream_spark.source.read import ReadRange, plan_reads, plan_tasks, read_range
 
 
 @dataclass
@@ -27,12 +27,27 @@ class ChannelPartition(ReadRange, InputPartition):
         InputPartition.__init__(self, self.channel)
 
 
+@dataclass
+class RangesPartition(InputPartition):
+    """Several small ranges read one after the other by one task (``source.ranges.pack``)."""
+
+    ranges: list[ReadRange]
+
+    def __post_init__(self) -> None:
+        InputPartition.__init__(self, ",".join(r.channel for r in self.ranges))
+
+
+def _partition(r: ReadRange) -> ChannelPartition:
+    return ChannelPartition(**{f.name: getattr(r, f.name) for f in fields(r)})
+
+
 def plan_partitions(client: Any, start: Offset, end: Offset, opts: ReadOptions, schema_json: str,
                     pk_name: str | None, collection: tuple[int | None, str | None] = (None, None),
-                    ) -> list[ChannelPartition]:
-    """The core's plan (:func:`~msgstream_spark.source.read.plan_reads`) as Spark partitions."""
+                    ) -> list[ChannelPartition | RangesPartition]:
+    """The core's plan (:func:`~msgstream_spark.source.read.plan_reads`) as Spark partitions, small
+    ranges sharing a task (:func:`~msgstream_spark.source.read.plan_tasks`)."""
     ranges = plan_reads(client, start, end, opts, schema_json, pk_name, collection)
-    return [ChannelPartition(**{f.name: getattr(r, f.name) for f in fields(r)}) for r in ranges]
+    return [_partition(g[0]) if len(g) == 1 else RangesPartition(g) for g in plan_tasks(client, ranges, opts)]
 
 
 def spark_arrow_schema(schema_json: str) -> pa.Schema:
@@ -43,6 +58,13 @@ def spark_arrow_schema(schema_json: str) -> pa.Schema:
     return to_arrow_schema(StructType.fromJson(json.loads(schema_json)), timezone="UTC")
 
 
-def read_partition(part: ChannelPartition) -> Iterator[pa.RecordBatch]:
+def read_partition(part: ChannelPartition | RangesPartition) -> Iterator[pa.RecordBatch]:
     """Read one partition and yield RecordBatches of the exact Spark Arrow schema."""
+    if isinstance(part, RangesPartition):
+        return _read_all(part.ranges, spark_arrow_schema(part.ranges[0].schema_json))
     return read_range(part, spark_arrow_schema(part.schema_json))
+
+
+def _read_all(ranges: list[ReadRange], schema: pa.Schema) -> Iterator[pa.RecordBatch]:
+    for r in ranges:
+        yield from read_range(r, schema)

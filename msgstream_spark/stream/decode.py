@@ -102,12 +102,13 @@ class ChannelDecoder:
     WALName. ``emit_control`` also releases BeginTxn/CommitTxn/RollbackTxn around their bodies (an
     ``output=messages`` view). ``group`` is put in the positions' ``msgGroup``. ``stats`` counts
     what was dropped and why (``tt_violations``, ``duplicates``, ``seek_skipped``, plus the
-    assembler's ``committed``, ``rolled_back``, ``expired``, ``ignored_messages``).
+    assembler's ``committed``, ``rolled_back``, ``expired``, ``ignored_messages``). ``last_tick``:
+    a read that starts right after a WAL TimeTick gives its ``_tt`` (the time-tick-violation rule's state).
     """
 
     def __init__(self, channel: str, wal: str | WALName, *, start_ts: int | None = None,
                  emit_control: bool = False, group: str = "",
-                 id_of: Callable[[bytes], MessageID] | None = None) -> None:
+                 id_of: Callable[[bytes], MessageID] | None = None, last_tick: int | None = None) -> None:
         self.channel = channel
         self.wal = wal_name(wal)
         self.group = group
@@ -120,8 +121,11 @@ class ChannelDecoder:
         self._replay_until: MessageID | None = None
         self.rewind_to: MessageID | None = None  # set when the read began after an open txn's Begin
         self._raws: dict[int, Message] = {}  # id(msg) -> broker message, for bodies held by open txns
-        self._last_tick: int | None = None  # ``_tt`` of the last WAL TimeTick fed
+        # ``_tt`` of the last WAL TimeTick fed; given when the read starts right after one (a cut range)
+        self._last_tick: int | None = None if last_tick is None else int(last_tick)
         self._last_id: MessageID | None = None
+        self._lc_text: str | None = None  # the last ``_lc`` turned into legacy bytes, and those bytes
+        self._lc_bytes, self._lc_wal = b"", 0
         self.stats: Counter[str] = Counter()
 
     # -- queries -------------------------------------------------------------------------------------
@@ -193,10 +197,12 @@ class ChannelDecoder:
             self.stats["tt_violations"] += 1  # Milvus's reorder buffer refuses it
             return []
         msg.position = self._wal_position(msg, m)
+        if env.txn is None and not self.txn.has_open:  # most messages: nothing to assemble or expire
+            return self._keep([self._wal(msg, m)])
         self._check_orphan(env)
         self._raws[id(msg)] = m
         released = self.txn.feed(msg)
-        out = [self._wal(r) for r in released]
+        out = [self._wal(r, self._raws.get(id(r))) for r in released]
         self._forget(released)
         return self._keep(out)
 
@@ -216,6 +222,11 @@ class ChannelDecoder:
 
     def _wal_position(self, msg: TsMsg, m: Message) -> MsgPosition:
         env = msg.wal
+        lc = env.last_confirmed
+        if lc is not None and not env.last_confirmed_self and lc == self._lc_text:
+            # consecutive messages mostly share their ``_lc``: its legacy bytes are worked out once
+            return MsgPosition(env.vchannel or self.channel, self._lc_bytes, self.group, env.time_tick,
+                               self._lc_wal)
         pos = None
         if self.wal != WALName.Unknown:
             try:
@@ -231,6 +242,8 @@ class ChannelDecoder:
                 except DecodeError:
                     pass  # an id this WAL cannot express: the broker's own bytes
             pos = MsgPosition(self.channel, own_bytes, "", env.time_tick, int(self.wal))
+        elif lc is not None and not env.last_confirmed_self:
+            self._lc_text, self._lc_bytes, self._lc_wal = lc, pos.msg_id, pos.wal_name
         return MsgPosition(pos.channel_name or self.channel, pos.msg_id, self.group, pos.timestamp, pos.wal_name)
 
     def _check_orphan(self, env) -> None:
@@ -252,9 +265,8 @@ class ChannelDecoder:
         if self._first_id is not None and target < self._first_id:
             self.rewind_to = target
 
-    def _wal(self, msg: TsMsg) -> Decoded:
+    def _wal(self, msg: TsMsg, raw: Message | None) -> Decoded:
         env = msg.wal
-        raw = self._raws.get(id(msg))
         row = isinstance(msg, (InsertMsg, DeleteMsg)) and not env.is_control_vchannel
         return Decoded(msg, raw, env.time_tick, env.vchannel, msg.position, env.version, env.txn_id,
                        env.broadcast_id, row)

@@ -117,7 +117,7 @@ def test_schema_errors_name_the_column():
     with pytest.raises(SchemaError, match="primary key column 'x' must be Int64 or VarChar"):
         field_schema_from_arrow("x", pa.float64(), field_id=100, is_primary_key=True)
     with pytest.raises(SchemaError, match="no Milvus equivalent"):
-        field_schema_from_arrow("t", pa.timestamp("us"), field_id=100)
+        field_schema_from_arrow("t", pa.duration("us"), field_id=100)
     sp = field_schema_from_arrow("sp", pa.map_(pa.int64(), pa.float32()), field_id=101)
     with pytest.raises(SchemaError, match="repeats a sparse index"):
         arrow_to_field_data(pa.array([[(1, 1.0), (1, 2.0)]], pa.map_(pa.int64(), pa.float32())), sp)

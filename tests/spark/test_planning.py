@@ -23,22 +23,30 @@ def test_channel_offset_round_trips_the_json_entry():
 
 
 def test_ranges_split_only_where_ids_are_offsets(local_env):
+    from tests.spark import wal26_data as D
+
+    a, b, c_ = (local_env.new_channel(x) for x in "abc")
     with local_env.client() as c:
-        a0, a100, b10 = ids(c, 0, 100, 10)
-        start = normalize({"a": entry(a0, 0), "b": entry(a0, 0), "c": entry(b"", 0)})
-        end = normalize({"a": entry(a100, 9), "b": entry(b10, 4), "c": entry(b"", 0)})
-        assert [(ch, s.msg_id, e.msg_id) for ch, s, e in plan_ranges(c, start, end, None)] == [
-            ("a", a0, a100), ("b", a0, b10)]  # c has nothing to read
+        for ch, n in ((a, 100), (b, 10)):  # 2.5 messages: a piece may end with any of them
+            with c.create_producer(ch) as prod:
+                prod.send_batch([D.old_insert([k], D.TT + k) for k in range(n)])
+        start = normalize({ch: entry(b"", 0) for ch in (a, b, c_)})
+        end = normalize({a: entry(c.latest_message_id(a).serialize(), 9),
+                         b: entry(c.latest_message_id(b).serialize(), 4), c_: entry(b"", 0)})
+        whole = plan_ranges(c, start, end, None)
+        assert [(ch, s, e) for ch, s, e in whole] == [(a, start[a], end[a]), (b, start[b], end[b])]  # c: nothing
         split = plan_ranges(c, start, end, 11)
         per = {}
         for ch, s, e in split:
-            off = c.bytes_to_message_id
-            per.setdefault(ch, []).append((off(s.msg_id).offset, off(e.msg_id).offset, e.ts))
-        assert len(per["a"]) == 10 and per["a"][0][0] == 0 and per["a"][-1][1:] == (100, 9)
-        assert all(x[1] == y[0] for x, y in zip(per["a"], per["a"][1:]))  # contiguous pieces
-        assert per["b"] == [(0, 10, 4)]
-        inclusive = normalize({"a": entry(a0, 0, inclusive=True)})
-        assert len(plan_ranges(c, inclusive, normalize({"a": entry(a100, 9)}), 11)) == 1  # a seek is one piece
+            per.setdefault(ch, []).append((s, e))
+        assert len(per[a]) == 10 and per[a][0][0] == start[a] and per[a][-1][1] == end[a]
+        assert all(x[1]["msgID"] == y[0]["msgID"] for x, y in zip(per[a], per[a][1:]))  # contiguous pieces
+        assert per[b] == [(start[b], end[b])]
+        assert len(plan_ranges(c, start, end, None, 10)) == 11  # maxRecordsPerPartition: 10 on a, 1 on b
+        first = c.first_message_id(a).serialize()
+        seek = plan_ranges(c, normalize({a: entry(first, 7, inclusive=True)}), normalize({a: end[a]}), 11)
+        assert len(seek) == 11 and seek[0][1]["inclusive"]  # a seek splits too; later pieces keep its filter
+        assert all(s.get("seekTs") == 7 and not s.get("inclusive") for _ch, s, _e in seek[1:])
 
 
 def test_ranges_are_never_split_without_integer_offsets(pulsar_env):

@@ -76,3 +76,20 @@ def test_read_arrow_equals_the_spark_read(spark, read_backend, channels, output)
         spark_t, lib_t = _both(spark, read_backend, new, messageTypes="insert", endingTimestamp=W.TT + 4)
         assert _rows(lib_t) == _rows(spark_t)
         assert sorted(lib_t.column("pk").to_pylist()) == [1, 2, 3, 4]
+
+
+def test_packed_and_split_spark_reads_give_the_library_rows(spark, local_env):
+    """Through Spark: 5 small channels share 2 tasks (RangesPartition), a 2.6 channel split at ticks;
+    the rows equal the unsplit library read's."""
+    from tests.source.test_split import _25_only, _long_26
+
+    small = [local_env.new_channel("pk") for _ in range(5)]
+    for ch in small:
+        _25_only(local_env, ch)
+    spark_t, lib_t = _both(spark, local_env, small)
+    assert spark_t.num_rows == 5 * 24 and _rows(spark_t) == _rows(lib_t)
+    long = local_env.new_channel("long")
+    _long_26(local_env, long)
+    spark_t, _ = _both(spark, local_env, [long], maxRecordsPerPartition=3)
+    whole = pa.Table.from_batches(list(read_arrow(local_env.config, [long])))
+    assert spark_t.num_rows == whole.num_rows > 10 and _rows(spark_t) == _rows(whole)

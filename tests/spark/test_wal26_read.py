@@ -112,8 +112,9 @@ def test_split_pieces_give_a_transaction_exactly_once(local_env):
         first = P.write(prod, [P.insert(D.TT + i, [i]) for i in range(5)])
         P.write(prod, [*P.upsert_txn(D.TT + 10, 8, [100]), P.timetick(D.TT + 20)])
         P.write(prod, [P.insert(D.TT + 30 + i, [200 + i]) for i in range(4)])
-    # after the first message (as a micro-batch starts), 13 messages in 4 pieces: the transaction
-    # (messages 5-8) spans the cut after message 7
+    # after the first message (as a micro-batch starts), 13 messages asked in 4 pieces: a 2.6 piece ends
+    # only with a TimeTick for every vchannel (message 10), so the cuts inside the transaction (messages
+    # 5-8) move there (tests/source/test_split.py has transactions straddling cuts)
     rows = D.read_direct(local_env, ch, after=first[0], minPartitions="4")
     assert [(r["op"], r["pk"]) for r in rows] == [("insert", i) for i in range(1, 5)] + [
         ("delete", 100), ("insert", 100)] + [("insert", 200 + i) for i in range(4)]

@@ -20,7 +20,7 @@ from msgstream_spark.msg.position import MsgPosition
 from msgstream_spark.msg.types import DeleteMsg, InsertMsg, TimeTickMsg, TsMsg
 from msgstream_spark.msg.wal26 import fields
 from msgstream_spark.msg.wal26.envelope import Envelope, parse_envelope, wire_version
-from msgstream_spark.msg.wal26.headers import DeleteMessageHeader, InsertMessageHeader
+from msgstream_spark.msg.wal26.headers import delete_collection, insert_route
 from msgstream_spark.msg.wal26.ids import WalMessageId, position_of
 from msgstream_spark.msg.wal26.types import V1_BODY_TYPES, WalMessageType, WALName
 
@@ -29,6 +29,7 @@ T = WalMessageType
 _V1_CLASSIC = {T.TimeTick: "TimeTick", T.Insert: "Insert", T.Delete: "Delete", T.CreateCollection: "CreateCollection",
                T.DropCollection: "DropCollection", T.CreatePartition: "CreatePartition",
                T.DropPartition: "DropPartition"}
+_V1_PROPS = {t: {codec.MSG_TYPE_KEY: name} for t, name in _V1_CLASSIC.items()}  # read-only: the codec's view
 _ALTER_BODY = {1: ("updates", {2: ("db_name", "string"), 3: ("collection_name", "string"), 5: ("schema", "bytes")})}
 
 
@@ -120,8 +121,7 @@ def decode_wal(payload: bytes, properties: Mapping[str, str], *, channel: str | 
     if env.msg_type == T.TimeTick and not payload:
         msg: TsMsg = TimeTickMsg.build(env.time_tick)
     else:
-        msg = codec.unmarshal(payload, {codec.MSG_TYPE_KEY: _V1_CLASSIC[env.msg_type]}, channel=channel,
-                              msg_id=msg_id)
+        msg = codec.unmarshal(payload, _V1_PROPS[env.msg_type], channel=channel, msg_id=msg_id)
     try:
         _rebuild(msg, env)
     except DecodeError as exc:
@@ -157,13 +157,14 @@ def _check_collection(kind: str, header_id: int, body_id: int, env: Envelope) ->
 
 def _rebuild_insert(msg: InsertMsg, env: Envelope) -> None:
     req = msg.proto
-    hdr: InsertMessageHeader = _header(env, InsertMessageHeader.parse)
-    _check_collection("Insert", hdr.collection_id, req.collectionID, env)
-    assigned = hdr.assignment(req.partitionID)
-    if assigned is None or assigned.segment_id == 0:
+    cid, segments = _header(env, insert_route)
+    _check_collection("Insert", cid, req.collectionID, env)
+    pid = req.partitionID
+    segment = segments.get(pid, 0)
+    if segment == 0:
         raise DecodeError(f"Insert on vchannel {env.vchannel}: _h assigns no segment to partition "
-                          f"{req.partitionID} (Milvus treats this message as corrupt)")
-    req.segmentID = assigned.segment_id
+                          f"{pid} (Milvus treats this message as corrupt)")
+    req.segmentID = segment
     _set_row_times(req, env.time_tick, int(req.num_rows))
     req.base.timestamp = env.time_tick
     req.shardName = env.vchannel or ""
@@ -171,8 +172,7 @@ def _rebuild_insert(msg: InsertMsg, env: Envelope) -> None:
 
 def _rebuild_delete(msg: DeleteMsg, env: Envelope) -> None:
     req = msg.proto
-    hdr: DeleteMessageHeader = _header(env, DeleteMessageHeader.parse)
-    _check_collection("Delete", hdr.collection_id, req.collectionID, env)
+    _check_collection("Delete", _header(env, delete_collection), req.collectionID, env)
     _set_row_times(req, env.time_tick, len(req.timestamps))
     req.shardName = env.vchannel or ""
 

@@ -7,10 +7,11 @@ as they are in ``extra``. A bad value raises DecodeError naming the property and
 
 from __future__ import annotations
 
-import base64
 import binascii
+import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from types import MappingProxyType
 from typing import Any
 
 from msgstream_spark.errors import DecodeError, UnknownMessageTypeError
@@ -74,6 +75,17 @@ class Envelope:
     pchannel_level: bool = False
     extra: Mapping[str, str] = field(default_factory=dict)  # unknown ``_`` keys, kept as written
 
+    @classmethod
+    def _of(cls, fields: dict[str, Any]) -> Envelope:
+        """An Envelope of ``fields`` (``extra`` included; the others may be left at their defaults).
+
+        The generated frozen ``__init__`` sets all 16 fields one by one through ``object.__setattr__``
+        (about 2 us); the reader builds one per message, so this fills the instance dict at once.
+        """
+        env = object.__new__(cls)
+        env.__dict__.update(fields)
+        return env
+
     @property
     def type_name(self) -> str:
         return type_name(self.msg_type)
@@ -134,13 +146,23 @@ def _b64proto(props: Mapping[str, str], key: str, parse: Callable[[bytes], Any])
     if raw is None:
         return None
     try:
-        data = base64.b64decode(raw, validate=True)
+        data = _unb64(raw)
     except (binascii.Error, ValueError):
         raise _bad(key, raw, "is not standard base64") from None
     try:
         return parse(data)
     except ValueError as exc:
         raise _bad(key, raw, f"is not a valid protobuf: {exc}") from None
+
+
+_B64 = re.compile(r"[A-Za-z0-9+/]*={0,2}")
+
+
+def _unb64(raw: str) -> bytes:
+    """``base64.b64decode(raw, validate=True)`` for a property value, without its per-call plumbing."""
+    if not isinstance(raw, str) or not raw.isascii() or _B64.fullmatch(raw) is None:
+        raise ValueError("not standard base64")
+    return binascii.a2b_base64(raw)
 
 
 def _decimal(props: Mapping[str, str], key: str) -> int:
@@ -163,7 +185,9 @@ def parse_envelope(properties: Mapping[str, str], *, channel: str | None = None,
 
 
 def _parse(props: Mapping[str, str]) -> Envelope:
-    version = wire_version(props)
+    get = props.get
+    v = get(VERSION)
+    version = 1 if v == "1" else 2 if v == "2" else wire_version(props)  # the common cases first
     if version == 0:
         raise DecodeError("not a WAL message: no _v property (a Milvus 2.5 msgstream message)")
     if version not in SUPPORTED_VERSIONS:
@@ -172,14 +196,33 @@ def _parse(props: Mapping[str, str]) -> Envelope:
     tt = _b36(props, TIME_TICK)
     if tt is None:
         raise DecodeError(f"WAL message without the {TIME_TICK} property (its time tick)")
-    header = _b64proto(props, HEADER, bytes)
-    return Envelope(
-        version=version, msg_type=_decimal(props, TYPE), time_tick=tt, vchannel=props.get(VCHANNEL) or None,
-        header=header or b"", last_confirmed=props.get(LAST_CONFIRMED) or None,
-        last_confirmed_self=LAST_CONFIRMED_SELF in props, barrier_time_tick=_b36(props, BARRIER_TT),
-        wal_term=_b36(props, WAL_TERM, signed=True), txn=_b64proto(props, TXN, TxnContext.parse),
-        broadcast=_b64proto(props, BROADCAST, BroadcastHeader.parse),
-        cipher=_b64proto(props, CIPHER, CipherHeader.parse),
-        replicate=_b64proto(props, REPLICATE, ReplicateHeader.parse), not_persisted=NOT_PERSISTED in props,
-        pchannel_level=PCHANNEL_LEVEL in props,
-        extra={k: v for k, v in props.items() if k.startswith("_") and k not in RESERVED})
+    h = get(HEADER)
+    fields = {"version": version, "msg_type": _decimal(props, TYPE), "time_tick": tt,
+              "vchannel": get(VCHANNEL) or None, "header": _b64proto(props, HEADER, bytes) if h else b"",
+              "last_confirmed": get(LAST_CONFIRMED) or None, "last_confirmed_self": LAST_CONFIRMED_SELF in props,
+              "not_persisted": NOT_PERSISTED in props, "pchannel_level": PCHANNEL_LEVEL in props, "extra": _NO_EXTRA}
+    if not props.keys() <= _USUAL:  # the rarer keys: looked at only when present
+        _rare(props, fields)
+    return Envelope._of(fields)
+
+
+_USUAL = frozenset({VERSION, TYPE, TIME_TICK, HEADER, VCHANNEL, LAST_CONFIRMED, LAST_CONFIRMED_SELF,
+                    NOT_PERSISTED, PCHANNEL_LEVEL})
+_NO_EXTRA: Mapping[str, str] = MappingProxyType({})
+
+
+def _rare(props: Mapping[str, str], fields: dict[str, Any]) -> None:
+    """The optional keys (barrier, term, transaction, broadcast, cipher, replicate) and unknown ``_`` keys."""
+    if BARRIER_TT in props:
+        fields["barrier_time_tick"] = _b36(props, BARRIER_TT)
+    if WAL_TERM in props:
+        fields["wal_term"] = _b36(props, WAL_TERM, signed=True)
+    for key, name, parse in _PROTO_KEYS:
+        if key in props:
+            fields[name] = _b64proto(props, key, parse)
+    if not props.keys() <= RESERVED:
+        fields["extra"] = {k: v for k, v in props.items() if k.startswith("_") and k not in RESERVED}
+
+
+_PROTO_KEYS = ((TXN, "txn", TxnContext.parse), (BROADCAST, "broadcast", BroadcastHeader.parse),
+               (CIPHER, "cipher", CipherHeader.parse), (REPLICATE, "replicate", ReplicateHeader.parse))

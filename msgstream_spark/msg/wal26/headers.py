@@ -177,6 +177,42 @@ class ReplicateHeader:
         return cls(**fields.decode(REPLICATE_HEADER, raw))
 
 
+def insert_route(raw: bytes) -> tuple[int, dict[int, int]]:
+    """What a reader needs of an insert's ``_h``: (collection id, {partition id: segment id}).
+
+    The first entry of a partition counts (as in Milvus); segment 0 = none assigned. The hot-path
+    twin of :meth:`InsertMessageHeader.parse` (one per 2.6 insert): the C protobuf parser, with the
+    field walker's rules and errors (:func:`fields.parse_fast`). ValueError on a malformed header.
+    """
+    m = fields.parse_fast(INSERT_HEADER, _insert_pb(), raw)
+    segments: dict[int, int] = {}
+    for p in m.partitions:
+        segments.setdefault(p.partition_id, p.segment_assignment.segment_id)
+    return m.collection_id, segments
+
+
+def delete_collection(raw: bytes) -> int:
+    """The collection id of a delete's ``_h`` (the hot-path twin of :meth:`DeleteMessageHeader.parse`)."""
+    return fields.parse_fast(DELETE_HEADER, _delete_pb(), raw).collection_id
+
+
+def _insert_pb():
+    global _INSERT_PB
+    if _INSERT_PB is None:
+        _INSERT_PB = fields.proto_class(INSERT_HEADER, "InsertMessageHeader")
+    return _INSERT_PB
+
+
+def _delete_pb():
+    global _DELETE_PB
+    if _DELETE_PB is None:
+        _DELETE_PB = fields.proto_class(DELETE_HEADER, "DeleteMessageHeader")
+    return _DELETE_PB
+
+
+_INSERT_PB = _DELETE_PB = None
+
+
 def decode_header(msg_type: int, raw: bytes) -> dict[str, Any] | None:
     """The ``_h`` header of a message type as a dict, or None for a type without a table."""
     spec = HEADERS.get(int(msg_type))

@@ -123,8 +123,9 @@ def b36decode(text: str, *, signed: bool = False) -> int:
     """Go's ``ParseUint(text, 36, 64)`` (or ``ParseInt`` with ``signed``); ValueError on bad text."""
     if not isinstance(text, str) or not text:
         raise ValueError(f"not a base-36 number: {text!r}")
-    body = (text[1:] if signed and text[0] in "+-" else text).lower()  # Go accepts upper case too
-    if not body or any(c not in _DIGITS for c in body):
+    body = text[1:] if signed and text[0] in "+-" else text
+    # ASCII letters and digits only (Go accepts upper case too); int() alone would also take "_", spaces
+    if not (body.isascii() and body.isalnum()):
         raise ValueError(f"not a base-36 number: {text!r}")
     value = int(body, 36)
     if signed:
