@@ -178,8 +178,9 @@ def test_exactly_once_across_a_driver_sigkill_between_the_two_commits(spark, mil
     w.delete(range(0, 20))
     await_ticks(milvus_stack, last_ts(w), pchannels(pymilvus_orm, "mir_kill"))
     table = tmp_path / "t"
+    chans = ["--channels", ",".join(pchannels(pymilvus_orm, "mir_kill"))]
     argv = ["--config", cfg, "--collection", "mir_kill", "--table", str(table), "--table-format", "delta",
-            "--snapshot", "never", "--max-rows-per-trigger", "500", "--master", "local[2]"]
+            "--snapshot", "never", "--max-rows-per-trigger", "500", "--master", "local[2]", *chans]
     env = dict(os.environ, **{FAILPOINT_ENV: "kill-after-commit:first"}, PYTHONPATH=str(ROOT))
     proc = subprocess.run([sys.executable, "-m", "jobs.mirror", *argv], cwd=tmp_path, env=env, timeout=600,
                           capture_output=True, text=True, start_new_session=True)
@@ -190,7 +191,7 @@ def test_exactly_once_across_a_driver_sigkill_between_the_two_commits(spark, mil
     assert killed is not None  # the table took the batch; Spark's commit of it never happened
     assert not (tmp_path / "t_checkpoint" / "commits" / str(killed)).exists()
     assert (tmp_path / "t_checkpoint" / "offsets" / str(killed)).exists()
-    s = run_job(spark, cfg, "mir_kill", table, "delta", "--snapshot", "never")
+    s = run_job(spark, cfg, "mir_kill", table, "delta", "--snapshot", "never", *chans)
     assert s["skipped_batches"] == 1  # that batch again, already in the table
     load_for_query(w.collection)
     assert_table_equals_query(table, "delta", w)
