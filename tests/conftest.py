@@ -7,7 +7,15 @@ broker or an external one) and on pulsar-lite (an independent, persistent Pulsar
 
 from __future__ import annotations
 
+import os
+
 import pytest
+
+from tests.fixtures.login_env import DECOYS
+
+# A login shell's generic variables (USER, TOKEN, ADDRESS, ...) are in every test's environment,
+# and so in every Spark worker and subprocess started from it; none may change a config.
+os.environ.update(DECOYS)
 
 pytest_plugins = [
     "tests.fixtures.local_env",

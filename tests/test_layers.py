@@ -43,8 +43,9 @@ def _layer(module: str) -> str | None:
     return parts[1] if len(parts) > 1 else None
 
 
-def _imports(path: Path, module: str) -> list[tuple[str, int, bool]]:
-    """(imported module, line, at function level) for every import of the package's modules."""
+def _imports(path: Path, module: str, typing: bool = False) -> list[tuple[str, int, bool]]:
+    """(imported module, line, at function level) for every import of the package's modules (``typing``: also
+    those under ``if TYPE_CHECKING``)."""
     tree = ast.parse(path.read_text(), str(path))
     found: list[tuple[str, int, bool]] = []
 
@@ -60,7 +61,7 @@ def _imports(path: Path, module: str) -> list[tuple[str, int, bool]]:
                     base = ".".join(pkg + ([base] if base else []))
                 found.append((base, child.lineno, nested))
                 found.extend((f"{base}.{a.name}", child.lineno, nested) for a in child.names)
-            elif isinstance(child, ast.If) and _is_type_checking(child.test):
+            elif isinstance(child, ast.If) and _is_type_checking(child.test) and not typing:
                 continue  # typing-only imports are not imports at run time
             visit(child, inner)
 
@@ -72,12 +73,12 @@ def _is_type_checking(test: ast.expr) -> bool:
     return isinstance(test, ast.Name) and test.id == "TYPE_CHECKING"
 
 
-def _graph() -> tuple[dict[str, set[str]], list[str]]:
+def _graph(typing: bool = False) -> tuple[dict[str, set[str]], list[str]]:
     mods = _modules()
     graph: dict[str, set[str]] = {m: set() for m in mods}
     problems = []
     for mod, path in mods.items():
-        for target, line, nested in _imports(path, mod):
+        for target, line, nested in _imports(path, mod, typing):
             root = target.split(".")[0]
             if nested and root != "msgstream_spark" and root not in LAZY_ALLOWED:
                 problems.append(f"{path.relative_to(PKG.parent)}:{line}: function-level import of {target}")
@@ -105,7 +106,7 @@ def test_imports_go_downward_only():
 
 
 def test_no_import_cycles():
-    graph, _ = _graph()
+    graph, _ = _graph(typing=True)  # a cycle hidden behind TYPE_CHECKING still ties two modules together
     # A package imports its submodules through __init__; only edges between modules count.
     state: dict[str, int] = {}
     cycles = []
@@ -178,3 +179,50 @@ def test_modules_and_functions_are_small():
                     too_big.append(f"{mod}.{node.name} (line {node.lineno}): {length} lines "
                                    f"(max {MAX_FUNCTION_LINES})")
     assert not too_big, "\n".join(too_big)
+
+
+# Methods only Spark calls (the Python data source API), by name.
+SPARK_CALLBACKS = {"streamReader", "streamWriter", "initialOffset", "getDefaultReadLimit",
+                   "prepareForTriggerAvailableNow", "reportLatestOffset"}
+
+
+def test_every_function_and_class_has_a_caller():
+    """A def whose name appears nowhere else (package, jobs, tests, tools, bench) is dead code.
+
+    By name only, so a caller of any same-named def counts: this finds code nothing reaches, not
+    every unused overload.
+    """
+    root = PKG.parent
+    defs, refs = [], set()
+    for base in ("msgstream_spark", "jobs", "tests", "pyspark_msgstream", "tools", "bench"):
+        for path in (root / base).rglob("*.py"):
+            if path.name.endswith(("_pb2.py", "_pb2_grpc.py")):
+                continue
+            for node in ast.walk(ast.parse(path.read_text(), str(path))):
+                if base == "msgstream_spark" and isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef,
+                                                                    ast.ClassDef)):
+                    defs.append((node.name, f"{path.relative_to(root)}:{node.lineno}"))
+                elif isinstance(node, ast.Name):
+                    refs.add(node.id)
+                elif isinstance(node, ast.Attribute):
+                    refs.add(node.attr)
+                elif isinstance(node, ast.alias):
+                    refs.add(node.name.rsplit(".", 1)[-1])
+                elif isinstance(node, ast.Constant) and isinstance(node.value, str):
+                    refs.add(node.value)  # getattr(obj, "name"), entry points
+    dead = [f"{where}: {name}" for name, where in defs
+            if not name.startswith("__") and name not in refs and name not in SPARK_CALLBACKS]
+    assert not dead, "no caller anywhere:\n" + "\n".join(sorted(dead))
+
+
+def test_the_suite_never_skips_over_a_broken_product_module():
+    """``importorskip`` of the project's own packages turns a broken import into a skip: import them."""
+    own = ("msgstream_spark", "pyspark_msgstream", "jobs", "tests")
+    found = []
+    for path in (PKG.parent / "tests").rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
+                    and node.func.attr == "importorskip" and node.args and isinstance(node.args[0], ast.Constant)
+                    and str(node.args[0].value).split(".")[0] in own):
+                found.append(f"{path.relative_to(PKG.parent)}:{node.lineno}: importorskip({node.args[0].value!r})")
+    assert not found, "\n".join(found)

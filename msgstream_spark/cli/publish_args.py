@@ -24,7 +24,7 @@ def add_publish_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--primary-key", help="primary key column (default: pk or id)")
     p.add_argument("--field-types", help="Milvus types for ambiguous columns, e.g. emb:Float16Vector,tags:Array")
     p.add_argument("--max-message-size", type=int, default=None,
-                   help="split size in bytes (default: the sink's maxMessageSize, 2 MiB)")
+                   help="split size in bytes (default: the config's pulsar.maxMessageSize, 2 MiB)")
     p.add_argument("--wire-format", choices=["2.5", "2.6"], default="2.5",
                    help="message format: 2.5 (msgstream messages, default) or 2.6 (Milvus 2.6 streaming WAL)")
     p.add_argument("--transactional", action="store_true",

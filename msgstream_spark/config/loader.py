@@ -43,7 +43,6 @@ DEFAULTS: dict[str, Any] = {
     "pulsar.requesttimeout": 60,
     "pulsar.authplugin": "",
     "pulsar.authparams": "",
-    "pulsar.enableclientmetrics": False,
     "pulsar.tlsallowinsecureconnection": False,
     "pulsar.tlstrustcertspath": "",
     "pulsar.tlsvalidatehostname": False,
@@ -64,8 +63,6 @@ DEFAULTS: dict[str, Any] = {
     "kafka.topicreplicationfactor": 1,
     "msgchannel.channameprefix.cluster": "by-dev",
     "msgchannel.channameprefix.rootcoorddml": "rootcoord-dml",
-    "msgchannel.channameprefix.replicatemsg": "replicate-msg",
-    "msgchannel.subnameprefix.datanodesubnameprefix": "dataNode",
     "rootcoord.dmlchannelnum": 16,
     # the read-only milvus backend (a Milvus 2.6 proxy's DumpMessages)
     "milvus.address": "localhost:19530",
@@ -115,11 +112,45 @@ def _flatten(data: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
     return out
 
 
+ENV_PREFIX = "MSGSTREAM_"
+
+
 def _env_norm(name: str) -> str:
-    n = name.lower()
-    if n.startswith("milvus."):
-        n = n[len("milvus."):]
-    return re.sub(r"[._/]", "", n)
+    """Milvus's paramtable matching: lower-case, without ``.``, ``_`` and ``/``."""
+    return re.sub(r"[._/]", "", name.lower())
+
+
+def env_overrides(values: Mapping[str, Any], env: Mapping[str, str]) -> dict[str, str]:
+    """The keys of ``values`` that environment variables set, by one rule.
+
+    ``MSGSTREAM_<KEY>`` sets any key (``MSGSTREAM_MILVUS_TOKEN`` -> ``milvus.token``,
+    ``MSGSTREAM_LOCAL_PATH`` -> ``local.path``). The unprefixed names Milvus reads
+    (``MQ_TYPE``, ``KAFKA_BROKERLIST``, ``PULSAR_ADDRESS``) set only keys Milvus itself has,
+    i.e. dotted keys outside this project's sections (``local``, ``msgstream``, ``milvus``):
+    every such name carries its section, so a generic variable (``USER``, ``TOKEN``,
+    ``ADDRESS``, ``PORT``) never maps. A prefixed name beats the unprefixed one.
+    """
+    milvus_keys: dict[str, str] = {}
+    any_keys: dict[str, str] = {}
+    for key in values:
+        norm = _env_norm(key)
+        any_keys[norm] = key
+        section = key.split(".", 1)[0]
+        if "." in key and section not in OWN_SECTIONS:
+            milvus_keys[norm] = key
+    out: dict[str, str] = {}
+    prefixed: dict[str, str] = {}
+    for name, val in env.items():
+        if name.upper().startswith(ENV_PREFIX):
+            key = any_keys.get(_env_norm(name[len(ENV_PREFIX):]))
+            if key is not None:
+                prefixed[key] = val
+        else:
+            key = milvus_keys.get(_env_norm(name))
+            if key is not None:
+                out[key] = val
+    out.update(prefixed)
+    return out
 
 
 @dataclass
@@ -140,8 +171,9 @@ class Config:
         """Load ``path`` (or the packaged embedded default), then env, then overrides.
 
         Precedence, lowest to highest: built-in defaults, the YAML file, environment
-        variables (Milvus style: ``KAFKA_BROKERLIST`` overrides ``kafka.brokerList``),
-        explicit ``overrides`` (e.g. Spark options).
+        variables (:func:`env_overrides`: ``KAFKA_BROKERLIST`` overrides ``kafka.brokerList``
+        as in Milvus; ``MSGSTREAM_MILVUS_TOKEN`` overrides ``milvus.token``), explicit
+        ``overrides`` (e.g. Spark options).
         """
         values = dict(DEFAULTS)
         if path is None:
@@ -164,13 +196,8 @@ class Config:
         file_values = _flatten(data)
         _check_own_keys(file_values, source)
         values.update(file_values)
-        # environment overrides, for keys we know or the file has
-        env = os.environ if env is None else env
-        by_norm = {_env_norm(k): k for k in values}
-        for name, val in env.items():
-            key = by_norm.get(_env_norm(name))
-            if key is not None:
-                values[key] = val
+        # environment overrides (one rule, see env_overrides), for keys we know or the file has
+        values.update(env_overrides(values, os.environ if env is None else env))
         cfg = cls(values, source)
         if overrides:
             cfg = cfg.with_overrides(overrides)

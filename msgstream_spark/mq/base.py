@@ -20,10 +20,12 @@ import abc
 import enum
 import uuid
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
 
 from msgstream_spark.errors import ConfigError, ProduceError
 from msgstream_spark.mq.batch import RawBatch
+from msgstream_spark.mq.message import Message, MessageID, ProducerMessage
+
+__all__ = ["Client", "Consumer", "Message", "MessageID", "Producer", "ProducerMessage", "SubscriptionInitialPosition"]
 
 
 class SubscriptionInitialPosition(enum.IntEnum):
@@ -45,77 +47,6 @@ class SubscriptionInitialPosition(enum.IntEnum):
             raise ConfigError(
                 f"unknown initial position {value!r}; expected one of: earliest, latest, unknown"
             ) from None
-
-
-class MessageID(abc.ABC):
-    """A backend message id. Ordered within one channel."""
-
-    @abc.abstractmethod
-    def serialize(self) -> bytes:
-        """The Milvus byte encoding (what goes into ``MsgPosition.msgID``)."""
-
-    @abc.abstractmethod
-    def at_earliest_position(self) -> bool:
-        """True when this id denotes the start of the channel."""
-
-    @abc.abstractmethod
-    def sort_key(self) -> tuple:
-        """A tuple that orders ids of one channel (used by comparisons)."""
-
-    @property
-    def offset(self) -> int | None:
-        """The integer offset this id denotes where the backend has them (Kafka, the embedded log)."""
-        return None
-
-    def less_or_equal(self, other: MessageID) -> bool:
-        return self.sort_key() <= other.sort_key()
-
-    def __eq__(self, other: object) -> bool:
-        if not isinstance(other, MessageID):
-            return NotImplemented
-        return type(self) is type(other) and self.sort_key() == other.sort_key()
-
-    def __lt__(self, other: MessageID) -> bool:
-        return self.sort_key() < other.sort_key()
-
-    def __le__(self, other: MessageID) -> bool:
-        return self.sort_key() <= other.sort_key()
-
-    def __gt__(self, other: MessageID) -> bool:
-        return self.sort_key() > other.sort_key()
-
-    def __ge__(self, other: MessageID) -> bool:
-        return self.sort_key() >= other.sort_key()
-
-    def __hash__(self) -> int:
-        return hash((type(self).__name__, self.sort_key()))
-
-
-@dataclass(frozen=True)
-class ProducerMessage:
-    """A payload and its properties (Kafka headers / Pulsar properties)."""
-
-    payload: bytes
-    properties: Mapping[str, str] = field(default_factory=dict)
-    # Hybrid timestamp of the message, when known: backends that index by time
-    # (Kafka record timestamps, the embedded log) use it for timestamp lookups.
-    timestamp: int | None = None
-
-
-@dataclass(slots=True)
-class Message:
-    """A message as read from a channel (treat as read-only).
-
-    Not a frozen dataclass on purpose: consumers build one per message on their hot path, and
-    a frozen dataclass's ``__init__`` costs about three times as much.
-    """
-
-    channel: str
-    payload: bytes
-    properties: Mapping[str, str]
-    id: MessageID
-    # Hybrid timestamp recorded by the producer, if the backend keeps one.
-    timestamp: int | None = None
 
 
 class Producer(abc.ABC):

@@ -1,6 +1,6 @@
 """A fetched group of one channel's messages as parallel lists: the bulk read path of the SPI.
 
-``Consumer.receive_batch`` builds one :class:`~msgstream_spark.mq.base.Message` (plus a
+``Consumer.receive_batch`` builds one :class:`~msgstream_spark.mq.message.Message` (plus a
 message id and a properties dict) per record. A reader that only needs each payload, its
 position and its type (the Spark read tasks) pays for that per record in Python, which at
 small payloads costs as much as the client library's own fetch. ``Consumer.receive_raw``
@@ -11,10 +11,9 @@ per-record handle from which ids, properties and timestamps are made only when a
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-if TYPE_CHECKING:  # base.py imports this module (Consumer.receive_raw)
-    from msgstream_spark.mq.base import Message, MessageID
+from msgstream_spark.mq.message import Message, MessageID
 
 MSG_TYPE_KEY = "msg_type"  # the property Milvus's msgstream writes the message type into
 

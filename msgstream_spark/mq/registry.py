@@ -29,12 +29,6 @@ def available_backends() -> list[str]:
     return sorted(_BACKENDS)
 
 
-def register_backend(name: str, module: str, cls: str, extra: str | None = None,
-                     client_module: str | None = None) -> None:
-    """Register another backend (plugins, tests)."""
-    _BACKENDS[name] = (module, cls, extra, client_module)
-
-
 def build_client(name: str, config: Config) -> Client:
     """Create the :class:`Client` of backend ``name`` from ``config`` (no I/O yet)."""
     try:

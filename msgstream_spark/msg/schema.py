@@ -21,13 +21,6 @@ def user_fields(schema: Any) -> list[Any]:
             ("RowID", "Timestamp")]
 
 
-def primary_field(schema: Any) -> Any:
-    for f in schema.fields:
-        if f.is_primary_key:
-            return f
-    raise SchemaError(f"collection schema {schema.name!r} has no primary key field")
-
-
 def collection_arrow_schema(schema: Any) -> pa.Schema:
     """Arrow schema of the user fields, then the struct arrays as ``list<struct>`` (every column
     nullable on the Arrow side)."""

@@ -276,27 +276,55 @@ class Encoder:
         rows = batch.select(others).take(pa.array(idx))
         dense = {name: v[idx] for name, v in vectors.items()}
         out = []
-        for a, b in split_points(sizes[idx], self.opts.max_message_size):
+        for a, b, fields in self._insert_pieces(rows, dense, sizes[idx], shard):
             n = b - a
             ts = self.next_ts()
             mid, seq = self.next_msg_id(shard)
             # Serialized in field-number order from parts: header (1-11), fields_data (13),
             # tail (14-15); byte-identical to serializing one InsertRequest.
-            # 2.6 leaves the body's segmentID 0, as Milvus's proxy does: the segment is in ``_h``.
-            segment = 0 if self.opts.wire_format == "2.6" else self.opts.partition_id + shard
-            head = msg_pb2.InsertRequest(**self._request_fields(common_pb2.Insert, mid, ts, shard), segmentID=segment)
+            head = msg_pb2.InsertRequest(**self._request_fields(common_pb2.Insert, mid, ts, shard),
+                                         segmentID=self._segment(shard))
             head.timestamps.extend(np.full(n, ts, dtype=np.uint64).tolist())
             head.rowIDs.extend(self.next_row_ids(n).tolist())
-            parts: list = [head.SerializeToString()]
-            for f, fs in zip(self.plan.fields, self._schemas):
-                if f.name in dense:
-                    parts.extend(wire.float_vector_entry(dense[f.name][a:b], f.name, f.field_id))
-                else:
-                    parts.extend(wire.fields_data_entry(b)
-                                 for b in self._field_bytes(rows.column(f.name).slice(a, n), f, fs))
+            parts: list = [head.SerializeToString(), *fields]
             parts.append(msg_pb2.InsertRequest(num_rows=n, version=msg_pb2.ColumnBased).SerializeToString())
             out.append(EncodedMessage(shard, OP_INSERT, b"".join(parts), n, ts, mid, seq))
         return out
+
+    def _segment(self, shard: int) -> int:
+        """2.6 leaves the body's segmentID 0, as Milvus's proxy does: the segment is in ``_h``."""
+        return 0 if self.opts.wire_format == "2.6" else self.opts.partition_id + shard
+
+    def _insert_pieces(self, rows: pa.RecordBatch, dense: dict[str, np.ndarray], sizes: np.ndarray, shard: int):
+        """``(start, end, fields_data parts)`` per message, each message within ``max_message_size``.
+
+        Ranges come from the per-row estimates (as Milvus splits); a range whose encoded fields
+        plus the largest possible header still exceed the limit is halved (one row is never split).
+        """
+        limit = self.opts.max_message_size
+        head = self._head_bound(shard)
+        todo = list(reversed(split_points(sizes, max(1, limit - head))))
+        while todo:
+            a, b = todo.pop()
+            fields = []
+            for f, fs in zip(self.plan.fields, self._schemas):
+                if f.name in dense:
+                    fields.extend(wire.float_vector_entry(dense[f.name][a:b], f.name, f.field_id))
+                else:
+                    fields.extend(wire.fields_data_entry(x)
+                                  for x in self._field_bytes(rows.column(f.name).slice(a, b - a), f, fs))
+            if b - a > 1 and head + 20 * (b - a) + sum(len(x) for x in fields) > limit:
+                mid = (a + b) // 2
+                todo += [(mid, b), (a, mid)]
+                continue
+            yield a, b, fields
+
+    def _head_bound(self, shard: int) -> int:
+        """Bytes of an Insert's header and tail without rows, with the largest ids and timestamps."""
+        big = (1 << 63) - 1
+        head = msg_pb2.InsertRequest(**self._request_fields(common_pb2.Insert, big, (1 << 64) - 1, shard),
+                                     segmentID=self._segment(shard) or big)
+        return len(head.SerializeToString()) + 32
 
     def _request_fields(self, msg_type: int, mid: int, ts: int, shard: int) -> dict:
         """The MsgBase and collection fields an Insert and a Delete request share."""
@@ -328,7 +356,7 @@ class Encoder:
             pk = pk.cast(pa.int64())
             sizes = np.full(len(pk), 16 + 8, dtype=np.int64)
         out = []
-        for a, b in split_points(sizes, self.opts.max_message_size):
+        for a, b in split_points(sizes, max(1, self.opts.max_message_size - self._head_bound(shard))):
             n = b - a
             ts = self.next_ts()
             mid, seq = self.next_msg_id(shard)

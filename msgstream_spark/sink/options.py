@@ -21,7 +21,6 @@ from msgstream_spark.stream.names import looks_like_milvus_dml
 
 log = logging.getLogger(__name__)
 
-DEFAULT_MAX_MESSAGE_SIZE = 2 * 1024 * 1024  # Milvus splits inserts at pulsar.maxMessageSize (2 MiB)
 DEFAULT_BUFFER_BYTES = 16 * 1024 * 1024  # a task validates and encodes this much before producing
 # Option names that are passed to the config loader (``.option("kafka.brokerList", ...)``).
 CONFIG_PREFIXES = ("mq.", "local.", "kafka.", "pulsar.", "msgstream.", "msgchannel.", "rootcoord.")
@@ -57,6 +56,15 @@ def _int(opts: Mapping[str, str], name: str, default: int | None, minimum: int |
     if minimum is not None and value < minimum:
         raise OptionError(f"option {name} must be >= {minimum}, got {value}")
     return value
+
+
+def _config_max_size(cfg: Config) -> int:
+    """The insert split size when option maxMessageSize is not given: ``pulsar.maxMessageSize``, as Milvus."""
+    size = cfg.get_int("pulsar.maxmessagesize")
+    if size < 1024:
+        raise OptionError(f"config key pulsar.maxMessageSize={size} is below 1024 bytes, too small to split inserts "
+                          f"into ({cfg.source}); raise it or set option maxMessageSize")
+    return size
 
 
 def _bool(opts: Mapping[str, str], name: str, default: bool) -> bool:
@@ -194,7 +202,7 @@ def parse_sink_options(options: Mapping[str, Any], *, streaming: bool = False) -
     coll_id = _int(opts, "collectionID", None, minimum=1) or stable_id("collection", collection)
     part_id = _int(opts, "partitionID", None, minimum=1) or stable_id("partition", str(coll_id), partition)
     field_types, field_dims = parse_field_types(opts.get("fieldtypes"))
-    max_size = _int(opts, "maxMessageSize", DEFAULT_MAX_MESSAGE_SIZE, minimum=1024)
+    max_size = _int(opts, "maxMessageSize", None, minimum=1024) or _config_max_size(cfg)
     writer_id = opts.get("writerid") or uuid.uuid4().hex
     if "," in writer_id or "=" in writer_id:
         raise OptionError(f"option writerId must not contain ',' or '=', got {writer_id!r}")
@@ -208,7 +216,7 @@ def parse_sink_options(options: Mapping[str, Any], *, streaming: bool = False) -
         partition_id=int(part_id),
         db_name=opts.get("dbname", ""),
         primary_key=opts.get("primarykey") or None,
-        max_message_size=int(max_size or DEFAULT_MAX_MESSAGE_SIZE),
+        max_message_size=int(max_size),
         field_types=field_types,
         field_dims=field_dims,
         writer_id=writer_id,

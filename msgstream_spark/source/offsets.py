@@ -10,6 +10,12 @@ give positions:
   ``msgID`` and drop messages with BeginTs <= ``ts`` until the first time tick >= ``ts``.
   Milvus channel checkpoints and this source's ``_position`` column resume this way.
 * ``"exclusive": true`` on an end: stop BEFORE ``msgID`` (a saved ``_position`` as end).
+
+The source itself adds ``"atTick": true`` to an end that is a time tick, so the next batches of
+that channel stay tick-aligned even before the scan meets another tick. A message with a time
+(``ts`` > 0: every 2.6 message, every 2.5 insert) is not a tick: the read-only ``milvus`` backend
+never delivers ticks to the source's scans (``DumpMessages`` filters them), so taking any timed
+end for a tick made a restarted query wait forever for one (issue #19).
 """
 
 from __future__ import annotations
@@ -175,11 +181,12 @@ class ChannelOffset:
     ts: int = 0
     inclusive: bool = False  # a start AT msg_id, with Milvus's seek filter on ts
     exclusive: bool = False  # an end BEFORE msg_id
+    at_tick: bool = False  # an end at a time tick (the next batch stays tick-aligned)
 
     @classmethod
     def from_json(cls, e: Mapping[str, Any]) -> ChannelOffset:
         return cls(unb64(e.get("msgID", "")), int(e.get("ts", 0)), bool(e.get("inclusive")),
-                   bool(e.get("exclusive")))
+                   bool(e.get("exclusive")), bool(e.get("atTick")))
 
     def to_json(self) -> Entry:
-        return entry(self.msg_id, self.ts, inclusive=self.inclusive, exclusive=self.exclusive)
+        return entry(self.msg_id, self.ts, inclusive=self.inclusive, exclusive=self.exclusive, atTick=self.at_tick)

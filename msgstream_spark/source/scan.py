@@ -83,8 +83,8 @@ class Scanner:
             log.warning("%s; scanning from the first retained message (failOnDataLoss=false)", exc)
             cons.seek(self.client.earliest_message_id(), inclusive=True)
         cs.consumer = cons
-        if int(start.get("ts", 0)) > 0 and not start.get("inclusive"):
-            cs.has_ticks = True  # a previous batch ended at a tick
+        if start.get("atTick"):
+            cs.has_ticks = True  # a previous batch ended at a tick (not any message with a time: see offsets)
         self.chans[ch] = cs
         return cs
 
@@ -170,7 +170,7 @@ class Scanner:
                 end[ch] = dict(st)
             else:
                 last = views[ch][n - 1]
-                end[ch] = entry(last.id.serialize(), last.ts)
+                end[ch] = entry(last.id.serialize(), last.ts, atTick=last.tick)
         return normalize(end), rows
 
     def latest(self, start: Offset) -> Offset:
@@ -178,7 +178,8 @@ class Scanner:
         end: Offset = {}
         for ch, st in start.items():
             items = self.chans[ch].items if ch in self.chans else []
-            end[ch] = entry(items[-1].id.serialize(), items[-1].ts) if items else dict(st)
+            end[ch] = (entry(items[-1].id.serialize(), items[-1].ts, atTick=items[-1].tick) if items
+                       else dict(st))
         return normalize(end)
 
 

@@ -270,15 +270,6 @@ class MsgStream:
                 return
             yield pack
 
-    def latest_positions(self) -> list[MsgPosition]:
-        """Latest message position of every consumed channel (timestamp 0 = unknown)."""
-        out = []
-        for ch in self.consumer_channels:
-            mid = self._consumers[ch].latest_message_id()
-            if mid is not None:
-                out.append(MsgPosition(ch, mid.serialize(), self.subscription or "", 0))
-        return out
-
     # -- lifecycle ---------------------------------------------------------------------
     def _check_open(self) -> None:
         if self._closed:

@@ -13,6 +13,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+from tests.fixtures.login_env import login_env
 from tests.spark.helpers import Publisher
 
 DRIVER = Path(__file__).with_name("driver.py")
@@ -90,7 +91,7 @@ class Driver:
         self.cwd = Path(tempfile.mkdtemp(prefix="chaos-driver-"))
 
     def start(self) -> Driver:
-        env = dict(os.environ, PYSPARK_PYTHON=sys.executable, PYSPARK_DRIVER_PYTHON=sys.executable)
+        env = login_env(PYSPARK_PYTHON=sys.executable, PYSPARK_DRIVER_PYTHON=sys.executable)
         env.pop("PYTHONPATH", None)
         self.log = open(self.logdir / f"{self.name}.log", "ab")
         self.proc = subprocess.Popen([sys.executable, str(DRIVER), json.dumps(self.spec)], cwd=self.cwd,

@@ -18,6 +18,7 @@ from msgstream_spark.msg import codec
 from msgstream_spark.msg.position import MsgPosition
 from tests.chaos.badinput import KINDS, Generator, insert_msg
 from tests.chaos.knobs import Figures, rng, size
+from tests.fixtures.login_env import login_env
 from tests.spark.helpers import spark_options
 
 VALID_EVERY = 10  # one valid insert after every 10 bad payloads
@@ -137,7 +138,8 @@ def test_the_console_script_exits_1_with_one_line(corpus):
             continue
         seen.add(b.kind)
         r = subprocess.run([str(exe), "inspect", "--base64", base64.b64encode(b.payload).decode(), "--msg-type",
-                            b.properties["msg_type"]], capture_output=True, text=True, timeout=60, cwd="/")
+                            b.properties["msg_type"]], capture_output=True, text=True, timeout=60, cwd="/",
+                           env=login_env())
         lines = [ln for ln in r.stderr.splitlines() if ln.strip()]
         assert r.returncode == 1 and len(lines) == 1 and lines[0].startswith("msgstream inspect: error:"), \
             (b.kind, r.returncode, r.stderr[-1000:])

@@ -10,6 +10,7 @@ import sys
 import pytest
 
 from msgstream_spark.cli.main import main
+from tests.fixtures.login_env import login_env
 from tests.sink.helpers import config_file, inserted_rows, read_all
 
 
@@ -134,9 +135,9 @@ def test_errors_are_one_line_with_nonzero_exit(local_env, tmp_path, capsys):
 def test_console_script_runs_as_a_process(local_env, tmp_path):
     cfg = config_file(local_env, tmp_path)
     proc = subprocess.run([sys.executable, "-m", "msgstream_spark.cli.main", "position", "--config", cfg,
-                           "-c", "absent"], capture_output=True, text=True, timeout=120)
+                           "-c", "absent"], capture_output=True, text=True, timeout=120, env=login_env())
     assert proc.returncode == 1
     assert proc.stderr.strip().startswith("msgstream position: error:") and "absent" in proc.stderr
     proc = subprocess.run([sys.executable, "-m", "msgstream_spark.cli.main", "--help"], capture_output=True,
-                          text=True, timeout=120)
+                          text=True, timeout=120, env=login_env())
     assert proc.returncode == 0 and "tail" in proc.stdout

@@ -161,3 +161,73 @@ def test_missing_optional_client_names_the_extra(monkeypatch):
     monkeypatch.setitem(sys.modules, "confluent_kafka", None)  # as if not installed
     with pytest.raises(BackendUnavailableError, match=r"pip install 'msgstream-spark\[kafka\]'"):
         build_client("kafka", Config.from_dict({"kafka": {"brokerList": "h:1"}}))
+
+
+def test_a_login_shells_generic_variables_change_no_key(tmp_path):
+    """USER, TOKEN, ADDRESS, PASSWORD, ... set every key of the milvus backend before (issue #19)."""
+    from tests.fixtures.login_env import login_env
+    env = login_env(base={})
+    cfg = Config.load(overrides={"mq.type": "milvus", "milvus.token": "t"}, env=env)
+    assert cfg.to_dict() == Config.load(overrides={"mq.type": "milvus", "milvus.token": "t"}, env={}).to_dict()
+    # every variable named like the last part of a key, or like a milvus.* key without its section
+    generic = {k.rsplit(".", 1)[-1].upper(): "decoy" for k in cfg.to_dict()}
+    generic.update({k.split(".", 1)[1].replace(".", "_").upper(): "decoy" for k in cfg.to_dict()
+                    if k.startswith(("milvus.", "local.", "msgstream."))})
+    assert Config.load(env=generic).to_dict() == Config.load(env={}).to_dict()
+
+
+def test_own_keys_take_the_msgstream_prefix(tmp_path):
+    env = {"MSGSTREAM_MILVUS_TOKEN": "tok", "MSGSTREAM_MILVUS_ADDRESS": "m:19530", "MILVUS_USER": "ignored",
+           "MSGSTREAM_LOCAL_PATH": str(tmp_path / "x.db"), "MSGSTREAM_MSGSTREAM_MODE": "cluster",
+           "MSGSTREAM_MQ_TYPE": "milvus", "MQ_TYPE": "kafka", "MSGSTREAM_NO_SUCH_KEY": "x"}
+    cfg = Config.load(env=env)
+    assert cfg.get("milvus.token") == "tok" and cfg.get("milvus.address") == "m:19530"
+    assert cfg.get("milvus.user") == "" and cfg.get("local.path") == str(tmp_path / "x.db")
+    assert cfg.get("msgstream.mode") == "cluster"
+    assert cfg.get("mq.type") == "milvus"  # the prefixed name beats Milvus's own
+    assert cfg.masked()["milvus.token"] == "******"
+    # Milvus's own names, for keys Milvus has, in any of its spellings
+    cfg = Config.load(env={"PULSAR_ADDRESS": "pulsar://p:6650", "KAFKA_BROKER_LIST": "k:9092",
+                           "PULSAR_MAXMESSAGESIZE": "4096", "MSGCHANNEL_CHANNAMEPREFIX_CLUSTER": "c1"})
+    assert cfg.get("pulsar.address") == "pulsar://p:6650" and cfg.get("kafka.brokerlist") == "k:9092"
+    assert cfg.get_int("pulsar.maxmessagesize") == 4096 and cfg.dml_channel_names(2)[1] == "c1-rootcoord-dml_1"
+
+
+def _readme_table() -> dict[str, str]:
+    """key -> default of README's config table (rows naming several keys: ``a`` / ``b`` | ``x / y``)."""
+    from pathlib import Path
+
+    rows = {}
+    text = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    table = text.split("| key | default | meaning |", 1)[1].split("\n\n", 1)[0]
+    for line in table.splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if len(cells) != 3 or not cells[0].startswith("`"):
+            continue
+        keys = [k.strip("` ") for k in cells[0].replace(", or ", " / ").replace(",", " / ").split(" / ")]
+        section = keys[0].split(".")[0]
+        keys = [f"{keys[0].rsplit('.', 1)[0]}{k}" if k.startswith(".")
+                else k if k.split(".")[0] == section else f"{section}.{k}" for k in keys]
+        defaults = [d.strip("` ") for d in cells[1].replace(", ", " / ").split(" / ")]
+        for i, k in enumerate(keys):
+            rows[k.lower()] = defaults[i] if len(defaults) == len(keys) else cells[1]
+    return rows
+
+
+def test_the_readme_config_table_lists_every_key_with_its_default():
+    from msgstream_spark.config.loader import DEFAULTS
+
+    table = _readme_table()
+    assert sorted(set(DEFAULTS) - set(table)) == []
+    assert sorted(set(table) - set(DEFAULTS)) == ["kafka.consumer.*", "kafka.producer.*"]
+    wrong = {}
+    for key, shown in table.items():
+        want = DEFAULTS.get(key)
+        if want in (None, "") or shown.startswith("("):
+            continue  # no default (shown as —), or explained in words
+        first = shown.lower().split(" ")[0].strip("`,")
+        same = (float(want) == float(first) if isinstance(want, (int, float)) and not isinstance(want, bool)
+                else str(want).lower() == first)
+        if not same:
+            wrong[key] = (shown, want)
+    assert wrong == {}

@@ -10,6 +10,7 @@ from types import SimpleNamespace
 import pyarrow.dataset as ds
 import pytest
 
+from tests.fixtures.login_env import login_env
 from tests.sink.helpers import config_file, deleted_keys, inserted_rows, read_all
 
 pytestmark = pytest.mark.slow
@@ -50,7 +51,6 @@ def test_publish_job_writes_synthetic_rows_and_deletes(spark, backend, tmp_path)
 
 
 def test_ingest_then_replay_from_a_saved_position(spark, backend, tmp_path):
-    pytest.importorskip("pyspark_msgstream", reason="the msgstream reader is not installed")
     local_env = backend
     from jobs import ingest, publish, replay
     from msgstream_spark.cli.commands import latest_position
@@ -82,9 +82,9 @@ def test_ingest_then_replay_from_a_saved_position(spark, backend, tmp_path):
 
 
 def test_demo_runs_green_with_small_sizes(tmp_path):
-    pytest.importorskip("pyspark_msgstream", reason="the msgstream reader is not installed")
     proc = subprocess.run([sys.executable, "-m", "jobs.demo", "--rows", "3000", "--more-rows", "1000", "--dim", "16",
-                           "--workdir", str(tmp_path / "demo")], capture_output=True, text=True, timeout=540)
+                           "--workdir", str(tmp_path / "demo")], capture_output=True, text=True, timeout=540,
+                          env=login_env())
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "checks: OK" in proc.stdout
     events = table(tmp_path / "demo" / "lake" / "events")
@@ -93,21 +93,22 @@ def test_demo_runs_green_with_small_sizes(tmp_path):
 
 @pytest.mark.parametrize("job", ["ingest", "replay", "publish", "demo", "mirror"])
 def test_help_and_usage_errors(job):
-    ok = subprocess.run([sys.executable, "-m", f"jobs.{job}", "--help"], capture_output=True, text=True, timeout=120)
+    ok = subprocess.run([sys.executable, "-m", f"jobs.{job}", "--help"], capture_output=True, text=True, timeout=120,
+                        env=login_env())
     assert ok.returncode == 0 and "usage:" in ok.stdout
     bad = subprocess.run([sys.executable, "-m", f"jobs.{job}", "--no-such-flag"], capture_output=True, text=True,
-                         timeout=120)
+                         timeout=120, env=login_env())
     assert bad.returncode == 2 and "usage:" in bad.stderr
 
 
 def test_bad_trigger_is_a_usage_error():
     bad = subprocess.run([sys.executable, "-m", "jobs.ingest", "--channels", "a", "--output", "/tmp/x",
-                          "--trigger", "sometimes"], capture_output=True, text=True, timeout=120)
+                          "--trigger", "sometimes"], capture_output=True, text=True, timeout=120,
+                         env=login_env())
     assert bad.returncode == 2 and "--trigger must be" in bad.stderr
 
 
 def test_publish_runs_under_spark_submit(local_env, tmp_path):
-    import os
     from pathlib import Path
 
     venv_bin = Path(sys.executable).parent
@@ -116,7 +117,7 @@ def test_publish_runs_under_spark_submit(local_env, tmp_path):
         pytest.skip("spark-submit is not installed next to the interpreter")
     cfg = config_file(local_env, tmp_path)
     chans = [local_env.new_channel("ss") for _ in range(2)]
-    env = dict(os.environ, PYSPARK_PYTHON=sys.executable, PYSPARK_DRIVER_PYTHON=sys.executable)
+    env = login_env(PYSPARK_PYTHON=sys.executable, PYSPARK_DRIVER_PYTHON=sys.executable)
     proc = subprocess.run([str(submit), "--master", "local[2]", str(Path(__file__).parents[2] / "jobs" / "publish.py"),
                            "--config", cfg, "--channels", ",".join(chans), "--synthetic", "400", "--dim", "4"],
                           capture_output=True, text=True, timeout=300, env=env, cwd=tmp_path)

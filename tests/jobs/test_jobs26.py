@@ -27,8 +27,6 @@ def _ops(path):
 
 
 def test_ingest_and_replay_a_26_channel(spark, local_env, tmp_path):
-    pytest.importorskip("pyspark_msgstream", reason="the msgstream reader is not installed")
-    pytest.importorskip("msgstream_spark.source.apply", reason="needs the 2.6 read path of the Spark source")
     from jobs import ingest, replay
     from msgstream_spark.cli.commands import latest_position
 

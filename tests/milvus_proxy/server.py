@@ -49,6 +49,7 @@ class ProxyState:
     tokens: set = field(default_factory=set)  # accepted raw tokens or "user:password"; empty: no auth
     unimplemented: bool = False
     stall_after: int | None = None
+    write_ticks: bool = True  # each DumpMessages call persists a TimeTick first, as Milvus 2.6 does
     requests: list = field(default_factory=list)  # every DumpMessagesRequest, for assertions
     sent: int = 0
 
@@ -103,7 +104,8 @@ class Servicer(milvus_grpc.MilvusServiceServicer):
         try:
             for mid, payload, props in dump(self.store, request.pchannel, sid, request.start_message_id.WAL_name,
                                             request.include_start_message, request.start_timetick,
-                                            request.end_timetick, context.is_active):
+                                            request.end_timetick, context.is_active,
+                                            write_ticks=self.state.write_ticks):
                 if self.state.stall_after is not None and sent >= self.state.stall_after:
                     self.state.stall_after = None  # one stream stalls; the next one is served
                     while context.is_active():  # a stalled proxy: the stream stays open, silent

@@ -19,13 +19,16 @@ stream-interceptor test (#52387: ``DumpMessages`` authenticated). What it copies
   re-timed to the Commit's ``_tt`` and ``_lc`` (``_lcs`` removed); a rolled-back transaction never
   appears; bodies or a Commit whose Begin lies before the start are ignored;
 * ``start_timetick`` skips what is below it; the first tick or unit above ``end_timetick`` ends
-  the stream cleanly; without ``end_timetick`` the stream tails until cancelled.
+  the stream cleanly; without ``end_timetick`` the stream tails until cancelled;
+* each call first *writes* one TimeTick with the current TSO into the WAL (Milvus's scanner forces
+  a persisted tick when it starts), so every call leaves an entry behind that is never sent
+  (``write_ticks=False`` turns this off).
 
-Simplified: Milvus *writes* a TimeTick when a scan starts and after appends; this server acts as
-if one with the current TSO followed the last stored entry at the start and at each poll, and
-writes nothing. Entries that are not WAL messages (no ``_v``: the conformance suite's opaque
-payloads) are sent unchanged in log order, with the store's timestamp standing in for ``_tt`` in
-the bounds (Milvus would rebuild version-0 properties from a 2.5 body). Transactions never expire.
+Simplified: Milvus also writes TimeTicks after appends; this server acts as if one with the
+current TSO followed the last stored entry at each poll, and writes nothing then. Entries that
+are not WAL messages (no ``_v``: the conformance suite's opaque payloads) are sent unchanged in
+log order, with the store's timestamp standing in for ``_tt`` in the bounds (Milvus would rebuild
+version-0 properties from a 2.5 body). Transactions never expire.
 """
 
 from __future__ import annotations
@@ -182,14 +185,27 @@ def release(scan: Scan, tick: int) -> list[Unit]:
     return out
 
 
+def write_tick(store: LocalClient, pchannel: str) -> int:
+    """Persist a TimeTick at the current TSO, as Milvus's scanner does when a scan starts: its id."""
+    from msgstream_spark.mq.base import ProducerMessage
+    from tests.wal26 import producer as P
+
+    tick = P.timetick(tso_now(), lcs=True)
+    with store.create_producer(pchannel) as p:
+        return p.send(ProducerMessage(tick.payload, tick.properties, tick.tt)).offset
+
+
 def dump(store: LocalClient, pchannel: str, start_id: str, wal_name: int, include: bool, start_tt: int,
-         end_tt: int, active: Callable[[], bool], poll: float = 0.02) -> Iterator[tuple[int, bytes, dict]]:
+         end_tt: int, active: Callable[[], bool], poll: float = 0.02,
+         write_ticks: bool = True) -> Iterator[tuple[int, bytes, dict]]:
     """Yield ``(id, payload, properties)`` as Milvus's proxy sends them, until ``end_tt`` or cancel."""
     check_request(pchannel, start_id, start_tt, end_tt)
     if not store.channel_exists(pchannel):  # an unknown pchannel: open and silent until cancelled
         while active():
             time.sleep(poll)
         return
+    if write_ticks:
+        write_tick(store, pchannel)
     reader = open_reader(store, pchannel, start_id, wal_name, include)
     scan = Scan(start_tt, end_tt)
     try:

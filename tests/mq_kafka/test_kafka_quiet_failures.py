@@ -16,6 +16,7 @@ from msgstream_spark.mq.base import ProducerMessage
 from msgstream_spark.mq.kafka.client import KafkaClient
 from msgstream_spark.mq.kafka.logs import LOGGER_NAME, CollapseRepeats
 from tests.fixtures.kafka_env import kafka_config
+from tests.fixtures.login_env import login_env
 from tests.fixtures.tansu import free_port
 
 REFUSED = "FAIL [rdkafka#producer-1] [thrd:h:1/bootstrap]: h:1/bootstrap: Connect to ipv4#h:1 failed: " \
@@ -29,7 +30,7 @@ def test_cli_on_a_refused_broker_list_prints_one_clear_error(tmp_path):
     proc = subprocess.run([sys.executable, "-m", "msgstream_spark.cli.main", "tail", "-c", "x",
                            "--set", "mq.type=kafka", "--set", f"kafka.brokerList={broker}",
                            "--set", "kafka.requestTimeout=120"],
-                          capture_output=True, text=True, timeout=110, cwd=tmp_path)
+                          capture_output=True, text=True, timeout=110, cwd=tmp_path, env=login_env())
     took = time.monotonic() - t0
     lines = proc.stderr.strip().splitlines()
     assert proc.returncode == 1, proc.stderr

@@ -37,3 +37,21 @@ def test_tail_reads_through_the_proxy(milvus_proxy, tmp_path, capsys):
     code, out, err = _cli(capsys, "tail", *_sets(milvus_proxy, tmp_path), "-c", P.PCHANNEL)
     assert code == 0, err
     assert len(out) == 3
+
+
+def test_channels_from_a_login_shell_with_a_token_and_with_a_password(milvus_proxy, tmp_path):
+    """USER (set by every login shell) once became milvus.user: a token was then 'both' (issue #19)."""
+    import subprocess
+    import sys
+
+    from tests.fixtures.login_env import login_env
+    milvus_proxy.state.tokens = {"tok", "alice:secret"}
+    fill(milvus_proxy, P.PCHANNEL, [P.insert(now_tt() + i, [i]) for i in range(2)] + [P.timetick(now_tt() + 9)])
+    cmd = [sys.executable, "-m", "msgstream_spark.cli.main", "channels", *_sets(milvus_proxy, tmp_path),
+           "-c", P.PCHANNEL]
+    for creds, env in ((["--set", "milvus.token=tok"], login_env()),
+                       ([], login_env(MSGSTREAM_MILVUS_USER="alice", MSGSTREAM_MILVUS_PASSWORD="secret"))):
+        proc = subprocess.run([*cmd, *creds], capture_output=True, text=True, timeout=120, env=env)
+        assert proc.returncode == 0, proc.stderr
+        assert json.loads(proc.stdout.splitlines()[0])["messages"] == 2
+        assert "secret" not in proc.stderr + proc.stdout and "tok" not in proc.stderr

@@ -24,6 +24,7 @@ from msgstream_spark.msg.wal26 import (
 )
 from msgstream_spark.stream.txn import TxnAssembler
 from tests.fixtures.milvus_env import StoreWriter, milvus_config, proxy_id
+from tests.milvus_proxy.wal import tso_now
 from tests.wal26 import producer as P
 
 WAIT = 20.0
@@ -189,8 +190,9 @@ def test_latest_first_and_timestamp_lookups(milvus_proxy, client):
     assert client.latest_message_id(P.PCHANNEL) == proxy_id(ids[4])
     assert client.first_message_id(P.PCHANNEL) == proxy_id(ids[0])
     assert client.message_id_at_timestamp(P.PCHANNEL, tt + 2) == proxy_id(ids[2])
-    fill(milvus_proxy, P.PCHANNEL, [P.insert(now_tt(50), [9])])
-    assert client.latest_message_id(P.PCHANNEL).offset == ids[-1].offset + 1  # the cached scan goes on
+    # every scan above persisted a TimeTick at the proxy's TSO, as Milvus does: a new entry comes after them
+    new = fill(milvus_proxy, P.PCHANNEL, [P.insert(tso_now() + 1, [9])])
+    assert client.latest_message_id(P.PCHANNEL) == proxy_id(new[0])  # the cached scan goes on
 
 
 def test_bad_ids_are_decode_errors(client):
@@ -201,3 +203,20 @@ def test_bad_ids_are_decode_errors(client):
     assert back == mid and back.time_tick == 5 and back.last_confirmed == "rr" and back.offset == 1000
     legacy = client.bytes_to_message_id((1000).to_bytes(8, "little"))  # a MsgPosition's msgID (Kafka/RocksMQ form)
     assert legacy.offset == 1000 and legacy.id == "rs"
+
+
+def test_the_latest_id_cache_is_bounded(milvus_proxy, client, monkeypatch):
+    """The process-wide cache of latest ids (scan.py) keeps the most recently used entries only."""
+    from msgstream_spark.mq.milvus import scan
+
+    monkeypatch.setattr(scan, "CACHE_SIZE", 3)
+    monkeypatch.setattr(scan, "_cache", type(scan._cache)())
+    chans = [f"bounded-{i}" for i in range(5)]
+    last = {}
+    for ch in chans:
+        tt = tso_now()
+        last[ch] = fill(milvus_proxy, ch, [P.insert(tt, [1]), P.timetick(tt + 1)])[0]
+        assert client.latest_message_id(ch) == proxy_id(last[ch])
+    assert [k[1] for k in scan._cache] == chans[2:]
+    assert client.latest_message_id(chans[0]) == proxy_id(last[chans[0]])  # evicted: a full scan, same answer
+    assert [k[1] for k in scan._cache] == [*chans[3:], chans[0]]

@@ -67,3 +67,40 @@ def test_available_now_stream_through_the_proxy(spark, milvus_proxy, tmp_path):
         pub.close()
         w.close()
     assert run(tmp_path / "out") == [("insert", i) for i in range(12)]  # the restarted query goes on once
+
+
+def test_restarted_stream_reads_exactly_the_new_2_6_rows(spark, milvus_proxy, tmp_path):
+    """Issue #19: every DumpMessages call persists a TimeTick (Milvus 2.6); a query restarted from its
+    checkpoint read none of the rows written after its first run. Rows carry the proxy's TSO, as
+    Milvus's do: each later than every tick written before."""
+    from tests.milvus_proxy.wal import tso_now
+    from tests.mq_milvus.test_dump import fill
+    from tests.wal26 import producer as P
+
+    ch = "spark-milvus-26"
+    conf = tmp_path / "milvus.yaml"
+    conf.write_text(yaml.safe_dump({"mq": {"type": "milvus"}, "milvus": {
+        "address": milvus_proxy.address, "metadataPath": str(tmp_path / "meta.json"), "requestTimeout": 10}}))
+
+    def run() -> list:
+        df = (spark.readStream.format("msgstream").option("config", str(conf)).option("channels", ch)
+              .option("subscription", "s26").load())
+        q = (df.writeStream.format("parquet").option("path", str(tmp_path / "out"))
+             .option("checkpointLocation", str(tmp_path / "ck")).trigger(availableNow=True).start())
+        assert q.awaitTermination(120) is not False, "the AvailableNow query did not finish"
+        return sorted((r.op, r.pk) for r in spark.read.parquet(str(tmp_path / "out")).select("op", "pk").collect())
+
+    tt = tso_now()
+    fill(milvus_proxy, ch, [P.create_collection(tt), P.insert(tt + 1, [0, 1]), P.insert(tt + 2, [2]),
+                            P.timetick(tt + 3)])
+    assert run() == [("insert", pk) for pk in range(3)]
+    tt = tso_now()
+    fill(milvus_proxy, ch, [P.insert(tt, [3, 4]), P.timetick(tt + 1), P.insert(tt + 2, [5])])
+    want = [("insert", pk) for pk in range(6)]
+    assert run() == want  # exactly the new rows, once
+    tt = tso_now()  # ticks and a transaction interleaved with the new rows; a rolled-back one never shows
+    fill(milvus_proxy, ch, [P.timetick(tt), *P.upsert_txn(tt + 1, 71, [6]), P.insert(tt + 5, [7]),
+                            P.timetick(tt + 6), *P.upsert_txn(tt + 7, 72, [8], end="rollback"), P.timetick(tt + 11)])
+    want += [("delete", 6), ("insert", 6), ("insert", 7)]
+    assert run() == sorted(want)
+    assert run() == sorted(want)  # nothing new: nothing read twice

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.fixtures.login_env import login_env
 from tests.fixtures.wheel_env import REPO
 
 APP = Path(__file__).with_name("roundtrip_app.py")
@@ -23,7 +24,7 @@ EXPECTED = sorted(["insert", i, [float(i), float(i) + 0.5], f"n{i}"] for i in ra
 
 
 def run_app(python: Path, cwd: Path) -> dict:
-    env = {k: v for k, v in os.environ.items()
+    env = {k: v for k, v in login_env().items()
            if k not in ("PYTHONPATH", "SPARK_HOME", "SPARK_CONNECT_MODE_ENABLED", "SPARK_REMOTE")}
     env.update(PYSPARK_PYTHON=str(python), PYSPARK_DRIVER_PYTHON=str(python))
     try:

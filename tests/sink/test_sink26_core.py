@@ -7,7 +7,6 @@ ReplayFilter, wal26.decode_message, TxnAssembler).
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -26,6 +25,7 @@ from msgstream_spark.sink.dedupe import PROP_WRITER
 from msgstream_spark.sink.options import parse_sink_options
 from msgstream_spark.sink.plan import plan_write
 from msgstream_spark.sink.task import TaskWriter
+from tests.fixtures.login_env import login_env
 from tests.sink import failpoint
 from tests.sink.helpers import config_file
 from tests.sink.wal26_read import apply, raw_messages
@@ -152,7 +152,7 @@ def test_a_killed_task_leaves_a_transaction_that_expires(local_env, tmp_path):
     chans = [local_env.new_channel("kill") for _ in range(2)]
     cfg = config_file(local_env, tmp_path)
     marker = tmp_path / "killed.marker"
-    env = {**os.environ, "PYTHONPATH": str(ROOT), failpoint.ENV: str(marker)}
+    env = {**login_env(), "PYTHONPATH": str(ROOT), failpoint.ENV: str(marker)}
     code = ("import sys, pyarrow as pa; from tests.sink import failpoint, test_sink26_core as t; "
             "failpoint.install(sys.argv[2]); o, w = t._writer(sys.argv[1], sys.argv[3].split(','), "
             "wireFormat='2.6', transactional='true', txnKeepalive='1', writerId='k'); "

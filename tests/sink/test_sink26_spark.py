@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from msgstream_spark.msg.hashing import hash_int64
+from tests.fixtures.login_env import login_env
 from tests.sink import failpoint
 from tests.sink.helpers import config_file, two_part_parquet
 from tests.sink.test_sink_spark import FIELD_TYPES, _types_df
@@ -58,7 +59,7 @@ def test_a_killed_task_attempt_is_never_applied_and_its_retry_counts_once(local_
     cfg = config_file(local_env, tmp_path)
     marker = tmp_path / "killed.marker"
     root = Path(__file__).resolve().parents[2]
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(root / "tests" / "sink" / "site"), str(root)]),
+    env = {**login_env(), "PYTHONPATH": os.pathsep.join([str(root / "tests" / "sink" / "site"), str(root)]),
            failpoint.ENV: str(marker), "PYSPARK_PYTHON": sys.executable}
     run = subprocess.run([sys.executable, "-m", "tests.sink.killed_batch26", cfg, ",".join(chans), "300"],
                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
@@ -85,7 +86,7 @@ def test_streaming_2_6_transactions_exactly_once_after_a_killed_task(spark, loca
     cfg = config_file(local_env, tmp_path)
     marker, chk = tmp_path / "killed.marker", tmp_path / "chk"
     root = Path(__file__).resolve().parents[2]
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(root / "tests" / "sink" / "site"), str(root)]),
+    env = {**login_env(), "PYTHONPATH": os.pathsep.join([str(root / "tests" / "sink" / "site"), str(root)]),
            failpoint.ENV: str(marker), "PYSPARK_PYTHON": sys.executable}
     wal = ["wireFormat=2.6", "transactional=true"]
     run = subprocess.run([sys.executable, "-m", "tests.sink.killed_sink", cfg, ",".join(chans), str(src), str(chk),

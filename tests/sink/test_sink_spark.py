@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from msgstream_spark.sink.dedupe import ReplayFilter
+from tests.fixtures.login_env import login_env
 from tests.sink import failpoint
 from tests.sink.helpers import config_file, deleted_keys, inserted_rows, read_all, two_part_parquet
 
@@ -93,7 +94,6 @@ def test_round_trip_every_type_with_deletes_and_milvus_sharding(spark, backend, 
 
 
 def test_round_trip_through_the_msgstream_reader(spark, local_env, tmp_path):
-    pytest.importorskip("pyspark_msgstream", reason="the msgstream reader is not installed")
     from chispa import assert_df_equality
 
     chans = [local_env.new_channel("rr") for _ in range(2)]
@@ -179,7 +179,7 @@ def test_streaming_exactly_once_after_a_killed_task(spark, local_env, tmp_path):
     chk = tmp_path / "chk"
     root = Path(__file__).resolve().parents[2]
     # The failpoint lives in tests: a process of its own whose Spark workers load it (sitecustomize).
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(root / "tests" / "sink" / "site"), str(root)]),
+    env = {**login_env(), "PYTHONPATH": os.pathsep.join([str(root / "tests" / "sink" / "site"), str(root)]),
            failpoint.ENV: str(marker), "PYSPARK_PYTHON": sys.executable}
     run = subprocess.run([sys.executable, "-m", "tests.sink.killed_sink", cfg, ",".join(chans), str(src), str(chk)],
                          cwd=root, env=env, capture_output=True, text=True, timeout=300)

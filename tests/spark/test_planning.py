@@ -17,7 +17,8 @@ def ids(client, *offsets):
 
 
 def test_channel_offset_round_trips_the_json_entry():
-    for e in ({"msgID": "", "ts": 0}, entry(b"\x01" * 8, 5, inclusive=True), entry(b"\x02" * 8, 7, exclusive=True)):
+    for e in ({"msgID": "", "ts": 0}, entry(b"\x01" * 8, 5, inclusive=True), entry(b"\x02" * 8, 7, exclusive=True),
+              entry(b"\x03" * 8, 9, atTick=True)):
         assert ChannelOffset.from_json(e).to_json() == e
     assert ChannelOffset.from_json(entry(b"x", 3, inclusive=True)) == ChannelOffset(b"x", 3, inclusive=True)
 
@@ -73,6 +74,39 @@ def test_scanner_plan_end_cuts_at_a_tick_every_channel_reached(local_env):
     finally:
         scan.close()
         client.close()
+
+
+def test_a_restarted_scan_stays_aligned_after_a_tick_and_free_after_a_message(local_env):
+    """The next batch after an end at a tick waits for the next tick; after an end at a message with a
+    time (2.6 messages carry ``_tt``) it does not, or a source whose scans never see ticks (the milvus
+    backend) restarts to read nothing, run after run (issue #19)."""
+    client = local_env.client()
+    ch = local_env.new_channel("restart")
+    pub = Publisher(client, [ch])
+    pub.rounds(1, rows=3)
+    pub.insert(ch, 2)  # after the tick
+    pub.close()
+    first = Scanner(client, "rows", True)
+    try:
+        start = normalize({ch: entry(b"", 0)})
+        first.refresh(start)
+        at_tick, rows = first.plan_end(start, align=None)
+        assert rows == 3 and at_tick[ch]["atTick"] is True and at_tick[ch]["ts"] > 0
+        data = first.chans[ch].items[-1]  # an end at the last insert, as a channel without ticks has
+        at_data = normalize({ch: entry(data.id.serialize(), data.ts)})
+    finally:
+        first.close()
+    pub = Publisher(client, [ch], next_pk=5)
+    pub.insert(ch, 2)  # no tick after them yet
+    pub.close()
+    for start, want in ((at_tick, 0), (at_data, 2)):
+        scan = Scanner(client, "rows", True)
+        try:
+            scan.refresh(start)
+            assert scan.plan_end(start, align=None)[1] == want
+        finally:
+            scan.close()
+    client.close()
 
 
 def test_read_options(local_env):

@@ -16,6 +16,7 @@ from msgstream_spark.mq.base import ProducerMessage
 from msgstream_spark.msg import codec
 from msgstream_spark.msg.columns import arrow_to_field_data
 from msgstream_spark.msg.types import InsertMsg, TimeTickMsg
+from tests.fixtures.login_env import login_env
 from tests.msg.test_columns import COLUMNS, N, _field_schema
 from tests.spark.helpers import Publisher, spark_options
 
@@ -77,7 +78,8 @@ def test_driver_killed_mid_stream_restart_gives_each_row_exactly_once(spark, env
     chk, out = tmp_path / "chk", tmp_path / "out"
     proc = subprocess.Popen([sys.executable, "-m", "tests.spark.killed_query", json.dumps(spark_options(env)),
                              ",".join(pub.channels), str(chk), str(out)], cwd=Path(__file__).parents[2],
-                            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, start_new_session=True)
+                            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, start_new_session=True,
+                            env=login_env())
     try:
         deadline = time.monotonic() + 180
         commits = chk / "commits"

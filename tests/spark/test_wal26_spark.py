@@ -20,6 +20,7 @@ from pathlib import Path
 import pytest
 
 from msgstream_spark.stream.decode import wal_name
+from tests.fixtures.login_env import login_env
 from tests.spark import wal26_data as D
 from tests.spark.helpers import spark_options
 from tests.wal26 import producer as P
@@ -120,7 +121,8 @@ def test_driver_killed_while_a_transaction_is_open_gives_its_rows_exactly_once(s
         P.write(prod, [*before, *txn, P.timetick(tt + 110)])
         proc = subprocess.Popen([sys.executable, "-m", "tests.spark.killed_query", json.dumps(spark_options(env)),
                                  ch, str(chk), str(out)], cwd=Path(__file__).parents[2],
-                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
+                                env=login_env())
         try:
             deadline, commits = time.monotonic() + 180, chk / "commits"
             while time.monotonic() < deadline:  # bounded: the query commits a batch before the transaction

@@ -7,13 +7,13 @@ client call is a separate process (tests/spark_connect/client_app.py), as users 
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
+from tests.fixtures.login_env import login_env
 from tests.sink.helpers import deleted_keys, inserted_rows, read_all
 from tests.spark.helpers import Publisher, spark_options
 
@@ -24,7 +24,7 @@ pytestmark = pytest.mark.slow
 
 def client(url: str, cwd: Path, **spec) -> dict:
     """Run one client program against the server at ``url`` and return what it printed."""
-    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "SPARK_CONNECT_MODE_ENABLED")}
+    env = {k: v for k, v in login_env().items() if k not in ("PYTHONPATH", "SPARK_CONNECT_MODE_ENABLED")}
     cmd = [sys.executable, str(APP), json.dumps({"url": url, **spec})]
     try:
         done = subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True, timeout=300)

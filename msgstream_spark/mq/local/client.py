@@ -82,19 +82,12 @@ class LocalClient(Client):
         v = self._one("SELECT MIN(id) FROM messages WHERE channel = ? AND ts >= ?", channel, int(hybrid_ts))
         return LocalMessageID(v) if v is not None else None
 
-    def removed_upto(self, channel: str) -> int:
-        """Highest id retention removed from ``channel`` (0: none)."""
-        return self._one("SELECT removed_upto FROM channels WHERE name = ?", channel) or 0
-
     def list_channels(self) -> list[str]:
         with self._db.lock:
             return [r[0] for r in self._conn().execute("SELECT name FROM channels ORDER BY name")]
 
     def channel_exists(self, channel: str) -> bool:
         return self._one("SELECT 1 FROM channels WHERE name = ?", channel) is not None
-
-    def message_count(self, channel: str) -> int:
-        return self._one("SELECT COUNT(*) FROM messages WHERE channel = ?", channel) or 0
 
     def put_metadata(self, key: str, value: str) -> None:
         with self._db.lock:

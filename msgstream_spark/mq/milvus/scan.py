@@ -13,14 +13,28 @@ from __future__ import annotations
 
 import threading
 import time
+from collections import OrderedDict
 
 from msgstream_spark.errors import BackendTimeoutError, DataLossError
 from msgstream_spark.mq.milvus.connection import ProxyConnection
 from msgstream_spark.mq.milvus.consumer import MilvusConsumer
 from msgstream_spark.mq.milvus.message_id import MilvusMessageID, earliest_for
 
-_cache: dict[tuple[str, str, frozenset | None], MilvusMessageID] = {}
+# The last latest-id answer per (proxy, pchannel, vchannel filter): only where the next scan starts.
+# Safe in Spark's reused Python workers: an entry is a hint, any id at or before the true latest
+# gives the same answer (a truncated one falls back to a full scan), and eviction costs a longer scan.
+CACHE_SIZE = 1024
+_cache: OrderedDict[tuple[str, str, frozenset | None], MilvusMessageID] = OrderedDict()
 _cache_lock = threading.Lock()
+
+
+def _remember(key: tuple[str, str, frozenset | None], mid: MilvusMessageID) -> None:
+    """Keep ``mid`` for ``key``, dropping the least recently used entries beyond :data:`CACHE_SIZE`."""
+    with _cache_lock:
+        _cache[key] = mid
+        _cache.move_to_end(key)
+        while len(_cache) > CACHE_SIZE:
+            _cache.popitem(last=False)
 
 
 def _scan(conn: ProxyConnection, channel: str, vchannels: frozenset[str] | None, start: MilvusMessageID,
@@ -67,8 +81,7 @@ def latest_id(conn: ProxyConnection, channel: str, vchannels: frozenset[str] | N
         return latest_id(conn, channel, vchannels)  # the cached id was truncated: scan from the start
     last = last or known
     if last is not None:
-        with _cache_lock:
-            _cache[key] = last
+        _remember(key, last)
     return last
 
 

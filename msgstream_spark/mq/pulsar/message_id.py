@@ -50,11 +50,6 @@ class PulsarMessageID(MessageID):
         return cls(-1, -1, -1, 0)
 
     @classmethod
-    def from_client(cls, mid: Any, batch_size: int = 0) -> PulsarMessageID:
-        """From a ``pulsar.MessageId`` (or the ``_pulsar.MessageId`` the client returns)."""
-        return cls(mid.ledger_id(), mid.entry_id(), mid.batch_index(), batch_size, mid)
-
-    @classmethod
     def deserialize(cls, data: bytes) -> PulsarMessageID:
         """Parse any ``MessageIdData`` encoding (Milvus 2.5, 2.4, or the Python client's)."""
         try:  # ack_set / first_chunk_message_id (length-delimited) are not part of the position

@@ -22,7 +22,7 @@ from msgstream_spark.msg.wal26.headers import (
     TxnContext,
     decode_header,
 )
-from msgstream_spark.msg.wal26.types import WalMessageType, b36decode, type_name
+from msgstream_spark.msg.wal26.types import b36decode, type_name
 
 VERSION, TYPE, TIME_TICK, BARRIER_TT, WAL_TERM = "_v", "_t", "_tt", "_btt", "_wt"
 LAST_CONFIRMED, LAST_CONFIRMED_SELF, VCHANNEL, HEADER = "_lc", "_lcs", "_vc", "_h"
@@ -89,10 +89,6 @@ class Envelope:
     @property
     def type_name(self) -> str:
         return type_name(self.msg_type)
-
-    @property
-    def known_type(self) -> bool:
-        return self.msg_type in WalMessageType._value2member_map_
 
     @property
     def is_control_vchannel(self) -> bool:
