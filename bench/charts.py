@@ -56,6 +56,12 @@ def ratio_rows(res: dict) -> list[tuple[str, float, float]]:
         if (w.get(be) or {}).get("ratio"):
             rows.append((f"Spark write, {'embedded log' if be == 'local' else 'Kafka'} vs bare produce",
                          w[be]["ratio"], goal))
+    m = res.get("bench.bench_mirror") or {}
+    for fmt in ("delta", "iceberg"):
+        if (m.get("mirror") or {}).get(f"mirror_{fmt}_ratio"):
+            rows.append((f"mirror into {fmt} vs append to Parquet", m["mirror"][f"mirror_{fmt}_ratio"], 0.5))
+    if (m.get("snapshot") or {}).get("snapshot_ratio"):
+        rows.append(("snapshot (real Milvus) vs append the log to Parquet", m["snapshot"]["snapshot_ratio"], 0.5))
     return rows
 
 

@@ -6,7 +6,10 @@ On the embedded backend in ``demo-output/`` (recreated each run):
 3. save the channels' latest positions;
 4. publish more rows (and deletes);
 5. replay from the saved position into another table, and ingest again (incremental);
-6. print rows per op and per channel, positions and throughput, and check the counts.
+6. print rows per op and per channel, positions and throughput, and check the counts;
+7. mirror the collection into a Delta table (``jobs.mirror --snapshot never``: the embedded log holds
+   every event, and there is no Milvus to snapshot from) and show a few of its rows next to what the
+   collection holds, computed from what the demo published (the synthetic rows minus the deleted keys).
 """
 
 from __future__ import annotations
@@ -98,16 +101,16 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     common = dict(config=str(cfg_path), channels=channels)
     step = max(1, int(round(1.0 / args.delete_fraction))) if args.delete_fraction > 0 else 0
 
-    print(f"[1/6] publish {args.rows} rows ({args.dim}-dim vectors) to {channels}", flush=True)
+    print(f"[1/7] publish {args.rows} rows ({args.dim}-dim vectors) to {channels}", flush=True)
     pub1 = publish.run(_publish_ns(common, args, args.rows, 0), spark)
     events, checkpoint = work / "lake" / "events", work / "lake" / "_events_checkpoint"
-    print("[2/6] ingest with Trigger.AvailableNow into Parquet", flush=True)
+    print("[2/7] ingest with Trigger.AvailableNow into Parquet", flush=True)
     ing_args = _ns(**common, output=str(events), format="parquet", checkpoint=str(checkpoint),
                    subscription="demo-ingest", starting="earliest", trigger="available-now",
                    max_rows_per_trigger=None, dedupe=False, partition_by=None, timeout=None, progress_interval=5.0)
     ing1 = ingest.run(ing_args, spark)
 
-    print("[3/6] save the channels' latest positions", flush=True)
+    print("[3/7] save the channels' latest positions", flush=True)
     cfg = Config.load(cfg_path)
     with build_client(cfg.mq_type, cfg) as client:
         saved = [latest_position(client, ch) for ch in channels.split(",")]
@@ -115,21 +118,73 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     pos_file = work / "position.json"
     pos_file.write_text(json.dumps([p.to_json_dict() for p in saved]))
 
-    print(f"[4/6] publish {args.more_rows} more rows", flush=True)
+    print(f"[4/7] publish {args.more_rows} more rows", flush=True)
     pub2 = publish.run(_publish_ns(common, args, args.more_rows, args.rows), spark)
 
-    print("[5/6] replay from the saved position; ingest again (incremental)", flush=True)
+    print("[5/7] replay from the saved position; ingest again (incremental)", flush=True)
     replay_out = work / "lake" / "replay"
     rep = replay.run(_ns(**common, output=str(replay_out), format="parquet", mode="overwrite",
                          start="@" + str(pos_file), from_ts=None, end=None, to_ts=None, dedupe=False), spark)
     ing2 = ingest.run(ing_args, spark)
 
-    print("[6/6] summary", flush=True)
+    print("[6/7] summary", flush=True)
     summary = _summary(args, step, work, t_start, saved, (pub1, pub2), (ing1, ing2), rep, (events, replay_out))
     _print_summary(summary)
+    print("[7/7] mirror the collection into a Delta table", flush=True)
+    summary["mirror"] = _mirror(args, common, work, step, spark)
+    summary["got"]["mirror_equals_collection"] = summary["mirror"]["equal"]
+    summary["expected"]["mirror_equals_collection"] = True
     if summary["got"] != summary["expected"]:
         raise MsgStreamError(f"demo check failed: expected {summary['expected']}, got {summary['got']}")
     return summary
+
+
+def _collection_state(args, step: int, events: Path):
+    """What the collection holds after the demo, from what it published: pk -> (category, score, vec).
+    Keys and scalars from the synthetic generator minus the deleted keys; vectors (drawn per publish
+    task) from the ingested change log, where each key is inserted once."""
+    from msgstream_spark.cli.data import synthetic_batches
+
+    ev = _table(events)
+    ins = ev.filter(ev.column("op").cast("string").to_numpy(zero_copy_only=False) == "insert")
+    vecs = dict(zip(ins.column("pk").to_pylist(), ins.column("vec").to_pylist()))
+    state = {}
+    for start, n in ((0, args.rows), (args.rows, args.more_rows)):
+        deleted = set(range(start, start + n, step)) if step else set()
+        for b in synthetic_batches(n, 1, start=start):
+            for pk, cat, score in zip(*(b.column(i).to_pylist() for i in range(3))):
+                if pk not in deleted:
+                    state[pk] = (cat, score, vecs.get(pk))
+    return state
+
+
+def _mirror(args, common: dict[str, str], work: Path, step: int, spark) -> dict[str, Any]:
+    from jobs import mirror
+    from msgstream_spark.mirror.table import open_table
+
+    table = work / "lake" / "mirror"
+    margs = mirror.build_parser().parse_args([
+        "--config", common["config"], "--channels", common["channels"], "--collection", "demo",
+        "--table", str(table), "--table-format", "delta", "--snapshot", "never"])
+    t0 = time.perf_counter()
+    res = mirror.run(margs, spark)
+    secs = time.perf_counter() - t0
+    got = open_table("delta", str(table), collection="demo", pk="pk", create=False).to_arrow()
+    rows = {r["pk"]: r for r in got.select(["pk", "category", "score", "vec", "_ts"]).to_pylist()}
+    want = _collection_state(args, step, work / "lake" / "events")
+    equal = rows.keys() == want.keys() and all(
+        (rows[k]["category"], rows[k]["score"], rows[k]["vec"]) == v for k, v in want.items())
+    print(f"\n== mirrored table {table} (delta, {len(rows)} rows, {res['merged_batches']} merge(s), "
+          f"{secs:.1f} s) next to what the collection holds ({len(want)} rows) ==")
+    print(f"{'pk':>8}  {'table: category':>16} {'score':>6} {'_ts':>19}   {'collection: category':>20} {'score':>6}")
+    for pk in list(range(0, 4)) + [args.rows - 1, args.rows]:
+        t, c = rows.get(pk), want.get(pk)
+        left = f"{t['category']:>16} {t['score']:>6.1f} {t['_ts']:>19}" if t else f"{'(deleted)':>16} {'':>6} {'':>19}"
+        right = f"{c[0]:>20} {c[1]:>6.1f}" if c else f"{'(deleted)':>20}"
+        print(f"{pk:>8}  {left}   {right}")
+    print(f"mirror check: {'OK, equal row for row (vectors too)' if equal else 'FAILED'}\n", flush=True)
+    return {"rows": len(rows), "collection_rows": len(want), "equal": equal, "seconds": round(secs, 1),
+            "merged_batches": res["merged_batches"]}
 
 
 def _summary(args, step, work, t_start, saved, pubs, ings, rep, outs) -> dict[str, Any]:

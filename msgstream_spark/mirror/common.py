@@ -64,6 +64,8 @@ def _same_type(a: pa.DataType, b: pa.DataType) -> bool:
     a, b = norm.get(a, a), norm.get(b, b)
     if a == b:
         return True
+    if pa.types.is_signed_integer(a) and pa.types.is_signed_integer(b) and a.bit_width >= b.bit_width:
+        return True  # Iceberg has no int8/int16: the table keeps Int8/Int16 fields as int32
     if pa.types.is_list(a) or pa.types.is_large_list(a) or pa.types.is_fixed_size_list(a):
         if pa.types.is_list(b) or pa.types.is_large_list(b) or pa.types.is_fixed_size_list(b):
             return _same_type(a.value_type, b.value_type)

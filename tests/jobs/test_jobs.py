@@ -91,7 +91,7 @@ def test_demo_runs_green_with_small_sizes(tmp_path):
     assert events.num_rows == 3000 + 1000 + 150 + 50  # 5% of the keys deleted
 
 
-@pytest.mark.parametrize("job", ["ingest", "replay", "publish", "demo"])
+@pytest.mark.parametrize("job", ["ingest", "replay", "publish", "demo", "mirror"])
 def test_help_and_usage_errors(job):
     ok = subprocess.run([sys.executable, "-m", f"jobs.{job}", "--help"], capture_output=True, text=True, timeout=120,
                         env=login_env())

@@ -1,0 +1,165 @@
+"""Mirror throughput next to appending the same events to Parquet, measured in the same run.
+
+``python -m bench.bench_mirror [rows]``:
+- mirror: a synthetic collection (pk, category, score, 8-d vec) of ``rows`` inserts and 10% deletes
+  on the embedded log (2 channels); the baseline is ``jobs.ingest`` appending every event to Parquet,
+  against ``jobs.mirror --snapshot never`` into Delta and into Iceberg (events/s; ratio = mirror /
+  append).
+- snapshot: with a real Milvus 2.3.5 (the test suite's server, started here; skipped when it
+  cannot start), ``snapshot_rows`` rows are inserted through pymilvus and loaded; the baseline is
+  ``jobs.ingest`` appending the collection's log (its inserts) to Parquet, against
+  ``jobs.mirror --snapshot initial`` (Strong queries by pk ranges in Spark tasks -> Parquet files ->
+  the table's first version) in rows/s.
+Each pair runs A/B in one Spark session; Spark's fixed costs per query are inside every figure.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import shutil
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import yaml
+
+
+def _ingest(spark, cfg: str, channels: str, out: Path, collection: str | None = None) -> float:
+    from jobs import ingest
+
+    args = ingest.build_parser().parse_args(["--config", cfg, "--channels", channels, "--output", str(out),
+                                             "--subscription", f"bench-{out.name}", "--progress-interval", "60"])
+    if collection:
+        args.option = [f"collection={collection}"]
+    t0 = time.perf_counter()
+    ingest.run(args, spark)
+    return time.perf_counter() - t0
+
+
+def _mirror(spark, cfg: str, channels: str, table: Path, fmt: str, collection: str, *extra: str) -> tuple[float, dict]:
+    from jobs import mirror
+
+    args = mirror.build_parser().parse_args(["--config", cfg, "--channels", channels, "--collection", collection,
+                                             "--table", str(table), "--table-format", fmt,
+                                             "--progress-interval", "60", *extra])
+    t0 = time.perf_counter()
+    res = mirror.run(args, spark)
+    return time.perf_counter() - t0, res
+
+
+def mirror_part(spark, work: Path, rows: int) -> dict:
+    from jobs import publish
+
+    cfg = work / "local.yaml"
+    cfg.write_text(yaml.safe_dump({"mq.type": "local", "local.path": str(work / "log.db")}))
+    channels = "bench-mirror_0,bench-mirror_1"
+    publish.run(publish.build_parser().parse_args([
+        "--config", str(cfg), "--channels", channels, "--synthetic", str(rows), "--dim", "8",
+        "--delete-fraction", "0.1", "--collection", "bench"]), spark)
+    events = rows + rows // 10
+    out: dict = {"rows": rows, "events": events}
+    base = _ingest(spark, str(cfg), channels, work / "append")
+    out["append_events_per_s"] = round(events / base, 1)
+    for fmt in ("delta", "iceberg"):
+        secs, _ = _mirror(spark, str(cfg), channels, work / f"mirror-{fmt}", fmt, "bench", "--snapshot", "never")
+        out[f"mirror_{fmt}_events_per_s"] = round(events / secs, 1)
+        out[f"mirror_{fmt}_ratio"] = round(base / secs, 3)
+    return out
+
+
+def _milvus_stack():
+    from tests.fixtures.kafka_shim import KafkaShim
+    from tests.fixtures.tansu import TansuBroker, free_port
+    from tests.milvus_real.server import MilvusServer
+
+    port = free_port()
+    broker = TansuBroker(advertised_port=port)
+    shim = KafkaShim(("127.0.0.1", broker.port), port).start()
+    broker.start()
+    try:
+        server = MilvusServer(f"127.0.0.1:{port}").start()
+    except Exception:
+        shim.stop()
+        broker.kill()
+        raise
+    return broker, shim, server, f"127.0.0.1:{port}"
+
+
+def snapshot_part(spark, work: Path, rows: int) -> dict:
+    from pymilvus import connections
+
+    from tests.milvus_real.workload import SHARDS
+
+    broker, shim, server, kafka = _milvus_stack()
+    try:
+        from pymilvus import Collection, CollectionSchema, DataType, FieldSchema
+
+        connections.connect("bench", uri=server.uri, timeout=60)
+        schema = CollectionSchema([FieldSchema("pk", DataType.INT64, is_primary=True),
+                                   FieldSchema("category", DataType.VARCHAR, max_length=32),
+                                   FieldSchema("score", DataType.FLOAT),
+                                   FieldSchema("vec", DataType.FLOAT_VECTOR, dim=8)])
+        col = Collection("bench_snap", schema, using="bench", shards_num=SHARDS)
+        from msgstream_spark.cli.data import synthetic_batches
+
+        for b in synthetic_batches(rows, 8, 10_000):
+            col.insert([b.column(i).to_pylist() for i in range(4)])
+        col.flush()
+        col.create_index("vec", {"index_type": "FLAT", "metric_type": "L2", "params": {}})
+        col.load(timeout=300)
+        connections.disconnect("bench")
+        cfg = work / "milvus.yaml"
+        cfg.write_text(yaml.safe_dump({"mq.type": "kafka", "kafka.brokerList": kafka,
+                                       "milvus.address": server.uri.removeprefix("http://")}))
+        channels = "by-dev-rootcoord-dml_0,by-dev-rootcoord-dml_1"
+        base = _ingest(spark, str(cfg), channels, work / "snap-append", "bench_snap")
+        secs, res = _mirror(spark, str(cfg), channels, work / "snap-delta", "delta", "bench_snap")
+        return {"rows": rows, "append_rows_per_s": round(rows / base, 1),
+                "snapshot_rows_per_s": round(rows / secs, 1), "snapshot_ratio": round(base / secs, 3),
+                "snapshot_ranges": res["snapshot"].get("ranges")}
+    finally:
+        server.stop()
+        server.cleanup()
+        shim.stop()
+        broker.kill()
+
+
+def run(rows: int = 1_000_000, snapshot_rows: int = 200_000) -> dict:
+    from jobs._common import spark_session
+
+    work = Path(tempfile.mkdtemp(prefix="bench-mirror-"))
+    spark = spark_session("bench-mirror", "local[2]")
+    try:
+        result = {"mirror": mirror_part(spark, work, rows)}
+        try:
+            result["snapshot"] = snapshot_part(spark, work, snapshot_rows)
+        except Exception as exc:  # noqa: BLE001 - the real Milvus may be missing; report it, keep the rest
+            result["snapshot"] = {"error": f"not measured: {type(exc).__name__}: {exc}"}
+    finally:
+        with contextlib.suppress(OSError):
+            shutil.rmtree(work)
+    _print(result)
+    return result
+
+
+def _print(r: dict) -> None:
+    m = r["mirror"]
+    print(f"mirror of {m['rows']} rows + 10% deletes ({m['events']} events), events/s (ratio to append):")
+    print(f"  append to Parquet (jobs.ingest)   {m['append_events_per_s']:>12,.0f}   1.00")
+    for fmt in ("delta", "iceberg"):
+        print(f"  mirror into {fmt:8s}              {m[f'mirror_{fmt}_events_per_s']:>12,.0f}   "
+              f"{m[f'mirror_{fmt}_ratio']:.2f}")
+    s = r["snapshot"]
+    if "error" in s:
+        print(f"snapshot: {s['error']}")
+    else:
+        print(f"snapshot of {s['rows']} rows from a real Milvus 2.3.5, rows/s (ratio to append):")
+        print(f"  append the log's inserts to Parquet {s['append_rows_per_s']:>10,.0f}   1.00")
+        print(f"  snapshot into Delta ({s['snapshot_ranges']} ranges)  {s['snapshot_rows_per_s']:>10,.0f}   "
+              f"{s['snapshot_ratio']:.2f}")
+
+
+if __name__ == "__main__":
+    n = int(sys.argv[1]) if len(sys.argv) > 1 else 1_000_000
+    run(rows=n, snapshot_rows=min(n, 200_000))

@@ -1,0 +1,122 @@
+"""Where the mirror job's stream starts: a resumed query, a recorded handover, or a new table.
+
+A new table with ``--snapshot initial`` (or ``when_needed``): every input is checked before anything
+is written (``milvus.address`` set, the collection exists in Milvus, its key is the stream's); then
+the channels' positions are taken, S is their newest Milvus time, the collection is read by Spark
+tasks with Strong queries (each later than S) into Parquet files, and those files become the table's
+first data with the stream's start positions recorded next to them. A table that exists continues:
+from its checkpoint, or (no checkpoint yet) from the positions recorded with its snapshot.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import re
+import uuid
+from dataclasses import dataclass, field
+from typing import Any
+
+from jobs._common import parse_kv
+from msgstream_spark.errors import MirrorError
+from msgstream_spark.mirror.common import PROP_COLLECTION_ID, PROP_SNAPSHOT_TS
+
+log = logging.getLogger("jobs.mirror")
+
+START_PROPERTY = "msgstream.mirror.start"
+S_PROPERTY = PROP_SNAPSHOT_TS
+
+
+@dataclass
+class Start:
+    table: Any
+    starting: str | None  # startingPositions for a new query (None: the checkpoint decides)
+    collection_id: int | None
+    summary: dict[str, Any] = field(default_factory=dict)
+
+
+def _open(args, pk: str, schema, cid: int | None, create: bool):
+    """The table (a table of another collection, key or id fails here, nothing written)."""
+    from msgstream_spark.mirror.table import open_table
+
+    return open_table(args.table_format, args.table, collection=args.collection, pk=pk, arrow_schema=schema,
+                      catalog_uri=args.catalog_uri, create=create, collection_id=cid)
+
+
+def _exists(table) -> bool:
+    """Whether ``open_table(create=False)`` found a table (its metadata reads only then)."""
+    try:
+        table.properties()
+    except MirrorError as exc:
+        log.debug("no table yet: %s", exc)
+        return False
+    return True
+
+
+def _channels(client, args, cfg) -> list[str]:
+    if args.channels:
+        return [c.strip() for c in args.channels.split(",") if c.strip()]
+    prefix = cfg.dml_channel_names(1)[0].rsplit("_", 1)[0]
+    pat = re.compile(rf"^{re.escape(prefix)}_[0-9]+$")
+    return sorted(c for c in client.list_channels() if pat.match(c))
+
+
+def decide_start(spark, args, cfg, schema, pk: str, cid: int | None, checkpoint: str) -> Start:
+    """``schema``: the Arrow schema of the stream's rows (the table keeps the fields, ``_ts``, ``_seq``)."""
+    table = _open(args, pk, schema, cid, create=False)
+    if _exists(table):
+        props = table.properties()
+        tcid = int(props[PROP_COLLECTION_ID]) if props.get(PROP_COLLECTION_ID) else cid
+        if os.path.isdir(os.path.join(checkpoint, "offsets")):
+            return Start(table, None, tcid, {"mode": "resumed"})
+        starting = props.get(START_PROPERTY) or args.starting
+        return Start(table, starting, tcid, {"mode": "recorded start" if props.get(START_PROPERTY) else "stream"})
+    if args.snapshot == "never":
+        return Start(_open(args, pk, schema, cid, create=True), args.starting, cid, {"mode": "never"})
+    return _snapshot(spark, args, cfg, table, schema, pk)
+
+
+def _snapshot(spark, args, cfg, table, schema, pk: str) -> Start:
+    from msgstream_spark.mirror.snapshot import (
+        RangeReader,
+        describe,
+        milvus_target,
+        plan_ranges,
+        snapshot_ts,
+        starting_positions,
+        take_positions,
+    )
+    from msgstream_spark.mirror.table import table_schema
+    from msgstream_spark.spark.snapshot import write_snapshot
+    from msgstream_spark.stream.factory import Factory
+
+    target = milvus_target(cfg, args.config, parse_kv(args.option), args.collection)
+    info = describe(target)
+    if info.pk != pk:
+        raise MirrorError(f"collection {args.collection!r}: Milvus names primary key {info.pk!r}, the stream's schema "
+                          f"{pk!r} (is the config's log the cluster at milvus.address={target.address}?)")
+    if table.collection_id is not None and table.collection_id != info.collection_id:
+        raise MirrorError(f"collection {args.collection!r} has id {info.collection_id} in Milvus, but the log's newest "
+                          f"collection of that name has id {table.collection_id}: is the config's log the cluster at "
+                          f"milvus.address={target.address}?")
+    table.collection_id = info.collection_id
+    with Factory(cfg).client() as client:  # 1. positions, 2. S: before any row is read
+        positions = take_positions(client, _channels(client, args, cfg))
+    s = snapshot_ts(positions)
+    mc = target.client()
+    try:
+        tasks = args.snapshot_tasks or spark.sparkContext.defaultParallelism
+        ranges = plan_ranges(mc, info, args.collection, tasks)
+    finally:
+        mc.close()
+    log.info("snapshot of %s: S=%d, %d rows, %d range(s), positions %s", args.collection, s, info.row_count,
+             len(ranges), {ch: (p.timestamp if p else None) for ch, p in positions.items()})
+    out = os.path.join(args.table, f"snapshot-{s}-{uuid.uuid4().hex[:8]}")
+    reader = RangeReader(target, info, table_schema(schema, pk), s)
+    files = write_snapshot(spark, reader, ranges, out, info.row_count, args.progress_interval)
+    starting = starting_positions(positions)
+    table.add_files(files.files, properties={START_PROPERTY: starting, S_PROPERTY: str(s)})
+    return Start(table, starting, info.collection_id,
+                 {"mode": "initial", "S": s, "rows": files.rows, "files": len(files.files), "ranges": len(ranges),
+                  "positions": json.loads(starting)})

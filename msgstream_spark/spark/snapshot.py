@@ -1,0 +1,94 @@
+"""The snapshot of a collection as a Spark batch read, written as Parquet data files by the tasks.
+
+One task per primary-key range (:func:`msgstream_spark.mirror.snapshot.plan_ranges`); each task
+queries its range through pymilvus (Strong consistency; a range is split further by keys when a
+query would pass Milvus's 16384-row window) and yields Arrow batches of the table's columns. Spark
+writes them as Parquet files; the driver only lists the files and hands their paths to the table
+(never the rows). Progress: rows done of the collection's row count, from an accumulator.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from dataclasses import dataclass
+from urllib.parse import unquote, urlparse
+
+import pyarrow as pa
+from pyspark.sql import SparkSession
+
+from msgstream_spark.mirror.snapshot import PkRange, RangeReader
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class SnapshotFiles:
+    files: list[str]
+    rows: int
+
+
+def spark_schema(schema: pa.Schema):
+    """The Spark schema of the table's Arrow columns (vectors as arrays, JSON as strings)."""
+    from pyspark.sql.pandas.types import from_arrow_schema
+
+    return from_arrow_schema(schema)
+
+
+def _reader_fn(reader: RangeReader, ranges: list[PkRange], acc):
+    def read(batches):
+        for b in batches:
+            for i in b.column(0).to_pylist():
+                for out in reader.read([ranges[i]]):
+                    acc.add(out.num_rows)
+                    yield out
+
+    return read
+
+
+class _Progress:
+    """Logs ``snapshot: rows done of total`` every ``interval`` seconds while the write runs."""
+
+    def __init__(self, acc, total: int, interval: float) -> None:
+        self.acc, self.total, self.interval = acc, total, interval
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, name="mirror-snapshot-progress", daemon=True)
+
+    def _loop(self) -> None:
+        while not self._stop.wait(self.interval):
+            self.report()
+
+    def report(self) -> None:
+        log.info("snapshot: %d of %d rows", self.acc.value, self.total)
+
+    def __enter__(self) -> _Progress:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join(timeout=self.interval + 5)
+        self.report()
+
+
+def _local(uri: str) -> str:
+    """A local path for ``file:`` URIs (other file systems keep their URI)."""
+    return unquote(urlparse(uri).path) if uri.startswith("file:") else uri
+
+
+def write_snapshot(spark: SparkSession, reader: RangeReader, ranges: list[PkRange], out_dir: str,
+                   total: int, progress_interval: float = 5.0) -> SnapshotFiles:
+    """Read ``ranges`` in Spark tasks (one range each) and write them as Parquet files under ``out_dir``."""
+    from pyspark.sql.pandas.types import to_arrow_schema
+
+    sschema = spark_schema(reader.schema)
+    reader = RangeReader(reader.target, reader.info, to_arrow_schema(sschema, timezone="UTC"), reader.snapshot_ts,
+                         reader.rows_per_query)
+    acc = spark.sparkContext.accumulator(0)
+    n = max(1, len(ranges))
+    ids = spark.range(0, len(ranges), 1, numPartitions=n).toDF("i")
+    df = ids.mapInArrow(_reader_fn(reader, ranges, acc), sschema)
+    with _Progress(acc, total, progress_interval):
+        df.write.mode("errorifexists").parquet(out_dir)
+    files = sorted(_local(f) for f in spark.read.parquet(out_dir).inputFiles())
+    return SnapshotFiles(files, int(acc.value))

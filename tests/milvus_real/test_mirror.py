@@ -1,0 +1,239 @@
+"""jobs/mirror.py against the real Milvus 2.3.5: the table equals what ``query`` returns.
+
+A writer keeps inserting, deleting and upserting through pymilvus while the job takes its snapshot
+(positions, S, Strong queries by pk ranges in Spark tasks) and after it; at the end each table equals
+``query(output_fields=["*"])`` row for row, vectors bit for bit. Two collections on the same channels
+go to two tables (Delta and Iceberg). Also: ``--snapshot never`` from Milvus's etcd channel
+checkpoints, exactly once across a driver SIGKILL between the table commit and Spark's commit, and
+bad input (one clear error each, nothing written).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+import numpy as np
+import pytest
+import yaml
+
+from tests.milvus_real.test_milvus_oracle import FIELDS, _etcd_range, await_ticks, milvus_rows, pchannels
+from tests.milvus_real.workload import Workload, create_all_types, load_for_query, normalize
+
+pytestmark = [pytest.mark.slow, pytest.mark.filterwarnings("ignore:.*ORM-style PyMilvus API")]
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(scope="module")
+def cfg(milvus_stack, tmp_path_factory) -> str:
+    """The job's config: the cluster's Kafka (through the shim) and the proxy as ``milvus.address``."""
+    values = {k: v for k, v in milvus_stack.env.config.values.items() if v not in ("", None)}
+    values["mq.type"] = "kafka"
+    values["milvus.address"] = milvus_stack.uri.removeprefix("http://")
+    path = tmp_path_factory.mktemp("mirror-cfg") / "cluster.yaml"
+    path.write_text(yaml.safe_dump(values))
+    return str(path)
+
+
+def job_args(cfg: str, collection: str, table: Path, fmt: str, *extra: str):
+    from jobs import mirror
+
+    return mirror.build_parser().parse_args([
+        "--config", cfg, "--collection", collection, "--table", str(table), "--table-format", fmt,
+        "--progress-interval", "1", "--max-rows-per-trigger", "500", *extra])
+
+
+def run_job(spark, cfg, collection, table, fmt, *extra):
+    from jobs import mirror
+
+    return mirror.run(job_args(cfg, collection, table, fmt, *extra), spark)
+
+
+def table_rows(table: Path, fmt: str, collection: str, pk: str = "pk") -> dict[int, dict]:
+    from msgstream_spark.mirror.table import open_table
+
+    t = open_table(fmt, str(table), collection=collection, pk=pk, create=False)
+    return {r["pk"]: normalize({k: r.get(k) for k in FIELDS}) for r in t.to_arrow().to_pylist()}
+
+
+def assert_table_equals_query(table: Path, fmt: str, w: Workload) -> None:
+    want = milvus_rows(w.collection)
+    got = table_rows(table, fmt, w.name)
+    assert sorted(got) == sorted(want)
+    bad = [pk for pk in want if got[pk] != want[pk]]
+    assert not bad, f"{len(bad)} rows differ, e.g. pk {bad[0]}: table {got[bad[0]]} vs Milvus {want[bad[0]]}"
+    for pk in want:  # vectors bit for bit
+        assert np.asarray(got[pk]["fv"], np.float32).tobytes() == np.asarray(want[pk]["fv"], np.float32).tobytes()
+
+
+class Writer:
+    """Keeps inserting new keys, deleting and upserting existing ones, until stopped."""
+
+    def __init__(self, workloads: list[Workload], first_new: int) -> None:
+        self.workloads, self.next = workloads, first_new
+        self.stop_event = threading.Event()
+        self.error: BaseException | None = None
+        self.thread = threading.Thread(target=self._loop, daemon=True)
+
+    def _loop(self) -> None:
+        i = 0
+        try:  # bounded: at most 500 rounds, paced so that it spans a job's run
+            while i < 500 and not self.stop_event.wait(0.05):
+                for w in self.workloads:
+                    w.insert(range(self.next, self.next + 10))
+                    if i % 2 == 0:
+                        w.upsert(range(self.next - 40, self.next - 35), gen=1 + i % 3)
+                    if i % 3 == 0:
+                        w.delete(list(range(i * 3, i * 3 + 3)))
+                self.next += 10
+                i += 1
+        except BaseException as exc:  # noqa: BLE001 - reported by stop()
+            self.error = exc
+
+    def start(self) -> Writer:
+        self.thread.start()
+        return self
+
+    def stop(self) -> None:
+        self.stop_event.set()
+        self.thread.join(60)
+        assert not self.thread.is_alive(), "writer did not stop"
+        if self.error is not None:
+            raise self.error
+
+
+def last_ts(*ws: Workload) -> int:
+    return max(a.ts for w in ws for a in w.acked if a.ts)
+
+
+def test_snapshot_while_writing_then_stream_equals_query(spark, milvus_stack, pymilvus_orm, cfg, tmp_path):
+    a = Workload("mir_a", create_all_types(pymilvus_orm, "mir_a"))
+    b = Workload("mir_b", create_all_types(pymilvus_orm, "mir_b"))
+    for w, n in ((a, 3000), (b, 1200)):
+        w.insert(range(0, n // 2))
+        w.insert(range(n // 2, n))
+        load_for_query(w.collection)
+    before = {w.name: len(w.acked) for w in (a, b)}
+    chans = {w.name: ["--channels", ",".join(pchannels(pymilvus_orm, w.name))] for w in (a, b)}
+    summaries = {}
+    for w, fmt, extra in ((a, "delta", ["--snapshot-tasks", "3"]), (b, "iceberg", [])):
+        writer = Writer([w], first_new=3000).start()  # writes during the snapshot and after it
+        try:
+            summaries[w.name] = run_job(spark, cfg, w.name, tmp_path / w.name, fmt, *extra, *chans[w.name])
+        finally:
+            writer.stop()
+    sa, sb = summaries["mir_a"], summaries["mir_b"]
+    for s, w in ((sa, a), (sb, b)):
+        assert s["snapshot"]["mode"] == "initial"
+        assert s["snapshot"]["files"] >= 1 and s["snapshot"]["rows"] >= 1
+        later = [x for x in w.acked[before[w.name]:] if x.ts and x.ts > s["snapshot"]["S"]]
+        assert later, f"{w.name}: no write after S: the writer did not overlap the snapshot"
+    assert sa["snapshot"]["ranges"] == 3
+    await_ticks(milvus_stack, last_ts(a, b), sorted({c for w in (a, b) for c in pchannels(pymilvus_orm, w.name)}))
+    ra = run_job(spark, cfg, "mir_a", tmp_path / "mir_a", "delta", *chans["mir_a"])  # from its checkpoint
+    rb = run_job(spark, cfg, "mir_b", tmp_path / "mir_b", "iceberg", *chans["mir_b"])
+    assert ra["snapshot"]["mode"] == rb["snapshot"]["mode"] == "resumed"
+    assert_table_equals_query(tmp_path / "mir_a", "delta", a)
+    assert_table_equals_query(tmp_path / "mir_b", "iceberg", b)
+
+
+def test_never_from_milvus_etcd_channel_checkpoints(spark, milvus_stack, pymilvus_orm, cfg, tmp_path):
+    from msgstream_spark.msg.position import MsgPosition
+    from msgstream_spark.stream.names import to_physical_channel
+
+    w = Workload("mir_cp", create_all_types(pymilvus_orm, "mir_cp"))
+    w.insert(range(0, 300))
+    load_for_query(w.collection)  # flushed: Milvus keeps channel checkpoints in etcd
+    cid = w.collection.describe()["collection_id"]
+    cps = [v for k, v in _etcd_range(milvus_stack, "by-dev/meta/datacoord-meta/channel-cp/").items()
+           if f"_{cid}v" in k]
+    assert len(cps) == 2
+    w.insert(range(300, 400))
+    w.delete(range(300, 306))
+    w.upsert(range(310, 316), gen=1)
+    await_ticks(milvus_stack, last_ts(w), pchannels(pymilvus_orm, "mir_cp"))
+    chans = sorted({to_physical_channel(MsgPosition.from_proto_bytes(v).channel_name) for v in cps})
+    spec = ",".join(__import__("base64").b64encode(v).decode() for v in cps)
+    s = run_job(spark, cfg, "mir_cp", tmp_path / "t", "delta", "--snapshot", "never", "--starting", spec,
+                "--channels", ",".join(chans))
+    assert s["snapshot"]["mode"] == "never"
+    got = table_rows(tmp_path / "t", "delta", "mir_cp")
+    want = {pk: r for pk, r in milvus_rows(w.collection).items() if pk >= 300}
+    assert got == want and sorted(got) == list(range(306, 400))
+
+
+def test_exactly_once_across_a_driver_sigkill_between_the_two_commits(spark, milvus_stack, pymilvus_orm, cfg,
+                                                                      tmp_path):
+    from msgstream_spark.mirror.table import open_table
+    from msgstream_spark.spark.mirror import FAILPOINT_ENV, checkpoint_query_id
+
+    w = Workload("mir_kill", create_all_types(pymilvus_orm, "mir_kill"))
+    for lo in range(0, 1500, 500):
+        w.insert(range(lo, lo + 500))
+    w.delete(range(0, 20))
+    await_ticks(milvus_stack, last_ts(w), pchannels(pymilvus_orm, "mir_kill"))
+    table = tmp_path / "t"
+    chans = ["--channels", ",".join(pchannels(pymilvus_orm, "mir_kill"))]
+    argv = ["--config", cfg, "--collection", "mir_kill", "--table", str(table), "--table-format", "delta",
+            "--snapshot", "never", "--max-rows-per-trigger", "500", "--master", "local[2]", *chans]
+    env = dict(os.environ, **{FAILPOINT_ENV: "kill-after-commit:first"}, PYTHONPATH=str(ROOT))
+    proc = subprocess.run([sys.executable, "-m", "jobs.mirror", *argv], cwd=tmp_path, env=env, timeout=600,
+                          capture_output=True, text=True, start_new_session=True)
+    assert proc.returncode == -9, proc.stderr[-3000:]
+    qid = checkpoint_query_id(str(tmp_path / "t_checkpoint"))
+    t = open_table("delta", str(table), collection="mir_kill", pk="pk", create=False)
+    killed = t.last_batch(qid)
+    assert killed is not None  # the table took the batch; Spark's commit of it never happened
+    assert not (tmp_path / "t_checkpoint" / "commits" / str(killed)).exists()
+    assert (tmp_path / "t_checkpoint" / "offsets" / str(killed)).exists()
+    s = run_job(spark, cfg, "mir_kill", table, "delta", "--snapshot", "never", *chans)
+    assert s["skipped_batches"] == 1  # that batch again, already in the table
+    load_for_query(w.collection)
+    assert_table_equals_query(table, "delta", w)
+    import deltalake
+
+    batches = [h.get("msgstream.batch_id") for h in deltalake.DeltaTable(str(table)).history()]
+    assert batches.count(str(killed)) == 1
+
+
+def test_bad_input_one_clear_error_and_nothing_written(spark, milvus_stack, pymilvus_orm, cfg, tmp_path, capsys):
+    from jobs import mirror
+    from jobs._common import main_wrapper
+
+    w = Workload("mir_bad", create_all_types(pymilvus_orm, "mir_bad"))
+    w.insert(range(0, 50))
+    load_for_query(w.collection)
+
+    def fails(argv) -> str:
+        capsys.readouterr()
+        assert main_wrapper(mirror.build_parser(), lambda a: mirror.run(a, spark), argv) == 1
+        err = capsys.readouterr().err.strip().splitlines()
+        return err[-1]
+
+    base = ["--config", cfg, "--table-format", "delta"]
+    msg = fails([*base, "--collection", "no_such_collection", "--table", str(tmp_path / "u")])
+    assert "no_such_collection" in msg
+    assert not (tmp_path / "u").exists()
+    no_addr = tmp_path / "no-address.yaml"
+    no_addr.write_text(yaml.safe_dump({k: v for k, v in yaml.safe_load(Path(cfg).read_text()).items()
+                                       if k != "milvus.address"}))
+    msg = fails(["--config", str(no_addr), "--table-format", "delta", "--collection", "mir_bad",
+                 "--table", str(tmp_path / "m")])
+    assert "milvus.address" in msg and not (tmp_path / "m").exists()
+    bin_table = tmp_path / "other"  # a table of another collection (bin_parts: VarChar key, binary vector)
+    import pyarrow as pa
+
+    from msgstream_spark.mirror.table import open_table
+
+    open_table("delta", str(bin_table), collection="mir_bad", pk="pk", create=True,
+               arrow_schema=pa.schema([("pk", pa.int64()), ("bv", pa.binary())]))
+    before = sorted(p.name for p in (bin_table / "_delta_log").iterdir())
+    msg = fails([*base, "--collection", "mir_bad", "--table", str(bin_table)])
+    assert "schema" in msg and "bv" in msg
+    assert sorted(p.name for p in (bin_table / "_delta_log").iterdir()) == before
+    assert json.dumps(before)
