@@ -15,6 +15,7 @@ import pytest
 from msgstream_spark.mq.base import SubscriptionInitialPosition
 from msgstream_spark.msg import codec
 from msgstream_spark.msg.types import DeleteMsg, InsertMsg, TimeTickMsg
+from tests.milvus_real.test_milvus_oracle import pchannels
 
 pytestmark = [pytest.mark.slow, pytest.mark.filterwarnings("ignore:.*ORM-style PyMilvus API")]
 
@@ -31,12 +32,13 @@ def _rows(pairs):
     return [{"pk": pk, "v": v, "fv": [float(v), 0.0]} for pk, v in pairs]
 
 
-def _channel_changes(stack, collection_id: int, until_ts: int) -> list[tuple]:
+def _channel_changes(stack, collection_id: int, chans: list[str], until_ts: int) -> list[tuple]:
     """(op, ts, pk, v) of every insert/delete row of the collection, in channel order then row order, read
-    up to a TimeTick beyond ``until_ts`` (Milvus ticks every channel: after it no earlier data follows)."""
+    up to a TimeTick beyond ``until_ts`` on each of the collection's channels (Milvus ticks the channels of
+    live collections: after the tick no earlier data follows; a channel whose collections were all dropped
+    by earlier tests gets no more ticks, so only the collection's own channels are read)."""
     out = []
     with stack.env.client() as c:
-        chans = sorted(ch for ch in c.list_channels() if ch.startswith("by-dev-rootcoord-dml_"))
         for ch in chans:
             sub = c.subscribe(ch, "repeated-pk-probe", SubscriptionInitialPosition.EARLIEST)
             try:
@@ -97,7 +99,8 @@ def repeated(milvus_stack, pymilvus_orm):
     col.load(timeout=120)
     sealed = _query(col)
     last = max(int(r.timestamp) for r in results.values())
-    changes = _channel_changes(milvus_stack, col.describe()["collection_id"], last)
+    chans = pchannels(pymilvus_orm, "repeated_pk")
+    changes = _channel_changes(milvus_stack, col.describe()["collection_id"], chans, last)
     yield results, growing, sealed, changes
     col.drop()
 
