@@ -43,7 +43,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--snapshot", default="initial", choices=SNAPSHOT_MODES,
                    help="initial (default): a new table starts from a snapshot read through Milvus's SDK "
                         "(config key milvus.address); never: from the stream alone (--starting); when_needed: "
-                        "like initial for a new table (an existing table is not snapshotted again)")
+                        "like initial for a new table, and an existing table whose resume position was removed "
+                        "by retention is replaced by a new snapshot (its old checkpoint moved aside)")
     p.add_argument("--channels", help="comma-separated channels (default: the config's DML channels, "
                                       "<cluster>-<rootcoord-dml>_N)")
     p.add_argument("--starting", default="earliest",

@@ -5,7 +5,10 @@ is written (``milvus.address`` set, the collection exists in Milvus, its key is 
 the channels' positions are taken, S is their newest Milvus time, the collection is read by Spark
 tasks with Strong queries (each later than S) into Parquet files, and those files become the table's
 first data with the stream's start positions recorded next to them. A table that exists continues:
-from its checkpoint, or (no checkpoint yet) from the positions recorded with its snapshot.
+from its checkpoint, or (no checkpoint yet) from the positions recorded with its snapshot. With
+``when_needed``, if that resume position is no longer readable (the backend's seek reports data loss:
+retention removed it), a new snapshot replaces the table's rows in one commit and the old checkpoint
+is moved aside, so the stream starts afresh from the new positions (issue #20).
 """
 
 from __future__ import annotations
@@ -68,6 +71,17 @@ def decide_start(spark, args, cfg, schema, pk: str, cid: int | None, checkpoint:
     if _exists(table):
         props = table.properties()
         tcid = int(props[PROP_COLLECTION_ID]) if props.get(PROP_COLLECTION_ID) else cid
+        if args.snapshot == "when_needed":
+            lost = _lost(cfg, resume_offset(checkpoint, props.get(START_PROPERTY) or args.starting))
+            if lost:
+                for ch, why in lost.items():
+                    log.warning("mirror of %s: the stream cannot resume on channel %s: %s", args.collection, ch, why)
+                log.warning("mirror of %s: taking a new snapshot to replace the table's rows (--snapshot when_needed)",
+                            args.collection)
+                start = _snapshot(spark, args, cfg, table, schema, pk, replace=True)
+                start.summary["lost"] = lost
+                start.summary["old_checkpoint"] = _retire(checkpoint, start.summary["S"])
+                return start
         if os.path.isdir(os.path.join(checkpoint, "offsets")):
             return Start(table, None, tcid, {"mode": "resumed"})
         starting = props.get(START_PROPERTY) or args.starting
@@ -77,7 +91,50 @@ def decide_start(spark, args, cfg, schema, pk: str, cid: int | None, checkpoint:
     return _snapshot(spark, args, cfg, table, schema, pk)
 
 
-def _snapshot(spark, args, cfg, table, schema, pk: str) -> Start:
+def resume_offset(checkpoint: str, starting: str | None) -> dict:
+    """Where a query would resume: the checkpoint's last committed offset, else ``starting`` (a snapshot's
+    recorded positions or --starting; ``earliest``/``latest`` are never lost). Spark-free."""
+    from msgstream_spark.source.lost import checkpoint_offset, positions_offset
+
+    commits = os.path.join(checkpoint, "commits")
+    done = sorted(int(n) for n in (os.listdir(commits) if os.path.isdir(commits) else []) if n.isdigit())
+    if done:
+        path = os.path.join(checkpoint, "offsets", str(done[-1]))
+        with open(path) as f:
+            try:
+                return checkpoint_offset(f.read())
+            except ValueError as exc:
+                raise MirrorError(f"checkpoint offsets file {path}: {exc}") from exc
+    if not starting or starting.strip().lower() in ("earliest", "latest"):
+        return {}
+    try:
+        names = list(json.loads(starting))
+    except (json.JSONDecodeError, TypeError):
+        names = []
+    return positions_offset(starting, names) if names else {}
+
+
+def _lost(cfg, offset: dict) -> dict[str, str]:
+    from msgstream_spark.source.lost import lost_positions
+    from msgstream_spark.stream.factory import Factory
+
+    if not offset:
+        return {}
+    with Factory(cfg).client() as client:
+        return lost_positions(client, offset)
+
+
+def _retire(checkpoint: str, s: int) -> str | None:
+    """Move the old checkpoint aside (kept for inspection): the stream starts a fresh one at the new positions."""
+    if not os.path.isdir(checkpoint):
+        return None
+    old = f"{checkpoint.rstrip('/')}.lost-{s}-{uuid.uuid4().hex[:6]}"
+    os.rename(checkpoint, old)
+    log.warning("old checkpoint moved to %s; the stream starts a new one at %s", old, checkpoint)
+    return old
+
+
+def _snapshot(spark, args, cfg, table, schema, pk: str, replace: bool = False) -> Start:
     from msgstream_spark.mirror.snapshot import (
         RangeReader,
         describe,
@@ -116,7 +173,11 @@ def _snapshot(spark, args, cfg, table, schema, pk: str) -> Start:
     reader = RangeReader(target, info, table_schema(schema, pk), s)
     files = write_snapshot(spark, reader, ranges, out, info.row_count, args.progress_interval)
     starting = starting_positions(positions)
-    table.add_files(files.files, properties={START_PROPERTY: starting, S_PROPERTY: str(s)})
+    props = {START_PROPERTY: starting, S_PROPERTY: str(s)}
+    if replace:  # one commit: a crash before it leaves the old table (and its checkpoint) as they were
+        table.replace_files(files.files, properties=props)
+    else:
+        table.add_files(files.files, properties=props)
     return Start(table, starting, info.collection_id,
-                 {"mode": "initial", "S": s, "rows": files.rows, "files": len(files.files), "ranges": len(ranges),
-                  "positions": json.loads(starting)})
+                 {"mode": "replaced" if replace else "initial", "S": s, "rows": files.rows,
+                  "files": len(files.files), "ranges": len(ranges), "positions": json.loads(starting)})

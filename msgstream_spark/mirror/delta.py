@@ -23,7 +23,7 @@ from msgstream_spark.mirror.common import (
     schema_difference,
     table_schema,
 )
-from msgstream_spark.mirror.deltalog import data_files, write_first_version
+from msgstream_spark.mirror.deltalog import data_files, write_first_version, write_replace_version
 from msgstream_spark.mirror.order import SEQ
 
 
@@ -127,6 +127,26 @@ class DeltaMirrorTable:
             raise MirrorError(f"the data files have no primary key column {self.pk!r}: {schema.names}")
         conf = {**identity_properties(self.collection, self.pk, self.collection_id), **properties}
         write_first_version(self.location, self.collection, dl.Schema.from_arrow(schema).to_json(), conf, adds)
+        self._dt = dl.DeltaTable(self.location)
+
+    def replace_files(self, paths: list[str], *, properties: dict[str, str]) -> None:
+        """One commit: the table's rows become the Parquet files' (a new snapshot), with ``properties``."""
+        dl = _deltalake()
+        dt = self._table()
+        dt.update_incremental()
+        check_prefix(properties)
+        schema, adds = data_files(self.location, paths)
+        if self.pk not in schema.names:
+            raise MirrorError(f"the data files have no primary key column {self.pk!r}: {schema.names}")
+        md = dt.metadata()
+        conf = {**md.configuration, **identity_properties(self.collection, self.pk, self.collection_id),
+                **properties}
+        meta = {"id": md.id, "name": md.name, "description": md.description,
+                "format": {"provider": "parquet", "options": {}}, "partitionColumns": list(md.partition_columns),
+                "configuration": conf, "createdTime": md.created_time}
+        removes = [str(p) for p in dt.get_add_actions(flatten=True).column("path").to_pylist()]
+        write_replace_version(self.location, dt.version() + 1, meta, dl.Schema.from_arrow(schema).to_json(),
+                              removes, adds)
         self._dt = dl.DeltaTable(self.location)
 
     def evolve(self, new_schema: pa.Schema) -> None:

@@ -69,3 +69,29 @@ def write_first_version(location: str, name: str, schema_json: str, configuratio
         raise MirrorError(f"{location} already has a Delta table version 0: add_files makes a new table") from e
     finally:
         os.unlink(tmp)
+
+
+def write_replace_version(location: str, version: int, metadata: dict, schema_json: str,
+                          removes: list[str], adds: list[dict]) -> None:
+    """Publish ``version``: every current data file removed, ``adds`` added, the metadata (same table id)
+    with the new schema and configuration, in one commit file; MirrorError if another writer took it."""
+    now = int(time.time() * 1000)
+    actions = [
+        {"commitInfo": {"timestamp": now, "operation": "WRITE", "operationParameters": {"mode": "Overwrite"},
+                        "clientVersion": "msgstream-spark"}},
+        {"metaData": {**metadata, "schemaString": schema_json}},
+        *({"remove": {"path": p, "deletionTimestamp": now, "dataChange": True}} for p in removes),
+        *adds,
+    ]
+    name = f"{version:020d}.json"
+    log = os.path.join(location, "_delta_log")
+    tmp = os.path.join(log, f".{name}.{uuid.uuid4().hex}.tmp")
+    with open(tmp, "w") as f:
+        f.write("\n".join(json.dumps(a) for a in actions) + "\n")
+    try:
+        os.link(tmp, os.path.join(log, name))
+    except FileExistsError as e:
+        raise MirrorError(f"{location}: Delta version {version} was written by another writer meanwhile; "
+                          "nothing replaced") from e
+    finally:
+        os.unlink(tmp)

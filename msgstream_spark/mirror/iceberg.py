@@ -178,6 +178,21 @@ class IcebergMirrorTable:
             tx.add_files(list(paths), snapshot_properties=dict(properties))
             tx.set_properties(dict(properties))
 
+    def replace_files(self, paths: list[str], *, properties: dict[str, str]) -> None:
+        """One transaction: every row deleted, the Parquet files (a new snapshot) added, ``properties`` set."""
+        from pyiceberg.expressions import AlwaysTrue
+
+        check_prefix(properties)
+        if not paths:
+            raise MirrorError("replace_files needs at least one data file")
+        tbl = self._table()
+        tbl.refresh()
+        with tbl.transaction() as tx:
+            if tbl.current_snapshot() is not None:
+                tx.delete(AlwaysTrue(), snapshot_properties=dict(properties))
+            tx.add_files(list(paths), snapshot_properties=dict(properties))
+            tx.set_properties(dict(properties))
+
     def evolve(self, new_schema: pa.Schema) -> None:
         add = schema_difference(self.location, self.collection, self.schema, new_schema)
         if add:

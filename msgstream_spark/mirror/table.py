@@ -41,6 +41,10 @@ class MirrorTable(Protocol):
     def add_files(self, paths: list[str], *, properties: dict[str, str]) -> None:
         """Register Parquet files written elsewhere (a snapshot) as the table's rows, with ``properties``."""
 
+    def replace_files(self, paths: list[str], *, properties: dict[str, str]) -> None:
+        """Replace all the table's rows by the Parquet files' (a new snapshot), with ``properties``, in one
+        commit: a failure before it leaves the table as it was."""
+
     def properties(self) -> dict[str, str]:
         """The table's ``msgstream.*`` properties (collection identity, job metadata)."""
 

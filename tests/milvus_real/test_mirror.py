@@ -237,3 +237,65 @@ def test_bad_input_one_clear_error_and_nothing_written(spark, milvus_stack, pymi
     assert "schema" in msg and "bv" in msg
     assert sorted(p.name for p in (bin_table / "_delta_log").iterdir()) == before
     assert json.dumps(before)
+
+
+def _unreadable_checkpoint(cfg: str, checkpoint: Path) -> list[str]:
+    """Point the checkpoint's last committed offset past each channel's log end: the resume position the
+    Kafka backend's seek reports as data loss (a log that lost its messages), as retention would."""
+    from msgstream_spark.config.loader import Config
+    from msgstream_spark.stream.factory import Factory
+
+    last = max(int(n) for n in os.listdir(checkpoint / "commits") if n.isdigit())
+    path = checkpoint / "offsets" / str(last)
+    lines = path.read_text().splitlines()
+    offset = json.loads(lines[2])
+    with Factory(Config.load(cfg)).client() as c:
+        gone = __import__("base64").b64encode(c.message_id_from_offset(10**9).serialize()).decode()
+    for e in offset.values():
+        e["msgID"] = gone
+    path.write_text("\n".join([*lines[:2], json.dumps(offset, sort_keys=True)]) + "\n")
+    return sorted(offset)
+
+
+def test_when_needed_resnapshots_a_table_whose_resume_position_is_gone(spark, milvus_stack, pymilvus_orm, cfg,
+                                                                      tmp_path):
+    """Issue #20: ``--snapshot when_needed`` replaces the table by a new snapshot in one commit when the
+    stream's resume position is no longer readable; ``initial`` on that table stays the data-loss error."""
+    import deltalake
+
+    from jobs.mirror_start import START_PROPERTY
+
+    w = Workload("mir_wn", create_all_types(pymilvus_orm, "mir_wn"))
+    w.insert(range(0, 400))
+    load_for_query(w.collection)
+    chans = ["--channels", ",".join(pchannels(pymilvus_orm, "mir_wn"))]
+    table, checkpoint = tmp_path / "t", tmp_path / "t_checkpoint"
+    first = run_job(spark, cfg, "mir_wn", table, "delta", "--snapshot", "when_needed", *chans)
+    assert first["snapshot"]["mode"] == "initial"
+    w.insert(range(400, 600))
+    w.delete(range(0, 50))
+    w.upsert(range(100, 120), gen=1)
+    await_ticks(milvus_stack, last_ts(w), pchannels(pymilvus_orm, "mir_wn"))
+    run_job(spark, cfg, "mir_wn", table, "delta", *chans)  # a committed stream batch to resume after
+    lost = _unreadable_checkpoint(cfg, checkpoint)
+    version = deltalake.DeltaTable(str(table)).version()
+    from pyspark.errors import StreamingQueryException
+
+    with pytest.raises(StreamingQueryException, match="DataLossError: channel .* past the end of the log"):
+        run_job(spark, cfg, "mir_wn", table, "delta", *chans)  # --snapshot initial: the clear error
+    assert deltalake.DeltaTable(str(table)).version() == version
+    w.insert(range(600, 700))
+    w.delete(range(50, 60))
+    s = run_job(spark, cfg, "mir_wn", table, "delta", "--snapshot", "when_needed", *chans)
+    assert s["snapshot"]["mode"] == "replaced" and sorted(s["snapshot"]["lost"]) == lost
+    assert s["snapshot"]["S"] > first["snapshot"]["S"]
+    assert os.path.isdir(s["snapshot"]["old_checkpoint"]) and (checkpoint / "commits").is_dir()
+    dt = deltalake.DeltaTable(str(table))
+    assert [h["operation"] for h in dt.history()].count("WRITE") == 1  # the replace commit
+    assert json.loads(dt.metadata().configuration[START_PROPERTY]) == s["snapshot"]["positions"]
+    w.insert(range(700, 750))
+    await_ticks(milvus_stack, last_ts(w), pchannels(pymilvus_orm, "mir_wn"))
+    again = run_job(spark, cfg, "mir_wn", table, "delta", "--snapshot", "when_needed", *chans)
+    assert again["snapshot"]["mode"] == "resumed"
+    load_for_query(w.collection)
+    assert_table_equals_query(table, "delta", w)

@@ -152,6 +152,39 @@ def test_snapshot_files_then_changes_older_lose_newer_win(fmt, tmp_path):
 
 
 @pytest.mark.parametrize("fmt", FORMATS)
+def test_replace_files_swaps_all_rows_and_properties_in_one_commit(fmt, tmp_path):
+    """A new snapshot (issue #20, --snapshot when_needed) replaces a table that has snapshot and merged rows."""
+    loc = str(tmp_path / "t")
+    t = _open(fmt, loc, create=False, collection_id=42)
+    t.add_files([_snapshot_file(loc, [(1, "s1"), (2, "s2")], 100)],
+                properties={"msgstream.snapshot_ts": "100", "msgstream.mirror.start": "old"})
+    assert apply_batch(t, to_arrow([insert(110, (3, "c")), delete(111, 1)]), "pk", "q", 0)
+    assert _rows(t) == {2: ("s2", 100), 3: ("c", 110)}
+    new = _snapshot_file(os.path.join(loc, "snap2"), [(2, "n2"), (5, "n5")], 500)
+    t.replace_files([new], properties={"msgstream.snapshot_ts": "500", "msgstream.mirror.start": "new"})
+    t = _open(fmt, loc, collection_id=42)
+    assert _rows(t) == {2: ("n2", 500), 5: ("n5", 500)}
+    props = t.properties()
+    assert (props["msgstream.snapshot_ts"], props["msgstream.mirror.start"]) == ("500", "new")
+    assert props["msgstream.collection_id"] == "42"
+    # the stream continues on the new snapshot: older changes lose, newer win
+    assert apply_batch(t, to_arrow([insert(400, (2, "old")), insert(501, (6, "f"))]), "pk", "q2", 0)
+    assert _rows(t) == {2: ("n2", 500), 5: ("n5", 500), 6: ("f", 501)}
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_replace_files_that_fails_leaves_the_table_unchanged(fmt, tmp_path):
+    loc = str(tmp_path / "t")
+    t = _open(fmt, loc, collection_id=42)
+    apply_batch(t, to_arrow([insert(10, (1, "a"))]), "pk", "q", 0)
+    with pytest.raises(MirrorError):
+        t.replace_files([], properties={"msgstream.snapshot_ts": "500"})
+    t = _open(fmt, loc, collection_id=42)
+    assert _rows(t) == {1: ("a", 10)}
+    assert "msgstream.snapshot_ts" not in t.properties()
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
 def test_another_collection_is_refused_and_nothing_written(fmt, tmp_path):
     loc = tmp_path / "t"
     t = _open(fmt, loc, collection_id=1)
