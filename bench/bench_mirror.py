@@ -1,6 +1,6 @@
 """Mirror throughput next to appending the same events to Parquet, measured in the same run.
 
-``python -m bench.bench_mirror [rows]``:
+``python -m bench.bench_mirror [--rows N] [--snapshot-rows N] [--skip-snapshot]``:
 - mirror: a synthetic collection (pk, category, score, 8-d vec) of ``rows`` inserts and 10% deletes
   on the embedded log (2 channels); the baseline is ``jobs.ingest`` appending every event to Parquet,
   against ``jobs.mirror --snapshot never`` into Delta and into Iceberg (events/s; ratio = mirror /
@@ -15,9 +15,9 @@ Each pair runs A/B in one Spark session; Spark's fixed costs per query are insid
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import shutil
-import sys
 import tempfile
 import time
 from pathlib import Path
@@ -125,6 +125,15 @@ def snapshot_part(spark, work: Path, rows: int) -> dict:
         broker.kill()
 
 
+def _snapshot_or_reason(spark, work: Path, snapshot_rows: int) -> dict:
+    if snapshot_rows <= 0:
+        return {"error": "not measured: --skip-snapshot"}
+    try:
+        return snapshot_part(spark, work, snapshot_rows)
+    except Exception as exc:  # noqa: BLE001 - the real Milvus may be missing; report it, keep the rest
+        return {"error": f"not measured: {type(exc).__name__}: {exc}"}
+
+
 def run(rows: int = 1_000_000, snapshot_rows: int = 200_000) -> dict:
     from jobs._common import spark_session
 
@@ -132,10 +141,7 @@ def run(rows: int = 1_000_000, snapshot_rows: int = 200_000) -> dict:
     spark = spark_session("bench-mirror", "local[2]")
     try:
         result = {"mirror": mirror_part(spark, work, rows)}
-        try:
-            result["snapshot"] = snapshot_part(spark, work, snapshot_rows)
-        except Exception as exc:  # noqa: BLE001 - the real Milvus may be missing; report it, keep the rest
-            result["snapshot"] = {"error": f"not measured: {type(exc).__name__}: {exc}"}
+        result["snapshot"] = _snapshot_or_reason(spark, work, snapshot_rows)
     finally:
         with contextlib.suppress(OSError):
             shutil.rmtree(work)
@@ -160,6 +166,14 @@ def _print(r: dict) -> None:
               f"{s['snapshot_ratio']:.2f}")
 
 
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--rows", type=int, default=1_000_000, help="inserts in the mirrored log (10%% deletes follow)")
+    ap.add_argument("--snapshot-rows", type=int, default=200_000, help="rows of the real-Milvus snapshot part")
+    ap.add_argument("--skip-snapshot", action="store_true", help="measure the mirror part only")
+    a = ap.parse_args(argv)
+    run(rows=a.rows, snapshot_rows=0 if a.skip_snapshot else a.snapshot_rows)
+
+
 if __name__ == "__main__":
-    n = int(sys.argv[1]) if len(sys.argv) > 1 else 1_000_000
-    run(rows=n, snapshot_rows=min(n, 200_000))
+    main()
