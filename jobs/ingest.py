@@ -55,10 +55,10 @@ def _offset_lag(latest: Any, end: Any) -> dict[str, dict[str, int]]:
     def load(o):
         if isinstance(o, str):
             try:
-                return json.loads(o)
+                o = json.loads(o)
             except ValueError:
                 return {}
-        return o or {}
+        return o if isinstance(o, dict) else {}  # Spark reports "null" before a source's first batch
 
     latest, end = load(latest), load(end)
     out: dict[str, dict[str, int]] = {}
