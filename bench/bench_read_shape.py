@@ -229,6 +229,8 @@ if __name__ == "__main__":
     ap.add_argument("--reps", type=int, default=REPS)
     ap.add_argument("--no-kafka", action="store_true")
     ap.add_argument("--skip", default="")
+    ap.add_argument("--dim", type=int, default=DIM, help="vector dimension of the Spark cases' rows")
     a = ap.parse_args()
+    DIM = a.dim
     run([int(x) for x in a.plan_rows.split(",")], a.rows, a.split_rows, not a.no_kafka, a.reps,
         tuple(x for x in a.skip.split(",") if x))
