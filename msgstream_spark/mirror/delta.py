@@ -122,9 +122,7 @@ class DeltaMirrorTable:
         if self._dt is not None:
             raise MirrorError(f"{self.location} is already a Delta table: add_files makes a new table's first version")
         check_prefix(properties)
-        schema, adds = data_files(self.location, paths)
-        if self.pk not in schema.names:
-            raise MirrorError(f"the data files have no primary key column {self.pk!r}: {schema.names}")
+        schema, adds = data_files(self.location, paths, self.pk)
         conf = {**identity_properties(self.collection, self.pk, self.collection_id), **properties}
         write_first_version(self.location, self.collection, dl.Schema.from_arrow(schema).to_json(), conf, adds)
         self._dt = dl.DeltaTable(self.location)
@@ -135,9 +133,7 @@ class DeltaMirrorTable:
         dt = self._table()
         dt.update_incremental()
         check_prefix(properties)
-        schema, adds = data_files(self.location, paths)
-        if self.pk not in schema.names:
-            raise MirrorError(f"the data files have no primary key column {self.pk!r}: {schema.names}")
+        schema, adds = data_files(self.location, paths, self.pk)
         md = dt.metadata()
         conf = {**md.configuration, **identity_properties(self.collection, self.pk, self.collection_id),
                 **properties}

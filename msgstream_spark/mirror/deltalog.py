@@ -22,8 +22,9 @@ from msgstream_spark.errors import MirrorError
 FIRST = "00000000000000000000.json"
 
 
-def data_files(location: str, paths: list[str]) -> tuple[pa.Schema, list[dict]]:
-    """The files' common Arrow schema and their ``add`` actions (paths relative to ``location``)."""
+def data_files(location: str, paths: list[str], pk: str) -> tuple[pa.Schema, list[dict]]:
+    """The files' common Arrow schema (which must hold the primary key ``pk``) and their ``add`` actions
+    (paths relative to ``location``)."""
     root = os.path.abspath(location)
     schema, adds = None, []
     now = int(time.time() * 1000)
@@ -42,6 +43,8 @@ def data_files(location: str, paths: list[str]) -> tuple[pa.Schema, list[dict]]:
                              "stats": json.dumps({"numRecords": meta.num_rows})}})
     if schema is None:
         raise MirrorError("add_files needs at least one data file")
+    if pk not in schema.names:
+        raise MirrorError(f"the data files have no primary key column {pk!r}: {schema.names}")
     return schema, adds
 
 
@@ -60,15 +63,7 @@ def write_first_version(location: str, name: str, schema_json: str, configuratio
                       "createdTime": now}},
         *adds,
     ]
-    tmp = os.path.join(log, f".{FIRST}.{uuid.uuid4().hex}.tmp")
-    with open(tmp, "w") as f:
-        f.write("\n".join(json.dumps(a) for a in actions) + "\n")
-    try:
-        os.link(tmp, os.path.join(log, FIRST))
-    except FileExistsError as e:
-        raise MirrorError(f"{location} already has a Delta table version 0: add_files makes a new table") from e
-    finally:
-        os.unlink(tmp)
+    _publish(log, FIRST, actions, f"{location} already has a Delta table version 0: add_files makes a new table")
 
 
 def write_replace_version(location: str, version: int, metadata: dict, schema_json: str,
@@ -83,15 +78,19 @@ def write_replace_version(location: str, version: int, metadata: dict, schema_js
         *({"remove": {"path": p, "deletionTimestamp": now, "dataChange": True}} for p in removes),
         *adds,
     ]
-    name = f"{version:020d}.json"
-    log = os.path.join(location, "_delta_log")
+    _publish(os.path.join(location, "_delta_log"), f"{version:020d}.json", actions,
+             f"{location}: Delta version {version} was written by another writer meanwhile; nothing replaced")
+
+
+def _publish(log: str, name: str, actions: list[dict], taken: str) -> None:
+    """Write ``actions`` as the commit file ``name`` atomically: a temporary file hard-linked into place, which
+    fails if the version exists (MirrorError ``taken``)."""
     tmp = os.path.join(log, f".{name}.{uuid.uuid4().hex}.tmp")
     with open(tmp, "w") as f:
         f.write("\n".join(json.dumps(a) for a in actions) + "\n")
     try:
         os.link(tmp, os.path.join(log, name))
     except FileExistsError as e:
-        raise MirrorError(f"{location}: Delta version {version} was written by another writer meanwhile; "
-                          "nothing replaced") from e
+        raise MirrorError(taken) from e
     finally:
         os.unlink(tmp)

@@ -25,11 +25,17 @@ def encode_varint(value: int) -> bytes:
             return bytes(out)
 
 
-def read_varint(buf: bytes, i: int) -> tuple[int, int]:
-    """(value, next index) of the protobuf varint at ``buf[i]``."""
+def read_varint(buf: bytes, i: int, end: int | None = None) -> tuple[int, int]:
+    """(value, next index) of the protobuf varint at ``buf[i]``, which must end before ``end`` (default: the
+    buffer's end)."""
+    if end is None:
+        end = len(buf)
+    b = buf[i] if i < end else -1
+    if 0 <= b < 0x80:  # one-byte varints (tags, small lengths) are most of them
+        return b, i + 1
     shift = result = 0
     while True:
-        if i >= len(buf) or shift > 63:
+        if i >= end or shift > 63:
             raise ValueError("truncated varint")
         b = buf[i]
         i += 1

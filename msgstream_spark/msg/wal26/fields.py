@@ -18,6 +18,8 @@ from typing import Any
 from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
 from google.protobuf.message import DecodeError as PbDecodeError
 
+from msgstream_spark.msg.wire import read_varint
+
 # kind: "int64" | "uint64" | "int32" | "bool" | "enum" | "string" | "bytes" | a nested Spec;
 # a kind wrapped in a list means a repeated field (a map is a repeated {1: key, 2: value} entry).
 Spec = Mapping[int, tuple[str, Any]]
@@ -84,26 +86,10 @@ def _scalar(code: int, value: int) -> int | bool:
     return value - _U64 if value >= _I64_MIN else value  # int64
 
 
-def _varint(buf: bytes, i: int, end: int) -> tuple[int, int]:
-    b = buf[i] if i < end else -1
-    if 0 <= b < 0x80:  # one-byte varints are most of a header
-        return b, i + 1
-    shift = result = 0
-    while True:
-        if i >= end or shift > 63:
-            raise ValueError("truncated varint")
-        b = buf[i]
-        i += 1
-        result |= (b & 0x7F) << shift
-        if not b & 0x80:
-            return result, i
-        shift += 7
-
-
 def _packed(code: int, buf: bytes, start: int, end: int) -> list[int]:
     out, i = [], start
     while i < end:
-        v, i = _varint(buf, i, end)
+        v, i = read_varint(buf, i, end)
         out.append(_scalar(code, v))
     return out
 
@@ -134,13 +120,13 @@ def _decode(c: _Compiled, buf: bytes, i: int, end: int) -> dict[str, Any]:
         out[name] = []
     table = c.fields
     while i < end:
-        tag, i = _varint(buf, i, end)
+        tag, i = read_varint(buf, i, end)
         wire = tag & 7
         start = i
         if wire == 0:
-            value, i = _varint(buf, i, end)
+            value, i = read_varint(buf, i, end)
         elif wire == 2:
-            value, start = _varint(buf, i, end)
+            value, start = read_varint(buf, i, end)
             i = start + value
         elif wire == 1 or wire == 5:
             value, i = 0, i + (8 if wire == 1 else 4)
