@@ -10,20 +10,17 @@ backend decides what "gone" means (Kafka offsets, the embedded log's removed pre
 from __future__ import annotations
 
 import json
-import logging
 from typing import Any
 
 from msgstream_spark.errors import DataLossError
-from msgstream_spark.source.offsets import Offset, _parse_json_positions, entry, normalize, unb64
-
-log = logging.getLogger(__name__)
+from msgstream_spark.source.offsets import Offset, entry, normalize, parse_json_positions, unb64
 
 
 def positions_offset(spec: str, channels: list[str], backend: str = "?") -> Offset:
     """The start offset that a ``startingPositions`` JSON (as a snapshot records it) resolves to,
     for the channels it names (``earliest``: an empty msgID; ``latest`` is not a resume position)."""
     out: Offset = {}
-    for ch, how in _parse_json_positions(spec, channels, backend).items():
+    for ch, how in parse_json_positions(spec, channels, backend).items():
         if how == "earliest":
             out[ch] = entry(b"", 0)
         elif how != "latest":

@@ -62,7 +62,7 @@ def normalize(offset: Offset) -> Offset:
     return json.loads(dumps(offset))
 
 
-def _parse_json_positions(text: str, channels: list[str], backend: str = "?") -> dict[str, Any]:
+def parse_json_positions(text: str, channels: list[str], backend: str = "?") -> dict[str, Any]:
     """{channel: "earliest" | "latest" | MsgPosition} from the JSON/base64 forms.
 
     In a JSON map, a channel's value may also be a Milvus 2.6 ``streaming.WALCheckpoint`` (base64)
@@ -107,7 +107,7 @@ def resolve_start(client: Any, channels: list[str], spec: str | None, starting_t
     if spec and spec.strip().lower() in ("earliest", "latest"):
         default = spec.strip().lower()
     elif spec:
-        per = _parse_json_positions(spec, channels, getattr(client, "name", "?"))
+        per = parse_json_positions(spec, channels, getattr(client, "name", "?"))
         missing = [c for c in channels if c not in per]
         if missing:
             raise OptionError(f"option startingPositions must cover every channel; missing: {', '.join(missing)}")
@@ -151,7 +151,7 @@ def resolve_end(client: Any, channels: list[str], spec: str | None, ending_ts: i
     if spec and spec.strip().lower() == "earliest":
         raise OptionError("option endingPositions=earliest is not allowed (nothing to read)")
     if spec and spec.strip().lower() != "latest":
-        per = _parse_json_positions(spec, channels, getattr(client, "name", "?"))
+        per = parse_json_positions(spec, channels, getattr(client, "name", "?"))
     for ch in channels:
         how = per.get(ch, "latest")
         if ending_ts is not None:
