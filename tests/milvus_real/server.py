@@ -1,9 +1,10 @@
-"""A real Milvus 2.3.5 standalone (PyPI ``milvus``, "embedded Milvus") writing to tansu through the shim.
+"""A real Milvus 2.3.5 standalone (PyPI ``milvus``, "embedded Milvus") writing to Kafka or Pulsar.
 
 The wheel is fetched once with ``pip download`` and its lzma-compressed binaries unpacked into
 ``~/.cache/msgstream-spark/milvus-2.3.5`` (override: ``MSGSTREAM_CACHE``). Each server runs from a
-fresh temp dir with the package's config template: ``mq.type: kafka`` on the shim, embedded etcd,
-local storage, every port free. ``stop`` kills by pid; ``log_tail`` is shown when a test fails.
+fresh temp dir with the package's config template: ``mq.type`` kafka (tansu through the shim) or
+pulsar (pulsar-lite) instead of rocksmq (see :class:`MQ`), embedded etcd, local storage, every port
+free. ``stop`` kills by pid; ``log_tail`` is shown when a test fails.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ import urllib.error
 import urllib.request
 import warnings
 import zipfile
+from dataclasses import dataclass
 from pathlib import Path
 
 VERSION = "2.3.5"
@@ -68,8 +70,38 @@ def install(timeout: float = 300.0) -> Path:
     return home
 
 
-def render_config(template: str, values: dict[str, object], kafka_brokers: str) -> str:
-    """The template with its ``{{ name(type): default }}`` holes filled, on Kafka instead of rocksmq."""
+@dataclass(frozen=True)
+class MQ:
+    """The message queue Milvus writes to: ``mq.type`` and the keys of its config section."""
+
+    type: str  # "kafka" or "pulsar"
+    settings: dict[str, object]
+
+
+def kafka_mq(brokers: str) -> MQ:
+    return MQ("kafka", {"brokerList": brokers})
+
+
+def pulsar_mq(host: str, port: int, web_port: int) -> MQ:
+    """Milvus dials ``pulsar://<address>:<port>``; ``webport`` serves only the subscription clean-up on a drop."""
+    return MQ("pulsar", {"address": host, "port": port, "webport": web_port})
+
+
+def _set_section(text: str, section: str, settings: dict[str, object]) -> str:
+    """``settings`` written into the template's top-level ``section`` (appended when it has none)."""
+    m = re.search(rf"(?m)^{section}:\n((?:[ \t]+.*\n|[ \t]*\n)*)", text)
+    if m is None:
+        return text + f"\n{section}:\n" + "".join(f"  {k}: {v}\n" for k, v in settings.items())
+    body = m.group(1)
+    for k, v in settings.items():
+        body, n = re.subn(rf"(?m)^  {k}:.*$", f"  {k}: {v}", body)
+        if n == 0:
+            body = f"  {k}: {v}\n" + body
+    return text[:m.start(1)] + body + text[m.end(1):]
+
+
+def render_config(template: str, values: dict[str, object], mq: MQ) -> str:
+    """The template with its ``{{ name(type): default }}`` holes filled, on ``mq`` instead of rocksmq."""
 
     def fill(m: re.Match) -> str:
         name, default = m.group(1), m.group(3)
@@ -85,14 +117,16 @@ def render_config(template: str, values: dict[str, object], kafka_brokers: str) 
         text, n = re.subn(r"(?m)^etcd:\n", f"etcd:\n  config:\n    path: {values['etcd_config_path']}\n", text)
         if n != 1:
             raise ValueError("config template: etcd section not found")
-    text, n = re.subn(r"(?m)^(mq:\n(?:\s*#.*\n)*\s+type:) rocksmq", r"\1 kafka", text)
+    if mq.type not in ("kafka", "pulsar"):
+        raise ValueError(f"mq.type {mq.type!r}: kafka or pulsar")
+    text, n = re.subn(r"(?m)^(mq:\n(?:\s*#.*\n)*\s+type:) rocksmq", rf"\1 {mq.type}", text)
     if n != 1:
         raise ValueError("config template: mq.type not found")
     # Every component registers 127.0.0.1 (not the machine's first interface): the server lives on loopback.
     text, n = re.subn(r"(?m)^(\s+)ip: #.*$", r"\1ip: 127.0.0.1", text)
     if n < 7:
         raise ValueError(f"config template: expected an ip key per component, found {n}")
-    return text + f"\nkafka:\n  brokerList: {kafka_brokers}\n"
+    return _set_section(text, mq.type, mq.settings)
 
 
 class StartupTimeout(RuntimeError):
@@ -102,8 +136,8 @@ class StartupTimeout(RuntimeError):
 class MilvusServer:
     """One standalone Milvus process; ``uri`` is its gRPC address, ``etcd`` its embedded etcd's."""
 
-    def __init__(self, kafka_brokers: str, startup_timeout: float = 90.0, attempts: int = 2) -> None:
-        self.kafka_brokers = kafka_brokers
+    def __init__(self, mq: MQ | str, startup_timeout: float = 90.0, attempts: int = 2) -> None:
+        self.mq = mq if isinstance(mq, MQ) else kafka_mq(mq)  # a str: Kafka's bootstrap servers
         self.startup_timeout = startup_timeout  # per attempt; healthy in 2-5 s on a loaded 2-core machine
         self.attempts = attempts
         self.proc: subprocess.Popen | None = None
@@ -158,7 +192,7 @@ class MilvusServer:
             f"listen-peer-urls: http://127.0.0.1:{peer}", f"initial-advertise-peer-urls: http://127.0.0.1:{peer}",
             f"initial-cluster: default=http://127.0.0.1:{peer}", ""]))
         values["etcd_config_path"] = str(etcd_yaml)
-        text = render_config((home / "config.yaml.template").read_text(), values, self.kafka_brokers)
+        text = render_config((home / "config.yaml.template").read_text(), values, self.mq)
         (d / "configs" / "milvus.yaml").write_text(text)
         shutil.copy(home / "glog.conf", d / "configs" / "glog.conf")
         # Only what a service needs: Milvus maps environment variables onto its config keys.

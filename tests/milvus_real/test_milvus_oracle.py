@@ -17,12 +17,12 @@ import urllib.request
 
 import pytest
 
+from tests.milvus_real.stack import pchannels
 from tests.milvus_real.workload import Workload, create_all_types, expected_row, load_for_query, normalize
 from tests.spark.helpers import spark_options
 
 pytestmark = [pytest.mark.slow, pytest.mark.filterwarnings("ignore:.*ORM-style PyMilvus API")]
 
-PATTERN = "by-dev-rootcoord-dml_.*"
 FIELDS = ["pk", "b", "i8", "i16", "i32", "f", "d", "s", "j", "arr_i", "arr_s", "cat", "fv", "$meta"]
 
 
@@ -40,7 +40,7 @@ def coll(milvus_stack, pymilvus_orm):
 
 
 def source(spark, stack, name, **opts):
-    r = (spark.read.format("msgstream").options(**spark_options(stack.env)).option("channelPattern", PATTERN)
+    r = (spark.read.format("msgstream").options(**spark_options(stack.env)).options(**stack.channel_options(name))
          .option("collection", name))
     return r.options(**{k: str(v) for k, v in opts.items()}).load()
 
@@ -200,16 +200,6 @@ def test_binary_vectors_varchar_keys_and_partitions(spark, milvus_stack, bin_col
         assert got == stream - {"k10", "k11"}
 
 
-def pchannels(alias: str, name: str) -> list[str]:
-    """The physical channels Milvus gave collection ``name`` (DescribeCollection's raw answer)."""
-    from pymilvus import connections
-    from pymilvus.grpc_gen import milvus_pb2
-
-    stub = connections._fetch_handler(alias)._stub
-    resp = stub.DescribeCollection(milvus_pb2.DescribeCollectionRequest(collection_name=name), timeout=30)
-    return sorted(resp.physical_channel_names)
-
-
 def await_ticks(stack, ts: int, chans: list[str], timeout: float = 30.0) -> None:
     """Wait (bounded) until each channel's last message is a time tick at or after ``ts``:
     then a stream aligned to ticks can take everything acknowledged up to ``ts``."""
@@ -234,8 +224,9 @@ def await_ticks(stack, ts: int, chans: list[str], timeout: float = 30.0) -> None
 
 
 def stream_once(spark, stack, name, checkpoint, out):
-    df = (spark.readStream.format("msgstream").options(**spark_options(stack.env)).option("channelPattern", PATTERN)
-          .option("collection", name).option("subscription", f"it-{name}").load())
+    df = (spark.readStream.format("msgstream").options(**spark_options(stack.env))
+          .options(**stack.channel_options(name)).option("collection", name).option("subscription", f"it-{name}")
+          .load())
     q = (df.writeStream.format("parquet").option("path", str(out)).option("checkpointLocation", str(checkpoint))
          .trigger(availableNow=True).start())
     assert q.awaitTermination(180) is not False
@@ -270,8 +261,7 @@ def test_tail_and_inspect_equal_what_milvus_acked(milvus_stack, coll, tmp_path, 
     from tests.sink.helpers import config_file
 
     cfg = config_file(milvus_stack.env, tmp_path)
-    with milvus_stack.env.client() as c:
-        chans = sorted(ch for ch in c.list_channels() if ch.startswith("by-dev-rootcoord-dml_"))
+    chans = milvus_stack.dml_channels(coll.name)
     capsys.readouterr()
     assert main(["tail", "--config", cfg, "-c", ",".join(chans), "--rows", "--no-ticks", "--timeout", "2"]) == 0
     msgs = [json.loads(line) for line in capsys.readouterr().out.splitlines() if line.strip()]

@@ -15,6 +15,7 @@ import os
 import subprocess
 import sys
 import threading
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -31,9 +32,10 @@ ROOT = Path(__file__).resolve().parents[2]
 
 @pytest.fixture(scope="module")
 def cfg(milvus_stack, tmp_path_factory) -> str:
-    """The job's config: the cluster's Kafka (through the shim) and the proxy as ``milvus.address``."""
+    """The job's config: the cluster's MQ (Kafka through the shim, or pulsar-lite) and the proxy as
+    ``milvus.address``."""
     values = {k: v for k, v in milvus_stack.env.config.values.items() if v not in ("", None)}
-    values["mq.type"] = "kafka"
+    values["mq.type"] = milvus_stack.mq
     values["milvus.address"] = milvus_stack.uri.removeprefix("http://")
     path = tmp_path_factory.mktemp("mirror-cfg") / "cluster.yaml"
     path.write_text(yaml.safe_dump(values))
@@ -111,35 +113,51 @@ def last_ts(*ws: Workload) -> int:
     return max(a.ts for w in ws for a in w.acked if a.ts)
 
 
-def test_snapshot_while_writing_then_stream_equals_query(spark, milvus_stack, pymilvus_orm, cfg, tmp_path):
-    a = Workload("mir_a", create_all_types(pymilvus_orm, "mir_a"))
-    b = Workload("mir_b", create_all_types(pymilvus_orm, "mir_b"))
-    for w, n in ((a, 3000), (b, 1200)):
-        w.insert(range(0, n // 2))
-        w.insert(range(n // 2, n))
-        load_for_query(w.collection)
-    before = {w.name: len(w.acked) for w in (a, b)}
-    chans = {w.name: ["--channels", ",".join(pchannels(pymilvus_orm, w.name))] for w in (a, b)}
+@dataclass
+class Plan:
+    """One collection of ``rows`` rows mirrored into a ``fmt`` table with ``extra`` job arguments."""
+
+    name: str
+    rows: int
+    fmt: str
+    extra: tuple[str, ...] = ()
+
+
+def snapshot_while_writing(spark, stack, alias: str, cfg: str, tmp_path: Path, plans: list[Plan]) -> dict[str, dict]:
+    """The driver: each plan's collection is filled, then ``--snapshot initial`` runs while a writer inserts,
+    deletes and upserts (during the snapshot and after it); a second run resumes from the checkpoint and each
+    table equals ``query``. Returns the first run's summary per collection."""
+    ws = {p.name: Workload(p.name, create_all_types(alias, p.name)) for p in plans}
+    for p in plans:
+        ws[p.name].insert(range(0, p.rows // 2))
+        ws[p.name].insert(range(p.rows // 2, p.rows))
+        load_for_query(ws[p.name].collection)
+    before = {name: len(w.acked) for name, w in ws.items()}
+    chans = {name: ["--channels", ",".join(pchannels(alias, name))] for name in ws}
     summaries = {}
-    for w, fmt, extra in ((a, "delta", ["--snapshot-tasks", "3"]), (b, "iceberg", [])):
-        writer = Writer([w], first_new=3000).start()  # writes during the snapshot and after it
+    for p in plans:
+        writer = Writer([ws[p.name]], first_new=p.rows).start()  # writes during the snapshot and after it
         try:
-            summaries[w.name] = run_job(spark, cfg, w.name, tmp_path / w.name, fmt, *extra, *chans[w.name])
+            summaries[p.name] = run_job(spark, cfg, p.name, tmp_path / p.name, p.fmt, *p.extra, *chans[p.name])
         finally:
             writer.stop()
-    sa, sb = summaries["mir_a"], summaries["mir_b"]
-    for s, w in ((sa, a), (sb, b)):
+    for name, s in summaries.items():
         assert s["snapshot"]["mode"] == "initial"
         assert s["snapshot"]["files"] >= 1 and s["snapshot"]["rows"] >= 1
-        later = [x for x in w.acked[before[w.name]:] if x.ts and x.ts > s["snapshot"]["S"]]
-        assert later, f"{w.name}: no write after S: the writer did not overlap the snapshot"
-    assert sa["snapshot"]["ranges"] == 3
-    await_ticks(milvus_stack, last_ts(a, b), sorted({c for w in (a, b) for c in pchannels(pymilvus_orm, w.name)}))
-    ra = run_job(spark, cfg, "mir_a", tmp_path / "mir_a", "delta", *chans["mir_a"])  # from its checkpoint
-    rb = run_job(spark, cfg, "mir_b", tmp_path / "mir_b", "iceberg", *chans["mir_b"])
-    assert ra["snapshot"]["mode"] == rb["snapshot"]["mode"] == "resumed"
-    assert_table_equals_query(tmp_path / "mir_a", "delta", a)
-    assert_table_equals_query(tmp_path / "mir_b", "iceberg", b)
+        later = [x for x in ws[name].acked[before[name]:] if x.ts and x.ts > s["snapshot"]["S"]]
+        assert later, f"{name}: no write after S: the writer did not overlap the snapshot"
+    await_ticks(stack, last_ts(*ws.values()), sorted({c for name in ws for c in pchannels(alias, name)}))
+    for p in plans:  # from its checkpoint
+        assert run_job(spark, cfg, p.name, tmp_path / p.name, p.fmt, *chans[p.name])["snapshot"]["mode"] == "resumed"
+    for p in plans:
+        assert_table_equals_query(tmp_path / p.name, p.fmt, ws[p.name])
+    return summaries
+
+
+def test_snapshot_while_writing_then_stream_equals_query(spark, milvus_stack, pymilvus_orm, cfg, tmp_path):
+    plans = [Plan("mir_a", 3000, "delta", ("--snapshot-tasks", "3")), Plan("mir_b", 1200, "iceberg")]
+    summaries = snapshot_while_writing(spark, milvus_stack, pymilvus_orm, cfg, tmp_path, plans)
+    assert summaries["mir_a"]["snapshot"]["ranges"] == 3
 
 
 def test_never_from_milvus_etcd_channel_checkpoints(spark, milvus_stack, pymilvus_orm, cfg, tmp_path):
