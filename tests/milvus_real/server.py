@@ -23,6 +23,7 @@ import time
 import urllib.error
 import urllib.request
 import warnings
+import weakref
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -129,6 +130,9 @@ def render_config(template: str, values: dict[str, object], mq: MQ) -> str:
     return _set_section(text, mq.type, mq.settings)
 
 
+_LIVE: weakref.WeakSet[MilvusServer] = weakref.WeakSet()  # the servers this process started (a stopped one has exited)
+
+
 class StartupTimeout(RuntimeError):
     """Milvus ran but did not become healthy in time."""
 
@@ -200,6 +204,11 @@ class MilvusServer:
         env = dict(base, DEPLOY_MODE="STANDALONE", METRICS_PORT=str(self.metrics_port),
                    MILVUS_RUN_DIR=str(d / "run"),
                    LD_LIBRARY_PATH=f"{home / 'bin'}:{os.environ.get('LD_LIBRARY_PATH', '')}")
+        running = [s for s in _LIVE if s is not self and s.proc is not None and s.proc.poll() is None]
+        if running:  # the suite's Milvus packages must follow one another on their xdist worker
+            raise RuntimeError(f"another Milvus of this process still runs (pid {running[0].proc.pid}, "
+                               f"{running[0].dir}): start one at a time")
+        _LIVE.add(self)
         with open(d / "logs" / "stdout.log", "wb") as out:
             self.proc = subprocess.Popen([str(home / "bin" / "milvus"), "run", "standalone"], cwd=d, env=env,
                                          stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
