@@ -31,9 +31,12 @@ FIELDS = ["pk", "s", "f", "j", "fv", "$meta"]
 DT = schema_pb2.DataType
 
 
-def collection_schema() -> schema_pb2.CollectionSchema:
+def collection_schema(string_key: bool = False) -> schema_pb2.CollectionSchema:
+    """pk (Int64, or VarChar with ``string_key``), s, f, j, fv and the dynamic field."""
     s = schema_pb2.CollectionSchema(name=NAME, enable_dynamic_field=True)
-    s.fields.add(fieldID=100, name="pk", is_primary_key=True, data_type=DT.Int64)
+    pk = s.fields.add(fieldID=100, name="pk", is_primary_key=True, data_type=DT.VarChar if string_key else DT.Int64)
+    if string_key:
+        pk.type_params.add(key="max_length", value="32")
     s.fields.add(fieldID=101, name="s", data_type=DT.VarChar).type_params.add(key="max_length", value="64")
     s.fields.add(fieldID=102, name="f", data_type=DT.Float)
     s.fields.add(fieldID=103, name="j", data_type=DT.JSON)
@@ -42,9 +45,18 @@ def collection_schema() -> schema_pb2.CollectionSchema:
     return s
 
 
-def row(pk: int, gen: int = 0) -> dict:
+def key(i: int, string_key: bool) -> int | str:
+    """Row ``i``'s primary key (VarChar keys sort unlike their numbers: "k10" < "k9")."""
+    return f"k{i}" if string_key else i
+
+
+def index(pk: int | str) -> int:
+    return int(pk[1:]) if isinstance(pk, str) else pk
+
+
+def row(pk: int | str, gen: int = 0) -> dict:
     """Deterministic values (``gen`` > 0: an upserted version); the dynamic key only on some rows."""
-    k = pk + 1000 * gen
+    k = index(pk) + 1000 * gen
     return {"pk": pk, "s": f"s{k}", "f": k / 4.0, "j": {"k": k, "tag": "ab"[k % 2]},
             "fv": [k / 7.0, -k / 3.0, 0.1 * k, 1.0], "$meta": {"dyn": k * 2} if k % 2 == 0 else {}}
 
@@ -56,8 +68,9 @@ def _base(msg_type: int, ts: int, msg_id: int = 0) -> common_pb2.MsgBase:
 class Channels:
     """The collection's pchannels and vchannels (``<pchannel>_<id>v<i>``)."""
 
-    def __init__(self, pchannels: list[str]) -> None:
+    def __init__(self, pchannels: list[str], string_key: bool = False) -> None:
         self.pchannels = list(pchannels)
+        self.string_key = string_key
         self.vchannels = [f"{p}_{CID}v{i}" for i, p in enumerate(pchannels)]
         self._ids = itertools.count(1)
 
@@ -67,7 +80,7 @@ class Channels:
     def create_request(self, ts: int) -> msg_pb2.CreateCollectionRequest:
         return msg_pb2.CreateCollectionRequest(
             base=_base(100, ts), collectionName=NAME, collectionID=CID, db_name="default",
-            schema=collection_schema().SerializeToString(), partitionIDs=[PARTITION],
+            schema=collection_schema(self.string_key).SerializeToString(), partitionIDs=[PARTITION],
             virtualChannelNames=self.vchannels, physicalChannelNames=self.pchannels)
 
     def insert_request(self, ts: int, shard: int, rows: list[dict]) -> msg_pb2.InsertRequest:
@@ -75,17 +88,17 @@ class Channels:
         req = msg_pb2.InsertRequest(
             base=_base(400, ts, self.next_id()), shardName=self.vchannels[shard], db_name="default",
             collection_name=NAME, partition_name="_default", collectionID=CID, partitionID=PARTITION,
-            segmentID=SEGMENT, num_rows=n, fields_data=columns(collection_schema(), rows),
+            segmentID=SEGMENT, num_rows=n, fields_data=columns(collection_schema(self.string_key), rows),
             version=msg_pb2.InsertDataVersion.ColumnBased)
         req.timestamps.extend([ts] * n)
         req.rowIDs.extend(self.next_id() for _ in rows)
         return req
 
-    def delete_request(self, ts: int, shard: int, pks: list[int]) -> msg_pb2.DeleteRequest:
+    def delete_request(self, ts: int, shard: int, pks: list) -> msg_pb2.DeleteRequest:
         req = msg_pb2.DeleteRequest(base=_base(401, ts, self.next_id()), shardName=self.vchannels[shard],
                                     db_name="default", collection_name=NAME, collectionID=CID, partitionID=-1,
                                     num_rows=len(pks))
-        req.primary_keys.int_id.data.extend(pks)
+        (req.primary_keys.str_id if self.string_key else req.primary_keys.int_id).data.extend(pks)
         req.timestamps.extend([ts] * len(pks))
         return req
 
@@ -93,8 +106,8 @@ class Channels:
 class Wal26(Channels):
     """2.6 WAL entries on the pchannels of a backend client (the proxy's store)."""
 
-    def __init__(self, client, pchannels: list[str]) -> None:
-        super().__init__(pchannels)
+    def __init__(self, client, pchannels: list[str], string_key: bool = False) -> None:
+        super().__init__(pchannels, string_key)
         self.producers = [client.create_producer(p) for p in pchannels]
         self._txn = itertools.count(900)
 
@@ -145,8 +158,8 @@ class Wal26(Channels):
 class Msgstream25(Channels):
     """2.5 msgstream messages on the topics of a backend client (Kafka, Pulsar, the embedded log)."""
 
-    def __init__(self, client, pchannels: list[str]) -> None:
-        super().__init__(pchannels)
+    def __init__(self, client, pchannels: list[str], string_key: bool = False) -> None:
+        super().__init__(pchannels, string_key)
         self.producers = [client.create_producer(p) for p in pchannels]
 
     def _send(self, shard: int, msg, props: dict, ts: int) -> None:
@@ -185,43 +198,45 @@ class Writer:
     def __init__(self, log: Wal26 | Msgstream25, model: CollectionModel, seed: int = 7) -> None:
         self.log, self.model, self.lock = log, model, model.lock
         self.rand = random.Random(seed)
-        self.next_pk = 0
+        self.next_index = 0
         self.acked: list[tuple[str, int, int]] = []  # (kind, ts, model version after it)
         self.rounds = 0
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self.error: BaseException | None = None
 
-    def _by_shard(self, pks) -> dict[int, list[int]]:
-        out: dict[int, list[int]] = defaultdict(list)
-        for pk in pks:
-            out[pk % len(self.log.pchannels)].append(pk)
+    def _by_shard(self, indices) -> dict[int, list]:
+        """Row indices -> their primary keys per shard."""
+        out: dict[int, list] = defaultdict(list)
+        for i in indices:
+            out[i % len(self.log.pchannels)].append(key(i, self.log.string_key))
         return out
 
     def create(self) -> None:
         with self.lock:
             self.log.create(tso_now())
 
-    def insert(self, pks, gen: int = 0) -> None:
+    def insert(self, indices, gen: int = 0) -> None:
+        """Rows ``indices`` (keys from :func:`key`) inserted with one timestamp."""
         with self.lock:
             ts = tso_now()
-            for shard, keys in self._by_shard(pks).items():
+            for shard, keys in self._by_shard(indices).items():
                 self.log.insert(ts, shard, [row(pk, gen) for pk in keys])
-            self.model.put(row(pk, gen) for pk in pks)
+                self.model.put(row(pk, gen) for pk in keys)
             self.acked.append(("insert", ts, self.model.version))
-            self.next_pk = max(self.next_pk, max(pks, default=-1) + 1)
+            self.next_index = max(self.next_index, max(indices, default=-1) + 1)
 
-    def delete(self, pks) -> None:
+    def delete(self, indices) -> None:
         with self.lock:
             ts = tso_now()
-            for shard, keys in self._by_shard(pks).items():
+            for shard, keys in self._by_shard(indices).items():
                 self.log.delete(ts, shard, keys)
-            self.model.remove(pks)
+                self.model.remove(keys)
             self.acked.append(("delete", ts, self.model.version))
 
-    def upsert(self, pks, gen: int) -> None:
+    def upsert(self, indices, gen: int) -> None:
         with self.lock:
-            for shard, keys in self._by_shard(pks).items():
+            for shard, keys in self._by_shard(indices).items():
                 ts = self.log.upsert(shard, [row(pk, gen) for pk in keys])
                 self.model.put(row(pk, gen) for pk in keys)
                 self.acked.append(("upsert", ts, self.model.version))
@@ -233,8 +248,8 @@ class Writer:
     def round(self) -> None:
         """New keys, deletes and upserts of existing ones, then a TimeTick on every channel."""
         with self.lock:
-            existing = sorted(self.model.rows)
-            self.insert(range(self.next_pk, self.next_pk + 5))
+            existing = sorted(index(pk) for pk in self.model.rows)
+            self.insert(range(self.next_index, self.next_index + 5))
             self.delete(self.rand.sample(existing, 2))
             self.upsert(self.rand.sample(existing, 3), gen=1 + self.rounds % 3)
             self.tick()

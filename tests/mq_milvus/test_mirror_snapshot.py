@@ -35,7 +35,7 @@ def run_job(spark, cfg: str, table: Path, fmt: str, channels: list[str], *extra:
         *extra]), spark)
 
 
-def table_rows(table: Path, fmt: str) -> dict[int, dict]:
+def table_rows(table: Path, fmt: str) -> dict:
     from msgstream_spark.mirror.table import open_table
 
     t = open_table(fmt, str(table), collection=NAME, pk="pk", create=False)
@@ -78,15 +78,16 @@ def mirror_while_writing(spark, state, writer: Writer, cfg: str, table: Path, fm
     assert_table_equals_model(table, fmt, writer.model)
 
 
-@pytest.mark.parametrize("fmt", ["delta", "iceberg"])
-def test_snapshot_through_the_26_proxy_equals_the_model(spark, milvus_proxy, tmp_path, fmt):
-    """``mq.type: milvus``: the log and the SDK are the same proxy."""
+@pytest.mark.parametrize(("fmt", "string_key"), [("delta", False), ("iceberg", True)], ids=["delta", "iceberg-varchar"])
+def test_snapshot_through_the_26_proxy_equals_the_model(spark, milvus_proxy, tmp_path, fmt, string_key):
+    """``mq.type: milvus``: the log and the SDK are the same proxy (an Int64 key, and a VarChar key)."""
     from tests.fixtures.milvus_env import StoreWriter
 
     pchannels = ["by-dev-rootcoord-dml_0", "by-dev-rootcoord-dml_1"]
     store = StoreWriter(milvus_proxy.store_path)
-    log = Wal26(store.client, pchannels)
-    model = milvus_proxy.state.add_model("default", NAME, CID, pchannels, log.vchannels, collection_schema())
+    log = Wal26(store.client, pchannels, string_key)
+    model = milvus_proxy.state.add_model("default", NAME, CID, pchannels, log.vchannels,
+                                         collection_schema(string_key))
     cfg = tmp_path / "milvus.yaml"
     cfg.write_text(yaml.safe_dump({
         "mq.type": "milvus", "milvus.address": milvus_proxy.address, "milvus.requestTimeout": 10,
@@ -99,11 +100,12 @@ def test_snapshot_through_the_26_proxy_equals_the_model(spark, milvus_proxy, tmp
 
 
 def test_snapshot_on_pulsar_25_equals_the_model(spark, pulsar_lite_env, milvus_proxy, tmp_path):
-    """``mq.type: pulsar`` (2.5 msgstream on pulsar-lite); the SDK calls go to the proxy's model."""
+    """``mq.type: pulsar`` (2.5 msgstream on pulsar-lite, a VarChar key); the SDK calls go to the proxy's model."""
     pchannels = [pulsar_lite_env.new_channel("snap25") for _ in range(2)]
     client = pulsar_lite_env.client()
-    log = Msgstream25(client, pchannels)
-    model = milvus_proxy.state.add_model("default", NAME, CID, pchannels, log.vchannels, collection_schema())
+    log = Msgstream25(client, pchannels, string_key=True)
+    model = milvus_proxy.state.add_model("default", NAME, CID, pchannels, log.vchannels,
+                                         collection_schema(string_key=True))
     cfg = Path(config_file(pulsar_lite_env, tmp_path))
     values = yaml.safe_load(cfg.read_text())
     cfg.write_text(yaml.safe_dump({**values, "milvus.address": milvus_proxy.address}))
