@@ -30,6 +30,9 @@ from pymilvus import DataType, MilvusClient
 from msgstream_spark.errors import MirrorError
 from msgstream_spark.mirror.common import PARTITION, TS
 from msgstream_spark.mirror.order import SEQ, snapshot_seq_array
+from msgstream_spark.mq.milvus.channels import partitions
+from msgstream_spark.mq.milvus.connection import ProxyConnection
+from msgstream_spark.mq.milvus.settings import MilvusSettings
 from msgstream_spark.msg.position import MsgPosition
 from msgstream_spark.stream.timeseek import message_time
 
@@ -235,10 +238,6 @@ def collection_partitions(config, info: CollectionInfo, collection: str) -> list
     refuses queries that name its partitions, so its snapshot rows keep ``_partition`` null."""
     if info.partition_key:
         return None
-    from msgstream_spark.mq.milvus.channels import partitions
-    from msgstream_spark.mq.milvus.connection import ProxyConnection
-    from msgstream_spark.mq.milvus.settings import MilvusSettings
-
     settings = MilvusSettings(config)
     conn = ProxyConnection(settings)
     try:
