@@ -20,13 +20,16 @@ retrieve, as pymilvus 3.0.2 sends and reads them):
 * columns are ``FieldData`` of Milvus's types (Bool, Int8/16/32/64, Float, Double, VarChar, JSON,
   FloatVector, BinaryVector; nullable fields with ``valid_data``), ``QueryResults.output_fields``
   naming them;
+* ``partition_names`` limits a query to those partitions (an unknown name: "partition name ... not
+  found"); ``ShowPartitions`` lists the model's partitions (name, id);
 * Strong consistency: a query sees every write done before it.
 
 Simplified: every consistency level is Strong (the model has no lag); expressions are what the
 mirror's snapshot sends: comparisons ``field op literal`` (``<``, ``<=``, ``>``, ``>=``, ``==``,
 ``!=``; integer or double-quoted string literals) joined by ``and`` / ``or`` (``and`` binding
 tighter), anything else fails with Milvus's "cannot parse expression" text; results come sorted by
-primary key (Milvus's order is by segment); no partitions, no output of single dynamic keys.
+primary key (Milvus's order is by segment); a row's partition is set by the test (no partition-key
+routing); no output of single dynamic keys.
 """
 
 from __future__ import annotations
@@ -63,11 +66,13 @@ class QueryError(Exception):
 
 @dataclass
 class CollectionModel:
-    """A collection's current rows (pk -> row: field name -> value, ``$meta`` a dict); change them only
-    while holding ``lock`` (the proxy's), together with writing the matching messages."""
+    """A collection's current rows (pk -> row: field name -> value, ``$meta`` a dict, ``_partition`` the
+    partition's id); change them only while holding ``lock`` (the proxy's), together with writing the
+    matching messages."""
 
     schema: schema_pb2.CollectionSchema
     lock: threading.RLock
+    partitions: list = field(default_factory=lambda: [("_default", 1)])  # (name, id), as ShowPartitions lists
     rows: dict = field(default_factory=dict)
     version: int = 0  # +1 per change: what a query saw, for assertions
 
@@ -75,10 +80,11 @@ class CollectionModel:
     def pk(self) -> str:
         return next(f.name for f in self.schema.fields if f.is_primary_key)
 
-    def put(self, rows: Iterable[dict]) -> None:
-        """Insert or upsert: each row replaces the one with its key."""
+    def put(self, rows: Iterable[dict], partition: str = "_default") -> None:
+        """Insert or upsert into ``partition``: each row replaces the one with its key."""
+        pid = dict(self.partitions)[partition]
         for r in rows:
-            self.rows[r[self.pk]] = dict(r)
+            self.rows[r[self.pk]] = {**r, "_partition": pid}
         self.version += 1
 
     def remove(self, pks: Iterable[Any]) -> None:
@@ -188,9 +194,14 @@ def answer(model: CollectionModel, request) -> tuple[list[schema_pb2.FieldData],
     if not request.expr.strip() and limit is None and asked != [COUNT]:
         raise QueryError(1100, "empty expression should be used with limit: invalid parameter")
     match = parse_expr(request.expr)
+    named = dict(model.partitions)
+    unknown = [n for n in request.partition_names if n not in named]
+    if unknown:
+        raise QueryError(200, f"partition name {unknown[0]} not found")
+    parts = {named[n] for n in request.partition_names} or set(named.values())
     with model.lock:  # Strong: every write done before this query
         version = model.version
-        hits = [dict(r) for _, r in sorted(model.rows.items()) if match(r)]
+        hits = [dict(r) for _, r in sorted(model.rows.items()) if r["_partition"] in parts and match(r)]
     if asked == [COUNT]:
         fd = schema_pb2.FieldData(type=DT.Int64, field_name=COUNT)
         fd.scalars.long_data.data.append(len(hits))

@@ -13,8 +13,8 @@ the streaming node's scanner; see wal.py for ``DumpMessages`` itself):
   the collection's ``physical_channel_names`` / ``virtual_channel_names`` otherwise;
 * ``DumpMessages`` failures end the stream with gRPC UNKNOWN and Milvus's text; an unknown
   pchannel keeps the stream open and silent;
-* ``Query`` over a model of the collection's rows kept by the test (see query.py), with Milvus's
-  status codes and texts.
+* ``Query`` and ``ShowPartitions`` over a model of the collection's rows kept by the test (see
+  query.py), with Milvus's status codes and texts.
 
 Simplified: collections, databases and credentials are set by the test (no RBAC; a schema only
 where the test sets one in ``state.schemas`` or adds a model with ``add_model``); the WAL is an
@@ -66,11 +66,12 @@ class ProxyState:
     on_query: object = None  # called with the request after each answered Query (before it is sent)
 
     def add_model(self, db: str, name: str, cid: int, pchannels: list[str], vchannels: list[str],
-                  schema) -> CollectionModel:
-        """A collection the proxy describes (with ``schema``) and queries from a model of its rows."""
+                  schema, partitions: list[tuple[str, int]]) -> CollectionModel:
+        """A collection the proxy describes (with ``schema``), lists the ``(name, id)`` partitions of and
+        queries from a model of its rows."""
         self.collections[(db, name)] = (cid, list(pchannels), list(vchannels))
         self.schemas[(db, name)] = schema.SerializeToString()
-        model = self.models[(db, name)] = CollectionModel(schema, self.lock)
+        model = self.models[(db, name)] = CollectionModel(schema, self.lock, list(partitions))
         return model
 
 
@@ -122,6 +123,15 @@ class Servicer(milvus_grpc.MilvusServiceServicer):
         if schema is not None:
             resp.schema.ParseFromString(schema)
         return resp
+
+    def ShowPartitions(self, request, context):
+        db, missing = self._check(request, context)
+        if missing is not None:
+            return milvus_pb2.ShowPartitionsResponse(status=missing)
+        model = self.state.models.get((db, request.collection_name))
+        parts = model.partitions if model is not None else []
+        return milvus_pb2.ShowPartitionsResponse(status=common_pb2.Status(), partition_names=[n for n, _ in parts],
+                                                 partitionIDs=[i for _, i in parts])
 
     def Query(self, request, context):
         db, missing = self._check(request, context)

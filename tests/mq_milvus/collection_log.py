@@ -6,9 +6,9 @@ bodies Milvus's generated ``msgpb`` classes) into the suite proxy's store, or 2.
 RootCoord's broadcasts: CreateCollection, TimeTick; shared/docs/milvus-wire-format.md §5) on any
 backend. Each write allocates its time from the proxy's TSO and writes its messages and changes the
 model while holding the proxy's lock, so a ``Query`` sees exactly the writes before it and no write
-lands below a TimeTick the proxy persisted. Simplified: a row's shard is ``pk % shards`` (Milvus hashes
-the key); one partition, one segment; an upsert is a transaction (2.6) or an Insert and a Delete with
-one timestamp (2.5), per shard.
+lands below a TimeTick the proxy persisted. Simplified: row i's shard is ``i % shards`` (Milvus hashes
+the key), its partition ``_default`` or ``p1`` by ``i // 2 % 2``; one segment; an upsert is a
+transaction (2.6) or an Insert and a Delete with one timestamp (2.5), per shard and partition.
 """
 
 from __future__ import annotations
@@ -25,7 +25,8 @@ from tests.milvus_proxy.wal import tso_now
 from tests.wal26 import producer as P
 
 NAME = "snap"
-CID, PARTITION, SEGMENT = 7001, 7002, 7003
+CID, SEGMENT = 7001, 7003
+PARTITIONS = [("_default", 7002), ("p1", 7004)]
 DIM = 4
 FIELDS = ["pk", "s", "f", "j", "fv", "$meta"]
 DT = schema_pb2.DataType
@@ -54,6 +55,11 @@ def index(pk: int | str) -> int:
     return int(pk[1:]) if isinstance(pk, str) else pk
 
 
+def partition_of(i: int) -> int:
+    """Row ``i``'s partition, an index into :data:`PARTITIONS`."""
+    return i // 2 % len(PARTITIONS)
+
+
 def row(pk: int | str, gen: int = 0) -> dict:
     """Deterministic values (``gen`` > 0: an upserted version); the dynamic key only on some rows."""
     k = index(pk) + 1000 * gen
@@ -80,14 +86,15 @@ class Channels:
     def create_request(self, ts: int) -> msg_pb2.CreateCollectionRequest:
         return msg_pb2.CreateCollectionRequest(
             base=_base(100, ts), collectionName=NAME, collectionID=CID, db_name="default",
-            schema=collection_schema(self.string_key).SerializeToString(), partitionIDs=[PARTITION],
+            schema=collection_schema(self.string_key).SerializeToString(), partitionIDs=[i for _, i in PARTITIONS],
             virtualChannelNames=self.vchannels, physicalChannelNames=self.pchannels)
 
-    def insert_request(self, ts: int, shard: int, rows: list[dict]) -> msg_pb2.InsertRequest:
+    def insert_request(self, ts: int, shard: int, part: int, rows: list[dict]) -> msg_pb2.InsertRequest:
         n = len(rows)
+        name, pid = PARTITIONS[part]
         req = msg_pb2.InsertRequest(
             base=_base(400, ts, self.next_id()), shardName=self.vchannels[shard], db_name="default",
-            collection_name=NAME, partition_name="_default", collectionID=CID, partitionID=PARTITION,
+            collection_name=NAME, partition_name=name, collectionID=CID, partitionID=pid,
             segmentID=SEGMENT, num_rows=n, fields_data=columns(collection_schema(self.string_key), rows),
             version=msg_pb2.InsertDataVersion.ColumnBased)
         req.timestamps.extend([ts] * n)
@@ -116,13 +123,13 @@ class Wal26(Channels):
 
     def create(self, ts: int) -> None:
         body = self.create_request(ts - P.PAYLOAD_TS_SKEW).SerializeToString()
-        header = P.vfield(1, CID) + P.packed(2, [PARTITION]) + P.vfield(3, 1)
+        header = P.vfield(1, CID) + P.packed(2, [i for _, i in PARTITIONS]) + P.vfield(3, 1)
         for i, vc in enumerate(self.vchannels):
             self._send(i, P.Built(body, P.props(P.T["CreateCollection"], ts, vc=vc, header=header), ts))
 
-    def _insert(self, ts: int, shard: int, rows: list[dict]) -> P.Built:
-        body = self.insert_request(ts - P.PAYLOAD_TS_SKEW, shard, rows).SerializeToString()
-        header = P.insert_header(CID, [(PARTITION, len(rows), 64 * len(rows), SEGMENT)])
+    def _insert(self, ts: int, shard: int, part: int, rows: list[dict]) -> P.Built:
+        body = self.insert_request(ts - P.PAYLOAD_TS_SKEW, shard, part, rows).SerializeToString()
+        header = P.insert_header(CID, [(PARTITIONS[part][1], len(rows), 64 * len(rows), SEGMENT)])
         return P.Built(body, P.props(P.T["Insert"], ts, vc=self.vchannels[shard], header=header), ts)
 
     def _delete(self, ts: int, shard: int, pks: list[int]) -> P.Built:
@@ -130,19 +137,19 @@ class Wal26(Channels):
         return P.Built(body, P.props(P.T["Delete"], ts, vc=self.vchannels[shard],
                                      header=P.delete_header(CID, len(pks))), ts)
 
-    def insert(self, ts: int, shard: int, rows: list[dict]) -> None:
-        self._send(shard, self._insert(ts, shard, rows))
+    def insert(self, ts: int, shard: int, part: int, rows: list[dict]) -> None:
+        self._send(shard, self._insert(ts, shard, part, rows))
 
     def delete(self, ts: int, shard: int, pks: list[int]) -> None:
         self._send(shard, self._delete(ts, shard, pks))
 
-    def upsert(self, shard: int, rows: list[dict]) -> int:
+    def upsert(self, shard: int, part: int, rows: list[dict]) -> int:
         """BeginTxn, Delete, Insert, CommitTxn (each with its own TSO): the commit's time, when it applies."""
         txn, vc = next(self._txn), self.vchannels[shard]
         ts = [tso_now() for _ in range(4)]
         pks = [r["pk"] for r in rows]
         for built in (P.begin_txn(ts[0], txn, vc=vc), P.in_txn(self._delete(ts[1], shard, pks), txn),
-                      P.in_txn(self._insert(ts[2], shard, rows), txn), P.commit_txn(ts[3], txn, vc=vc)):
+                      P.in_txn(self._insert(ts[2], shard, part, rows), txn), P.commit_txn(ts[3], txn, vc=vc)):
             self._send(shard, built)
         return ts[3]
 
@@ -169,16 +176,16 @@ class Msgstream25(Channels):
         for i in range(len(self.pchannels)):  # RootCoord's Broadcast: no msg_type property
             self._send(i, self.create_request(ts), {}, ts)
 
-    def insert(self, ts: int, shard: int, rows: list[dict]) -> None:
-        self._send(shard, self.insert_request(ts, shard, rows), {"msg_type": "Insert"}, ts)
+    def insert(self, ts: int, shard: int, part: int, rows: list[dict]) -> None:
+        self._send(shard, self.insert_request(ts, shard, part, rows), {"msg_type": "Insert"}, ts)
 
     def delete(self, ts: int, shard: int, pks: list[int]) -> None:
         self._send(shard, self.delete_request(ts, shard, pks), {"msg_type": "Delete"}, ts)
 
-    def upsert(self, shard: int, rows: list[dict]) -> int:
+    def upsert(self, shard: int, part: int, rows: list[dict]) -> int:
         """The proxy's one pack: the Insert, then the Delete of the same keys, with one timestamp."""
         ts = tso_now()
-        self.insert(ts, shard, rows)
+        self.insert(ts, shard, part, rows)
         self.delete(ts, shard, [r["pk"] for r in rows])
         return ts
 
@@ -205,11 +212,11 @@ class Writer:
         self._thread: threading.Thread | None = None
         self.error: BaseException | None = None
 
-    def _by_shard(self, indices) -> dict[int, list]:
-        """Row indices -> their primary keys per shard."""
-        out: dict[int, list] = defaultdict(list)
+    def _by_shard(self, indices) -> dict[tuple[int, int], list]:
+        """Row indices -> their primary keys per (shard, partition)."""
+        out: dict[tuple[int, int], list] = defaultdict(list)
         for i in indices:
-            out[i % len(self.log.pchannels)].append(key(i, self.log.string_key))
+            out[(i % len(self.log.pchannels), partition_of(i))].append(key(i, self.log.string_key))
         return out
 
     def create(self) -> None:
@@ -220,25 +227,28 @@ class Writer:
         """Rows ``indices`` (keys from :func:`key`) inserted with one timestamp."""
         with self.lock:
             ts = tso_now()
-            for shard, keys in self._by_shard(indices).items():
-                self.log.insert(ts, shard, [row(pk, gen) for pk in keys])
-                self.model.put(row(pk, gen) for pk in keys)
+            for (shard, part), keys in self._by_shard(indices).items():
+                self.log.insert(ts, shard, part, [row(pk, gen) for pk in keys])
+                self.model.put((row(pk, gen) for pk in keys), PARTITIONS[part][0])
             self.acked.append(("insert", ts, self.model.version))
             self.next_index = max(self.next_index, max(indices, default=-1) + 1)
 
     def delete(self, indices) -> None:
         with self.lock:
             ts = tso_now()
-            for shard, keys in self._by_shard(indices).items():
+            shards: dict[int, list] = defaultdict(list)  # Milvus's delete: one message a shard, every partition
+            for (shard, _), keys in self._by_shard(indices).items():
+                shards[shard] += keys
+            for shard, keys in shards.items():
                 self.log.delete(ts, shard, keys)
                 self.model.remove(keys)
             self.acked.append(("delete", ts, self.model.version))
 
     def upsert(self, indices, gen: int) -> None:
         with self.lock:
-            for shard, keys in self._by_shard(indices).items():
-                ts = self.log.upsert(shard, [row(pk, gen) for pk in keys])
-                self.model.put(row(pk, gen) for pk in keys)
+            for (shard, part), keys in self._by_shard(indices).items():
+                ts = self.log.upsert(shard, part, [row(pk, gen) for pk in keys])
+                self.model.put((row(pk, gen) for pk in keys), PARTITIONS[part][0])
                 self.acked.append(("upsert", ts, self.model.version))
 
     def tick(self) -> None:

@@ -18,7 +18,16 @@ import pytest
 import yaml
 
 from tests.milvus_real.workload import normalize
-from tests.mq_milvus.collection_log import CID, FIELDS, NAME, Msgstream25, Wal26, Writer, collection_schema
+from tests.mq_milvus.collection_log import (
+    CID,
+    FIELDS,
+    NAME,
+    PARTITIONS,
+    Msgstream25,
+    Wal26,
+    Writer,
+    collection_schema,
+)
 from tests.sink.helpers import config_file
 
 pytestmark = pytest.mark.filterwarnings("ignore:.*ORM-style PyMilvus API")
@@ -39,7 +48,7 @@ def table_rows(table: Path, fmt: str) -> dict:
     from msgstream_spark.mirror.table import open_table
 
     t = open_table(fmt, str(table), collection=NAME, pk="pk", create=False)
-    return {r["pk"]: normalize({k: r.get(k) for k in FIELDS}) for r in t.to_arrow().to_pylist()}
+    return {r["pk"]: normalize({k: r.get(k) for k in [*FIELDS, "_partition"]}) for r in t.to_arrow().to_pylist()}
 
 
 def assert_table_equals_model(table: Path, fmt: str, model) -> None:
@@ -66,7 +75,7 @@ def mirror_while_writing(spark, state, writer: Writer, cfg: str, table: Path, fm
         state.on_query = None
         writer.stop()
     snap = first["snapshot"]
-    assert snap["mode"] == "initial" and snap["ranges"] == 3 and snap["rows"] >= 300
+    assert snap["mode"] == "initial" and snap["ranges"] == 4 and snap["rows"] >= 300  # 3 tasks over 2 partitions
     seen = [v for _, outs, v in state.queries if outs == ["*"]]  # the range reads' model versions
     assert len(set(seen)) > 1, "no write between the snapshot's range queries"
     assert any(ts > snap["S"] and v <= max(seen) for _, ts, v in writer.acked), \
@@ -87,7 +96,7 @@ def test_snapshot_through_the_26_proxy_equals_the_model(spark, milvus_proxy, tmp
     store = StoreWriter(milvus_proxy.store_path)
     log = Wal26(store.client, pchannels, string_key)
     model = milvus_proxy.state.add_model("default", NAME, CID, pchannels, log.vchannels,
-                                         collection_schema(string_key))
+                                         collection_schema(string_key), PARTITIONS)
     cfg = tmp_path / "milvus.yaml"
     cfg.write_text(yaml.safe_dump({
         "mq.type": "milvus", "milvus.address": milvus_proxy.address, "milvus.requestTimeout": 10,
@@ -105,7 +114,7 @@ def test_snapshot_on_pulsar_25_equals_the_model(spark, pulsar_lite_env, milvus_p
     client = pulsar_lite_env.client()
     log = Msgstream25(client, pchannels, string_key=True)
     model = milvus_proxy.state.add_model("default", NAME, CID, pchannels, log.vchannels,
-                                         collection_schema(string_key=True))
+                                         collection_schema(string_key=True), PARTITIONS)
     cfg = Path(config_file(pulsar_lite_env, tmp_path))
     values = yaml.safe_load(cfg.read_text())
     cfg.write_text(yaml.safe_dump({**values, "milvus.address": milvus_proxy.address}))
