@@ -6,8 +6,10 @@ proxy's one lock (``ProxyState.lock``) together with writing the messages, with 
 from the proxy's TSO (:func:`tests.milvus_proxy.wal.tso_now`, allocated under that lock). ``Query``
 answers from the model under the same lock.
 
-Copied from Milvus (``internal/proxy/task_query.go``, ``internal/proxy/impl.go`` and the query node's
-retrieve, as pymilvus 3.0.2 sends and reads them):
+What it copies from Milvus, as pymilvus 3.0.2's client code sends and reads it (Milvus's repository
+was too large to mirror here: the texts and codes were checked against Milvus's own client tests and
+proxy excerpts found by search, e.g. ``err_code 65535`` with "empty expression should be used with
+limit" and "partition name %s not found"; not against ``task_query.go`` line by line):
 
 * a collection the proxy does not know answers status 100 "collection not found" (as
   ``DescribeCollection``: pymilvus's ``has_collection`` reads that answer); ``DescribeCollection``
@@ -192,12 +194,12 @@ def answer(model: CollectionModel, request) -> tuple[list[schema_pb2.FieldData],
     limit = int(params["limit"]) if "limit" in params else None
     offset = int(params.get("offset", 0))
     if not request.expr.strip() and limit is None and asked != [COUNT]:
-        raise QueryError(1100, "empty expression should be used with limit: invalid parameter")
+        raise QueryError(65535, "empty expression should be used with limit")
     match = parse_expr(request.expr)
     named = dict(model.partitions)
     unknown = [n for n in request.partition_names if n not in named]
     if unknown:
-        raise QueryError(200, f"partition name {unknown[0]} not found")
+        raise QueryError(65535, f"partition name {unknown[0]} not found")
     parts = {named[n] for n in request.partition_names} or set(named.values())
     with model.lock:  # Strong: every write done before this query
         version = model.version
