@@ -56,7 +56,10 @@ def mirror_part(spark, work: Path, rows: int) -> dict:
     channels = "bench-mirror_0,bench-mirror_1"
     publish.run(publish.build_parser().parse_args([
         "--config", str(cfg), "--channels", channels, "--synthetic", str(rows), "--dim", "8",
-        "--delete-fraction", "0.1", "--collection", "bench"]), spark)
+        "--delete-fraction", "0.1", "--collection", "bench",
+        # one write task per 50k rows: each task ends with a time tick, and a micro-batch ends only at a tick
+        # (one task = one tick for 1M rows = a 770k-row first batch, past the driver's default 1 GiB heap)
+        "--partitions", str(max(2, rows // 50_000))]), spark)
     events = rows + rows // 10
     out: dict = {"rows": rows, "events": events}
     base = _ingest(spark, str(cfg), channels, work / "append")

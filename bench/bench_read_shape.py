@@ -5,7 +5,7 @@ the cases interleaved (A, B, A, B, ...), medians.
 (1) planning: ``MsgStreamDataSource.schema()`` (inference, no ``collection`` option) plus the batch
     reader's ``partitions()`` - what the driver does before any task starts - on a 100k-row log and
     on a 10M-row log (1000-row inserts of an int64 pk, a tick after each, 2 channels), embedded log
-    and Kafka (tansu); goal: the 10M-row plan within 1.2x of the 100k-row plan's time.
+    Kafka (tansu) and Pulsar (pulsar-lite); goal: the 10M-row plan within 1.2x of the 100k-row plan's time.
 (2) channels: a Spark batch read (local[2], noop sink) of N rows on 16 channels against the same N
     rows on 2 channels; goal: >= 0.9 of the 2-channel rate.
 (3) split: one channel of M rows read with ``minPartitions=2`` against the plain read (one task);
@@ -132,6 +132,9 @@ def planning(name: str, cfg: Config, base_opts: dict, sizes: list[int], reps: in
     print(table(lines, unit="ms"))
     print(f"{name}: planning {big:,} rows takes {res['ratio']:.2f}x the time of {small:,} once the channels were "
           f"scanned (goal <= {PLAN_GOAL}); a first plan {res['ratio_first']:.2f}x", flush=True)
+    for n in sizes[1:-1]:  # a log already longer than the first scan's budget: is the cost flat from there?
+        res[f"ratio_first_vs_{n}"] = t[f"first{big}"] / t[f"first{n}"]
+        print(f"{name}: a first plan of {big:,} rows takes {res[f'ratio_first_vs_{n}']:.2f}x that of {n:,}", flush=True)
     return res
 
 
@@ -201,7 +204,7 @@ def spark_cases(d: str, rows: int, split_rows: int, reps: int, which: set[str]) 
 
 
 def run(plan_rows: list[int] | None = None, rows: int = 1_000_000, split_rows: int = 2_000_000, kafka: bool = True,
-        reps: int = REPS, skip: tuple[str, ...] = ()) -> dict:
+        reps: int = REPS, skip: tuple[str, ...] = (), pulsar: bool = True) -> dict:
     plan_rows = plan_rows or [100_000, 10_000_000]
     res: dict = {"goals": {"plan": PLAN_GOAL, "channels": CHANNELS_GOAL, "split": SPLIT_GOAL}}
     with tempfile.TemporaryDirectory() as d, contextlib.ExitStack() as stack:
@@ -217,6 +220,15 @@ def run(plan_rows: list[int] | None = None, rows: int = 1_000_000, split_rows: i
                 res["plan_kafka"] = planning("Kafka (tansu)", kcfg, {"mq.type": "kafka", "kafka.brokerList": bootstrap},
                                              plan_rows, reps)
                 stack.close()  # the broker's memory back before Spark starts
+            if pulsar:
+                from tests.fixtures.pulsar_lite import PulsarLiteBroker
+
+                broker = stack.enter_context(PulsarLiteBroker())
+                pkeys = {"address": broker.url, "webport": broker.web_port}
+                pcfg = Config.from_dict({"mq": {"type": "pulsar"}, "pulsar": pkeys})
+                res["plan_pulsar"] = planning("Pulsar (pulsar-lite)", pcfg, {"mq.type": "pulsar",
+                                              **{f"pulsar.{k}": str(v) for k, v in pkeys.items()}}, plan_rows, reps)
+                stack.close()
         res.update(spark_cases(d, rows, split_rows, reps, {"channels", "split"} - set(skip)))
     return res
 
@@ -228,9 +240,10 @@ if __name__ == "__main__":
     ap.add_argument("--split-rows", type=int, default=2_000_000)
     ap.add_argument("--reps", type=int, default=REPS)
     ap.add_argument("--no-kafka", action="store_true")
+    ap.add_argument("--no-pulsar", action="store_true")
     ap.add_argument("--skip", default="")
     ap.add_argument("--dim", type=int, default=DIM, help="vector dimension of the Spark cases' rows")
     a = ap.parse_args()
     DIM = a.dim
     run([int(x) for x in a.plan_rows.split(",")], a.rows, a.split_rows, not a.no_kafka, a.reps,
-        tuple(x for x in a.skip.split(",") if x))
+        tuple(x for x in a.skip.split(",") if x), not a.no_pulsar)

@@ -88,6 +88,8 @@ def _sources(rows: int, dim: int):
             from pyspark.sql.pandas.types import to_arrow_schema
             from pyspark.sql.types import StructType
 
+            from msgstream_spark.msg.seq import seq_array
+
             schema = to_arrow_schema(StructType.fromJson(json.loads(self.schema_json)), timezone="UTC")
             rng = np.random.default_rng(partition.value)
             vals = pa.array(rng.random(ROWS_PER_MSG * dim, dtype=np.float32))
@@ -107,7 +109,8 @@ def _sources(rows: int, dim: int):
             for start in range(partition.value * n, rows, 2 * n):
                 ts = np.full(n, 455000614502400000 + start, dtype=np.int64)
                 cols = dict(fixed, pk=pa.array(np.arange(start, start + n, dtype=np.int64)), _ts=pa.array(ts),
-                            _event_time=pa.array((ts >> 18) * 1000, pa.timestamp("us", tz="UTC")))
+                            _event_time=pa.array((ts >> 18) * 1000, pa.timestamp("us", tz="UTC")),
+                            _seq=seq_array(ts, "insert"))
                 batches.append(pa.RecordBatch.from_arrays([cols[f.name].cast(f.type) for f in schema],
                                                           schema=schema))
                 if len(batches) * n >= 8192:  # same batch size as the msgstream reader yields

@@ -34,7 +34,7 @@ def ratio_rows(res: dict) -> list[tuple[str, float, float]]:
     if d26.get("decode_v26_time_vs_v25"):
         rows.append(("2.6 decode (2.5 time / 2.6 time, same inserts)", 1 / d26["decode_v26_time_vs_v25"], 1 / 1.5))
     shape = res.get("bench.bench_read_shape") or {}
-    for key, label in (("plan_local", "embedded log"), ("plan_kafka", "Kafka")):
+    for key, label in (("plan_local", "embedded log"), ("plan_kafka", "Kafka"), ("plan_pulsar", "Pulsar")):
         if (shape.get(key) or {}).get("ratio"):
             rows.append((f"planning, {label}: 100k-row time / 10M-row time", 1 / shape[key]["ratio"], 1 / 1.2))
         if (shape.get(key) or {}).get("ratio_first"):

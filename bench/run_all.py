@@ -38,7 +38,7 @@ SIZES = {
              "bench.profile_read": {"rows": 200_000, "kafka": True},
              "bench.bench_scaling": {"sizes": [1_000_000, 10_000_000]},
              "bench.bench_decode26": {"messages": 10_000},
-             "bench.bench_read_shape": {"plan_rows": [100_000, 10_000_000], "rows": 1_000_000,
+             "bench.bench_read_shape": {"plan_rows": [100_000, 1_000_000, 10_000_000], "rows": 1_000_000,
                                         "split_rows": 2_000_000},
              "bench.bench_mirror": {"rows": 1_000_000, "snapshot_rows": 200_000}},
     "quick": {"bench.bench_spark_read": {"rows": 200_000, "mem_rows": 0, "kafka": True},

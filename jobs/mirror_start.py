@@ -137,6 +137,7 @@ def _retire(checkpoint: str, s: int) -> str | None:
 def _snapshot(spark, args, cfg, table, schema, pk: str, replace: bool = False) -> Start:
     from msgstream_spark.mirror.snapshot import (
         RangeReader,
+        collection_partitions,
         describe,
         milvus_target,
         plan_ranges,
@@ -161,10 +162,11 @@ def _snapshot(spark, args, cfg, table, schema, pk: str, replace: bool = False) -
     with Factory(cfg).client() as client:  # 1. positions, 2. S: before any row is read
         positions = take_positions(client, _channels(client, args, cfg))
     s = snapshot_ts(positions)
+    parts = collection_partitions(cfg, info, args.collection)
     mc = target.client()
     try:
         tasks = args.snapshot_tasks or spark.sparkContext.defaultParallelism
-        ranges = plan_ranges(mc, info, args.collection, tasks)
+        ranges = plan_ranges(mc, info, args.collection, tasks, parts)
     finally:
         mc.close()
     log.info("snapshot of %s: S=%d, %d rows, %d range(s), positions %s", args.collection, s, info.row_count,

@@ -158,7 +158,8 @@ class IcebergMirrorTable:
             current = tbl.scan(row_filter=In(self.pk, keys.to_pylist()), selected_fields=(self.pk, SEQ)).to_arrow()
         else:  # many keys: a huge In() costs more than reading two columns
             current = tbl.scan(selected_fields=(self.pk, SEQ)).to_arrow()
-        current = current.rename_columns([self.pk, "__table_seq"])
+        # the scan's key type can differ from the batch's (a VarChar key read as string, the batch's large_string)
+        current = pa.table({self.pk: current.column(self.pk).cast(keys.type), "__table_seq": current.column(SEQ)})
         joined = source.select([self.pk, SEQ]).append_column(OP, ops).join(current, self.pk, join_type="left outer")
         present = pc.is_valid(joined.column("__table_seq"))
         newer = pc.or_kleene(pc.invert(present), pc.greater(joined.column(SEQ), joined.column("__table_seq")))

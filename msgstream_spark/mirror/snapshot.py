@@ -19,7 +19,7 @@ import json
 import logging
 import os
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -28,8 +28,11 @@ import yaml
 from pymilvus import DataType, MilvusClient
 
 from msgstream_spark.errors import MirrorError
-from msgstream_spark.mirror.common import TS
+from msgstream_spark.mirror.common import PARTITION, TS
 from msgstream_spark.mirror.order import SEQ, snapshot_seq_array
+from msgstream_spark.mq.milvus.channels import partitions
+from msgstream_spark.mq.milvus.connection import ProxyConnection
+from msgstream_spark.mq.milvus.settings import MilvusSettings
 from msgstream_spark.msg.position import MsgPosition
 from msgstream_spark.stream.timeseek import message_time
 
@@ -108,6 +111,7 @@ class CollectionInfo:
     fields: tuple[str, ...]  # declared fields, without the dynamic one
     dynamic: bool
     row_count: int
+    partition_key: bool = False  # a partition-key collection: its partitions cannot be named in a query
 
 
 def describe(target: MilvusTarget, mc=None) -> CollectionInfo:
@@ -126,7 +130,8 @@ def describe(target: MilvusTarget, mc=None) -> CollectionInfo:
             raise MirrorError(f"cannot query collection {target.collection!r} at {target.address} for the "
                               f"snapshot (is it loaded?): {exc}") from exc
         return CollectionInfo(int(d["collection_id"]), pkf["name"], pkf["type"] == DataType.VARCHAR, names,
-                              bool(d.get("enable_dynamic_field")), int(got[0]["count(*)"]))
+                              bool(d.get("enable_dynamic_field")), int(got[0]["count(*)"]),
+                              any(f.get("is_partition_key") for f in d["fields"]))
     finally:
         if own:
             mc.close()
@@ -167,10 +172,17 @@ def starting_positions(positions: Mapping[str, MsgPosition | None]) -> str:
 # -- primary-key ranges -------------------------------------------------------------------------
 @dataclass(frozen=True)
 class PkRange:
-    """``lo <= pk < hi``; None is open on that side."""
+    """``lo <= pk < hi``; None is open on that side. ``partition``: the one partition it is read from (its
+    rows get ``partition_id`` as ``_partition``); None: the whole collection (``_partition`` null)."""
 
     lo: Any = None
     hi: Any = None
+    partition: str | None = None
+    partition_id: int | None = None
+
+    @property
+    def partition_names(self) -> list[str] | None:
+        return [self.partition] if self.partition is not None else None
 
     def expr(self, pk: str, is_string: bool) -> str:
         def lit(v):
@@ -189,12 +201,12 @@ def cut(rng: PkRange, keys: list, size: int) -> list[PkRange]:
     """``rng`` cut into pieces of at most ``size`` of the (sorted, distinct) ``keys`` each."""
     bounds = [keys[i] for i in range(size, len(keys), size)]
     edges = [rng.lo, *bounds, rng.hi]
-    return [PkRange(a, b) for a, b in zip(edges, edges[1:])]
+    return [replace(rng, lo=a, hi=b) for a, b in zip(edges, edges[1:])]
 
 
 def _pks(mc, info: CollectionInfo, collection: str, rng: PkRange) -> list:
     got = mc.query(collection, rng.expr(info.pk, info.pk_is_string), output_fields=[info.pk], limit=QUERY_CAP,
-                   consistency_level="Strong")
+                   consistency_level="Strong", partition_names=rng.partition_names)
     return sorted({r[info.pk] for r in got})
 
 
@@ -204,18 +216,34 @@ def split(mc, info: CollectionInfo, collection: str, rng: PkRange, size: int) ->
     if len(keys) < QUERY_CAP:
         return cut(rng, keys, size)
     mid = keys[len(keys) // 2]
-    return split(mc, info, collection, PkRange(rng.lo, mid), size) + split(mc, info, collection,
-                                                                          PkRange(mid, rng.hi), size)
+    return split(mc, info, collection, replace(rng, hi=mid), size) + split(mc, info, collection,
+                                                                          replace(rng, lo=mid), size)
 
 
-def plan_ranges(mc, info: CollectionInfo, collection: str, tasks: int) -> list[PkRange]:
-    """About ``tasks`` ranges from one key-only query (exact when it holds every key; otherwise a
-    sample, and each task splits its range further)."""
-    keys = _pks(mc, info, collection, PkRange())
-    if not keys:
-        return [PkRange()]
-    size = max(1, -(-len(keys) // max(1, tasks)))
-    return cut(PkRange(), keys, size)
+def plan_ranges(mc, info: CollectionInfo, collection: str, tasks: int,
+                partitions: list[tuple[str, int]] | None = None) -> list[PkRange]:
+    """About ``tasks`` ranges from one key-only query per partition (exact when it holds every key;
+    otherwise a sample, and each task splits its range further). With ``partitions`` (name, id) every
+    range reads one partition, so its rows carry the partition's id; every partition gets at least one
+    range (a row written into an empty one before S must still be read)."""
+    wholes = [PkRange(partition=n, partition_id=i) for n, i in partitions] if partitions else [PkRange()]
+    keyed = [(w, _pks(mc, info, collection, w)) for w in wholes]
+    size = max(1, -(-sum(len(k) for _, k in keyed) // max(1, tasks)))
+    return [r for w, keys in keyed for r in (cut(w, keys, size) if keys else [w])]
+
+
+def collection_partitions(config, info: CollectionInfo, collection: str) -> list[tuple[str, int]] | None:
+    """The collection's partitions (name, id) from Milvus's ``ShowPartitions`` through this project's own
+    proxy client (pymilvus lists names only; rows carry ids). None for a partition-key collection: Milvus
+    refuses queries that name its partitions, so its snapshot rows keep ``_partition`` null."""
+    if info.partition_key:
+        return None
+    settings = MilvusSettings(config)
+    conn = ProxyConnection(settings)
+    try:
+        return partitions(conn, settings.database, collection)
+    finally:
+        conn.close()
 
 
 # -- rows as Arrow --------------------------------------------------------------------------------
@@ -243,7 +271,7 @@ class RangeReader:
 
     def _read_piece(self, mc, rng: PkRange) -> Iterator[pa.RecordBatch]:
         rows = mc.query(self.target.collection, rng.expr(self.info.pk, self.info.pk_is_string), output_fields=["*"],
-                        limit=QUERY_CAP, consistency_level="Strong")
+                        limit=QUERY_CAP, consistency_level="Strong", partition_names=rng.partition_names)
         if len(rows) >= QUERY_CAP:  # written to meanwhile: halve by keys and read again
             for piece in split(mc, self.info, self.target.collection, rng, self.rows_per_query):
                 if piece == rng:
@@ -252,7 +280,7 @@ class RangeReader:
                 yield from self._read_piece(mc, piece)
             return
         if rows:
-            yield to_batch(rows, self.schema, self.info, self.snapshot_ts)
+            yield to_batch(rows, self.schema, self.info, self.snapshot_ts, rng.partition_id)
 
 
 def _column(values: list, typ: pa.DataType) -> pa.Array:
@@ -264,13 +292,16 @@ def _column(values: list, typ: pa.DataType) -> pa.Array:
     return pa.array(values, type=typ)
 
 
-def to_batch(rows: list[dict], schema: pa.Schema, info: CollectionInfo, snapshot_ts: int) -> pa.RecordBatch:
+def to_batch(rows: list[dict], schema: pa.Schema, info: CollectionInfo, snapshot_ts: int,
+             partition_id: int | None = None) -> pa.RecordBatch:
     """Query rows -> one record batch of ``schema``, column by column. Dynamic keys (flattened into the
-    row by ``query``) go back under ``$meta`` as JSON text; ``_partition`` (not in query results) and
-    columns absent from Milvus are null."""
+    row by ``query``) go back under ``$meta`` as JSON text; ``_partition`` is the id of the partition
+    the rows were queried from (null when read across partitions); columns absent from Milvus are null."""
     declared = set(info.fields)
     extra = {TS: pa.array(np.full(len(rows), snapshot_ts, dtype=np.int64)),
-             SEQ: snapshot_seq_array(snapshot_ts, len(rows))}
+             SEQ: snapshot_seq_array(snapshot_ts, len(rows)),
+             PARTITION: pa.array(np.full(len(rows), partition_id or 0, dtype=np.int64),
+                                 mask=None if partition_id is not None else np.ones(len(rows), dtype=bool))}
     cols = []
     for f in schema:
         if f.name in extra:

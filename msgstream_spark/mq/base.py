@@ -240,6 +240,12 @@ class Client(abc.ABC):
         """
         return None
 
+    def id_before(self, last: MessageID, count: int) -> MessageID | None:
+        """An id about ``count`` messages before ``last`` from which reading forward reaches ``last`` through
+        the channel's newest messages only, where the backend can address one without reading (a capability
+        for ids that are not offsets: Pulsar's entries within a ledger); ``None`` where it cannot."""
+        return None
+
     @abc.abstractmethod
     def latest_message_id(self, channel: str) -> MessageID | None:
         """Id of the last message of ``channel``, ``None`` if empty."""

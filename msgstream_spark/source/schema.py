@@ -72,9 +72,11 @@ def _scan_schemas(opts: ReadOptions, channels: list[str],
                 continue  # nothing appended since the stored scan
             budget = opts.schema_scan_messages
             bounded = tailscan.span(client, ch, last, budget) if after is None else None
-            if bounded is not None:  # a first scan of a long channel: its newest messages only
-                notes, fetched = tailscan.scan_tail(client, ch, bounded, budget,
-                                                    lambda c, b, n: _feed(opts, c, b, n), deadline)
+            start = tailscan.start_before(client, ch, last, budget) if after is None and bounded is None else None
+            if bounded is not None or start is not None:  # a first scan of a long channel: its newest messages only
+                feed = lambda c, b, n: _feed(opts, c, b, n)  # noqa: E731
+                notes, fetched = (tailscan.scan_tail(client, ch, bounded, budget, feed, deadline) if bounded
+                                  else tailscan.scan_from(client, ch, start, last, feed, deadline))
                 _merge_tail(ch, state, notes, fetched)
                 if notes[0] or fetched >= budget:  # not when the deadline cut it short
                     state.upto[ch] = last.serialize()

@@ -16,8 +16,12 @@ function outputs such as BM25 sparse vectors, the names inside struct arrays, th
 Give ``schema`` to read such a collection exactly.
 
 What the bounded scan cannot see: a collection whose messages all lie before the windows read (with no
-``collection`` option, "several collections" is judged on what was read). Backends whose ids are not
-offsets (Pulsar, the ``milvus`` proxy) and short channels are read from their first message as before.
+``collection`` option, "several collections" is judged on what was read). Pulsar's ids are not offsets,
+but a ledger's entries are numbered without gaps: there the scan reads one window, the newest ``budget``
+entries of the last message's ledger (:func:`start_before`, :func:`scan_from`; Milvus's producers do not
+batch, so an entry is a message). A Pulsar channel whose newest ledger is shorter than the budget (just
+after a ledger rollover), the ``milvus`` proxy's channels and short channels are read from their first
+message as before.
 """
 
 from __future__ import annotations
@@ -81,3 +85,33 @@ def scan_tail(client: Any, ch: str, span: tuple[int, int], budget: int, feed: Fe
     finally:
         cons.unsubscribe()  # a throwaway inference subscription
     return fallback or ({}, {}, set(), {}), fetched
+
+
+def start_before(client: Any, ch: str, last: Any, budget: int) -> Any:
+    """For ids that are not offsets: an id ``budget`` messages before ``last`` (``Client.id_before``: Pulsar,
+    within ``last``'s ledger) when a bounded scan applies, else ``None``."""
+    if budget <= 0 or client.message_id_from_offset(0) is not None:
+        return None
+    return client.id_before(last, budget)
+
+
+def scan_from(client: Any, ch: str, start: Any, last: Any, feed: Feed, deadline: float) -> tuple[Notes, int]:
+    """One window, ``start`` to ``last`` (both included), read forwards: its notes (a schema message's, or
+    the inserts' when it holds none) and how many messages were fetched."""
+    notes: Notes = ({}, {}, set(), {})
+    fetched = 0
+    cons = client.reader(ch)
+    try:
+        cons.seek(start, inclusive=True)
+        while time.monotonic() < deadline:
+            batch = cons.receive_batch(1024, 0.2)
+            if not batch:
+                continue  # a slow first fetch: wait, within the deadline
+            fetched += len(batch)
+            inside = [m for m in batch if not last < m.id]
+            feed(ch, inside, notes)
+            if len(inside) < len(batch) or not batch[-1].id < last:
+                break
+    finally:
+        cons.unsubscribe()  # a throwaway inference subscription
+    return notes, fetched

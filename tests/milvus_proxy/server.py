@@ -12,14 +12,17 @@ the streaming node's scanner; see wal.py for ``DumpMessages`` itself):
 * ``DescribeCollection`` answers status 100 "collection not found" for an unknown collection, and
   the collection's ``physical_channel_names`` / ``virtual_channel_names`` otherwise;
 * ``DumpMessages`` failures end the stream with gRPC UNKNOWN and Milvus's text; an unknown
-  pchannel keeps the stream open and silent.
+  pchannel keeps the stream open and silent;
+* ``Query`` and ``ShowPartitions`` over a model of the collection's rows kept by the test (see
+  query.py), with Milvus's status codes and texts.
 
 Simplified: collections, databases and credentials are set by the test (no RBAC; a schema only
-where the test sets one in ``state.schemas``); the WAL is an embedded-log SQLite file whose ids
-are served as RocksMQ ids (base 36); every other RPC is UNIMPLEMENTED. Fault injection: ``restart()`` (a real stop and
-start on the same port: open streams break with UNAVAILABLE), ``stall_after`` (the next stream
-goes silent after N messages), ``unimplemented`` (an old proxy without ``DumpMessages``) and
-``truncate()`` (retention removing entries).
+where the test sets one in ``state.schemas`` or adds a model with ``add_model``); the WAL is an
+embedded-log SQLite file whose ids are served as RocksMQ ids (base 36); every other RPC is
+UNIMPLEMENTED. Fault injection: ``restart()`` (a real stop and start on the same port: open streams
+break with UNAVAILABLE), ``stall_after`` (the next stream goes silent after N messages),
+``unimplemented`` (an old proxy without ``DumpMessages``) and ``truncate()`` (retention removing
+entries).
 """
 
 from __future__ import annotations
@@ -35,6 +38,7 @@ import grpc
 from msgstream_spark.config import Config
 from msgstream_spark.mq.local.client import LocalClient
 from msgstream_spark.mq.milvus.connection import pb_modules
+from tests.milvus_proxy.query import CollectionModel, QueryError, answer
 from tests.milvus_proxy.wal import ROCKSMQ, InvalidRequest, b36, dump, tso_now
 
 common_pb2, milvus_pb2, milvus_grpc = pb_modules()
@@ -53,6 +57,22 @@ class ProxyState:
     write_ticks: bool = True  # each DumpMessages call persists a TimeTick first, as Milvus 2.6 does
     requests: list = field(default_factory=list)  # every DumpMessagesRequest, for assertions
     sent: int = 0
+    # the one lock under which the test allocates a TSO, writes messages and changes a model, and under
+    # which the proxy persists its TimeTicks and answers queries (so no write lands below a written tick)
+    lock: threading.RLock = field(default_factory=threading.RLock)
+    models: dict = field(default_factory=dict)  # (db, name) -> CollectionModel: what Query answers from
+    queries: list = field(default_factory=list)  # (expr, output fields, model version seen) per Query answered
+    queried: threading.Event = field(default_factory=threading.Event)  # set once a Query was answered
+    on_query: object = None  # called with the request after each answered Query (before it is sent)
+
+    def add_model(self, db: str, name: str, cid: int, pchannels: list[str], vchannels: list[str],
+                  schema, partitions: list[tuple[str, int]]) -> CollectionModel:
+        """A collection the proxy describes (with ``schema``), lists the ``(name, id)`` partitions of and
+        queries from a model of its rows."""
+        self.collections[(db, name)] = (cid, list(pchannels), list(vchannels))
+        self.schemas[(db, name)] = schema.SerializeToString()
+        model = self.models[(db, name)] = CollectionModel(schema, self.lock, list(partitions))
+        return model
 
 
 class Servicer(milvus_grpc.MilvusServiceServicer):
@@ -79,16 +99,22 @@ class Servicer(milvus_grpc.MilvusServiceServicer):
                 code=800, error_code=common_pb2.UnexpectedError, reason=f"database not found[database={db}]"))
         return milvus_pb2.ConnectResponse(status=common_pb2.Status(), identifier=tso_now())
 
-    def DescribeCollection(self, request, context):
+    def _check(self, request, context) -> tuple[str, common_pb2.Status | None]:
+        """(database, None) for a known collection, else the "collection not found" status."""
         if not self._authenticated(context):
             context.abort(grpc.StatusCode.UNAUTHENTICATED, "auth check failure, please check username and password")
         db = request.db_name or dict(context.invocation_metadata()).get("dbname") or "default"
-        found = self.state.collections.get((db, request.collection_name))
-        if found is None:
-            return milvus_pb2.DescribeCollectionResponse(status=common_pb2.Status(
-                code=100, error_code=common_pb2.CollectionNotExists,
-                reason=f"collection not found[database={db}][collection={request.collection_name}]"))
-        cid, pchannels, vchannels = found
+        if (db, request.collection_name) in self.state.collections:
+            return db, None
+        name = request.collection_name
+        return db, common_pb2.Status(code=100, error_code=common_pb2.CollectionNotExists,
+                                     reason=f"collection not found[database={db}][collection={name}]")
+
+    def DescribeCollection(self, request, context):
+        db, missing = self._check(request, context)
+        if missing is not None:
+            return milvus_pb2.DescribeCollectionResponse(status=missing)
+        cid, pchannels, vchannels = self.state.collections[(db, request.collection_name)]
         resp = milvus_pb2.DescribeCollectionResponse(
             status=common_pb2.Status(), collectionID=cid, collection_name=request.collection_name, db_name=db,
             physical_channel_names=list(pchannels), virtual_channel_names=list(vchannels),
@@ -97,6 +123,35 @@ class Servicer(milvus_grpc.MilvusServiceServicer):
         if schema is not None:
             resp.schema.ParseFromString(schema)
         return resp
+
+    def ShowPartitions(self, request, context):
+        db, missing = self._check(request, context)
+        if missing is not None:
+            return milvus_pb2.ShowPartitionsResponse(status=missing)
+        model = self.state.models.get((db, request.collection_name))
+        parts = model.partitions if model is not None else []
+        return milvus_pb2.ShowPartitionsResponse(status=common_pb2.Status(), partition_names=[n for n, _ in parts],
+                                                 partitionIDs=[i for _, i in parts])
+
+    def Query(self, request, context):
+        db, missing = self._check(request, context)
+        model = self.state.models.get((db, request.collection_name))
+        if missing is None and model is None:
+            missing = common_pb2.Status(code=101, error_code=common_pb2.UnexpectedError,
+                                        reason=f"collection not loaded[collection={request.collection_name}]")
+        if missing is not None:
+            return milvus_pb2.QueryResults(status=missing)
+        try:
+            columns, names, version = answer(model, request)
+        except QueryError as exc:
+            return milvus_pb2.QueryResults(status=common_pb2.Status(
+                code=exc.code, error_code=common_pb2.UnexpectedError, reason=str(exc)))
+        self.state.queries.append((request.expr, list(request.output_fields), version))
+        self.state.queried.set()
+        if callable(self.state.on_query):
+            self.state.on_query(request)
+        return milvus_pb2.QueryResults(status=common_pb2.Status(), fields_data=columns, output_fields=names,
+                                       collection_name=request.collection_name)
 
     def DumpMessages(self, request, context):
         self.state.requests.append(request)
@@ -110,7 +165,7 @@ class Servicer(milvus_grpc.MilvusServiceServicer):
             for mid, payload, props in dump(self.store, request.pchannel, sid, request.start_message_id.WAL_name,
                                             request.include_start_message, request.start_timetick,
                                             request.end_timetick, context.is_active,
-                                            write_ticks=self.state.write_ticks):
+                                            write_ticks=self.state.write_ticks, lock=self.state.lock):
                 if self.state.stall_after is not None and sent >= self.state.stall_after:
                     self.state.stall_after = None  # one stream stalls; the next one is served
                     while context.is_active():  # a stalled proxy: the stream stays open, silent

@@ -34,6 +34,8 @@ version-0 properties from a 2.5 body). Transactions never expire.
 from __future__ import annotations
 
 import base64
+import contextlib
+import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -62,8 +64,17 @@ def b36(value: int) -> str:
     return sign + out
 
 
+_tso_lock = threading.Lock()
+_tso_last = 0
+
+
 def tso_now() -> int:
-    return int(time.time() * 1000) << 18
+    """The proxy's TSO: physical milliseconds << 18, strictly increasing (the logical part counts within
+    one millisecond), as Milvus's allocator."""
+    global _tso_last
+    with _tso_lock:
+        _tso_last = max(int(time.time() * 1000) << 18, _tso_last + 1)
+        return _tso_last
 
 
 def _txn_id(props: dict) -> int | None:
@@ -197,15 +208,17 @@ def write_tick(store: LocalClient, pchannel: str) -> int:
 
 def dump(store: LocalClient, pchannel: str, start_id: str, wal_name: int, include: bool, start_tt: int,
          end_tt: int, active: Callable[[], bool], poll: float = 0.02,
-         write_ticks: bool = True) -> Iterator[tuple[int, bytes, dict]]:
-    """Yield ``(id, payload, properties)`` as Milvus's proxy sends them, until ``end_tt`` or cancel."""
+         write_ticks: bool = True, lock=None) -> Iterator[tuple[int, bytes, dict]]:
+    """Yield ``(id, payload, properties)`` as Milvus's proxy sends them, until ``end_tt`` or cancel. ``lock``:
+    held while the scan's TimeTick is allocated and written (the test's writers hold it too)."""
     check_request(pchannel, start_id, start_tt, end_tt)
     if not store.channel_exists(pchannel):  # an unknown pchannel: open and silent until cancelled
         while active():
             time.sleep(poll)
         return
     if write_ticks:
-        write_tick(store, pchannel)
+        with lock if lock is not None else contextlib.nullcontext():  # no write lands below this tick
+            write_tick(store, pchannel)
     reader = open_reader(store, pchannel, start_id, wal_name, include)
     scan = Scan(start_tt, end_tt)
     try:

@@ -15,7 +15,6 @@ import os
 import re
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -28,6 +27,8 @@ import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
+from tests.fixtures.ports import free_port
+
 VERSION = "2.3.5"
 WHEEL = f"milvus-{VERSION}-py3-none-manylinux2014_x86_64.whl"
 PORT_KEYS = ("etcd_port", "root_coord_port", "proxy_port", "proxy_internal_port", "query_coord_port",
@@ -37,12 +38,6 @@ _PLACEHOLDER = re.compile(r"\{\{\s*(\w+)(?:\((\w+)\))?\s*(?::\s*([^}]*?))?\s*\}\
 
 def cache_dir() -> Path:
     return Path(os.environ.get("MSGSTREAM_CACHE", Path.home() / ".cache" / "msgstream-spark"))
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def install(timeout: float = 300.0) -> Path:
@@ -150,7 +145,7 @@ class MilvusServer:
 
     def _fresh(self) -> None:
         self.ports = {k: free_port() for k in PORT_KEYS}
-        self.metrics_port = free_port()
+        self.metrics_port, self.peer_port = free_port(), free_port()
         self.dir = Path(tempfile.mkdtemp(prefix="milvus-real-"))
 
     @property
@@ -162,8 +157,9 @@ class MilvusServer:
         return f"127.0.0.1:{self.ports['etcd_port']}"
 
     def start(self) -> MilvusServer:
-        """Start and wait until healthy; a start that hangs (seen once in CI: never healthy, no error logged) is
-        stopped and retried from a fresh directory on fresh ports, with a warning that carries its diagnosis."""
+        """Start and wait until healthy. A start that fails to come up (seen once in CI: its health server could
+        not bind its port, so healthz never answered) is stopped and retried from a fresh directory on fresh
+        ports, with a warning that carries the diagnosis."""
         for attempt in range(1, self.attempts + 1):
             try:
                 self._start_once()
@@ -171,7 +167,7 @@ class MilvusServer:
             except StartupTimeout as e:
                 if attempt == self.attempts:
                     raise
-                warnings.warn(f"Milvus start attempt {attempt} hung; retrying from a fresh directory: {e}",
+                warnings.warn(f"Milvus start attempt {attempt} failed; retrying from a fresh directory: {e}",
                               stacklevel=2)
                 self.stop()
                 self.cleanup()
@@ -187,7 +183,7 @@ class MilvusServer:
         values.update(etcd_log_path=str(d / "logs" / "etcd.log"), system_log_path=str(d / "logs"),
                       etcd_data_dir=str(d / "data" / "etcd.data"), local_storage_dir=str(d / "data"),
                       rocksmq_data_dir=str(d / "data" / "rocksmq"), etcd_log_level="warn")
-        peer = free_port()
+        peer = self.peer_port
         etcd_yaml = d / "configs" / "etcd.yaml"
         etcd_yaml.write_text("\n".join([
             "name: default", f"data-dir: {d / 'data' / 'etcd.data'}",
@@ -234,10 +230,20 @@ class MilvusServer:
                 raise RuntimeError(f"Milvus exited with {self.proc.returncode}; log:\n{self.log_tail()}")
             if self._ask_health(url):
                 return
+            if (clash := self._port_clash()) is not None:  # no point waiting: that server never comes up
+                raise StartupTimeout(f"Milvus could not bind a port: {clash}")
             if time.monotonic() > deadline:
                 raise StartupTimeout(f"Milvus not healthy within {self.startup_timeout:.0f}s (healthz: {self.health}); "
                                      f"warnings and errors:\n{self.log_problems()}\nlog:\n{self.log_tail(3000)}")
             time.sleep(0.5)  # polling a health endpoint: the wait is bounded by the deadline above
+
+    def _port_clash(self) -> str | None:
+        with contextlib.suppress(OSError):
+            with open(self.dir / "logs" / "stdout.log", errors="replace") as f:
+                for line in f:
+                    if "address already in use" in line:
+                        return line.strip()[:400]
+        return None
 
     def log_problems(self, lines: int = 25) -> str:
         """The last WARN/ERROR lines of Milvus's stdout (a hang's cause, which the tail of GC lines hides)."""

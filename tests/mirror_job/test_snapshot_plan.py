@@ -34,6 +34,20 @@ def test_cut_covers_the_range_without_overlap():
     assert cut(PkRange(5, 7), [5, 6], 10) == [PkRange(5, 7)]
 
 
+def test_a_partitions_ranges_keep_the_partition_and_its_rows_carry_its_id():
+    whole = PkRange(partition="pa", partition_id=447)
+    pieces = cut(whole, list(range(25)), 10)
+    assert [(p.lo, p.hi) for p in pieces] == [(None, 10), (10, 20), (20, None)]
+    assert all(p.partition_names == ["pa"] and p.partition_id == 447 for p in pieces)
+    assert PkRange().partition_names is None
+    info = CollectionInfo(7, "pk", False, ("pk",), False, 2)
+    schema = pa.schema([pa.field("pk", pa.int64(), False), ("_ts", pa.int64()), ("_seq", pa.decimal128(38, 0)),
+                        ("_partition", pa.int64())])
+    rows = [{"pk": 1}, {"pk": 2}]
+    assert to_batch(rows, schema, info, 5, 447).column(3).to_pylist() == [447, 447]
+    assert to_batch(rows, schema, info, 5).column(3).to_pylist() == [None, None]
+
+
 def test_query_rows_become_the_tables_columns():
     info = CollectionInfo(7, "pk", False, ("pk", "j", "fv", "bv"), True, 2)
     schema = pa.schema([pa.field("pk", pa.int64(), False), ("j", pa.string()), ("fv", pa.list_(pa.float32())),

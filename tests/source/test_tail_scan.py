@@ -1,7 +1,8 @@
 """A first schema scan of a long channel reads only its newest messages (``source/tailscan.py``, issue #24):
 the messages fetched are counted at the real backend's consumer, never timed. The budget is made small
 here (a window of 10, option schemaScanMessages=40) so that a log of ~130 messages is a long one. Data: the
-independent 2.6 test producer (tests/wal26/producer.py), on the embedded log and on Kafka."""
+independent 2.6 test producer (tests/wal26/producer.py), on the embedded log, Kafka, the suite's Pulsar broker
+and pulsar-lite (Pulsar: one window, the newest entries of the last message's ledger)."""
 
 from __future__ import annotations
 
@@ -15,11 +16,12 @@ from tests.spark.helpers import spark_options
 from tests.wal26 import producer as P
 
 WINDOW, BUDGET = 10, 40
+METADATA = "__msgstream_metadata"
 
 
-@pytest.fixture(params=["local", "kafka"])
+@pytest.fixture(params=["local", "kafka", "pulsar", "pulsar-lite"])
 def env(request):
-    return request.getfixturevalue(f"{request.param}_env")
+    return request.getfixturevalue(f"{request.param.replace('-', '_')}_env")
 
 
 @pytest.fixture
@@ -29,7 +31,7 @@ def small_budget(monkeypatch):
 
 @pytest.fixture
 def fetched(env, monkeypatch):
-    """A list whose length is the number of messages the backend's consumers handed out."""
+    """A list whose length is the number of the channels' messages the backend's consumers handed out."""
     got: list = []
     with env.client() as c:
         probe = c.reader(env.new_channel("probe"))
@@ -39,7 +41,7 @@ def fetched(env, monkeypatch):
 
     def counting(self, *a, **kw):
         batch = real(self, *a, **kw)
-        got.extend(batch)
+        got.extend(m for m in batch if m.channel != METADATA)  # Pulsar keeps the stored scan state in a topic
         return batch
 
     monkeypatch.setattr(cls, "receive_batch", counting)
@@ -116,3 +118,12 @@ def test_the_budget_option_is_checked(local_env):
         == 512
     with pytest.raises(OptionError, match="schemaScanMessages must be an integer >= 0"):
         _opts(local_env, ch, schemaScanMessages="-3")
+
+
+def test_a_pulsar_window_stays_inside_the_last_messages_ledger(pulsar_lite_env):
+    from msgstream_spark.mq.pulsar.message_id import PulsarMessageID as Id
+
+    with pulsar_lite_env.client() as c:
+        assert c.id_before(Id(7, 100), 40) == Id(7, 61)  # entries 61..100: the newest 40
+        assert c.id_before(Id(7, 39), 40) is None  # a ledger of 40 entries: earlier ones are in another ledger
+        assert c.id_before(Id(7, 100), 0) is None

@@ -57,3 +57,18 @@ def _describe(conn: ProxyConnection, database: str, collection: str):
     if err is not None:
         raise err
     return resp
+
+
+def partitions(conn: ProxyConnection, database: str, collection: str) -> list[tuple[str, int]]:
+    """The collection's partitions as ``(name, id)`` from ``ShowPartitions`` (ids: what messages carry)."""
+    _, milvus_pb2, _ = pb_modules()
+    what = f"ShowPartitions({database}.{collection})"
+    req = milvus_pb2.ShowPartitionsRequest(db_name=database, collection_name=collection)
+    resp = conn.unary(what, "ShowPartitions", req)
+    err = status_error(conn.settings, what, resp.status)
+    if err is not None:
+        raise err
+    if len(resp.partition_names) != len(resp.partitionIDs):
+        raise BackendError(f"{what} on {conn.settings.address}: {len(resp.partition_names)} names but "
+                           f"{len(resp.partitionIDs)} ids")
+    return [(str(n), int(i)) for n, i in zip(resp.partition_names, resp.partitionIDs)]

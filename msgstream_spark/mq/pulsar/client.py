@@ -157,6 +157,15 @@ class PulsarClient(Client):
     def bytes_to_message_id(self, data: bytes) -> MessageID:
         return PulsarMessageID.deserialize(bytes(data))
 
+    def id_before(self, last: MessageID, count: int) -> MessageID | None:
+        """The entry ``count - 1`` entries before ``last`` in ``last``'s ledger (a ledger's entries are
+        numbered 0, 1, ... without gaps; retention drops whole ledgers). ``None`` when the ledger holds no
+        more than ``count`` entries: what came before lies in an earlier ledger, whose id no one can tell
+        without reading (or an admin API)."""
+        if not isinstance(last, PulsarMessageID) or count <= 0 or last.entry + 1 <= count:
+            return None
+        return PulsarMessageID(last.ledger, last.entry - count + 1)
+
     def latest_message_id(self, channel: str) -> MessageID | None:
         # Asked only when a query resolves its start or an AvailableNow target, so a throwaway
         # subscription per call (removed at once) is cheap enough and never outlives the call.
