@@ -125,7 +125,7 @@ def render_config(template: str, values: dict[str, object], mq: MQ) -> str:
     return _set_section(text, mq.type, mq.settings)
 
 
-_LIVE: weakref.WeakSet[MilvusServer] = weakref.WeakSet()  # the servers this process started (a stopped one has exited)
+_LIVE: weakref.WeakSet[MilvusServer] = weakref.WeakSet()  # the servers this process started
 
 
 class StartupTimeout(RuntimeError):

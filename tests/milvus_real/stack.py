@@ -72,7 +72,8 @@ def kafka_stack() -> Iterator[MilvusStack]:
     """Milvus on tansu, through the shim (librdkafka 1.9.1 cannot read tansu's ApiVersions v3 answer)."""
     from tests.fixtures.kafka_env import kafka_config
     from tests.fixtures.kafka_shim import KafkaShim
-    from tests.fixtures.tansu import TansuBroker, free_port
+    from tests.fixtures.ports import free_port
+    from tests.fixtures.tansu import TansuBroker
 
     shim_port = free_port()
     broker = TansuBroker(advertised_port=shim_port)
@@ -96,10 +97,10 @@ def pulsar_stack() -> Iterator[MilvusStack]:
     a checksum on every message and the consumer disconnect Pulsar does after a seek); this project's
     client reads pulsar-lite directly. ``pulsar.webport`` is pulsar-lite's metrics port: Milvus 2.3.5 calls
     the admin REST API only to drop the subscriptions of a dropped collection (and logs a warning)."""
+    from tests.fixtures.ports import free_port
     from tests.fixtures.pulsar_env import pulsar_config
     from tests.fixtures.pulsar_lite import PulsarLiteBroker
     from tests.fixtures.pulsar_shim import PulsarShim
-    from tests.fixtures.tansu import free_port
 
     with PulsarLiteBroker() as broker:
         shim = PulsarShim(("127.0.0.1", broker.port), free_port()).start()

@@ -9,9 +9,9 @@ import struct
 
 import pytest
 
+from tests.fixtures.ports import free_port
 from tests.fixtures.pulsar_lite import PulsarLiteBroker
 from tests.fixtures.pulsar_shim import PulsarShim
-from tests.fixtures.tansu import free_port
 from tests.pulsar_broker import protocol as p
 from tests.pulsar_broker.test_broker import Raw
 
