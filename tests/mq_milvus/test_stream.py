@@ -58,9 +58,9 @@ def test_tt_stream_resumes_from_a_pack_end_exactly_once(milvus_proxy, tmp_path, 
             pack = s.consume(5.0)
             if pack is not None:
                 first.append(pack)
+        st = milvus_proxy.state
         assert len(first) == packs, (f"{len(first)} of {packs} packs in 60 s; the proxy served "
-                                     f"{len(milvus_proxy.state.requests)} DumpMessages calls, {milvus_proxy.state.sent} "
-                                     f"messages")
+                                     f"{len(st.requests)} DumpMessages calls, {st.sent} messages")
         saved = first[-1].end_positions
     with TtMsgStream(build_client("milvus", cfg)) as s:
         s.as_consumer([ch], "tt-b", "unknown")
