@@ -220,3 +220,27 @@ def test_the_latest_id_cache_is_bounded(milvus_proxy, client, monkeypatch):
     assert [k[1] for k in scan._cache] == chans[2:]
     assert client.latest_message_id(chans[0]) == proxy_id(last[chans[0]])  # evicted: a full scan, same answer
     assert [k[1] for k in scan._cache] == [*chans[3:], chans[0]]
+
+
+def test_a_cached_latest_id_from_another_wal_at_the_same_address_is_not_trusted(milvus_proxy, tmp_path):
+    """The latest-id cache is keyed by address: a proxy at the same address serving another WAL (a restarted
+    cluster, or the suite's next proxy on a reused port) must get its own answer, not the old one."""
+    from tests.milvus_proxy.server import MilvusProxy, ProxyState
+
+    ch = "reused-address"
+    tt = tso_now() - (1000 << 18)  # a second ago: every tick below the proxy's TSO when asked
+    old = fill(milvus_proxy, ch, [m for i in range(6) for m in (P.insert(tt + 2 * i, [i]), P.timetick(tt + 2 * i + 1))])
+    with build_client("milvus", milvus_config(milvus_proxy.address, tmp_path)) as c:
+        assert c.latest_message_id(ch) == proxy_id(old[-2])  # cached: the last insert (ticks are not served)
+    port = milvus_proxy.port
+    milvus_proxy.stop()
+    other = MilvusProxy(str(tmp_path / "other-wal.db"), ProxyState())
+    other.port = port  # the same address, another WAL
+    other.start()
+    try:
+        tt = tso_now() - (1000 << 18)
+        new = fill(other, ch, [P.insert(tt, [1]), P.timetick(tt + 1), P.insert(tt + 2, [2]), P.timetick(tt + 3)])
+        with build_client("milvus", milvus_config(other.address, tmp_path / "o")) as c:
+            assert c.latest_message_id(ch) == proxy_id(new[-2])  # the new WAL's last insert, not the old one
+    finally:
+        other.stop()
