@@ -89,7 +89,7 @@ class Progress:
         self.interval = interval
         self.rows = 0
         self.batches = 0
-        self._seen: set[int] = set()
+        self._seen: set[tuple[int, str]] = set()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, name="ingest-progress", daemon=True)
 
@@ -103,11 +103,13 @@ class Progress:
 
     def collect(self) -> None:
         for p in self.query.recentProgress or []:
-            bid = int(p.get("batchId", -1)) if isinstance(p, dict) else int(p.batchId)
-            if bid in self._seen:
-                continue
-            self._seen.add(bid)
             d = p if isinstance(p, dict) else json.loads(p.json)
+            # One report per trigger: a trigger that found no data reports the id of the batch still to come, and
+            # that batch reports the same id when it runs, so the id alone would drop the batch's rows.
+            key = (int(d.get("batchId", -1)), str(d.get("timestamp")))
+            if key in self._seen:
+                continue
+            self._seen.add(key)
             n = int(d.get("numInputRows", 0))
             if n or d.get("sources"):
                 self.rows += n

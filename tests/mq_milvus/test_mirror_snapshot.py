@@ -82,14 +82,8 @@ def mirror_while_writing(spark, state, writer: Writer, cfg: str, table: Path, fm
         "no write after S that the snapshot's queries saw (the handover case)"
     for _ in range(3):
         writer.round()
-    # A resumed AvailableNow run through the suite's proxy has (about 1 in 10 runs, under load only) planned none of
-    # the rows written just before it; the next run took them. Cause not found: the next scheduled run is allowed
-    # here (bounded), and the table must still equal the model, so a lost row fails.
-    runs = [run_job(spark, cfg, table, fmt, channels)]
-    while runs[-1]["stream_rows"] == 0 and len(runs) < 3:
-        runs.append(run_job(spark, cfg, table, fmt, channels))
-    assert all(r["snapshot"]["mode"] == "resumed" for r in runs)
-    assert sum(r["stream_rows"] for r in runs) > 0, [r["stream_rows"] for r in runs]
+    second = run_job(spark, cfg, table, fmt, channels)
+    assert second["snapshot"]["mode"] == "resumed" and second["stream_rows"] > 0
     assert_table_equals_model(table, fmt, writer.model)
 
 
