@@ -87,6 +87,12 @@ def schema_difference(location: str, collection: str, have: pa.Schema, want: pa.
     return [want.field(n).with_nullable(True) for n in want.names if n not in have.names]
 
 
+def new_fields(collapsed: pa.Table, schema: pa.Schema) -> list[pa.Field]:
+    """The collection fields a batch of changes carries that the table's ``schema`` lacks (a field added by
+    a 2.6 AlterCollection), without ``op`` and the metadata columns."""
+    return [f for f in collapsed.schema if f.name not in schema.names and f.name != OP and not f.name.startswith("_")]
+
+
 def conform(collapsed: pa.Table, schema: pa.Schema) -> pa.Table:
     """``collapsed`` with the table's columns (in its order and types); columns the batch lacks are null."""
     cols = []

@@ -20,6 +20,7 @@ from msgstream_spark.mirror.common import (
     check_prefix,
     conform,
     identity_properties,
+    new_fields,
     schema_difference,
     table_schema,
 )
@@ -59,9 +60,7 @@ class DeltaMirrorTable:
             t._dt = dl.DeltaTable(location)
             check_identity(location, t.properties(), collection, pk, collection_id)
             if arrow_schema is not None:
-                add = schema_difference(location, collection, t.schema, table_schema(arrow_schema, pk))
-                if add:
-                    t._add_columns(add)
+                t.evolve(table_schema(arrow_schema, pk))
         elif create:
             if arrow_schema is None:
                 raise MirrorError(f"no Delta table at {location} and no schema to create it from")
@@ -98,10 +97,9 @@ class DeltaMirrorTable:
         done = self.last_batch(query_id)
         if done is not None and done >= batch_id:
             return False
-        extra = [f for f in collapsed.schema if f.name not in self.schema.names and f.name != OP
-                 and not f.name.startswith("_")]
+        extra = new_fields(collapsed, self.schema)
         if extra:
-            self.evolve(pa.schema([*self.schema, *extra]))
+            self._add_columns(extra)
         schema = self.schema
         source = conform(collapsed, schema).append_column(OP, collapsed.column(OP))
         cols = {_q(c): f"s.{_q(c)}" for c in schema.names}

@@ -28,6 +28,7 @@ from msgstream_spark.mirror.common import (
     check_prefix,
     conform,
     identity_properties,
+    new_fields,
     schema_difference,
     table_schema,
 )
@@ -78,9 +79,7 @@ class IcebergMirrorTable:
         if t._tbl is not None:
             check_identity(location, t.properties(), collection, pk, collection_id)
             if arrow_schema is not None:
-                add = schema_difference(location, collection, t.schema, table_schema(arrow_schema, pk))
-                if add:
-                    t._union(add)
+                t.evolve(table_schema(arrow_schema, pk))
         elif create:
             if arrow_schema is None:
                 raise MirrorError(f"no Iceberg table {'.'.join(ident)} at {location} and no schema to create it from")
@@ -130,10 +129,9 @@ class IcebergMirrorTable:
         done = self.last_batch(query_id)
         if done is not None and done >= batch_id:
             return False
-        extra = [f for f in collapsed.schema if f.name not in self.schema.names and f.name != OP
-                 and not f.name.startswith("_")]
+        extra = new_fields(collapsed, self.schema)
         if extra:
-            self._union(extra)
+            self._add_columns(extra)
         tbl = self._table()
         source = conform(collapsed, self.schema)
         remove, insert = self._plan(source, collapsed.column(OP))
@@ -197,9 +195,9 @@ class IcebergMirrorTable:
     def evolve(self, new_schema: pa.Schema) -> None:
         add = schema_difference(self.location, self.collection, self.schema, new_schema)
         if add:
-            self._union(add)
+            self._add_columns(add)
 
-    def _union(self, fields: list[pa.Field]) -> None:
+    def _add_columns(self, fields: list[pa.Field]) -> None:
         tbl = self._table()
         with tbl.update_schema() as u:
             u.union_by_name(pa.schema([f.with_nullable(True) for f in fields]))
