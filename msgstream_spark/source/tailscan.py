@@ -46,20 +46,20 @@ def span(client: Any, ch: str, last: Any, budget: int) -> tuple[int, int] | None
     return first.offset, last.offset
 
 
-def _read_window(client: Any, cons: Any, ch: str, bottom: int, top: int, feed: Feed, notes: Notes,
+def _read_window(cons: Any, ch: str, start: Any, last: Any, want: int, feed: Feed, notes: Notes,
                  deadline: float) -> int:
-    """Feed the messages of offsets ``bottom..top`` in order; how many were fetched."""
-    cons.seek(client.message_id_from_offset(bottom), inclusive=True)
+    """Feed the messages from id ``start`` to id ``last`` (both included, about ``want`` of them) in order;
+    how many were fetched."""
+    cons.seek(start, inclusive=True)
     fetched = 0
     while time.monotonic() < deadline:
-        want = top - bottom + 1 - fetched
-        batch = cons.receive_batch(max(1, min(1024, want)), 0.2)
+        batch = cons.receive_batch(max(1, min(1024, want - fetched)), 0.2)
         if not batch:
             continue  # a slow first fetch: wait, within the deadline
         fetched += len(batch)
-        inside = [m for m in batch if m.id.offset <= top]
+        inside = [m for m in batch if not last < m.id]
         feed(ch, inside, notes)
-        if len(inside) < len(batch) or not batch[-1].id.offset < top:
+        if len(inside) < len(batch) or not batch[-1].id < last:
             break
     return fetched
 
@@ -76,7 +76,8 @@ def scan_tail(client: Any, ch: str, span: tuple[int, int], budget: int, feed: Fe
         while fetched < budget and top >= first and time.monotonic() < deadline:
             bottom = max(first, top - min(TAIL_WINDOW, budget - fetched) + 1)
             notes: Notes = ({}, {}, set(), {})
-            fetched += _read_window(client, cons, ch, bottom, top, feed, notes, deadline)
+            fetched += _read_window(cons, ch, client.message_id_from_offset(bottom), client.message_id_from_offset(top),
+                                    top - bottom + 1, feed, notes, deadline)
             if any(src != "Insert" for _, src in notes[0].values()):
                 return notes, fetched
             if fallback is None and notes[0]:
@@ -99,19 +100,9 @@ def scan_from(client: Any, ch: str, start: Any, last: Any, feed: Feed, deadline:
     """One window, ``start`` to ``last`` (both included), read forwards: its notes (a schema message's, or
     the inserts' when it holds none) and how many messages were fetched."""
     notes: Notes = ({}, {}, set(), {})
-    fetched = 0
     cons = client.reader(ch)
     try:
-        cons.seek(start, inclusive=True)
-        while time.monotonic() < deadline:
-            batch = cons.receive_batch(1024, 0.2)
-            if not batch:
-                continue  # a slow first fetch: wait, within the deadline
-            fetched += len(batch)
-            inside = [m for m in batch if not last < m.id]
-            feed(ch, inside, notes)
-            if len(inside) < len(batch) or not batch[-1].id < last:
-                break
+        fetched = _read_window(cons, ch, start, last, 1 << 30, feed, notes, deadline)
     finally:
         cons.unsubscribe()  # a throwaway inference subscription
     return notes, fetched
