@@ -103,13 +103,14 @@ class Progress:
 
     def collect(self) -> None:
         for p in self.query.recentProgress or []:
-            d = p if isinstance(p, dict) else json.loads(p.json)
             # One report per trigger: a trigger that found no data reports the id of the batch still to come, and
             # that batch reports the same id when it runs, so the id alone would drop the batch's rows.
-            key = (int(d.get("batchId", -1)), str(d.get("timestamp")))
+            key = ((int(p.get("batchId", -1)), str(p.get("timestamp"))) if isinstance(p, dict)
+                   else (int(p.batchId), str(p.timestamp)))
             if key in self._seen:
                 continue
             self._seen.add(key)
+            d = p if isinstance(p, dict) else json.loads(p.json)
             n = int(d.get("numInputRows", 0))
             if n or d.get("sources"):
                 self.rows += n
