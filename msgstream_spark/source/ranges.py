@@ -28,7 +28,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from msgstream_spark.msg.wal26 import WalMessageType, b36decode
+from msgstream_spark.msg.wal26 import WalMessageType, b36decode, is_wal_message
 from msgstream_spark.source.offsets import ChannelOffset, Offset
 
 Range = tuple[str, ChannelOffset, ChannelOffset]
@@ -140,8 +140,8 @@ def _safe_cut(client: Any, ch: str, target: int, b: int) -> tuple[int, int | Non
                 if off is None or off >= b:
                     return None
                 props = m.properties or {}
-                if not props.get("_v"):
-                    return off, None  # a 2.5 message: nothing carries over
+                if not is_wal_message(props):
+                    return off, None  # a 2.5 message (version 0 too): nothing carries over
                 if props.get("_t") == str(int(WalMessageType.TimeTick)) and not props.get("_vc"):
                     try:
                         return off, b36decode(props.get("_tt", ""))

@@ -20,7 +20,7 @@ from msgstream_spark.msg.position import MsgPosition
 from msgstream_spark.msg.seq import SEQ, SEQ_DDL, SEQ_TYPE, seq_array
 from msgstream_spark.msg.structs import rebuild_structs, struct_targets
 from msgstream_spark.msg.types import DeleteMsg, InsertMsg, MsgType, TsMsg
-from msgstream_spark.msg.wal26 import parse_envelope
+from msgstream_spark.msg.wal26 import is_wal_message, parse_envelope
 from msgstream_spark.source.offsets import b64
 
 log = logging.getLogger(__name__)
@@ -268,7 +268,7 @@ def _signed(v: int | None) -> int | None:
 def _wal_columns(m: Any, msg: TsMsg | None) -> dict[str, Any]:
     """``version``, ``vchannel``, ``txn_id``, ``broadcast_id`` of a 2.6 message (null for 2.5 ones)."""
     env = msg.wal if msg is not None else None
-    if env is None and msg is None and m.properties and "_v" in m.properties:
+    if env is None and msg is None and is_wal_message(m.properties):
         try:  # an undecodable message (onDecodeError=skip) still shows its envelope
             env = parse_envelope(m.properties)
         except DecodeError as exc:  # messages output shows what it can (a codec bug propagates)

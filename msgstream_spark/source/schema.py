@@ -22,7 +22,7 @@ from msgstream_spark.msg import codec
 from msgstream_spark.msg.pb import schema_pb2
 from msgstream_spark.msg.schema import collection_arrow_schema, infer_collection_schema
 from msgstream_spark.msg.types import MsgType
-from msgstream_spark.msg.wal26 import WalMessageType, decode_message
+from msgstream_spark.msg.wal26 import WalMessageType, decode_message, is_wal_message
 from msgstream_spark.msg.wire import iter_fields
 from msgstream_spark.source import scancache, tailscan
 from msgstream_spark.source.offsets import b64
@@ -33,7 +33,7 @@ log = logging.getLogger(__name__)
 
 INFER_MAX_MESSAGES = 100_000
 INFER_SECONDS = 30.0
-WAL_VERSION, WAL_TYPE = "_v", "_t"  # 2.6 message properties: wire version, message type
+WAL_VERSION, WAL_TYPE = "_v", "_t"  # 2.6 envelope properties: wire version, message type
 _WAL_SCHEMA_TYPES = frozenset((WalMessageType.CreateCollection, WalMessageType.AlterCollection,
                                WalMessageType.SchemaChange))
 
@@ -127,7 +127,7 @@ def _feed(opts: ReadOptions, ch: str, batch: list, state: tuple) -> bool:
     """Note what each message of ``batch`` tells; whether any was a 2.6 message."""
     wal = False
     for m in batch:
-        if m.properties and m.properties.get(WAL_VERSION):
+        if is_wal_message(m.properties):  # not a version-0 entry (a 2.5 body behind rebuilt properties)
             wal = True
             _note_wal_schema(opts, ch, m, state)
         else:
@@ -220,7 +220,8 @@ def _broadcast_key(env: Any, cid: int) -> tuple | None:
 
 
 def _wal_wanted(opts: ReadOptions, m: Any, found: dict) -> bool:
-    """Whether a 2.6 message may tell a schema, judged from ``_t`` (and a v1 insert's top fields)."""
+    """Whether a 2.6 message (``is_wal_message``) may tell a schema, judged from ``_t`` (and a v1 insert's top
+    fields); a version-0 entry's ``_t`` never comes here (it is read as the 2.5 message it is)."""
     try:
         t = int(m.properties.get(WAL_TYPE, ""))
     except ValueError:

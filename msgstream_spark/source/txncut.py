@@ -17,7 +17,7 @@ from typing import Any
 
 from msgstream_spark.errors import DecodeError
 from msgstream_spark.msg.types import MsgType
-from msgstream_spark.msg.wal26 import WalMessageType, WalMsg, parse_envelope
+from msgstream_spark.msg.wal26 import WalMessageType, WalMsg, is_wal_message, parse_envelope
 from msgstream_spark.stream.ticks import Item
 from msgstream_spark.stream.txn import TxnAssembler
 
@@ -33,9 +33,9 @@ class ScanItem(Item):
 
 
 def wal_item(m: Any, output: str, txns: TxnAssembler, peek_counts: Any) -> ScanItem | None:
-    """The scan item of a 2.6 message (time = ``_tt``), or None for a 2.5 one (no ``_v``)."""
+    """The scan item of a 2.6 message (time = ``_tt``), or None for a 2.5 one (no ``_v``, or version 0)."""
     props = m.properties
-    if not props or not props.get("_v"):
+    if not is_wal_message(props):
         return None
     try:
         env = parse_envelope(props)

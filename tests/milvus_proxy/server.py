@@ -65,6 +65,13 @@ class ProxyState:
     queried: threading.Event = field(default_factory=threading.Event)  # set once a Query was answered
     on_query: object = None  # called with the request after each answered Query (before it is sent)
 
+    def vchannel_of(self, cid: int, pchannel: str) -> str | None:
+        """Collection ``cid``'s vchannel on ``pchannel`` (Milvus's metadata, for version-0 DDL entries)."""
+        for coll_id, pchannels, vchannels in self.collections.values():
+            if coll_id == cid and pchannel in pchannels:
+                return vchannels[pchannels.index(pchannel)]
+        return None
+
     def add_model(self, db: str, name: str, cid: int, pchannels: list[str], vchannels: list[str],
                   schema, partitions: list[tuple[str, int]]) -> CollectionModel:
         """A collection the proxy describes (with ``schema``), lists the ``(name, id)`` partitions of and
@@ -165,7 +172,8 @@ class Servicer(milvus_grpc.MilvusServiceServicer):
             for mid, payload, props in dump(self.store, request.pchannel, sid, request.start_message_id.WAL_name,
                                             request.include_start_message, request.start_timetick,
                                             request.end_timetick, context.is_active,
-                                            write_ticks=self.state.write_ticks, lock=self.state.lock):
+                                            write_ticks=self.state.write_ticks, lock=self.state.lock,
+                                            vchannel_of=self.state.vchannel_of):
                 if self.state.stall_after is not None and sent >= self.state.stall_after:
                     self.state.stall_after = None  # one stream stalls; the next one is served
                     while context.is_active():  # a stalled proxy: the stream stays open, silent

@@ -24,11 +24,15 @@ stream-interceptor test (#52387: ``DumpMessages`` authenticated). What it copies
   a persisted tick when it starts), so every call leaves an entry behind that is never sent
   (``write_ticks=False`` turns this off).
 
+* a pre-upgrade 2.5 entry (no ``_v``) is a version-0 message (old_version.py): its body kept, its
+  properties rebuilt (``_v`` "0", ``_t``, ``_tt`` = BeginTs, ``_vc``, ``_h``, ``_lc`` 30 version-0
+  messages back in the scan); a version-0 TimeTick releases like any tick and is not sent.
+
 Simplified: Milvus also writes TimeTicks after appends; this server acts as if one with the
-current TSO followed the last stored entry at each poll, and writes nothing then. Entries that
-are not WAL messages (no ``_v``: the conformance suite's opaque payloads) are sent unchanged in
-log order, with the store's timestamp standing in for ``_tt`` in the bounds (Milvus would rebuild
-version-0 properties from a 2.5 body). Transactions never expire.
+current TSO followed the last stored entry at each poll, and writes nothing then. Entries without
+``_v`` whose payload is no 2.5 message (the conformance suite's opaque payloads: Milvus's streaming
+node would panic on them) are sent unchanged in log order, with the store's timestamp standing in
+for ``_tt`` in the bounds. Transactions never expire.
 """
 
 from __future__ import annotations
@@ -43,6 +47,7 @@ from dataclasses import dataclass, field
 from msgstream_spark.errors import DataLossError
 from msgstream_spark.mq.local.client import LocalClient
 from msgstream_spark.mq.local.message_id import LocalMessageID
+from tests.milvus_proxy import old_version
 
 ROCKSMQ = 1
 FILTERED = {"1", "4", "10", "902"}  # TimeTick, Flush, CreateSegment, RollbackTxn
@@ -108,6 +113,7 @@ class Scan:
 
     start_tt: int
     end_tt: int
+    old: old_version.OldVersion
     buffer: list = field(default_factory=list)
     txns: dict = field(default_factory=dict)
     last_tick: int = 0
@@ -147,9 +153,19 @@ def open_reader(store: LocalClient, pchannel: str, start_id: str, wal_name: int,
 def _add(scan: Scan, m) -> None:
     props = dict(m.properties)
     entry = (m.id.offset, bytes(m.payload), props)
-    if "_v" not in props:  # not a WAL message: passes through in log order
-        key = scan.buffer[-1].tt if scan.buffer else scan.last_tick
-        scan.buffer.append(Unit(key, [entry], raw_tt=m.timestamp or 0))
+    if "_v" not in props:  # a pre-upgrade 2.5 entry: served as a version-0 message
+        old = scan.old.rebuild(m.id.offset, entry[1], props)
+        if old is None:  # no 2.5 message (an opaque payload): passes through in log order
+            key = scan.buffer[-1].tt if scan.buffer else scan.last_tick
+            scan.buffer.append(Unit(key, [entry], raw_tt=m.timestamp or 0))
+            return
+        tt, props = old
+        if not props:  # Milvus does not know its vchannel: skipped
+            return
+        if props["_t"] == old_version.TIME_TICK:
+            release(scan, tt)
+        else:
+            scan.buffer.append(Unit(tt, [(m.id.offset, entry[1], props)]))
         return
     t, tt = props.get("_t"), int(props.get("_tt", "0"), 36)
     if t == "1":
@@ -208,9 +224,11 @@ def write_tick(store: LocalClient, pchannel: str) -> int:
 
 def dump(store: LocalClient, pchannel: str, start_id: str, wal_name: int, include: bool, start_tt: int,
          end_tt: int, active: Callable[[], bool], poll: float = 0.02,
-         write_ticks: bool = True, lock=None) -> Iterator[tuple[int, bytes, dict]]:
+         write_ticks: bool = True, lock=None,
+         vchannel_of: Callable[[int, str], str | None] = lambda cid, pch: None) -> Iterator[tuple[int, bytes, dict]]:
     """Yield ``(id, payload, properties)`` as Milvus's proxy sends them, until ``end_tt`` or cancel. ``lock``:
-    held while the scan's TimeTick is allocated and written (the test's writers hold it too)."""
+    held while the scan's TimeTick is allocated and written (the test's writers hold it too). ``vchannel_of``:
+    a collection's vchannel on a pchannel, from the cluster's metadata (for version-0 DDL entries)."""
     check_request(pchannel, start_id, start_tt, end_tt)
     if not store.channel_exists(pchannel):  # an unknown pchannel: open and silent until cancelled
         while active():
@@ -220,7 +238,7 @@ def dump(store: LocalClient, pchannel: str, start_id: str, wal_name: int, includ
         with lock if lock is not None else contextlib.nullcontext():  # no write lands below this tick
             write_tick(store, pchannel)
     reader = open_reader(store, pchannel, start_id, wal_name, include)
-    scan = Scan(start_tt, end_tt)
+    scan = Scan(start_tt, end_tt, old_version.OldVersion(pchannel, vchannel_of))
     try:
         while active() and not scan.ended:
             batch = reader.receive_batch(1000, 0.0 if scan.buffer else poll)

@@ -207,6 +207,7 @@ class Writer:
         self.rand = random.Random(seed)
         self.next_index = 0
         self.acked: list[tuple[str, int, int]] = []  # (kind, ts, model version after it)
+        self.events: list[tuple[str, int | str]] = []  # (op, pk) of every row change written
         self.rounds = 0
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -230,6 +231,7 @@ class Writer:
             for (shard, part), keys in self._by_shard(indices).items():
                 self.log.insert(ts, shard, part, [row(pk, gen) for pk in keys])
                 self.model.put((row(pk, gen) for pk in keys), PARTITIONS[part][0])
+                self.events += [("insert", pk) for pk in keys]
             self.acked.append(("insert", ts, self.model.version))
             self.next_index = max(self.next_index, max(indices, default=-1) + 1)
 
@@ -242,6 +244,7 @@ class Writer:
             for shard, keys in shards.items():
                 self.log.delete(ts, shard, keys)
                 self.model.remove(keys)
+                self.events += [("delete", pk) for pk in keys]
             self.acked.append(("delete", ts, self.model.version))
 
     def upsert(self, indices, gen: int) -> None:
@@ -249,6 +252,7 @@ class Writer:
             for (shard, part), keys in self._by_shard(indices).items():
                 ts = self.log.upsert(shard, part, [row(pk, gen) for pk in keys])
                 self.model.put((row(pk, gen) for pk in keys), PARTITIONS[part][0])
+                self.events += [(op, pk) for pk in keys for op in ("delete", "insert")]
                 self.acked.append(("upsert", ts, self.model.version))
 
     def tick(self) -> None:

@@ -1,4 +1,5 @@
-"""jobs/mirror.py's snapshot through the 2.6 proxy (``mq.type: milvus``) and on Pulsar (2.5 msgstream).
+"""jobs/mirror.py's snapshot through the 2.6 proxy (``mq.type: milvus``, 2.5 entries before 2.6 ones) and on
+Pulsar (2.5 msgstream).
 
 The SDK address is the suite's proxy (tests/milvus_proxy): its ``Query`` answers from a model of the
 collection's rows that the test's writer changes together with writing the messages (2.6 WAL entries
@@ -61,12 +62,16 @@ def assert_table_equals_model(table: Path, fmt: str, model) -> None:
         assert np.asarray(got[pk]["fv"], np.float32).tobytes() == np.asarray(want[pk]["fv"], np.float32).tobytes()
 
 
-def mirror_while_writing(spark, state, writer: Writer, cfg: str, table: Path, fmt: str, channels: list[str]):
-    """The collection's first rows, the snapshot run with writes during it, writes after, the second run."""
+def mirror_while_writing(spark, state, writer: Writer, cfg: str, table: Path, fmt: str, channels: list[str],
+                         upgrade=None):
+    """The collection's first rows, the snapshot run with writes during it, writes after, the second run.
+    ``upgrade``: the log the writer switches to after the first rows (a cluster upgraded from 2.5 to 2.6)."""
     writer.create()
     writer.insert(range(0, 150))
     writer.insert(range(150, 300))
     writer.tick()
+    if upgrade is not None:
+        writer.log = upgrade
     state.on_query = lambda _req: writer.round() if len(state.queries) <= HOOKED_QUERIES else None
     writer.start(after=state.queried)
     try:
@@ -89,11 +94,14 @@ def mirror_while_writing(spark, state, writer: Writer, cfg: str, table: Path, fm
 
 @pytest.mark.parametrize(("fmt", "string_key"), [("delta", False), ("iceberg", True)], ids=["delta", "iceberg-varchar"])
 def test_snapshot_through_the_26_proxy_equals_the_model(spark, milvus_proxy, tmp_path, fmt, string_key):
-    """``mq.type: milvus``: the log and the SDK are the same proxy (an Int64 key, and a VarChar key)."""
+    """``mq.type: milvus``: the log and the SDK are the same proxy (an Int64 key, and a VarChar key). The
+    pchannels are an upgraded cluster's: the collection's creation and first rows are 2.5 entries (the proxy
+    serves them as version-0 messages), the writes during and after the snapshot 2.6 ones."""
     from tests.fixtures.milvus_env import StoreWriter
 
     pchannels = ["by-dev-rootcoord-dml_0", "by-dev-rootcoord-dml_1"]
     store = StoreWriter(milvus_proxy.store_path)
+    old = Msgstream25(store.client, pchannels, string_key)
     log = Wal26(store.client, pchannels, string_key)
     model = milvus_proxy.state.add_model("default", NAME, CID, pchannels, log.vchannels,
                                          collection_schema(string_key), PARTITIONS)
@@ -102,8 +110,10 @@ def test_snapshot_through_the_26_proxy_equals_the_model(spark, milvus_proxy, tmp
         "mq.type": "milvus", "milvus.address": milvus_proxy.address, "milvus.requestTimeout": 10,
         "milvus.metadataPath": str(tmp_path / "meta.json"), "milvus.collections": f"default.{NAME}"}))
     try:
-        mirror_while_writing(spark, milvus_proxy.state, Writer(log, model), str(cfg), tmp_path / "t", fmt, pchannels)
+        mirror_while_writing(spark, milvus_proxy.state, Writer(old, model), str(cfg), tmp_path / "t", fmt, pchannels,
+                             upgrade=log)
     finally:
+        old.close()
         log.close()
         store.close()
 

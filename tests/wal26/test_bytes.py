@@ -20,6 +20,7 @@ from msgstream_spark.msg.wal26 import (
     b36decode,
     b36encode,
     decode_header,
+    is_wal_message,
     parse_envelope,
     wal_position,
     wire_version,
@@ -60,6 +61,11 @@ def test_version_detection():
         wire_version({"_v": "x"})
     with pytest.raises(UnknownMessageTypeError, match="version 3"):
         parse_envelope({"_v": "3", "_t": "2", "_tt": "1"})
+    # a 2.6 proxy's version-0 entry (a pre-upgrade 2.5 body, rebuilt _t): no envelope; a bad _v is one
+    # (its decode reports it)
+    assert not is_wal_message({"_v": "0", "_t": "5", "_tt": "3gg498oqzuo0", "_vc": P.VCHANNEL, "_lc": "1"})
+    assert not is_wal_message(None) and not is_wal_message({"msg_type": "Insert"}) and not is_wal_message({"_v": ""})
+    assert all(is_wal_message({"_v": v}) for v in ("1", "2", "3", "x"))
 
 
 def test_insert_header_bytes():

@@ -30,7 +30,7 @@ from msgstream_spark.mq.base import Consumer, Message, MessageID
 from msgstream_spark.mq.milvus.connection import ProxyConnection, ProxyDown, rpc_error
 from msgstream_spark.mq.milvus.dump import END, DumpRequest, DumpStream, Entry, StatusFailure
 from msgstream_spark.mq.milvus.message_id import MilvusMessageID, earliest_for
-from msgstream_spark.msg.wal26 import WalMessageId, b36decode, b36encode
+from msgstream_spark.msg.wal26 import WalMessageId, b36decode, b36encode, is_wal_message
 
 _BEGIN, _COMMIT = "900", "901"
 _RETRY_MIN, _RETRY_MAX = 0.05, 1.0
@@ -254,7 +254,7 @@ class MilvusConsumer(Consumer):
         props = m.properties
         if self._vchannels is not None and not self._wanted(props.get("_vc")):
             return
-        t = props.get("_t")
+        t = props.get("_t") if is_wal_message(props) else None  # a version-0 entry's _t is no envelope's
         if t == _BEGIN or self._txn:
             self._txn.append(m)
             if t != _COMMIT:

@@ -50,8 +50,24 @@ def wire_version(properties: Mapping[str, str] | None) -> int:
 
 
 def is_wal_message(properties: Mapping[str, str] | None) -> bool:
-    """True for a Milvus 2.6 WAL message (``_v`` >= 1)."""
-    return wire_version(properties) > 0
+    """Whether the properties are a 2.6 envelope (``_v`` >= 1): the one test every reader branches on.
+
+    ``False`` for a 2.5 message: no ``_v``, or ``_v`` = ``0`` (Milvus's VersionOld: how a 2.6 proxy's
+    ``DumpMessages`` serves entries written before the upgrade, with rebuilt ``_t``/``_tt``/``_vc``/``_h``/
+    ``_lc`` around a 2.5 body; ``_t`` there is no envelope). A malformed ``_v`` counts as an envelope, so
+    that decoding it reports what is wrong. Never raises.
+    """
+    if not properties:
+        return False
+    raw = properties.get(VERSION)
+    if raw == "1" or raw == "2":  # the common cases first
+        return True
+    if not raw:
+        return False
+    try:
+        return int(raw, 10) != 0
+    except ValueError:
+        return True
 
 
 @dataclass(frozen=True)
