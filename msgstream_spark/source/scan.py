@@ -8,11 +8,12 @@ count from a walk over the payload's top-level fields).
 from __future__ import annotations
 
 import logging
+import time
 import weakref
 from dataclasses import dataclass, field
 from typing import Any
 
-from msgstream_spark.errors import DataLossError, DecodeError
+from msgstream_spark.errors import BackendTimeoutError, DataLossError, DecodeError
 from msgstream_spark.msg import codec
 from msgstream_spark.msg.types import MsgType
 from msgstream_spark.msg.wire import iter_fields
@@ -53,6 +54,7 @@ class ChannelScan:
     consumer: Any = None
     has_ticks: bool = False
     txns: TxnAssembler = field(default_factory=TxnAssembler)  # 2.6 transactions open after the last item
+    last_id: Any = None  # the last message received (or the start's id before the first)
 
 
 class Scanner:
@@ -88,24 +90,47 @@ class Scanner:
         self.chans[ch] = cs
         return cs
 
-    def refresh(self, start: Offset) -> None:
-        """Drop items at or before ``start`` and read what arrived since the last call."""
+    def refresh(self, start: Offset, until: Offset | None = None, timeout: float = 60.0) -> None:
+        """Drop items at or before ``start`` and read what arrived since the last call.
+
+        ``until`` (Trigger.AvailableNow's target): a channel whose scan has not yet received the target's
+        message keeps waiting for it, up to ``timeout`` seconds, instead of reporting "nothing new". Spark
+        ends an AvailableNow query at the first plan without new data, so a broker slow to deliver what it
+        already holds (a stream just opened, a loaded proxy) would end the run short, silently.
+        """
         for ch, st in start.items():
             cs = self.chans.get(ch) or self._open(ch, st)
             mid = unb64(st.get("msgID", ""))
             if mid and not st.get("inclusive"):
                 sid = self.client.bytes_to_message_id(mid)
                 cs.items = [it for it in cs.items if it.id > sid]
+                if cs.last_id is None or cs.last_id < sid:
+                    cs.last_id = sid
+            want = self._target_id(until, ch)
             budget = MAX_SCAN_PER_CALL
+            deadline = None
             while budget > 0:
                 batch = cs.consumer.receive_batch(min(SCAN_BATCH, budget), 0.05)
-                if not batch:
+                if batch:
+                    budget -= len(batch)
+                    for m in batch:
+                        cs.items.append(self._item(m, cs.txns))
+                    cs.last_id = batch[-1].id
+                    continue
+                if want is None or (cs.last_id is not None and cs.last_id >= want):
                     break
-                budget -= len(batch)
-                for m in batch:
-                    cs.items.append(self._item(m, cs.txns))
+                deadline = deadline or time.monotonic() + timeout
+                if time.monotonic() > deadline:
+                    raise BackendTimeoutError(
+                        f"channel {ch}: the AvailableNow target {want} was not delivered within readTimeout="
+                        f"{timeout:g}s (last message scanned: {cs.last_id}); the broker holds it but did not send it")
             if any(it.tick for it in cs.items):
                 cs.has_ticks = True
+
+    def _target_id(self, until: Offset | None, ch: str) -> Any:
+        """The message id a refresh must reach on ``ch`` (``None``: no target, or an empty channel)."""
+        mid = unb64((until or {}).get(ch, {}).get("msgID", ""))
+        return self.client.bytes_to_message_id(mid) if mid else None
 
     def _item(self, m: Any, txns: TxnAssembler) -> Item:
         item = wal_item(m, self.output, txns, peek_counts)  # a 2.6 message: from its properties

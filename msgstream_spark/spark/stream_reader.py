@@ -98,7 +98,7 @@ class MsgStreamStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
     def latestOffset(self, start: dict, limit: ReadLimit) -> dict:  # noqa: N802
         start = self._with_new_channels(normalize(start))
         scan = self._scan()
-        scan.refresh(start)
+        scan.refresh(start, until=self._target, timeout=self.opts.read_timeout)
         self._last_start = start
         capped = not isinstance(limit, ReadAllAvailable)
         end, rows = scan.plan_end(start, align=self.opts.align,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from msgstream_spark.errors import OptionError
+from msgstream_spark.errors import BackendTimeoutError, OptionError
 from msgstream_spark.source.offsets import ChannelOffset, entry, normalize
 from msgstream_spark.source.options import parse_read_options
 from msgstream_spark.source.ranges import plan_ranges
@@ -107,6 +107,42 @@ def test_a_restarted_scan_stays_aligned_after_a_tick_and_free_after_a_message(lo
         finally:
             scan.close()
     client.close()
+
+
+def test_an_available_now_target_not_yet_delivered_is_waited_for_not_planned_as_nothing(local_env):
+    """Spark ends an AvailableNow query at the first plan without new data: a scan that gives up after one
+    short poll while the target's messages are still on their way (a loaded proxy, a stream just opened)
+    ended the run short (a resumed mirror through the 2.6 proxy streamed 0 rows under load)."""
+    import threading
+
+    client = local_env.client()
+    ch = local_env.new_channel("late")
+    pub = Publisher(client, [ch])
+    pub.rounds(1, rows=3)
+    pub.close()
+    scan = Scanner(client, "rows", True)
+    try:
+        start = normalize({ch: entry(b"", 0)})
+        scan.refresh(start)
+        first, rows = scan.plan_end(start, align=None)
+        assert rows == 3
+        last = client.latest_message_id(ch)
+        target = normalize({ch: entry(client.message_id_from_offset(last.offset + 2).serialize(), 0)})
+        late = Publisher(client, [ch], ts=pub.ts, next_pk=100)
+        writer = threading.Timer(0.5, lambda: (late.rounds(1, rows=4), late.close()))  # insert + tick
+        writer.start()
+        try:
+            scan.refresh(first, until=target, timeout=30)
+        finally:
+            writer.join()
+        end, rows = scan.plan_end(first, align=None, cap=target)
+        assert rows == 4 and end[ch]["msgID"] == target[ch]["msgID"]
+        beyond = normalize({ch: entry(client.message_id_from_offset(last.offset + 50).serialize(), 0)})
+        with pytest.raises(BackendTimeoutError, match=f"channel {ch}: the AvailableNow target .* readTimeout=0.3s"):
+            scan.refresh(end, until=beyond, timeout=0.3)
+    finally:
+        scan.close()
+        client.close()
 
 
 def test_read_options(local_env):
