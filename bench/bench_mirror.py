@@ -26,7 +26,7 @@ import yaml
 
 
 def _ingest(spark, cfg: str, channels: str, out: Path, collection: str | None = None) -> float:
-    from jobs import ingest
+    from msgstream_spark.jobs import ingest
 
     args = ingest.build_parser().parse_args(["--config", cfg, "--channels", channels, "--output", str(out),
                                              "--subscription", f"bench-{out.name}", "--progress-interval", "60"])
@@ -38,7 +38,7 @@ def _ingest(spark, cfg: str, channels: str, out: Path, collection: str | None = 
 
 
 def _mirror(spark, cfg: str, channels: str, table: Path, fmt: str, collection: str, *extra: str) -> tuple[float, dict]:
-    from jobs import mirror
+    from msgstream_spark.jobs import mirror
 
     args = mirror.build_parser().parse_args(["--config", cfg, "--channels", channels, "--collection", collection,
                                              "--table", str(table), "--table-format", fmt,
@@ -49,7 +49,7 @@ def _mirror(spark, cfg: str, channels: str, table: Path, fmt: str, collection: s
 
 
 def mirror_part(spark, work: Path, rows: int) -> dict:
-    from jobs import publish
+    from msgstream_spark.jobs import publish
 
     cfg = work / "local.yaml"
     cfg.write_text(yaml.safe_dump({"mq.type": "local", "local.path": str(work / "log.db")}))
@@ -138,7 +138,7 @@ def _snapshot_or_reason(spark, work: Path, snapshot_rows: int) -> dict:
 
 
 def run(rows: int = 1_000_000, snapshot_rows: int = 200_000) -> dict:
-    from jobs._common import spark_session
+    from msgstream_spark.jobs._common import spark_session
 
     work = Path(tempfile.mkdtemp(prefix="bench-mirror-"))
     spark = spark_session("bench-mirror", "local[2]")

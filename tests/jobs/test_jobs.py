@@ -24,7 +24,7 @@ def ns(**kw):
 
 def publish_args(cfg, chans, rows, start=0, delete_fraction=0.0, dim=8):
     """The job's own parser builds them, as from a command line (every other option at its default)."""
-    from jobs import publish
+    from msgstream_spark.jobs import publish
 
     return publish.build_parser().parse_args([
         "--config", cfg, "--channels", ",".join(chans), "--synthetic", str(rows), "--dim", str(dim),
@@ -36,7 +36,7 @@ def table(path):
 
 
 def test_publish_job_writes_synthetic_rows_and_deletes(spark, backend, tmp_path):
-    from jobs import publish
+    from msgstream_spark.jobs import publish
 
     local_env = backend
     chans = [local_env.new_channel("pub") for _ in range(2)]
@@ -52,8 +52,8 @@ def test_publish_job_writes_synthetic_rows_and_deletes(spark, backend, tmp_path)
 
 def test_ingest_then_replay_from_a_saved_position(spark, backend, tmp_path):
     local_env = backend
-    from jobs import ingest, publish, replay
     from msgstream_spark.cli.commands import latest_position
+    from msgstream_spark.jobs import ingest, publish, replay
 
     cfg = config_file(local_env, tmp_path)
     chans = [local_env.new_channel("ing") for _ in range(2)]

@@ -13,7 +13,7 @@ pytestmark = pytest.mark.slow
 
 
 def run_mirror(spark, cfg, ch, table, fmt="delta"):
-    from jobs import mirror
+    from msgstream_spark.jobs import mirror
 
     return mirror.run(mirror.build_parser().parse_args([
         "--config", cfg, "--channels", ch, "--collection", "c26", "--table", str(table), "--table-format", fmt,

@@ -21,8 +21,8 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
-from jobs._common import parse_kv
 from msgstream_spark.errors import MirrorError
+from msgstream_spark.jobs._common import parse_kv
 from msgstream_spark.mirror.common import PROP_COLLECTION_ID, PROP_SNAPSHOT_TS
 
 log = logging.getLogger("jobs.mirror")

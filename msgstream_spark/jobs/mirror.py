@@ -17,7 +17,8 @@ import time
 import uuid
 from typing import Any
 
-from jobs._common import (
+from msgstream_spark.errors import MirrorError
+from msgstream_spark.jobs._common import (
     add_config_args,
     main_wrapper,
     parse_kv,
@@ -26,8 +27,7 @@ from jobs._common import (
     spark_session,
     trigger_kwargs,
 )
-from jobs.ingest import Progress
-from msgstream_spark.errors import MirrorError
+from msgstream_spark.jobs.ingest import Progress
 
 log = logging.getLogger("jobs.mirror")
 
@@ -133,7 +133,7 @@ def run(args: argparse.Namespace, spark=None) -> dict[str, Any]:
     trig = trigger_kwargs(args.trigger)
     cfg = _config(args)
     spark = spark or spark_session("msgstream-mirror", args.master)  # Spark first, then pymilvus clients
-    from jobs.mirror_start import decide_start
+    from msgstream_spark.jobs.mirror_start import decide_start
     from msgstream_spark.spark.mirror import MirrorBatch
 
     probe = _stream(spark, args, cfg, None)
@@ -159,8 +159,8 @@ def run(args: argparse.Namespace, spark=None) -> dict[str, Any]:
             "schema_restarts": restarts, "stream_seconds": round(secs, 3)}
 
 
-def main(argv=None) -> int:
-    rc = main_wrapper(build_parser(), run, argv)
+def main(argv=None, prog: str | None = None) -> int:
+    rc = main_wrapper(build_parser(), run, argv, prog)
     # delta-rs can abort the process at interpreter exit after a correct commit (delta-rs issue 2184):
     # the job's exit code is decided here, not by destructors.
     try:

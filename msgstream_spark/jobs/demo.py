@@ -22,8 +22,10 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
-from jobs._common import main_wrapper, spark_session
+import pyarrow.dataset as ds
+
 from msgstream_spark.errors import MsgStreamError
+from msgstream_spark.jobs._common import main_wrapper, spark_session
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -46,8 +48,6 @@ def _ns(**kw) -> SimpleNamespace:
 
 
 def _table(path: Path):
-    import pyarrow.dataset as ds
-
     if not path.exists():
         return None
     return ds.dataset(str(path), format="parquet").to_table()
@@ -67,7 +67,7 @@ def _op_total(counts: dict[str, int], op: str) -> int:
 def _publish_ns(common: dict[str, str], args: argparse.Namespace, rows: int, start: int) -> argparse.Namespace:
     """Arguments of jobs.publish for ``rows`` synthetic rows from primary key ``start``, parsed by its own
     parser (every option it has keeps its default)."""
-    from jobs import publish
+    from msgstream_spark.jobs import publish
 
     return publish.build_parser().parse_args([
         "--config", common["config"], "--channels", common["channels"], "--synthetic", str(rows),
@@ -84,9 +84,9 @@ def _expected(args: argparse.Namespace, step: int) -> dict[str, int]:
 
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
-    from jobs import ingest, publish, replay
     from msgstream_spark.cli.commands import latest_position
     from msgstream_spark.config import Config
+    from msgstream_spark.jobs import ingest, publish, replay
     from msgstream_spark.mq.registry import build_client
 
     work = Path(args.workdir).resolve()
@@ -159,7 +159,7 @@ def _collection_state(args, step: int, events: Path):
 
 
 def _mirror(args, common: dict[str, str], work: Path, step: int, spark) -> dict[str, Any]:
-    from jobs import mirror
+    from msgstream_spark.jobs import mirror
     from msgstream_spark.mirror.table import open_table
 
     table = work / "lake" / "mirror"
@@ -222,11 +222,11 @@ def _print_summary(s: dict[str, Any]) -> None:
           flush=True)
 
 
-def main(argv=None) -> int:
+def main(argv=None, prog: str | None = None) -> int:
     def quiet(args):  # the summary is already printed; no JSON dump
         run(args)
 
-    return main_wrapper(build_parser(), quiet, argv)
+    return main_wrapper(build_parser(), quiet, argv, prog)
 
 
 if __name__ == "__main__":

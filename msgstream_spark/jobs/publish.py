@@ -11,8 +11,10 @@ import argparse
 import time
 from typing import Any
 
-from jobs._common import add_config_args, main_wrapper, source_options, spark_session
+import pyarrow as pa
+
 from msgstream_spark.cli.publish_args import add_publish_args, wire_options
+from msgstream_spark.jobs._common import add_config_args, main_wrapper, source_options, spark_session
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -33,8 +35,6 @@ def synthetic_df(spark, rows: int, dim: int, start: int = 0, partitions: int | N
                          StructField("score", FloatType()), StructField("vec", ArrayType(FloatType()))])
 
     def gen(batches):
-        import pyarrow as pa
-
         from msgstream_spark.cli.data import synthetic_batch
 
         for b in batches:
@@ -104,8 +104,8 @@ def run(args: argparse.Namespace, spark=None) -> dict[str, Any]:
             "insert_rows_per_second": round(inserted / secs, 1) if secs > 0 else None}
 
 
-def main(argv=None) -> int:
-    return main_wrapper(build_parser(), run, argv)
+def main(argv=None, prog: str | None = None) -> int:
+    return main_wrapper(build_parser(), run, argv, prog)
 
 
 if __name__ == "__main__":

@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from jobs._common import add_config_args, main_wrapper, source_options, spark_session
+from msgstream_spark.jobs._common import add_config_args, main_wrapper, source_options, spark_session
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -66,8 +66,8 @@ def run(args: argparse.Namespace, spark=None) -> dict[str, Any]:
             "seconds": round(secs, 3), "rows_per_second": round(total / secs, 1) if secs > 0 else None}
 
 
-def main(argv=None) -> int:
-    return main_wrapper(build_parser(), run, argv)
+def main(argv=None, prog: str | None = None) -> int:
+    return main_wrapper(build_parser(), run, argv, prog)
 
 
 if __name__ == "__main__":

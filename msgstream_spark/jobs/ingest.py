@@ -16,7 +16,8 @@ import threading
 import time
 from typing import Any
 
-from jobs._common import (
+from msgstream_spark.errors import MsgStreamError
+from msgstream_spark.jobs._common import (
     add_config_args,
     main_wrapper,
     source_options,
@@ -24,7 +25,6 @@ from jobs._common import (
     spark_session,
     trigger_kwargs,
 )
-from msgstream_spark.errors import MsgStreamError
 
 log = logging.getLogger("jobs.ingest")
 
@@ -169,8 +169,8 @@ def run(args: argparse.Namespace, spark=None) -> dict[str, Any]:
             "rows_per_second": round(progress.rows / secs, 1) if secs > 0 else None}
 
 
-def main(argv=None) -> int:
-    return main_wrapper(build_parser(), run, argv)
+def main(argv=None, prog: str | None = None) -> int:
+    return main_wrapper(build_parser(), run, argv, prog)
 
 
 if __name__ == "__main__":
