@@ -2,13 +2,13 @@
 
 ``python -m bench.bench_mirror [--rows N] [--snapshot-rows N] [--skip-snapshot]``:
 - mirror: a synthetic collection (pk, category, score, 8-d vec) of ``rows`` inserts and 10% deletes
-  on the embedded log (2 channels); the baseline is ``jobs.ingest`` appending every event to Parquet,
-  against ``jobs.mirror --snapshot never`` into Delta and into Iceberg (events/s; ratio = mirror /
+  on the embedded log (2 channels); the baseline is ``msgstream ingest`` appending every event to Parquet,
+  against ``msgstream mirror run --snapshot never`` into Delta and into Iceberg (events/s; ratio = mirror /
   append).
 - snapshot: with a real Milvus 2.3.5 (the test suite's server, started here; skipped when it
   cannot start), ``snapshot_rows`` rows are inserted through pymilvus and loaded; the baseline is
-  ``jobs.ingest`` appending the collection's log (its inserts) to Parquet, against
-  ``jobs.mirror --snapshot initial`` (Strong queries by pk ranges in Spark tasks -> Parquet files ->
+  ``msgstream ingest`` appending the collection's log (its inserts) to Parquet, against
+  ``msgstream mirror run --snapshot initial`` (Strong queries by pk ranges in Spark tasks -> Parquet files ->
   the table's first version) in rows/s.
 Each pair runs A/B in one Spark session; Spark's fixed costs per query are inside every figure.
 """
@@ -155,7 +155,7 @@ def run(rows: int = 1_000_000, snapshot_rows: int = 200_000) -> dict:
 def _print(r: dict) -> None:
     m = r["mirror"]
     print(f"mirror of {m['rows']} rows + 10% deletes ({m['events']} events), events/s (ratio to append):")
-    print(f"  append to Parquet (jobs.ingest)   {m['append_events_per_s']:>12,.0f}   1.00")
+    print(f"  append to Parquet (ingest job)   {m['append_events_per_s']:>12,.0f}   1.00")
     for fmt in ("delta", "iceberg"):
         print(f"  mirror into {fmt:8s}              {m[f'mirror_{fmt}_events_per_s']:>12,.0f}   "
               f"{m[f'mirror_{fmt}_ratio']:.2f}")

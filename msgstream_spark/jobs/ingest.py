@@ -1,6 +1,6 @@
 """Ingest: stream channels into a table (a change log of inserts and deletes).
 
-``python -m jobs.ingest --channels ch0,ch1 --output lake/events`` reads the channels with
+``msgstream ingest --channels ch0,ch1 --output lake/events`` reads the channels with
 the ``msgstream`` streaming source and appends every row (``op``, the primary key, the
 fields, ``_channel``, ``_ts``, ``_position``) to a Parquet table (any Spark file format
 with ``--format``), with a checkpoint so a rerun continues where the last one stopped.

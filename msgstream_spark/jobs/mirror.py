@@ -1,6 +1,6 @@
 """Mirror: keep a Delta or Iceberg table equal to a Milvus collection.
 
-``python -m jobs.mirror --config C --collection NAME --table PATH --table-format delta|iceberg``
+``msgstream mirror run --config C --collection NAME --table PATH --table-format delta|iceberg``
 starts a new table from a snapshot of the collection (``--snapshot initial``: the channels'
 positions first, then S, then the rows through Milvus's SDK, written by Spark tasks as the table's
 first data files), then merges the stream from those positions, one commit per micro-batch,

@@ -1,6 +1,6 @@
 """Publish: a Parquet / CSV / JSON Lines file, or a synthetic collection, as insert events.
 
-``python -m jobs.publish --channels ch0,ch1 --synthetic 100000 --dim 128`` writes rows with
+``msgstream spark-publish --channels ch0,ch1 --synthetic 100000 --dim 128`` writes rows with
 ``df.write.format("msgstream")`` (sharded by Milvus's hash of the primary key), optionally
 followed by deletes of a fraction of the published keys.
 """

@@ -1,6 +1,6 @@
 """Replay: a bounded batch read of channels from a position or timestamp range into a table.
 
-``python -m jobs.replay --channels ch0,ch1 --from <positions> --output lake/replay`` reads
+``msgstream replay --channels ch0,ch1 --from <positions> --output lake/replay`` reads
 with ``spark.read.format("msgstream")`` from the start positions (a saved checkpoint, a
 Milvus channel checkpoint, ``earliest``) or a start timestamp, to the end positions,
 an end timestamp or ``latest``, and writes the rows to a table.

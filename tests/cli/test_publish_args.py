@@ -1,4 +1,4 @@
-"""``msgstream publish`` and ``python -m jobs.publish`` read their shared arguments from one definition."""
+"""``msgstream publish`` and the Spark job ``msgstream spark-publish`` take their shared arguments from one place."""
 
 from __future__ import annotations
 
