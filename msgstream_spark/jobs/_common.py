@@ -13,7 +13,7 @@ from typing import Any
 
 from msgstream_spark.errors import MsgStreamError
 
-log = logging.getLogger("jobs")
+log = logging.getLogger("msgstream_spark.jobs")
 
 
 def add_config_args(p: argparse.ArgumentParser) -> None:

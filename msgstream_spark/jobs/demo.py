@@ -7,7 +7,7 @@ On the embedded backend in ``demo-output/`` (recreated each run):
 4. publish more rows (and deletes);
 5. replay from the saved position into another table, and ingest again (incremental);
 6. print rows per op and per channel, positions and throughput, and check the counts;
-7. mirror the collection into a Delta table (``jobs.mirror --snapshot never``: the embedded log holds
+7. mirror the collection into a Delta table (``mirror run --snapshot never``: the embedded log holds
    every event, and there is no Milvus to snapshot from) and show a few of its rows next to what the
    collection holds, computed from what the demo published (the synthetic rows minus the deleted keys).
 """
@@ -65,7 +65,7 @@ def _op_total(counts: dict[str, int], op: str) -> int:
 
 
 def _publish_ns(common: dict[str, str], args: argparse.Namespace, rows: int, start: int) -> argparse.Namespace:
-    """Arguments of jobs.publish for ``rows`` synthetic rows from primary key ``start``, parsed by its own
+    """Arguments of the publish job for ``rows`` synthetic rows from primary key ``start``, parsed by its own
     parser (every option it has keeps its default)."""
     from msgstream_spark.jobs import publish
 

@@ -26,7 +26,7 @@ from msgstream_spark.jobs._common import (
     trigger_kwargs,
 )
 
-log = logging.getLogger("jobs.ingest")
+log = logging.getLogger("msgstream_spark.jobs.ingest")
 
 
 def build_parser() -> argparse.ArgumentParser:

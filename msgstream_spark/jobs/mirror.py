@@ -29,7 +29,7 @@ from msgstream_spark.jobs._common import (
 )
 from msgstream_spark.jobs.ingest import Progress
 
-log = logging.getLogger("jobs.mirror")
+log = logging.getLogger("msgstream_spark.jobs.mirror")
 
 SNAPSHOT_MODES = ("initial", "never", "when_needed")
 

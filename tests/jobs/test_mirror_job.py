@@ -1,4 +1,4 @@
-"""jobs/mirror.py on the embedded log, with 2.6 WAL messages from the independent producer
+"""The mirror job on the embedded log, with 2.6 WAL messages from the independent producer
 (tests/wal26/producer.py): a field added by AlterCollection becomes a new nullable column."""
 
 from __future__ import annotations
