@@ -37,7 +37,7 @@ test-fast: $(STAMP)
 	$(VPY) -m pytest -q -m "not slow" -n 3 --dist loadgroup $(PYTEST_ARGS)
 
 demo: check-java $(STAMP)
-	$(VPY) -m jobs.demo $(DEMO_ARGS)
+	$(VPY) -m msgstream_spark demo $(DEMO_ARGS)
 
 # The chaos suite at its large size (MSGSTREAM_CHAOS_SIZE=medium for a shorter run); figures -> docs/reliability.md.
 CHAOS_RESULTS := $(abspath chaos-results)

@@ -2,13 +2,13 @@
 
 ``python -m bench.bench_mirror [--rows N] [--snapshot-rows N] [--skip-snapshot]``:
 - mirror: a synthetic collection (pk, category, score, 8-d vec) of ``rows`` inserts and 10% deletes
-  on the embedded log (2 channels); the baseline is ``jobs.ingest`` appending every event to Parquet,
-  against ``jobs.mirror --snapshot never`` into Delta and into Iceberg (events/s; ratio = mirror /
+  on the embedded log (2 channels); the baseline is ``msgstream ingest`` appending every event to Parquet,
+  against ``msgstream mirror run --snapshot never`` into Delta and into Iceberg (events/s; ratio = mirror /
   append).
 - snapshot: with a real Milvus 2.3.5 (the test suite's server, started here; skipped when it
   cannot start), ``snapshot_rows`` rows are inserted through pymilvus and loaded; the baseline is
-  ``jobs.ingest`` appending the collection's log (its inserts) to Parquet, against
-  ``jobs.mirror --snapshot initial`` (Strong queries by pk ranges in Spark tasks -> Parquet files ->
+  ``msgstream ingest`` appending the collection's log (its inserts) to Parquet, against
+  ``msgstream mirror run --snapshot initial`` (Strong queries by pk ranges in Spark tasks -> Parquet files ->
   the table's first version) in rows/s.
 Each pair runs A/B in one Spark session; Spark's fixed costs per query are inside every figure.
 """
@@ -26,7 +26,7 @@ import yaml
 
 
 def _ingest(spark, cfg: str, channels: str, out: Path, collection: str | None = None) -> float:
-    from jobs import ingest
+    from msgstream_spark.jobs import ingest
 
     args = ingest.build_parser().parse_args(["--config", cfg, "--channels", channels, "--output", str(out),
                                              "--subscription", f"bench-{out.name}", "--progress-interval", "60"])
@@ -38,7 +38,7 @@ def _ingest(spark, cfg: str, channels: str, out: Path, collection: str | None = 
 
 
 def _mirror(spark, cfg: str, channels: str, table: Path, fmt: str, collection: str, *extra: str) -> tuple[float, dict]:
-    from jobs import mirror
+    from msgstream_spark.jobs import mirror
 
     args = mirror.build_parser().parse_args(["--config", cfg, "--channels", channels, "--collection", collection,
                                              "--table", str(table), "--table-format", fmt,
@@ -49,7 +49,7 @@ def _mirror(spark, cfg: str, channels: str, table: Path, fmt: str, collection: s
 
 
 def mirror_part(spark, work: Path, rows: int) -> dict:
-    from jobs import publish
+    from msgstream_spark.jobs import publish
 
     cfg = work / "local.yaml"
     cfg.write_text(yaml.safe_dump({"mq.type": "local", "local.path": str(work / "log.db")}))
@@ -138,7 +138,7 @@ def _snapshot_or_reason(spark, work: Path, snapshot_rows: int) -> dict:
 
 
 def run(rows: int = 1_000_000, snapshot_rows: int = 200_000) -> dict:
-    from jobs._common import spark_session
+    from msgstream_spark.jobs._common import spark_session
 
     work = Path(tempfile.mkdtemp(prefix="bench-mirror-"))
     spark = spark_session("bench-mirror", "local[2]")
@@ -155,7 +155,7 @@ def run(rows: int = 1_000_000, snapshot_rows: int = 200_000) -> dict:
 def _print(r: dict) -> None:
     m = r["mirror"]
     print(f"mirror of {m['rows']} rows + 10% deletes ({m['events']} events), events/s (ratio to append):")
-    print(f"  append to Parquet (jobs.ingest)   {m['append_events_per_s']:>12,.0f}   1.00")
+    print(f"  append to Parquet (ingest job)   {m['append_events_per_s']:>12,.0f}   1.00")
     for fmt in ("delta", "iceberg"):
         print(f"  mirror into {fmt:8s}              {m[f'mirror_{fmt}_events_per_s']:>12,.0f}   "
               f"{m[f'mirror_{fmt}_ratio']:.2f}")

@@ -93,8 +93,8 @@ def _backends(tmp: Path, stack: contextlib.ExitStack) -> dict[str, str]:
 
 
 def run(rows: int = 100_000, dim: int = 128, reps: int = 3) -> dict:
-    from jobs._common import spark_session
-    from jobs.publish import synthetic_df
+    from msgstream_spark.jobs._common import spark_session
+    from msgstream_spark.jobs.publish import synthetic_df
 
     spark = spark_session("bench-spark-write", os.environ.get("BENCH_SPARK_MASTER", "local[2]"))
     df = synthetic_df(spark, rows, dim, partitions=2).cache()

@@ -1,4 +1,6 @@
-"""spark-submit jobs: ``ingest``, ``replay``, ``publish`` and the ``demo``.
+"""The jobs' launch files of a checkout: ``spark-submit jobs/<name>.py`` and ``python -m jobs.<name>``.
 
-Each runs with ``python -m jobs.<name>`` and with ``spark-submit jobs/<name>.py``.
+Each file only runs its job from the installed package, ``msgstream_spark.jobs.<name>``; the same jobs
+are the ``msgstream`` commands (``msgstream ingest``, ``msgstream mirror run``, ...). This folder is
+not installed: a wheel's only top-level names are ``msgstream_spark`` and ``pyspark_msgstream``.
 """

@@ -1,74 +1,9 @@
-"""Replay: a bounded batch read of channels from a position or timestamp range into a table.
+"""``spark-submit jobs/replay.py`` and ``python -m jobs.replay`` from a checkout: ``msgstream_spark.jobs.replay``.
 
-``python -m jobs.replay --channels ch0,ch1 --from <positions> --output lake/replay`` reads
-with ``spark.read.format("msgstream")`` from the start positions (a saved checkpoint, a
-Milvus channel checkpoint, ``earliest``) or a start timestamp, to the end positions,
-an end timestamp or ``latest``, and writes the rows to a table.
+Installed, the same job is ``msgstream replay``; ``msgstream job-path replay`` prints its file (for spark-submit).
 """
 
-from __future__ import annotations
-
-import argparse
-import time
-from pathlib import Path
-from typing import Any
-
-from jobs._common import add_config_args, main_wrapper, source_options, spark_session
-
-
-def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="replay", description=__doc__.split("\n\n")[0])
-    add_config_args(p)
-    p.add_argument("--channels", required=True, help="comma-separated channels (pchannels) to read")
-    p.add_argument("--output", required=True, help="table path (directory)")
-    p.add_argument("--format", default="parquet", help="Spark file format (default parquet)")
-    p.add_argument("--mode", default="append", choices=["append", "overwrite", "error", "ignore"],
-                   help="save mode of the table (default append)")
-    start = p.add_mutually_exclusive_group()
-    start.add_argument("--from", dest="start", default=None,
-                       help="start positions: earliest (default), JSON/base64 MsgPosition(s), or @file "
-                            "holding them")
-    start.add_argument("--from-ts", help="start timestamp (hybrid ts or ISO-8601)")
-    end = p.add_mutually_exclusive_group()
-    end.add_argument("--to", dest="end", default=None, help="end positions (default latest), JSON/base64 or @file")
-    end.add_argument("--to-ts", help="end timestamp (hybrid ts or ISO-8601)")
-    p.add_argument("--dedupe", action="store_true", help="drop replayed sink batches")
-    return p
-
-
-def _text(value: str | None) -> str | None:
-    """``@path`` -> the file's content (positions saved by the demo or the CLI)."""
-    if value and value.startswith("@"):
-        path = Path(value[1:])
-        if not path.is_file():
-            raise argparse.ArgumentTypeError(f"positions file not found: {path}")
-        return path.read_text().strip()
-    return value
-
-
-def run(args: argparse.Namespace, spark=None) -> dict[str, Any]:
-    starting = _text(args.start)
-    ending = _text(args.end)
-    spark = spark or spark_session("msgstream-replay", args.master)
-    opts = source_options(args, channels=args.channels, startingPositions=starting, endingPositions=ending,
-                          startingTimestamp=args.from_ts, endingTimestamp=args.to_ts,
-                          dedupe="true" if args.dedupe else None)
-    t0 = time.perf_counter()
-    df = spark.read.format("msgstream").options(**opts).load()
-    df = df.cache()
-    counts = ({r["op"]: int(r["count"]) for r in df.groupBy("op").count().collect()}
-              if "op" in df.columns else {})
-    total = int(sum(counts.values())) if counts else df.count()
-    df.write.format(args.format).mode(args.mode).save(args.output)
-    df.unpersist()
-    secs = time.perf_counter() - t0
-    return {"job": "replay", "output": args.output, "rows": total, "rows_per_op": counts,
-            "seconds": round(secs, 3), "rows_per_second": round(total / secs, 1) if secs > 0 else None}
-
-
-def main(argv=None) -> int:
-    return main_wrapper(build_parser(), run, argv)
-
+from msgstream_spark.jobs.replay import main
 
 if __name__ == "__main__":
     raise SystemExit(main())

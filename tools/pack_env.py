@@ -4,7 +4,8 @@ Executors on other machines do not have the package installed. Spark's standard 
 a Python environment with the job: ``spark-submit --archives env.tar.gz#environment --conf
 spark.pyspark.python=./environment/bin/python``. This script builds that archive:
 
-1. a wheel of this project (``pip wheel --no-deps``), or a wheel given with ``--wheel``;
+1. a wheel of this project (``pip wheel --no-deps`` of a copy of the checkout without build outputs), or a
+   wheel given with ``--wheel``;
 2. a fresh venv made by the same interpreter that runs the script;
 3. the wheel and its runtime dependencies (with the chosen extras) installed into it, *except
    pyspark*: executors import pyspark from the worker's Spark installation (``pyspark.zip`` on
@@ -51,10 +52,22 @@ def norm(name: str) -> str:
     return re.sub(r"[-_.]+", "-", name).lower()
 
 
-def build_wheel(out_dir: Path, python: str = sys.executable, timeout: float = 300) -> Path:
-    """A wheel of this project (no dependencies) in ``out_dir``."""
-    subprocess.run([python, "-m", "pip", "wheel", "-q", "--no-deps", "-w", str(out_dir), str(ROOT)],
-                   check=True, timeout=timeout)
+# What a wheel must not be built from: setuptools builds inside the source tree and packs whatever build/lib
+# holds, so a build/ left by an earlier layout (the top-level jobs/ package before issue #31) would ship again.
+NOT_SOURCE = shutil.ignore_patterns(".git", ".venv", "build", "dist", "*.egg-info", "__pycache__", ".pytest_cache",
+                                    ".ruff_cache", "msgstream-data", "demo-output", "chaos-results*", "spark-warehouse")
+
+
+def build_wheel(out_dir: Path, python: str = sys.executable, timeout: float = 300, root: Path = ROOT) -> Path:
+    """A wheel of the project at ``root`` (no dependencies) in ``out_dir``, built from a copy of its sources
+    (no build outputs: see NOT_SOURCE)."""
+    src = Path(tempfile.mkdtemp(prefix="msgstream-wheel-src-"))
+    try:
+        shutil.copytree(root, src / "src", ignore=NOT_SOURCE)
+        subprocess.run([python, "-m", "pip", "wheel", "-q", "--no-deps", "-w", str(out_dir), str(src / "src")],
+                       check=True, timeout=timeout)
+    finally:
+        shutil.rmtree(src, ignore_errors=True)
     wheels = sorted(out_dir.glob("msgstream_spark-*.whl"))
     if not wheels:
         raise SystemExit(f"pack_env: no msgstream_spark wheel was built in {out_dir}")

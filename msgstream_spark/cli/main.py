@@ -2,6 +2,8 @@
 
 Subcommands: ``channels``, ``publish``, ``tail``, ``rows``, ``position``, ``inspect``. All accept
 ``--config``. Errors print one line on stderr and exit non-zero (2 for usage errors).
+The Spark jobs are commands too (``ingest``, ``replay``, ``spark-publish``, ``demo``, ``mirror run``;
+cli/job_commands.py), and ``job-path`` prints a job's file for ``spark-submit``.
 """
 
 from __future__ import annotations
@@ -11,7 +13,7 @@ import logging
 import sys
 from collections.abc import Sequence
 
-from msgstream_spark.cli import commands
+from msgstream_spark.cli import commands, job_commands
 from msgstream_spark.cli.publish_args import add_publish_args
 from msgstream_spark.cli.rows import add_rows_parser
 from msgstream_spark.errors import MsgStreamError
@@ -47,7 +49,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--no-count", action="store_true", help="skip counting messages (counting reads the channel)")
     p.add_argument("--timeout", type=float, default=30.0, help="seconds allowed for counting one channel")
 
-    p = sub.add_parser("publish", help="publish a file's rows (or a synthetic collection) as insert events")
+    p = sub.add_parser("publish", help="publish a file's (or synthetic) rows as inserts, no Spark (see spark-publish)")
     _common(p)
     _channels_arg(p)
     add_publish_args(p)
@@ -91,11 +93,16 @@ def build_parser() -> argparse.ArgumentParser:
                         "_vc, _h; a flag is KEY=")
     p.add_argument("--properties", metavar="JSON", help="the properties as a JSON object of strings")
     p.add_argument("--rows", action="store_true", help="include decoded rows")
+    job_commands.add_job_parsers(sub)
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the console script; returns the exit code."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    job = job_commands.job_in_argv(argv)
+    if job is not None:  # the job parses its own arguments and prints its own summary and errors
+        return job_commands.run_job(*job)
     parser = build_parser()
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING, stream=sys.stderr,

@@ -1,4 +1,4 @@
-"""The publish arguments, defined once for ``msgstream publish`` and ``python -m jobs.publish``."""
+"""The publish arguments, defined once for ``msgstream publish`` and ``msgstream spark-publish`` (the job)."""
 
 from __future__ import annotations
 

@@ -1,9 +1,9 @@
-"""``msgstream publish`` and ``python -m jobs.publish`` read their shared arguments from one definition."""
+"""``msgstream publish`` and the Spark job ``msgstream spark-publish`` take their shared arguments from one place."""
 
 from __future__ import annotations
 
-from jobs.publish import build_parser as job_parser
 from msgstream_spark.cli.main import build_parser as cli_parser
+from msgstream_spark.jobs.publish import build_parser as job_parser
 
 SHARED = ["input", "synthetic", "format", "dim", "start", "delete_fraction", "collection", "collection_id",
           "partition", "primary_key", "field_types", "max_message_size", "wire_format", "transactional",

@@ -1,5 +1,8 @@
 """The jobs on a Spark standalone cluster, submitted from outside the repo, on Kafka (tansu).
 
+ingest and replay are submitted as the README says without a checkout (the file ``job-path`` prints in the
+unpacked environment), publish through a checkout's launch file (jobs/publish.py).
+
 The worker's own Python has neither msgstream-spark nor its dependencies; the jobs run only
 because ``spark-submit --archives <packed env>#environment`` ships them (tools/pack_env.py).
 Each job's output is checked row by row against what the broker holds.
@@ -102,8 +105,11 @@ def test_publish_ingest_replay_on_the_cluster(cluster_submit, kafka_env, tmp_pat
     assert sorted(pk for _, pk in deletes) == list(range(0, 300, 10))
 
     # ingest: the channels into a Parquet change log, equal to the broker's content row by row
+    ingest_file = cluster_submit.job_path("ingest")
+    assert Path(ingest_file).resolve().is_relative_to((cluster_submit.cwd / "environment").resolve())
+    assert ingest_file.endswith("/site-packages/msgstream_spark/jobs/ingest.py")
     out = tmp_path / "events"
-    proc = cluster_submit.run(JOBS / "ingest.py", "--config", cfg, "--channels", ",".join(chans),
+    proc = cluster_submit.run(ingest_file, "--config", cfg, "--channels", ",".join(chans),
                               "--output", str(out), "--checkpoint", str(tmp_path / "chk"),
                               "--subscription", "cluster-ingest", "--progress-interval", "1")
     assert proc.returncode == 0, cluster_submit.failure(proc)
@@ -121,7 +127,7 @@ def test_publish_ingest_replay_on_the_cluster(cluster_submit, kafka_env, tmp_pat
     new = {k: v for k, v in more.items() if k[1] >= 300}
     assert len(new) == 100
     rout = tmp_path / "replay"
-    proc = cluster_submit.run(JOBS / "replay.py", "--config", cfg, "--channels", ",".join(chans),
+    proc = cluster_submit.run(cluster_submit.job_path("replay"), "--config", cfg, "--channels", ",".join(chans),
                               "--output", str(rout), "--from", "@" + str(pos_file))
     assert proc.returncode == 0, cluster_submit.failure(proc)
     assert summary(proc)["rows"] == 100

@@ -6,8 +6,8 @@ import sys
 
 import pytest
 
-from jobs._common import check_driver_python
 from msgstream_spark.errors import MsgStreamError
+from msgstream_spark.jobs._common import check_driver_python
 
 
 def test_a_relative_python_missing_on_the_driver_says_what_to_unpack_where(tmp_path, monkeypatch):

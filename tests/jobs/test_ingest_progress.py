@@ -6,7 +6,7 @@ import base64
 import json
 import struct
 
-from jobs.ingest import Progress, _offset_lag
+from msgstream_spark.jobs.ingest import Progress, _offset_lag
 
 
 def _off(msg_id: int, ts: int) -> dict:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from pathlib import Path
 from types import SimpleNamespace
 
 import pyarrow.dataset as ds
@@ -24,7 +25,7 @@ def ns(**kw):
 
 def publish_args(cfg, chans, rows, start=0, delete_fraction=0.0, dim=8):
     """The job's own parser builds them, as from a command line (every other option at its default)."""
-    from jobs import publish
+    from msgstream_spark.jobs import publish
 
     return publish.build_parser().parse_args([
         "--config", cfg, "--channels", ",".join(chans), "--synthetic", str(rows), "--dim", str(dim),
@@ -36,7 +37,7 @@ def table(path):
 
 
 def test_publish_job_writes_synthetic_rows_and_deletes(spark, backend, tmp_path):
-    from jobs import publish
+    from msgstream_spark.jobs import publish
 
     local_env = backend
     chans = [local_env.new_channel("pub") for _ in range(2)]
@@ -52,8 +53,8 @@ def test_publish_job_writes_synthetic_rows_and_deletes(spark, backend, tmp_path)
 
 def test_ingest_then_replay_from_a_saved_position(spark, backend, tmp_path):
     local_env = backend
-    from jobs import ingest, publish, replay
     from msgstream_spark.cli.commands import latest_position
+    from msgstream_spark.jobs import ingest, publish, replay
 
     cfg = config_file(local_env, tmp_path)
     chans = [local_env.new_channel("ing") for _ in range(2)]
@@ -82,7 +83,8 @@ def test_ingest_then_replay_from_a_saved_position(spark, backend, tmp_path):
 
 
 def test_demo_runs_green_with_small_sizes(tmp_path):
-    proc = subprocess.run([sys.executable, "-m", "jobs.demo", "--rows", "3000", "--more-rows", "1000", "--dim", "16",
+    msgstream = Path(sys.executable).parent / "msgstream"  # the installed command (make demo: its python -m form)
+    proc = subprocess.run([str(msgstream), "demo", "--rows", "3000", "--more-rows", "1000", "--dim", "16",
                            "--workdir", str(tmp_path / "demo")], capture_output=True, text=True, timeout=540,
                           env=login_env())
     assert proc.returncode == 0, proc.stderr[-3000:]
@@ -93,6 +95,7 @@ def test_demo_runs_green_with_small_sizes(tmp_path):
 
 @pytest.mark.parametrize("job", ["ingest", "replay", "publish", "demo", "mirror"])
 def test_help_and_usage_errors(job):
+    """The checkout's launch files (jobs/<name>.py) keep working; the commands: tests/cli/test_job_commands.py."""
     ok = subprocess.run([sys.executable, "-m", f"jobs.{job}", "--help"], capture_output=True, text=True, timeout=120,
                         env=login_env())
     assert ok.returncode == 0 and "usage:" in ok.stdout
@@ -102,15 +105,18 @@ def test_help_and_usage_errors(job):
 
 
 def test_bad_trigger_is_a_usage_error():
-    bad = subprocess.run([sys.executable, "-m", "jobs.ingest", "--channels", "a", "--output", "/tmp/x",
+    bad = subprocess.run([sys.executable, "-m", "msgstream_spark", "ingest", "--channels", "a", "--output", "/tmp/x",
                           "--trigger", "sometimes"], capture_output=True, text=True, timeout=120,
                          env=login_env())
-    assert bad.returncode == 2 and "--trigger must be" in bad.stderr
+    assert bad.returncode == 2 and "msgstream ingest: error: --trigger must be" in bad.stderr
 
 
-def test_publish_runs_under_spark_submit(local_env, tmp_path):
-    from pathlib import Path
+def test_publish_runs_under_spark_submit(local_env, tmp_path, capsys):
+    """The job's installed file, as ``msgstream job-path`` prints it (README "Running on a cluster")."""
+    from msgstream_spark.cli.main import main as msgstream_cli
 
+    assert msgstream_cli(["job-path", "spark-publish"]) == 0
+    job_file = capsys.readouterr().out.strip()
     venv_bin = Path(sys.executable).parent
     submit = venv_bin / "spark-submit"
     if not submit.exists():
@@ -118,7 +124,7 @@ def test_publish_runs_under_spark_submit(local_env, tmp_path):
     cfg = config_file(local_env, tmp_path)
     chans = [local_env.new_channel("ss") for _ in range(2)]
     env = login_env(PYSPARK_PYTHON=sys.executable, PYSPARK_DRIVER_PYTHON=sys.executable)
-    proc = subprocess.run([str(submit), "--master", "local[2]", str(Path(__file__).parents[2] / "jobs" / "publish.py"),
+    proc = subprocess.run([str(submit), "--master", "local[2]", job_file,
                            "--config", cfg, "--channels", ",".join(chans), "--synthetic", "400", "--dim", "4"],
                           capture_output=True, text=True, timeout=300, env=env, cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr[-3000:]

@@ -27,8 +27,8 @@ def _ops(path):
 
 
 def test_ingest_and_replay_a_26_channel(spark, local_env, tmp_path):
-    from jobs import ingest, replay
     from msgstream_spark.cli.commands import latest_position
+    from msgstream_spark.jobs import ingest, replay
 
     cfg = config_file(local_env, tmp_path)
     ch = local_env.new_channel(P.PCHANNEL)

@@ -1,4 +1,4 @@
-"""jobs/mirror.py on the embedded log, with 2.6 WAL messages from the independent producer
+"""The mirror job on the embedded log, with 2.6 WAL messages from the independent producer
 (tests/wal26/producer.py): a field added by AlterCollection becomes a new nullable column."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ pytestmark = pytest.mark.slow
 
 
 def run_mirror(spark, cfg, ch, table, fmt="delta"):
-    from jobs import mirror
+    from msgstream_spark.jobs import mirror
 
     return mirror.run(mirror.build_parser().parse_args([
         "--config", cfg, "--channels", ch, "--collection", "c26", "--table", str(table), "--table-format", fmt,

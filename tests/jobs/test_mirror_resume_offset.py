@@ -6,8 +6,8 @@ import json
 
 import pytest
 
-from jobs.mirror_start import resume_offset
 from msgstream_spark.errors import MirrorError
+from msgstream_spark.jobs.mirror_start import resume_offset
 from msgstream_spark.msg.position import MsgPosition
 
 

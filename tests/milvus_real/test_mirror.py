@@ -43,7 +43,7 @@ def cfg(milvus_stack, tmp_path_factory) -> str:
 
 
 def job_args(cfg: str, collection: str, table: Path, fmt: str, *extra: str):
-    from jobs import mirror
+    from msgstream_spark.jobs import mirror
 
     return mirror.build_parser().parse_args([
         "--config", cfg, "--collection", collection, "--table", str(table), "--table-format", fmt,
@@ -51,7 +51,7 @@ def job_args(cfg: str, collection: str, table: Path, fmt: str, *extra: str):
 
 
 def run_job(spark, cfg, collection, table, fmt, *extra):
-    from jobs import mirror
+    from msgstream_spark.jobs import mirror
 
     return mirror.run(job_args(cfg, collection, table, fmt, *extra), spark)
 
@@ -220,8 +220,8 @@ def test_exactly_once_across_a_driver_sigkill_between_the_two_commits(spark, mil
 
 
 def test_bad_input_one_clear_error_and_nothing_written(spark, milvus_stack, pymilvus_orm, cfg, tmp_path, capsys):
-    from jobs import mirror
-    from jobs._common import main_wrapper
+    from msgstream_spark.jobs import mirror
+    from msgstream_spark.jobs._common import main_wrapper
 
     w = Workload("mir_bad", create_all_types(pymilvus_orm, "mir_bad"))
     w.insert(range(0, 50))
@@ -281,7 +281,7 @@ def test_when_needed_resnapshots_a_table_whose_resume_position_is_gone(spark, mi
     stream's resume position is no longer readable; ``initial`` on that table stays the data-loss error."""
     import deltalake
 
-    from jobs.mirror_start import START_PROPERTY
+    from msgstream_spark.jobs.mirror_start import START_PROPERTY
 
     w = Workload("mir_wn", create_all_types(pymilvus_orm, "mir_wn"))
     w.insert(range(0, 400))

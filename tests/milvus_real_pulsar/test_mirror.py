@@ -1,4 +1,4 @@
-"""jobs/mirror.py's ``--snapshot initial`` on Milvus writing to pulsar-lite (issue #20: the snapshot on a
+"""The mirror job's ``--snapshot initial`` on Milvus writing to pulsar-lite (issue #20: the snapshot on a
 cluster on Pulsar), with tests/milvus_real/test_mirror.py's driver on smaller collections (CI time). A
 writer inserts, deletes and upserts through pymilvus during the snapshot and after it; a second run
 resumes the stream from the checkpoint; each table (Delta and Iceberg) equals

@@ -37,7 +37,7 @@ HOOKED_QUERIES = 8  # the proxy runs a writer round after each of the snapshot's
 
 
 def run_job(spark, cfg: str, table: Path, fmt: str, channels: list[str], *extra: str) -> dict:
-    from jobs import mirror
+    from msgstream_spark.jobs import mirror
 
     return mirror.run(mirror.build_parser().parse_args([
         "--config", cfg, "--collection", NAME, "--table", str(table), "--table-format", fmt,

@@ -6,13 +6,14 @@ import argparse
 import json
 import logging
 import os
+import re
 import sys
 from collections.abc import Callable, Sequence
 from typing import Any
 
 from msgstream_spark.errors import MsgStreamError
 
-log = logging.getLogger("jobs")
+log = logging.getLogger("msgstream_spark.jobs")
 
 
 def add_config_args(p: argparse.ArgumentParser) -> None:
@@ -89,8 +90,13 @@ def _register(spark) -> None:
 
 
 def main_wrapper(parser: argparse.ArgumentParser, run: Callable[[argparse.Namespace], Any],
-                 argv: Sequence[str] | None = None) -> int:
-    """Parse ``argv``, run, print the summary as JSON; errors -> one line on stderr, exit 1."""
+                 argv: Sequence[str] | None = None, prog: str | None = None) -> int:
+    """Parse ``argv``, run, print the summary as JSON; errors -> one line on stderr, exit 1.
+
+    ``prog`` names the command in usage and error lines (``msgstream ingest``; default: the job's name).
+    """
+    if prog:
+        parser.prog = prog
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, stream=sys.stderr, format=f"{parser.prog}: %(message)s")
     try:
@@ -140,8 +146,6 @@ _UNITS = {"ms": "milliseconds", "s": "seconds", "sec": "seconds", "m": "minutes"
 
 def _interval(value: str, text: str) -> str:
     """``10``, ``10s``, ``500ms``, ``2m``, ``10 seconds`` -> Spark's interval text."""
-    import re
-
     m = re.fullmatch(r"(\d+)\s*([a-z]*)", value.lower())
     if not m:
         raise argparse.ArgumentTypeError(f"--trigger: bad interval in {text!r} (e.g. processing-time:10s)")

@@ -21,11 +21,11 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
-from jobs._common import parse_kv
 from msgstream_spark.errors import MirrorError
+from msgstream_spark.jobs._common import parse_kv
 from msgstream_spark.mirror.common import PROP_COLLECTION_ID, PROP_SNAPSHOT_TS
 
-log = logging.getLogger("jobs.mirror")
+log = logging.getLogger("msgstream_spark.jobs.mirror")
 
 START_PROPERTY = "msgstream.mirror.start"
 S_PROPERTY = PROP_SNAPSHOT_TS

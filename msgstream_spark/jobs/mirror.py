@@ -1,0 +1,179 @@
+"""Mirror: keep a Delta or Iceberg table equal to a Milvus collection.
+
+``msgstream mirror run --config C --collection NAME --table PATH --table-format delta|iceberg``
+starts a new table from a snapshot of the collection (``--snapshot initial``: the channels'
+positions first, then S, then the rows through Milvus's SDK, written by Spark tasks as the table's
+first data files), then merges the stream from those positions, one commit per micro-batch,
+recording the query and the batch so that a re-run batch is skipped (exactly once).
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import sys
+import time
+import uuid
+from typing import Any
+
+from msgstream_spark.errors import MirrorError
+from msgstream_spark.jobs._common import (
+    add_config_args,
+    main_wrapper,
+    parse_kv,
+    source_options,
+    spark_error_line,
+    spark_session,
+    trigger_kwargs,
+)
+from msgstream_spark.jobs.ingest import Progress
+
+log = logging.getLogger("msgstream_spark.jobs.mirror")
+
+SNAPSHOT_MODES = ("initial", "never", "when_needed")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="mirror", description=__doc__.split("\n\n")[0])
+    add_config_args(p)
+    p.add_argument("--collection", required=True, help="collection name")
+    p.add_argument("--table", required=True, help="table location (directory; Iceberg: its warehouse location)")
+    p.add_argument("--table-format", required=True, choices=("delta", "iceberg"), help="delta or iceberg")
+    p.add_argument("--snapshot", default="initial", choices=SNAPSHOT_MODES,
+                   help="initial (default): a new table starts from a snapshot read through Milvus's SDK "
+                        "(config key milvus.address); never: from the stream alone (--starting); when_needed: "
+                        "like initial for a new table, and an existing table whose resume position was removed "
+                        "by retention is replaced by a new snapshot (its old checkpoint moved aside)")
+    p.add_argument("--channels", help="comma-separated channels (default: the config's DML channels, "
+                                      "<cluster>-<rootcoord-dml>_N)")
+    p.add_argument("--starting", default="earliest",
+                   help="with --snapshot never: where the stream starts (earliest, or positions as for ingest)")
+    p.add_argument("--checkpoint", help="checkpoint directory (default: <table>_checkpoint)")
+    p.add_argument("--subscription", help="subscription name (default: mirror-<collection>-<table dir name>)")
+    p.add_argument("--catalog-uri", help="Iceberg: SQL catalog URI (default: a SQLite file next to the table)")
+    p.add_argument("--trigger", default="available-now",
+                   help="available-now (default), once, or processing-time:<interval>")
+    p.add_argument("--max-rows-per-trigger", type=int, default=100000,
+                   help="rows per micro-batch (bounds what one merge holds in the driver; default 100000)")
+    p.add_argument("--snapshot-tasks", type=int, default=0, help="snapshot read tasks (default: Spark parallelism)")
+    p.add_argument("--timeout", type=float, help="stop a processing-time query after this many seconds")
+    p.add_argument("--progress-interval", type=float, default=5.0, help="seconds between progress lines")
+    return p
+
+
+def _config(args):
+    from msgstream_spark.config.loader import Config
+
+    return Config.load(args.config, overrides=parse_kv(args.option) or None)
+
+
+def _channels_option(args, cfg) -> dict[str, str]:
+    if args.channels:
+        return {"channels": args.channels}
+    prefix = cfg.dml_channel_names(1)[0].rsplit("_", 1)[0]
+    return {"channelPattern": f"^{prefix}_[0-9]+$"}
+
+
+def _stream(spark, args, cfg, starting: str | None):
+    sub = args.subscription or f"mirror-{args.collection}-{os.path.basename(args.table.rstrip('/'))}"
+    opts = source_options(args, collection=args.collection, subscription=sub, startingPositions=starting,
+                          maxRowsPerTrigger=args.max_rows_per_trigger, **_channels_option(args, cfg))
+    return spark.readStream.format("msgstream").options(**opts).load()
+
+
+def _facts(df) -> tuple[str, int | None]:
+    """(primary key, collection id) from the schema the source inferred."""
+    from msgstream_spark.spark.datasource import COLLECTION_META, PK_META
+
+    pk = next((f.name for f in df.schema.fields if (f.metadata or {}).get(PK_META)), None)
+    if pk is None:
+        raise MirrorError("the stream's schema names no primary key (was the collection created in this log?)")
+    cid = (df.schema["op"].metadata or {}).get(COLLECTION_META)
+    return pk, (int(cid) if cid is not None else None)
+
+
+def rows_arrow_schema(df):
+    """The stream's rows as an Arrow schema (the table keeps the fields, ``_ts``, ``_seq``, ``_partition``)."""
+    from pyspark.sql.pandas.types import to_arrow_schema
+
+    return to_arrow_schema(df.schema, timezone="UTC")
+
+
+SCHEMA_RESTARTS = 3  # a 2.6 AlterCollection adding a field: restart the query, which infers the new schema
+
+
+def _await(query, trig: dict, timeout: float | None) -> None:
+    try:
+        if "processingTime" in trig and timeout is not None:
+            if not query.awaitTermination(timeout):
+                query.stop()
+        else:
+            query.awaitTermination()
+    except KeyboardInterrupt:
+        query.stop()
+
+
+def _stream_into(spark, args, cfg, starting: str | None, sink, checkpoint: str, trig: dict):
+    """Run the stream into ``sink`` until it ends; (error text or None, rows, batches)."""
+    df = _stream(spark, args, cfg, starting)
+    query = (df.writeStream.foreachBatch(sink).option("checkpointLocation", checkpoint)
+             .trigger(**trig).queryName(f"mirror-{uuid.uuid4().hex[:8]}").start())
+    progress = Progress(query, args.progress_interval).start()
+    try:
+        _await(query, trig, args.timeout)
+    finally:
+        progress.stop()
+    err = query.exception()
+    return (None if err is None else (spark_error_line(err) or str(err))), progress.rows, progress.batches
+
+
+def run(args: argparse.Namespace, spark=None) -> dict[str, Any]:
+    logging.getLogger("py4j").setLevel(logging.WARNING)  # its callback server logs every call at INFO
+    trig = trigger_kwargs(args.trigger)
+    cfg = _config(args)
+    spark = spark or spark_session("msgstream-mirror", args.master)  # Spark first, then pymilvus clients
+    from msgstream_spark.jobs.mirror_start import decide_start
+    from msgstream_spark.spark.mirror import MirrorBatch
+
+    probe = _stream(spark, args, cfg, None)
+    pk, cid = _facts(probe)
+    checkpoint = args.checkpoint or args.table.rstrip("/") + "_checkpoint"
+    start = decide_start(spark, args, cfg, rows_arrow_schema(probe), pk, cid, checkpoint)
+    sink = MirrorBatch(start.table, pk, checkpoint=checkpoint, collection_id=start.collection_id)
+    t0 = time.perf_counter()
+    rows = restarts = 0
+    while True:
+        err, n, _ = _stream_into(spark, args, cfg, start.starting, sink, checkpoint, trig)
+        rows += n
+        if err is None:
+            break
+        if "adds field(s)" not in err or restarts >= SCHEMA_RESTARTS:
+            raise MirrorError(f"mirror query failed: {err}")
+        restarts += 1  # the restarted query (same checkpoint) infers the altered schema; the merge adds the column
+        log.info("schema change, restarting the query (%d of %d): %s", restarts, SCHEMA_RESTARTS, err)
+    secs = time.perf_counter() - t0
+    return {"job": "mirror", "table": args.table, "format": args.table_format, "collection": args.collection,
+            "checkpoint": checkpoint, "snapshot": start.summary, "stream_rows": rows,
+            "merged_batches": sink.batches, "skipped_batches": sink.skipped, "merged_changes": sink.rows,
+            "schema_restarts": restarts, "stream_seconds": round(secs, 3)}
+
+
+def main(argv=None, prog: str | None = None) -> int:
+    rc = main_wrapper(build_parser(), run, argv, prog)
+    # delta-rs can abort the process at interpreter exit after a correct commit (delta-rs issue 2184):
+    # the job's exit code is decided here, not by destructors.
+    try:
+        from pyspark.sql import SparkSession
+
+        active = SparkSession.getActiveSession()
+        if active is not None:
+            active.stop()
+    finally:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(rc)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
