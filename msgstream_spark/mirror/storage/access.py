@@ -11,6 +11,7 @@ plain picklable data (Spark tasks open their own file system) and print with the
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -102,8 +103,18 @@ def read_bytes(settings: StorageSettings, rel: str, segment: int, filesystem=Non
 class SegmentGoneError(MirrorError):
     """A file of a planned segment is gone (garbage collection after a compaction or a drop)."""
 
-    def __init__(self, segment: int, path: str, settings: StorageSettings) -> None:
+    def __init__(self, segment: int, path: str, settings: StorageSettings | None = None, text: str = "") -> None:
         self.segment = segment
-        super().__init__(f"segment {segment}: file {path} is gone from {settings.where()} (Milvus's garbage "
-                         f"collection removes files of compacted or dropped segments after {GC_SETTING}; the "
-                         "snapshot's plan is out of date: plan again, or raise that setting while snapshotting)")
+        super().__init__(text or f"segment {segment}: file {path} is gone from {settings.where() if settings else '?'} "
+                         f"(Milvus's garbage collection removes files of compacted or dropped segments after "
+                         f"{GC_SETTING}; the snapshot's plan is out of date: plan again, or raise that setting while "
+                         "snapshotting)")
+
+    @classmethod
+    def in_text(cls, text: str) -> SegmentGoneError | None:
+        """The error a Spark task raised, found in the text of the job's failure."""
+        m = _GONE.search(text)
+        return cls(int(m.group(1)), m.group(2), text=m.group(0)) if m else None
+
+
+_GONE = re.compile(r"segment (-?\d+): file (\S+) is gone from .*?snapshotting\)", re.S)

@@ -22,6 +22,7 @@ from msgstream_spark.mirror.storage.access import StorageSettings, read_bytes
 from msgstream_spark.mirror.storage.binlog import read_column, read_deletes
 from msgstream_spark.mirror.storage.convert import to_table_column
 from msgstream_spark.mirror.storage.plan import TIMESTAMP, ReadTask, StoragePlan
+from msgstream_spark.msg.dtypes import JSON
 
 META = "$meta"
 
@@ -33,10 +34,19 @@ class FieldSpec:
     data_type: int
 
 
-def collection_fields(description: dict) -> list[FieldSpec]:
-    """The fields of a pymilvus ``describe_collection`` answer (the dynamic one named ``$meta``)."""
-    return [FieldSpec(int(f["field_id"]), META if f.get("is_dynamic") else f["name"], int(f["type"]))
-            for f in description["fields"]]
+def collection_fields(description: dict, stored_ids: set[int]) -> list[FieldSpec]:
+    """The fields of a pymilvus ``describe_collection`` answer. Its answer leaves out the dynamic field
+    (JSON, named ``$meta``); with ``enable_dynamic_field`` it is the one user field id (>= 100) the
+    binlogs hold that the description does not name."""
+    out = [FieldSpec(int(f["field_id"]), META if f.get("is_dynamic") else f["name"], int(f["type"]))
+           for f in description["fields"]]
+    unnamed = sorted(i for i in stored_ids if i >= 100 and i not in {f.id for f in out})
+    if description.get("enable_dynamic_field") and not any(f.name == META for f in out):
+        if len(unnamed) > 1:
+            raise MirrorError(f"the binlogs hold field ids {unnamed} that the collection's description does not "
+                              "name: which one is the dynamic field is ambiguous")
+        out += [FieldSpec(i, META, JSON) for i in unnamed]
+    return out
 
 
 @dataclass
@@ -53,7 +63,11 @@ class StorageReader:
 
     @property
     def pk_field(self) -> FieldSpec:
-        return next(f for f in self.fields if f.name == self.pk)
+        for f in self.fields:
+            if f.name == self.pk:
+                return f
+        raise MirrorError(f"the stream's primary key {self.pk!r} is not a field of the collection in Milvus "
+                          f"({[f.name for f in self.fields]}): is the config's log the same cluster?")
 
     def read_field_ids(self) -> list[int]:
         return [f.id for f in self.fields if f.name in self.schema.names]
