@@ -15,6 +15,8 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
+from pyarrow import fs
+
 from msgstream_spark.errors import ConfigError, MirrorError
 
 GC_SETTING = "dataCoord.gc.dropTolerance"
@@ -36,8 +38,6 @@ class StorageSettings:
                 f"access_key={self.access_key!r}, secret_key={secret!r})")
 
     def filesystem(self):
-        from pyarrow import fs
-
         if self.kind == "local":
             return fs.LocalFileSystem()
         return fs.S3FileSystem(access_key=self.access_key or None, secret_key=self.secret_key or None,

@@ -211,5 +211,5 @@ def read_collection(gw: EtcdGateway, root: str, collection_id: int) -> Collectio
     for key, value in gw.range(f"{base}/channel-cp/").items():
         ch = key.rsplit("/", 1)[1]
         if f"_{collection_id}v" in ch:
-            cps[ch] = MsgPosition.from_base64(_b64(value))
+            cps[ch] = MsgPosition.from_proto_bytes(value)
     return CollectionMeta(int(gw.revision or 0), segs, cps)
