@@ -30,11 +30,13 @@ from tests.milvus_real.workload import (
 pytestmark = [pytest.mark.slow, pytest.mark.filterwarnings("ignore:.*ORM-style PyMilvus API")]
 
 
-def storage_config(stack, base: dict | None = None, root: str | None = None) -> dict:
-    """The keys the storage route reads, as the server's milvus.yaml has them."""
+def storage_config(stack, base: dict | None = None, root: str | None = None, s3: dict | None = None) -> dict:
+    """The keys the storage route reads, as the server's milvus.yaml has them (``s3``: minio.* keys instead)."""
     values = dict(base or {})
     values.update({"etcd.endpoints": stack.server.etcd, "etcd.rootPath": "by-dev", "common.storageType": "local",
                    "localStorage.path": root or str(stack.server.dir / "data")})
+    if s3:
+        values.update({"common.storageType": "minio", **s3})
     return values
 
 
@@ -75,7 +77,7 @@ def _table_schema(mc, name: str) -> tuple[pa.Schema, str]:
     return table_schema(pa.schema(out), pk), pk
 
 
-def _read_all(stack, name: str, root: str | None = None):
+def _read_all(stack, name: str, root: str | None = None, s3: dict | None = None):
     """The storage route's rows of ``name`` (Spark-free: plan, deletes, key pass, read)."""
     from pymilvus import MilvusClient
 
@@ -85,7 +87,7 @@ def _read_all(stack, name: str, root: str | None = None):
     mc = MilvusClient(uri=stack.uri)
     try:
         schema, pk = _table_schema(mc, name)
-        prep = prepare(_config(storage_config(stack, root=root)), mc, name, schema, pk)
+        prep = prepare(_config(storage_config(stack, root=root, s3=s3)), mc, name, schema, pk)
     finally:
         mc.close()
     keys = pa.Table.from_batches([prep.reader.read_keys(t) for t in prep.plan.tasks])
@@ -210,3 +212,47 @@ def test_storage_route_refuses_a_missing_config_key(spark, milvus_stack, pymilvu
     capsys.readouterr()
     assert main_wrapper(mirror.build_parser(), lambda a: mirror.run(a, spark), argv) == 1
     assert "etcd.endpoints" in capsys.readouterr().err.strip().splitlines()[-1]
+
+
+def test_the_same_files_read_from_s3_compatible_storage(milvus_stack, pymilvus_orm, tmp_path):
+    """Milvus's files under a bucket's root path on an S3-compatible server (moto's), read with the minio.* keys
+    Milvus uses: the rows equal the local read's; the secret is in no error text."""
+    from moto.server import ThreadedMotoServer
+    from pyarrow import fs
+
+    from msgstream_spark.mirror.storage.access import SegmentGoneError
+    from tests.fixtures.ports import free_port
+
+    w = Workload("st_s3", create_all_types(pymilvus_orm, "st_s3"))
+    w.insert(range(0, 80))
+    w.delete([1, 2])
+    w.collection.flush()
+    local_prep, local_rows = _read_all(milvus_stack, "st_s3")
+    port = free_port()
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=port)
+    server.start()
+    try:
+        s3 = fs.S3FileSystem(access_key="AK", secret_key="SK-secret", endpoint_override=f"127.0.0.1:{port}",
+                             scheme="http", region="us-east-1", allow_bucket_creation=True)
+        s3.create_dir("milvus-bucket")
+        data = milvus_stack.server.dir / "data"
+        for task in local_prep.plan.tasks:
+            for _, rel in task.files:
+                with s3.open_output_stream(f"milvus-bucket/files/{rel}") as out:
+                    out.write((data / rel).read_bytes())
+        for _, _, rel in local_prep.plan.deltas:
+            with s3.open_output_stream(f"milvus-bucket/files/{rel}") as out:
+                out.write((data / rel).read_bytes())
+        keys = {"minio.address": "127.0.0.1", "minio.port": port, "minio.bucketName": "milvus-bucket",
+                "minio.rootPath": "files", "minio.accessKeyID": "AK", "minio.secretAccessKey": "SK-secret",
+                "minio.useSSL": False}
+        prep, rows = _read_all(milvus_stack, "st_s3", s3=keys)
+        assert prep.reader.settings.kind == "s3"
+        assert sorted(rows.to_pylist(), key=lambda r: r["pk"]) == sorted(local_rows.to_pylist(), key=lambda r: r["pk"])
+        assert rows.num_rows == 78
+        s3.delete_file(f"milvus-bucket/files/{prep.plan.tasks[0].path(1)}")
+        with pytest.raises(SegmentGoneError) as e:
+            prep.reader.read(prep.plan.tasks[0])
+        assert "SK-secret" not in str(e.value) and "SK-secret" not in repr(prep.reader.settings)
+    finally:
+        server.stop()
