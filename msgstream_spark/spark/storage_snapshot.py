@@ -14,7 +14,7 @@ from pyspark.sql import SparkSession
 from msgstream_spark.mirror.order import SEQ
 from msgstream_spark.mirror.storage.access import SegmentGoneError
 from msgstream_spark.mirror.storage.plan import ReadTask
-from msgstream_spark.mirror.storage.reader import StorageReader
+from msgstream_spark.mirror.storage.reader import StorageReader, duplicate_winners
 from msgstream_spark.spark.snapshot import SnapshotFiles, _local, _Progress, spark_schema
 
 
@@ -46,15 +46,25 @@ def _run(action):
         raise
 
 
+def _dups_fn(pk: str):
+    def dups(batches):
+        t = pa.Table.from_batches(list(batches))
+        for k, top in duplicate_winners(t, pk).items():
+            yield pa.RecordBatch.from_pylist([{pk: k, SEQ: top}], schema=t.schema)
+
+    return dups
+
+
 def find_winners(spark: SparkSession, reader: StorageReader, tasks: list[ReadTask]) -> dict:
-    """pk -> the newest ``_seq`` of every key that more than one kept row holds."""
-    from pyspark.sql import functions as F
+    """pk -> the newest ``_seq`` of every key that more than one kept row holds: the keys are hashed into a few
+    partitions (not Spark's 200 shuffle partitions) and each finds its repeated keys with pyarrow."""
     from pyspark.sql.pandas.types import from_arrow_schema
 
     kschema = from_arrow_schema(pa.schema([reader.schema.field(reader.pk), reader.schema.field(SEQ)]))
     df = _ids(spark, len(tasks)).mapInArrow(_tasks_fn(reader, tasks, True), kschema)
-    dups = df.groupBy(reader.pk).agg(F.count("*").alias("n"), F.max(SEQ).alias("top")).where("n > 1")
-    return {r[0]: r[2] for r in _run(dups.collect)}
+    n = max(1, min(len(tasks), spark.sparkContext.defaultParallelism))
+    dups = df.repartition(n, reader.pk).mapInArrow(_dups_fn(reader.pk), kschema)
+    return {r[0]: r[1] for r in _run(dups.collect)}
 
 
 def write_storage_snapshot(spark: SparkSession, reader: StorageReader, tasks: list[ReadTask], out_dir: str,
