@@ -256,3 +256,22 @@ def test_the_same_files_read_from_s3_compatible_storage(milvus_stack, pymilvus_o
         assert "SK-secret" not in str(e.value) and "SK-secret" not in repr(prep.reader.settings)
     finally:
         server.stop()
+
+
+def test_etcd_reads_are_pinned_to_one_revision(milvus_stack):
+    """The gateway's first range fixes the revision; a key written after it is not in later ranges of the same
+    plan, and a new plan sees it (a key outside Milvus's own prefixes)."""
+    import base64
+    import json
+    import urllib.request
+
+    from msgstream_spark.mirror.storage.etcdmeta import EtcdGateway
+
+    prefix = f"msgstream-test/{os.getpid()}/"
+    gw = EtcdGateway(milvus_stack.server.etcd)
+    assert gw.range(prefix) == {} and gw.revision
+    body = json.dumps({"key": base64.b64encode(f"{prefix}k".encode()).decode(),
+                       "value": base64.b64encode(b"v").decode()}).encode()
+    urllib.request.urlopen(urllib.request.Request(f"{gw.url}/v3/kv/put", data=body), timeout=10).read()
+    assert gw.range(prefix) == {}
+    assert EtcdGateway(milvus_stack.server.etcd).range(prefix) == {f"{prefix}k": b"v"}
