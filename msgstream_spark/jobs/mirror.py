@@ -45,6 +45,10 @@ def build_parser() -> argparse.ArgumentParser:
                         "(config key milvus.address); never: from the stream alone (--starting); when_needed: "
                         "like initial for a new table, and an existing table whose resume position was removed "
                         "by retention is replaced by a new snapshot (its old checkpoint moved aside)")
+    p.add_argument("--snapshot-source", default="query", choices=("query", "storage"),
+                   help="query (default): the snapshot's rows through Milvus's query; storage: from Milvus's binlogs "
+                        "(storage v1, 2.3-2.5: etcd.endpoints, etcd.rootPath, common.storageType, localStorage.path or "
+                        "minio.* from the config), the stream from the channel checkpoints")
     p.add_argument("--channels", help="comma-separated channels (default: the config's DML channels, "
                                       "<cluster>-<rootcoord-dml>_N)")
     p.add_argument("--starting", default="earliest",

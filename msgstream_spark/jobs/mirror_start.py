@@ -135,6 +135,8 @@ def _retire(checkpoint: str, s: int) -> str | None:
 
 
 def _snapshot(spark, args, cfg, table, schema, pk: str, replace: bool = False) -> Start:
+    if getattr(args, "snapshot_source", "query") == "storage":  # no loaded collection needed
+        return _from_storage(spark, args, cfg, table, schema, pk, replace)
     from msgstream_spark.mirror.snapshot import (
         RangeReader,
         collection_partitions,
@@ -183,3 +185,19 @@ def _snapshot(spark, args, cfg, table, schema, pk: str, replace: bool = False) -
     return Start(table, starting, info.collection_id,
                  {"mode": "replaced" if replace else "initial", "S": s, "rows": files.rows,
                   "files": len(files.files), "ranges": len(ranges), "positions": json.loads(starting)})
+
+
+def _from_storage(spark, args, cfg, table, schema, pk: str, replace: bool) -> Start:
+    """``--snapshot-source storage``: the rows from Milvus's binlogs, the stream from the channel checkpoints."""
+    from msgstream_spark.jobs.mirror_storage import storage_snapshot
+    from msgstream_spark.stream.factory import Factory
+
+    with Factory(cfg).client() as client:
+        channels = _channels(client, args, cfg)
+    files, starting, summary = storage_snapshot(spark, args, cfg, table, schema, pk, channels, replace)
+    props = {START_PROPERTY: starting, S_PROPERTY: str(summary["S"])}
+    if replace:
+        table.replace_files(files.files, properties=props)
+    else:
+        table.add_files(files.files, properties=props)
+    return Start(table, starting, table.collection_id, summary)

@@ -1,0 +1,55 @@
+"""The mirror job's snapshot from Milvus's storage (``--snapshot-source storage``, issue #30).
+
+Flush the collection; read its segments, logs and every vchannel checkpoint from etcd at one revision;
+Spark tasks read the insert binlogs (rows at or before their channel's checkpoint, deletes applied with
+Milvus's rule) and write the table's first files; the stream starts at the checkpoints. S (recorded as
+``msgstream.snapshot_ts``) is the oldest checkpoint: every change at or before it is in the files, and
+each channel's stream starts after its own checkpoint. A planned file garbage-collected mid-read plans
+the snapshot again (up to three times), then fails naming the segment and ``dataCoord.gc.dropTolerance``.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import uuid
+
+from msgstream_spark.errors import MirrorError
+from msgstream_spark.jobs._common import parse_kv
+
+log = logging.getLogger("msgstream_spark.jobs.mirror")
+
+
+def storage_snapshot(spark, args, cfg, table, schema, pk: str, channels: list[str], replace: bool = False):
+    """(files, starting positions JSON, summary) of a snapshot read from storage into ``table``'s location."""
+    from msgstream_spark.mirror.snapshot import milvus_target
+    from msgstream_spark.mirror.storage.snapshot import prepare, with_replans
+    from msgstream_spark.mirror.table import table_schema
+    from msgstream_spark.spark.storage_snapshot import write_storage_snapshot
+
+    target = milvus_target(cfg, args.config, parse_kv(args.option), args.collection)
+
+    def attempt():
+        mc = target.client()
+        try:
+            if not mc.has_collection(args.collection):
+                raise MirrorError(f"collection {args.collection!r} does not exist in Milvus at {target.address}")
+            prep = prepare(cfg, mc, args.collection, table_schema(schema, pk), pk)
+        finally:
+            mc.close()
+        if table.collection_id is not None and table.collection_id != prep.collection_id:
+            raise MirrorError(f"collection {args.collection!r} has id {prep.collection_id} in Milvus, but the log's "
+                              f"newest collection of that name has id {table.collection_id}")
+        out = os.path.join(args.table, f"snapshot-{prep.plan.snapshot_ts}-{uuid.uuid4().hex[:8]}")
+        files = write_storage_snapshot(spark, prep.reader, prep.plan.tasks, out, prep.plan.rows, args.progress_interval)
+        return prep, files
+
+    prep, files = with_replans(attempt)
+    table.collection_id = prep.collection_id
+    starting = json.dumps(prep.plan.starting_positions(channels), sort_keys=True)
+    summary = {"mode": "replaced" if replace else "initial", "source": "storage", "S": prep.plan.snapshot_ts,
+               "rows": files.rows, "files": len(files.files), "tasks": len(prep.plan.tasks),
+               "segments": len(prep.plan.segments), "etcd_revision": prep.plan.revision,
+               "positions": json.loads(starting)}
+    return files, starting, summary
