@@ -199,7 +199,7 @@ def test_storage_snapshot_while_writing_then_stream_equals_query(spark, milvus_s
 
 
 def test_storage_route_refuses_a_missing_config_key(spark, milvus_stack, pymilvus_orm, scfg, tmp_path, capsys):
-    from jobs import mirror
+    from msgstream_spark.jobs import mirror
     from msgstream_spark.jobs._common import main_wrapper
 
     w = Workload("st_bad", create_all_types(pymilvus_orm, "st_bad"))
