@@ -348,3 +348,21 @@ def test_snapshot_files_with_a_varchar_key_then_changes(fmt, tmp_path):
     assert apply_batch(open_table(fmt, loc, collection="coll", pk="key", create=False), batch, "key", "q", 0)
     got = {r["key"]: r["v"] for r in t.to_arrow().to_pylist()}
     assert got == {"k1": "s1", "k2": "n2", "k10": "n10"}  # the delete at 99 is older than the snapshot
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_user_fields_named_with_an_underscore_are_columns(fmt, tmp_path):
+    """Milvus accepts field names such as ``_tag``: only the rows output's own metadata names are not fields."""
+    from msgstream_spark.mirror import table_schema
+
+    fields = FIELDS.append(pa.field("_tag", pa.string()))
+    assert "_tag" in table_schema(fields.append(pa.field("_channel", pa.string())), "pk").names
+    assert "_channel" not in table_schema(fields.append(pa.field("_channel", pa.string())), "pk").names
+    t = _open(fmt, tmp_path / "t", arrow_schema=fields)
+    batch = to_arrow([insert(10, (1, "a"), (2, "b"))])
+    apply_batch(t, batch.append_column("_tag", pa.array(["x", "y"])), "pk", "q", 0)
+    batch = to_arrow([insert(20, (3, "c"))])  # a later field (2.6 AlterCollection) named with "_" is added too
+    apply_batch(t, batch.append_column("_tag", pa.array(["z"])).append_column("_later", pa.array([5])), "pk", "q", 1)
+    got = sorted((r["pk"], r["_tag"], r["_later"]) for r in t.to_arrow().to_pylist())
+    assert got == [(1, "x", None), (2, "y", None), (3, "z", 5)]
+    assert "_channel" not in t.schema.names
