@@ -84,6 +84,13 @@ def decide_start(spark, args, cfg, schema, pk: str, cid: int | None, checkpoint:
                 return start
         if os.path.isdir(os.path.join(checkpoint, "offsets")):
             return Start(table, None, tcid, {"mode": "resumed"})
+        if args.snapshot != "never" and not props.get(START_PROPERTY) and not props.get(S_PROPERTY):
+            # no snapshot, no start positions, no checkpoint: a first version that never got its files (an
+            # Iceberg table of an older release killed between its two commits) or a --snapshot never table
+            # that never streamed; streaming from --starting would skip what the log no longer holds
+            log.warning("mirror of %s: table %s has no snapshot, no start positions and no checkpoint: taking a "
+                        "snapshot (--snapshot %s)", args.collection, args.table, args.snapshot)
+            return _snapshot(spark, args, cfg, table, schema, pk, replace=True)
         starting = props.get(START_PROPERTY) or args.starting
         return Start(table, starting, tcid, {"mode": "recorded start" if props.get(START_PROPERTY) else "stream"})
     if args.snapshot == "never":

@@ -171,8 +171,15 @@ class IcebergMirrorTable:
         check_prefix(properties)
         if not paths:
             raise MirrorError("add_files needs at least one data file")
-        if self._tbl is None:
-            self._create(pq.read_schema(paths[0]), {})
+        if self._tbl is None:  # one transaction creates the table with its files and properties: a failure
+            # (a footer that does not read, a kill) before its commit leaves no table, not an empty one
+            props = {**identity_properties(self.collection, self.pk, self.collection_id), **properties}
+            tx = self._catalog.create_table_transaction(_identifier(self.collection), schema=pq.read_schema(paths[0]),
+                                                        location=os.path.abspath(self.location), properties=props)
+            tx.add_files(list(paths), snapshot_properties=dict(properties))
+            tx.commit_transaction()
+            self._tbl = self._catalog.load_table(_identifier(self.collection))
+            return
         with self._table().transaction() as tx:
             tx.add_files(list(paths), snapshot_properties=dict(properties))
             tx.set_properties(dict(properties))

@@ -366,3 +366,24 @@ def test_user_fields_named_with_an_underscore_are_columns(fmt, tmp_path):
     got = sorted((r["pk"], r["_tag"], r["_later"]) for r in t.to_arrow().to_pylist())
     assert got == [(1, "x", None), (2, "y", None), (3, "z", 5)]
     assert "_channel" not in t.schema.names
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_a_first_version_that_fails_leaves_no_table(fmt, tmp_path):
+    """The snapshot's first version is one commit: a file whose footer does not read (a failure between creating
+    the table and adding its files) leaves no table, so the next run takes the snapshot again instead of finding
+    an empty table without S or start positions and streaming from ``--starting``."""
+    from jobs.mirror_start import _exists
+
+    loc = tmp_path / "t"
+    good = _snapshot_file(str(loc), [(1, "a"), (2, "b")], 100)
+    bad = loc / "snapshot-part-1.parquet"
+    bad.write_bytes(b"PAR1 not a parquet file")
+    t = _open(fmt, loc, create=False)
+    with pytest.raises(Exception, match="(?i)parquet|magic|footer|size"):
+        t.add_files([good, str(bad)], properties={"msgstream.snapshot_ts": "100"})
+    assert not _exists(_open(fmt, loc, create=False))
+    bad.unlink()
+    t = _open(fmt, loc, create=False)
+    t.add_files([good], properties={"msgstream.snapshot_ts": "100"})
+    assert t.properties()["msgstream.snapshot_ts"] == "100" and _rows(t) == {1: ("a", 100), 2: ("b", 100)}
