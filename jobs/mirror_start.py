@@ -68,7 +68,14 @@ def _channels(client, args, cfg) -> list[str]:
 def decide_start(spark, args, cfg, schema, pk: str, cid: int | None, checkpoint: str) -> Start:
     """``schema``: the Arrow schema of the stream's rows (the table keeps the fields, ``_ts``, ``_seq``)."""
     table = _open(args, pk, schema, cid, create=False)
-    if _exists(table):
+    progress = os.path.isdir(os.path.join(checkpoint, "offsets"))
+    if not _exists(table):
+        if progress:
+            raise MirrorError(f"checkpoint {checkpoint} holds a query's progress but there is no table at "
+                              f"{args.table}: the stream would resume from that checkpoint, not from a snapshot or "
+                              "--starting, and the table would miss everything before it. Remove the checkpoint (or "
+                              "pass another --checkpoint) to start the table afresh; nothing written")
+    else:
         props = table.properties()
         tcid = int(props[PROP_COLLECTION_ID]) if props.get(PROP_COLLECTION_ID) else cid
         if args.snapshot == "when_needed":
@@ -82,8 +89,22 @@ def decide_start(spark, args, cfg, schema, pk: str, cid: int | None, checkpoint:
                 start.summary["lost"] = lost
                 start.summary["old_checkpoint"] = _retire(checkpoint, start.summary["S"])
                 return start
-        if os.path.isdir(os.path.join(checkpoint, "offsets")):
+        if progress:
+            _check_owner(table, args.table, checkpoint)
             return Start(table, None, tcid, {"mode": "resumed"})
+        merged = sorted(table.merged_queries())
+        if merged and args.snapshot == "when_needed":
+            log.warning("mirror of %s: table %s took batches of query %s but checkpoint %s is gone: taking a new "
+                        "snapshot to replace the table's rows (--snapshot when_needed)", args.collection, args.table,
+                        merged[-1], checkpoint)
+            return _snapshot(spark, args, cfg, table, schema, pk, replace=True)
+        if merged:
+            raise MirrorError(f"table {args.table} took stream batches of query {', '.join(merged)}, but its "
+                              f"checkpoint {checkpoint} is gone: a new query would replay the stream from "
+                              f"{'the snapshot positions' if props.get(START_PROPERTY) else '--starting'}, and a row "
+                              "deleted later in the stream would reappear until its delete replays. Restore the "
+                              "checkpoint (--checkpoint), or run with --snapshot when_needed to replace the table's "
+                              "rows by a new snapshot; nothing written")
         if args.snapshot != "never" and not props.get(START_PROPERTY) and not props.get(S_PROPERTY):
             # no snapshot, no start positions, no checkpoint: a first version that never got its files (an
             # Iceberg table of an older release killed between its two commits) or a --snapshot never table
@@ -96,6 +117,21 @@ def decide_start(spark, args, cfg, schema, pk: str, cid: int | None, checkpoint:
     if args.snapshot == "never":
         return Start(_open(args, pk, schema, cid, create=True), args.starting, cid, {"mode": "never"})
     return _snapshot(spark, args, cfg, table, schema, pk)
+
+
+def _check_owner(table, location: str, checkpoint: str) -> None:
+    """MirrorError if the checkpoint committed batches that the table never took (the table was removed and
+    made anew, or the checkpoint is another table's): resuming would skip what came before its offsets."""
+    from msgstream_spark.spark.mirror import checkpoint_query_id
+
+    commits = os.path.join(checkpoint, "commits")
+    if not any(n.isdigit() for n in (os.listdir(commits) if os.path.isdir(commits) else [])):
+        return
+    qid = checkpoint_query_id(checkpoint)
+    if table.last_batch(qid) is None:
+        raise MirrorError(f"checkpoint {checkpoint} (query {qid}) committed batches that table {location} never "
+                          "took: it belongs to another (or an earlier) table. Remove the checkpoint (or pass another "
+                          "--checkpoint) to start afresh; nothing written")
 
 
 def resume_offset(checkpoint: str, starting: str | None) -> dict:

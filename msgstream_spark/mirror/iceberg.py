@@ -123,6 +123,10 @@ class IcebergMirrorTable:
         v = self.properties().get(PROP_BATCH_OF + query_id)
         return None if v is None else int(v)
 
+    def merged_queries(self) -> set[str]:
+        """The query ids whose batches were merged into the table (its ``msgstream.batch.<query id>`` properties)."""
+        return {k.removeprefix(PROP_BATCH_OF) for k in self.properties() if k.startswith(PROP_BATCH_OF)}
+
     def merge(self, collapsed: pa.Table, *, query_id: str, batch_id: int) -> bool:
         from pyiceberg.expressions import In
 

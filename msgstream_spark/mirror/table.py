@@ -35,6 +35,9 @@ class MirrorTable(Protocol):
     def last_batch(self, query_id: str) -> int | None:
         """The largest batch id of ``query_id`` committed to the table (None: none)."""
 
+    def merged_queries(self) -> set[str]:
+        """The ids of the queries that merged batches into the table."""
+
     def merge(self, collapsed: pa.Table, *, query_id: str, batch_id: int) -> bool:
         """Apply one change per pk (``collapse``'s output); False if the batch is already in the table."""
 

@@ -387,3 +387,17 @@ def test_a_first_version_that_fails_leaves_no_table(fmt, tmp_path):
     t = _open(fmt, loc, create=False)
     t.add_files([good], properties={"msgstream.snapshot_ts": "100"})
     assert t.properties()["msgstream.snapshot_ts"] == "100" and _rows(t) == {1: ("a", 100), 2: ("b", 100)}
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_a_batch_that_changes_nothing_still_records_its_id(fmt, tmp_path):
+    """Every merge commits its query and batch id, also one whose changes are all at or before S: a re-run of it
+    is skipped, and the table names the query that took it."""
+    loc = tmp_path / "t"
+    t = _open(fmt, loc, create=False)
+    t.add_files([_snapshot_file(str(loc), [(1, "a")], 100)], properties={"msgstream.snapshot_ts": "100"})
+    assert apply_batch(t, to_arrow([insert(90, (1, "old")), delete(95, 2)]), "pk", "q", 0) is True
+    assert t.last_batch("q") == 0 and t.merged_queries() == {"q"}
+    assert apply_batch(t, to_arrow([insert(90, (1, "old"))]), "pk", "q", 0) is False
+    assert apply_batch(t, to_arrow([]), "pk", "q", 1) is True and t.last_batch("q") == 1
+    assert _rows(t) == {1: ("a", 100)}
