@@ -401,3 +401,41 @@ def test_a_batch_that_changes_nothing_still_records_its_id(fmt, tmp_path):
     assert apply_batch(t, to_arrow([insert(90, (1, "old"))]), "pk", "q", 0) is False
     assert apply_batch(t, to_arrow([]), "pk", "q", 1) is True and t.last_batch("q") == 1
     assert _rows(t) == {1: ("a", 100)}
+
+
+def test_delta_commit_files_are_synced_before_they_are_published(tmp_path, monkeypatch):
+    """The hand-written first version: its file reaches the disk before the link publishes it, and the log
+    directory after (a power loss publishes all of it or nothing); a mount without hard links is a clear error."""
+    import errno
+
+    events = []
+    real_fsync, real_link = os.fsync, os.link
+
+    def fsync(fd):
+        events.append(("fsync", os.path.basename(os.readlink(f"/proc/self/fd/{fd}"))))
+        return real_fsync(fd)
+
+    def link(src, dst):
+        events.append(("link", os.path.basename(dst)))
+        return real_link(src, dst)
+
+    monkeypatch.setattr(os, "fsync", fsync)
+    monkeypatch.setattr(os, "link", link)
+    loc = tmp_path / "t"
+    t = _open("delta", loc, create=False)
+    t.add_files([_snapshot_file(str(loc), [(1, "a")], 100)], properties={})
+    first = "00000000000000000000.json"
+    assert [e for e in events if e[0] == "link"] == [("link", first)]
+    i = events.index(("link", first))
+    assert events[i - 1][0] == "fsync" and events[i - 1][1].startswith(f".{first}.")
+    assert events[i + 1] == ("fsync", "_delta_log")
+
+    def no_links(src, dst):
+        raise OSError(errno.EPERM, "Operation not permitted", src)
+
+    monkeypatch.setattr(os, "link", no_links)
+    loc2 = tmp_path / "u"
+    t = _open("delta", loc2, create=False)
+    with pytest.raises(MirrorError, match=r"cannot publish the Delta commit .*u/_delta_log/0+\.json.*hard link"):
+        t.add_files([_snapshot_file(str(loc2), [(1, "a")], 100)], properties={})
+    assert not [n for n in os.listdir(loc2 / "_delta_log") if n.endswith(".tmp")]
