@@ -177,6 +177,15 @@ def _retire(checkpoint: str, s: int) -> str | None:
     return old
 
 
+def _committed(args, pk: str, s: int) -> bool:
+    """Whether the table at ``args.table`` holds the snapshot of time ``s`` (its commit landed)."""
+    try:
+        return _open(args, pk, None, None, create=False).properties().get(S_PROPERTY) == str(s)
+    except MirrorError as exc:
+        log.debug("no table with snapshot %d: %s", s, exc)
+        return False
+
+
 def _snapshot(spark, args, cfg, table, schema, pk: str, replace: bool = False) -> Start:
     from msgstream_spark.mirror.snapshot import (
         RangeReader,
@@ -189,7 +198,7 @@ def _snapshot(spark, args, cfg, table, schema, pk: str, replace: bool = False) -
         take_positions,
     )
     from msgstream_spark.mirror.table import table_schema
-    from msgstream_spark.spark.snapshot import write_snapshot
+    from msgstream_spark.spark.snapshot import remove_dir, write_snapshot
     from msgstream_spark.stream.factory import Factory
 
     target = milvus_target(cfg, args.config, parse_kv(args.option), args.collection)
@@ -219,10 +228,15 @@ def _snapshot(spark, args, cfg, table, schema, pk: str, replace: bool = False) -
     files = write_snapshot(spark, reader, ranges, out, info.row_count, args.progress_interval)
     starting = starting_positions(positions)
     props = {START_PROPERTY: starting, S_PROPERTY: str(s)}
-    if replace:  # one commit: a crash before it leaves the old table (and its checkpoint) as they were
-        table.replace_files(files.files, properties=props)
-    else:
-        table.add_files(files.files, properties=props)
+    try:
+        if replace:  # one commit: a crash before it leaves the old table (and its checkpoint) as they were
+            table.replace_files(files.files, properties=props)
+        else:
+            table.add_files(files.files, properties=props)
+    except BaseException:
+        if not _committed(args, pk, s):  # the files are no version's: remove them with their directory
+            remove_dir(spark, out)
+        raise
     return Start(table, starting, info.collection_id,
                  {"mode": "replaced" if replace else "initial", "S": s, "rows": files.rows,
                   "files": len(files.files), "ranges": len(ranges), "positions": json.loads(starting)})

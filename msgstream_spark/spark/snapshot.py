@@ -76,6 +76,15 @@ def _local(uri: str) -> str:
     return unquote(urlparse(uri).path) if uri.startswith("file:") else uri
 
 
+def remove_dir(spark: SparkSession, path: str) -> None:
+    """Delete ``path`` and what it holds through Hadoop's file system (any URI Spark writes to)."""
+    jvm = spark.sparkContext._jvm
+    p = jvm.org.apache.hadoop.fs.Path(path)
+    fs = p.getFileSystem(spark.sparkContext._jsc.hadoopConfiguration())
+    if fs.exists(p) and not fs.delete(p, True):
+        log.warning("could not remove the snapshot directory %s", path)
+
+
 def write_snapshot(spark: SparkSession, reader: RangeReader, ranges: list[PkRange], out_dir: str,
                    total: int, progress_interval: float = 5.0) -> SnapshotFiles:
     """Read ``ranges`` in Spark tasks (one range each) and write them as Parquet files under ``out_dir``."""
@@ -89,6 +98,10 @@ def write_snapshot(spark: SparkSession, reader: RangeReader, ranges: list[PkRang
     ids = spark.range(0, len(ranges), 1, numPartitions=n).toDF("i")
     df = ids.mapInArrow(_reader_fn(reader, ranges, acc), sschema)
     with _Progress(acc, total, progress_interval):
-        df.write.mode("errorifexists").parquet(out_dir)
+        try:
+            df.write.mode("errorifexists").parquet(out_dir)
+        except BaseException:
+            remove_dir(spark, out_dir)  # a failed write leaves no directory behind (one per retry otherwise)
+            raise
     files = sorted(_local(f) for f in spark.read.parquet(out_dir).inputFiles())
     return SnapshotFiles(files, int(acc.value))
