@@ -427,6 +427,7 @@ def test_delta_commit_files_are_synced_before_they_are_published(tmp_path, monke
     first = "00000000000000000000.json"
     assert [e for e in events if e[0] == "link"] == [("link", first)]
     i = events.index(("link", first))
+    assert i > 0, events
     assert events[i - 1][0] == "fsync" and events[i - 1][1].startswith(f".{first}.")
     assert events[i + 1] == ("fsync", "_delta_log")
 
@@ -439,3 +440,20 @@ def test_delta_commit_files_are_synced_before_they_are_published(tmp_path, monke
     with pytest.raises(MirrorError, match=r"cannot publish the Delta commit .*u/_delta_log/0+\.json.*hard link"):
         t.add_files([_snapshot_file(str(loc2), [(1, "a")], 100)], properties={})
     assert not [n for n in os.listdir(loc2 / "_delta_log") if n.endswith(".tmp")]
+
+
+def test_iceberg_catalog_is_next_to_the_table_and_made_with_it(tmp_path):
+    """Not inside the table's location (Iceberg's orphan-file removal deletes what no snapshot references
+    there), and not made by merely looking for a table (a run refused as bad input leaves nothing)."""
+    loc = tmp_path / "t"
+    t = _open("iceberg", loc, create=False)
+    with pytest.raises(MirrorError, match="no Iceberg table"):
+        t.properties()
+    assert list(tmp_path.iterdir()) == []
+    t.add_files([_snapshot_file(str(loc), [(1, "a")], 100)], properties={"msgstream.snapshot_ts": "100"})
+    assert (tmp_path / "t_catalog.sqlite").is_file() and not (loc / "catalog.sqlite").exists()
+    assert _rows(_open("iceberg", loc, create=False)) == {1: ("a", 100)}
+    old = tmp_path / "old"  # a table of an earlier release, its catalog inside the location, still opens
+    _open("iceberg", old, catalog_uri=f"sqlite:///{old}/catalog.sqlite" if old.mkdir() is None else None)
+    assert _open("iceberg", old, create=False).properties()["msgstream.collection"] == "coll"
+    assert not (tmp_path / "old_catalog.sqlite").exists()
