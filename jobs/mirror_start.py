@@ -9,6 +9,12 @@ from its checkpoint, or (no checkpoint yet) from the positions recorded with its
 ``when_needed``, if that resume position is no longer readable (the backend's seek reports data loss:
 retention removed it), a new snapshot replaces the table's rows in one commit and the old checkpoint
 is moved aside, so the stream starts afresh from the new positions (issue #20).
+
+A table and its checkpoint belong together (issue #32): a checkpoint with progress but no table, a checkpoint
+whose committed batches the table never took, and a table that took stream batches but lost its checkpoint
+(a new query would replay changes the table already has) fail with an error naming both; with
+``when_needed`` the last one is re-snapshotted. A table with neither S, start positions nor a checkpoint is
+snapshotted like a new one.
 """
 
 from __future__ import annotations
