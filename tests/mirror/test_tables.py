@@ -454,6 +454,7 @@ def test_iceberg_catalog_is_next_to_the_table_and_made_with_it(tmp_path):
     assert (tmp_path / "t_catalog.sqlite").is_file() and not (loc / "catalog.sqlite").exists()
     assert _rows(_open("iceberg", loc, create=False)) == {1: ("a", 100)}
     old = tmp_path / "old"  # a table of an earlier release, its catalog inside the location, still opens
-    _open("iceberg", old, catalog_uri=f"sqlite:///{old}/catalog.sqlite" if old.mkdir() is None else None)
+    old.mkdir()
+    _open("iceberg", old, catalog_uri=f"sqlite:///{old}/catalog.sqlite")
     assert _open("iceberg", old, create=False).properties()["msgstream.collection"] == "coll"
     assert not (tmp_path / "old_catalog.sqlite").exists()

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import shutil
 
+import pyarrow as pa
 import pytest
 
 from msgstream_spark.errors import MirrorError
@@ -68,7 +69,7 @@ def test_a_checkpoint_without_its_table_is_refused(spark, local_env, tmp_path):
     assert not table.exists()
     # a new (empty) table with the old checkpoint: its batches were never the table's
     open_table("delta", str(table), collection="c26", pk="pk", create=True,
-               arrow_schema=__import__("pyarrow").schema([("pk", "int64")]))
+               arrow_schema=pa.schema([("pk", pa.int64())]))
     with pytest.raises(MirrorError, match=r"committed batches that table .* never took"):
         run_mirror(spark, cfg, ch, table)
     shutil.rmtree(tmp_path / "t_checkpoint")
