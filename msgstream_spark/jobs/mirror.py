@@ -55,7 +55,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="with --snapshot never: where the stream starts (earliest, or positions as for ingest)")
     p.add_argument("--checkpoint", help="checkpoint directory (default: <table>_checkpoint)")
     p.add_argument("--subscription", help="subscription name (default: mirror-<collection>-<table dir name>)")
-    p.add_argument("--catalog-uri", help="Iceberg: SQL catalog URI (default: a SQLite file next to the table)")
+    p.add_argument("--catalog-uri", help="Iceberg: SQL catalog URI (default: the SQLite file "
+                                         "<table>_catalog.sqlite next to the table, made with the table)")
     p.add_argument("--trigger", default="available-now",
                    help="available-now (default), once, or processing-time:<interval>")
     p.add_argument("--max-rows-per-trigger", type=int, default=100000,

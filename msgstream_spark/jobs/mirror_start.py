@@ -9,6 +9,12 @@ from its checkpoint, or (no checkpoint yet) from the positions recorded with its
 ``when_needed``, if that resume position is no longer readable (the backend's seek reports data loss:
 retention removed it), a new snapshot replaces the table's rows in one commit and the old checkpoint
 is moved aside, so the stream starts afresh from the new positions (issue #20).
+
+A table and its checkpoint belong together (issue #32): a checkpoint with progress but no table, a checkpoint
+whose committed batches the table never took, and a table that took stream batches but lost its checkpoint
+(a new query would replay changes the table already has) fail with an error naming both; with
+``when_needed`` the last one is re-snapshotted. A table with neither S, start positions nor a checkpoint is
+snapshotted like a new one.
 """
 
 from __future__ import annotations
@@ -68,7 +74,14 @@ def _channels(client, args, cfg) -> list[str]:
 def decide_start(spark, args, cfg, schema, pk: str, cid: int | None, checkpoint: str) -> Start:
     """``schema``: the Arrow schema of the stream's rows (the table keeps the fields, ``_ts``, ``_seq``)."""
     table = _open(args, pk, schema, cid, create=False)
-    if _exists(table):
+    progress = os.path.isdir(os.path.join(checkpoint, "offsets"))
+    if not _exists(table):
+        if progress:
+            raise MirrorError(f"checkpoint {checkpoint} holds a query's progress but there is no table at "
+                              f"{args.table}: the stream would resume from that checkpoint, not from a snapshot or "
+                              "--starting, and the table would miss everything before it. Remove the checkpoint (or "
+                              "pass another --checkpoint) to start the table afresh; nothing written")
+    else:
         props = table.properties()
         tcid = int(props[PROP_COLLECTION_ID]) if props.get(PROP_COLLECTION_ID) else cid
         if args.snapshot == "when_needed":
@@ -82,13 +95,49 @@ def decide_start(spark, args, cfg, schema, pk: str, cid: int | None, checkpoint:
                 start.summary["lost"] = lost
                 start.summary["old_checkpoint"] = _retire(checkpoint, start.summary["S"])
                 return start
-        if os.path.isdir(os.path.join(checkpoint, "offsets")):
+        if progress:
+            _check_owner(table, args.table, checkpoint)
             return Start(table, None, tcid, {"mode": "resumed"})
+        merged = sorted(table.merged_queries())
+        if merged and args.snapshot == "when_needed":
+            log.warning("mirror of %s: table %s took batches of query %s but checkpoint %s is gone: taking a new "
+                        "snapshot to replace the table's rows (--snapshot when_needed)", args.collection, args.table,
+                        merged[-1], checkpoint)
+            return _snapshot(spark, args, cfg, table, schema, pk, replace=True)
+        if merged:
+            raise MirrorError(f"table {args.table} took stream batches of query {', '.join(merged)}, but its "
+                              f"checkpoint {checkpoint} is gone: a new query would replay the stream from "
+                              f"{'the snapshot positions' if props.get(START_PROPERTY) else '--starting'}, and a row "
+                              "deleted later in the stream would reappear until its delete replays. Restore the "
+                              "checkpoint (--checkpoint), or run with --snapshot when_needed to replace the table's "
+                              "rows by a new snapshot; nothing written")
+        if args.snapshot != "never" and not props.get(START_PROPERTY) and not props.get(S_PROPERTY):
+            # no snapshot, no start positions, no checkpoint: a first version that never got its files (an
+            # Iceberg table of an older release killed between its two commits) or a --snapshot never table
+            # that never streamed; streaming from --starting would skip what the log no longer holds
+            log.warning("mirror of %s: table %s has no snapshot, no start positions and no checkpoint: taking a "
+                        "snapshot (--snapshot %s)", args.collection, args.table, args.snapshot)
+            return _snapshot(spark, args, cfg, table, schema, pk, replace=True)
         starting = props.get(START_PROPERTY) or args.starting
         return Start(table, starting, tcid, {"mode": "recorded start" if props.get(START_PROPERTY) else "stream"})
     if args.snapshot == "never":
         return Start(_open(args, pk, schema, cid, create=True), args.starting, cid, {"mode": "never"})
     return _snapshot(spark, args, cfg, table, schema, pk)
+
+
+def _check_owner(table, location: str, checkpoint: str) -> None:
+    """MirrorError if the checkpoint committed batches that the table never took (the table was removed and
+    made anew, or the checkpoint is another table's): resuming would skip what came before its offsets."""
+    from msgstream_spark.spark.mirror import checkpoint_query_id
+
+    commits = os.path.join(checkpoint, "commits")
+    if not any(n.isdigit() for n in (os.listdir(commits) if os.path.isdir(commits) else [])):
+        return
+    qid = checkpoint_query_id(checkpoint)
+    if table.last_batch(qid) is None:
+        raise MirrorError(f"checkpoint {checkpoint} (query {qid}) committed batches that table {location} never "
+                          "took: it belongs to another (or an earlier) table. Remove the checkpoint (or pass another "
+                          "--checkpoint) to start afresh; nothing written")
 
 
 def resume_offset(checkpoint: str, starting: str | None) -> dict:
@@ -134,6 +183,15 @@ def _retire(checkpoint: str, s: int) -> str | None:
     return old
 
 
+def _committed(args, pk: str, s: int) -> bool:
+    """Whether the table at ``args.table`` holds the snapshot of time ``s`` (its commit landed)."""
+    try:
+        return _open(args, pk, None, None, create=False).properties().get(S_PROPERTY) == str(s)
+    except MirrorError as exc:
+        log.debug("no table with snapshot %d: %s", s, exc)
+        return False
+
+
 def _snapshot(spark, args, cfg, table, schema, pk: str, replace: bool = False) -> Start:
     if getattr(args, "snapshot_source", "query") == "storage":  # no loaded collection needed
         return _from_storage(spark, args, cfg, table, schema, pk, replace)
@@ -148,7 +206,7 @@ def _snapshot(spark, args, cfg, table, schema, pk: str, replace: bool = False) -
         take_positions,
     )
     from msgstream_spark.mirror.table import table_schema
-    from msgstream_spark.spark.snapshot import write_snapshot
+    from msgstream_spark.spark.snapshot import remove_dir, write_snapshot
     from msgstream_spark.stream.factory import Factory
 
     target = milvus_target(cfg, args.config, parse_kv(args.option), args.collection)
@@ -178,10 +236,15 @@ def _snapshot(spark, args, cfg, table, schema, pk: str, replace: bool = False) -
     files = write_snapshot(spark, reader, ranges, out, info.row_count, args.progress_interval)
     starting = starting_positions(positions)
     props = {START_PROPERTY: starting, S_PROPERTY: str(s)}
-    if replace:  # one commit: a crash before it leaves the old table (and its checkpoint) as they were
-        table.replace_files(files.files, properties=props)
-    else:
-        table.add_files(files.files, properties=props)
+    try:
+        if replace:  # one commit: a crash before it leaves the old table (and its checkpoint) as they were
+            table.replace_files(files.files, properties=props)
+        else:
+            table.add_files(files.files, properties=props)
+    except BaseException:
+        if not _committed(args, pk, s):  # the files are no version's: remove them with their directory
+            remove_dir(spark, out)
+        raise
     return Start(table, starting, info.collection_id,
                  {"mode": "replaced" if replace else "initial", "S": s, "rows": files.rows,
                   "files": len(files.files), "ranges": len(ranges), "positions": json.loads(starting)})

@@ -7,10 +7,14 @@ import pyarrow as pa
 from msgstream_spark.errors import MirrorError
 from msgstream_spark.mirror.collapse import OP
 from msgstream_spark.mirror.order import SEQ, SEQ_TYPE
+from msgstream_spark.source.rows import METADATA as ROW_METADATA
 
 TS = "_ts"
 PARTITION = "_partition"
 META_COLUMNS = (TS, SEQ, PARTITION)
+# what the source's rows output adds to the fields (op and its metadata columns): never a table field; a user
+# field whose name merely starts with "_" (Milvus accepts "_tag") is one
+NOT_FIELDS = frozenset({OP, *ROW_METADATA})
 # table properties (Delta: metaData.configuration; Iceberg: table properties)
 PROP_COLLECTION = "msgstream.collection"
 PROP_COLLECTION_ID = "msgstream.collection_id"
@@ -27,13 +31,7 @@ def table_schema(fields: pa.Schema, pk: str) -> pa.Schema:
     """The table's schema: the collection's fields (pk non-null) + ``_ts``, ``_seq``, ``_partition``."""
     if pk not in fields.names:
         raise MirrorError(f"primary key {pk!r} is not one of the fields {fields.names}")
-    out = []
-    for f in fields:
-        if f.name == OP or f.name.startswith("_") and f.name not in META_COLUMNS and f.name != pk:
-            continue  # rows output's op and metadata columns are not table columns
-        if f.name in META_COLUMNS:
-            continue
-        out.append(f.with_nullable(False) if f.name == pk else f)
+    out = [f.with_nullable(False) if f.name == pk else f for f in fields if f.name not in NOT_FIELDS]
     out += [pa.field(TS, pa.int64(), False), pa.field(SEQ, SEQ_TYPE, False), pa.field(PARTITION, pa.int64(), True)]
     return pa.schema(out)
 
@@ -90,7 +88,7 @@ def schema_difference(location: str, collection: str, have: pa.Schema, want: pa.
 def new_fields(collapsed: pa.Table, schema: pa.Schema) -> list[pa.Field]:
     """The collection fields a batch of changes carries that the table's ``schema`` lacks (a field added by
     a 2.6 AlterCollection), without ``op`` and the metadata columns."""
-    return [f for f in collapsed.schema if f.name not in schema.names and f.name != OP and not f.name.startswith("_")]
+    return [f for f in collapsed.schema if f.name not in schema.names and f.name not in NOT_FIELDS]
 
 
 def conform(collapsed: pa.Table, schema: pa.Schema) -> pa.Table:

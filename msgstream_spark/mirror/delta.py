@@ -112,7 +112,16 @@ class DeltaMirrorTable:
          .when_matched_update(updates=cols, predicate=f"s.{OP} = 'insert' AND {newer}")
          .when_not_matched_insert(updates=cols, predicate=f"s.{OP} = 'insert'")
          .execute())
+        dt.update_incremental()
+        if (self.last_batch(query_id) or -1) < batch_id:
+            # delta-rs commits no version for a merge that changes nothing: record the batch id alone, so a
+            # re-run of this batch is skipped and every batch leaves its id in the table
+            dt.alter.set_table_properties({}, raise_if_not_exists=False, commit_properties=props)
         return True
+
+    def merged_queries(self) -> set[str]:
+        """The query ids whose batches were merged into the table (from the commits' info)."""
+        return {str(h[PROP_QUERY]) for h in self._table().history() if h.get(PROP_QUERY)}
 
     def add_files(self, paths: list[str], *, properties: dict[str, str]) -> None:
         """The Parquet files (under ``location``) become the table's version 0, with ``properties``."""

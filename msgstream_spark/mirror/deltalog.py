@@ -83,14 +83,30 @@ def write_replace_version(location: str, version: int, metadata: dict, schema_js
 
 
 def _publish(log: str, name: str, actions: list[dict], taken: str) -> None:
-    """Write ``actions`` as the commit file ``name`` atomically: a temporary file hard-linked into place, which
-    fails if the version exists (MirrorError ``taken``)."""
+    """Write ``actions`` as the commit file ``name`` atomically: a temporary file, fsync'd, hard-linked into place
+    (which fails if the version exists: MirrorError ``taken``), then the directory fsync'd, so a power loss
+    publishes the whole version or none."""
     tmp = os.path.join(log, f".{name}.{uuid.uuid4().hex}.tmp")
+    target = os.path.join(log, name)
     with open(tmp, "w") as f:
         f.write("\n".join(json.dumps(a) for a in actions) + "\n")
+        f.flush()
+        os.fsync(f.fileno())
     try:
-        os.link(tmp, os.path.join(log, name))
+        os.link(tmp, target)
     except FileExistsError as e:
         raise MirrorError(taken) from e
+    except OSError as e:  # a mount without hard links: no atomic create-if-absent there
+        raise MirrorError(f"cannot publish the Delta commit {target}: the file system refused a hard link ({e}); "
+                          "the snapshot's first version needs a local or mounted file system with hard links") from e
     finally:
         os.unlink(tmp)
+    _fsync_dir(log)
+
+
+def _fsync_dir(path: str) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)

@@ -1,7 +1,9 @@
 """The mirrored table as Apache Iceberg, through ``pyiceberg`` and its SQL catalog (no JVM).
 
-The catalog is a SQLite file (``catalog_uri``, a SQLAlchemy URL; default ``<location>/catalog.sqlite``),
-meant for development and one writer: point ``catalog_uri`` at your own SQL catalog otherwise.
+The catalog is a SQLite file (``catalog_uri``, a SQLAlchemy URL; default ``<location>_catalog.sqlite``, next to
+the table, where Iceberg's orphan-file removal does not reach; a table of an earlier release keeps its
+``<location>/catalog.sqlite``), created only when a table is: meant for development and one writer: point
+``catalog_uri`` at your own SQL catalog otherwise.
 Exactly once: each merge is one Iceberg transaction (its deletes, its appends and the table property
 ``msgstream.batch.<query id>`` = batch id), whose snapshots carry the query id and batch id in their
 summary; a batch whose id is not above the stored one is skipped. A merge reads only the key and
@@ -39,14 +41,25 @@ PROP_BATCH_OF = "msgstream.batch."
 IN_FILTER_MAX = 2000
 
 
-def _catalog(location: str, catalog_uri: str | None):
+def _catalog_uri(location: str, catalog_uri: str | None) -> str:
+    if catalog_uri:
+        return catalog_uri
+    loc = os.path.abspath(location).rstrip("/")
+    inside = os.path.join(loc, "catalog.sqlite")  # where an earlier release put it
+    return f"sqlite:///{inside if os.path.exists(inside) else loc + '_catalog.sqlite'}"
+
+
+def _catalog(location: str, catalog_uri: str | None, create: bool = True):
+    """The SQL catalog (None: the default SQLite file does not exist and ``create`` is False: no table yet)."""
     try:
         from pyiceberg.catalog.sql import SqlCatalog
     except ImportError as e:
         raise MirrorError("the iceberg table format needs 'pyiceberg' and 'sqlalchemy': pip install "
                           "'msgstream-spark[mirror]'") from e
+    uri = _catalog_uri(location, catalog_uri)
+    if not create and uri.startswith("sqlite:///") and not os.path.exists(uri.removeprefix("sqlite:///")):
+        return None
     os.makedirs(location, exist_ok=True)
-    uri = catalog_uri or f"sqlite:///{os.path.join(os.path.abspath(location), 'catalog.sqlite')}"
     cat = SqlCatalog("msgstream", uri=uri, warehouse=f"file://{os.path.abspath(location)}")
     cat.create_namespace_if_not_exists(NAMESPACE)
     return cat
@@ -59,18 +72,22 @@ def _identifier(collection: str) -> tuple[str, str]:
 class IcebergMirrorTable:
     """An Iceberg table at ``location`` mirroring one collection."""
 
-    def __init__(self, location: str, collection: str, pk: str, collection_id: int | None, catalog) -> None:
+    def __init__(self, location: str, collection: str, pk: str, collection_id: int | None, catalog,
+                 catalog_uri: str | None = None) -> None:
         self.location = location
         self.collection = collection
         self.pk = pk
         self.collection_id = collection_id
         self._catalog = catalog
+        self._catalog_uri = catalog_uri
         self._tbl = None
 
     @classmethod
     def open(cls, location: str, *, collection: str, pk: str, arrow_schema: pa.Schema | None,
              catalog_uri: str | None, create: bool, collection_id: int | None) -> IcebergMirrorTable:
-        t = cls(location, collection, pk, collection_id, _catalog(location, catalog_uri))
+        t = cls(location, collection, pk, collection_id, _catalog(location, catalog_uri, create), catalog_uri)
+        if t._catalog is None:
+            return t  # no catalog file yet, none made before a table is: add_files makes both
         ident = _identifier(collection)
         t._tbl = t._at_location()
         if t._tbl is None and t._catalog.table_exists(ident):
@@ -123,6 +140,10 @@ class IcebergMirrorTable:
         v = self.properties().get(PROP_BATCH_OF + query_id)
         return None if v is None else int(v)
 
+    def merged_queries(self) -> set[str]:
+        """The query ids whose batches were merged into the table (its ``msgstream.batch.<query id>`` properties)."""
+        return {k.removeprefix(PROP_BATCH_OF) for k in self.properties() if k.startswith(PROP_BATCH_OF)}
+
     def merge(self, collapsed: pa.Table, *, query_id: str, batch_id: int) -> bool:
         from pyiceberg.expressions import In
 
@@ -171,8 +192,17 @@ class IcebergMirrorTable:
         check_prefix(properties)
         if not paths:
             raise MirrorError("add_files needs at least one data file")
-        if self._tbl is None:
-            self._create(pq.read_schema(paths[0]), {})
+        if self._catalog is None:
+            self._catalog = _catalog(self.location, self._catalog_uri)
+        if self._tbl is None:  # one transaction creates the table with its files and properties: a failure
+            # (a footer that does not read, a kill) before its commit leaves no table, not an empty one
+            props = {**identity_properties(self.collection, self.pk, self.collection_id), **properties}
+            tx = self._catalog.create_table_transaction(_identifier(self.collection), schema=pq.read_schema(paths[0]),
+                                                        location=os.path.abspath(self.location), properties=props)
+            tx.add_files(list(paths), snapshot_properties=dict(properties))
+            tx.commit_transaction()
+            self._tbl = self._catalog.load_table(_identifier(self.collection))
+            return
         with self._table().transaction() as tx:
             tx.add_files(list(paths), snapshot_properties=dict(properties))
             tx.set_properties(dict(properties))

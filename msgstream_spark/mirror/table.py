@@ -1,9 +1,9 @@
 """One table per mirrored collection, in Delta (delta-rs) or Iceberg (pyiceberg): the common interface.
 
-A table holds the collection's fields plus ``_ts`` and ``_seq`` of each row's last change and its
-``_partition``. Its properties name the collection (name, id, primary key) so that a table is never
-fed another collection's changes, and every commit records the writing query and its batch id so a
-re-run batch is skipped (exactly once). See docs/mirror.md.
+A table holds the collection's fields plus ``_ts`` and ``_seq`` of each row's last applied change (S for a
+row as the snapshot read it) and its ``_partition``. Its properties name the collection (name, id, primary
+key) so that a table is never fed another collection's changes, and every commit records the writing query
+and its batch id so a re-run batch is skipped (exactly once). See docs/mirror.md.
 """
 
 from __future__ import annotations
@@ -34,6 +34,9 @@ class MirrorTable(Protocol):
 
     def last_batch(self, query_id: str) -> int | None:
         """The largest batch id of ``query_id`` committed to the table (None: none)."""
+
+    def merged_queries(self) -> set[str]:
+        """The ids of the queries that merged batches into the table."""
 
     def merge(self, collapsed: pa.Table, *, query_id: str, batch_id: int) -> bool:
         """Apply one change per pk (``collapse``'s output); False if the batch is already in the table."""

@@ -17,6 +17,8 @@ from urllib.parse import unquote, urlparse
 import pyarrow as pa
 from pyspark.sql import SparkSession
 
+from msgstream_spark.errors import MirrorError
+from msgstream_spark.mirror.common import PARTITION
 from msgstream_spark.mirror.snapshot import PkRange, RangeReader
 
 log = logging.getLogger(__name__)
@@ -76,6 +78,15 @@ def _local(uri: str) -> str:
     return unquote(urlparse(uri).path) if uri.startswith("file:") else uri
 
 
+def remove_dir(spark: SparkSession, path: str) -> None:
+    """Delete ``path`` and what it holds through Hadoop's file system (any URI Spark writes to)."""
+    jvm = spark.sparkContext._jvm
+    p = jvm.org.apache.hadoop.fs.Path(path)
+    fs = p.getFileSystem(spark.sparkContext._jsc.hadoopConfiguration())
+    if fs.exists(p) and not fs.delete(p, True):
+        log.warning("could not remove the snapshot directory %s", path)
+
+
 def write_snapshot(spark: SparkSession, reader: RangeReader, ranges: list[PkRange], out_dir: str,
                    total: int, progress_interval: float = 5.0) -> SnapshotFiles:
     """Read ``ranges`` in Spark tasks (one range each) and write them as Parquet files under ``out_dir``."""
@@ -89,6 +100,51 @@ def write_snapshot(spark: SparkSession, reader: RangeReader, ranges: list[PkRang
     ids = spark.range(0, len(ranges), 1, numPartitions=n).toDF("i")
     df = ids.mapInArrow(_reader_fn(reader, ranges, acc), sschema)
     with _Progress(acc, total, progress_interval):
-        df.write.mode("errorifexists").parquet(out_dir)
+        try:
+            df.write.mode("errorifexists").parquet(out_dir)
+        except BaseException:
+            remove_dir(spark, out_dir)  # a failed write leaves no directory behind (one per retry otherwise)
+            raise
+    rows = int(acc.value)
+    try:
+        rows -= one_row_per_key(spark, out_dir, reader.info.pk)
+    except BaseException:
+        remove_dir(spark, out_dir)
+        raise
     files = sorted(_local(f) for f in spark.read.parquet(out_dir).inputFiles())
-    return SnapshotFiles(files, int(acc.value))
+    return SnapshotFiles(files, rows)
+
+
+def one_row_per_key(spark: SparkSession, out_dir: str, pk: str) -> int:
+    """Rewrite the snapshot under ``out_dir`` with one row per key; the number of rows dropped.
+
+    Each partition is read at its own time, so a key moved from one partition to another between two reads is
+    in both (and Milvus lets one key be inserted into two partitions). Found by a key-only count; only then are
+    the files rewritten, keeping the row of the largest partition id (a key moved during the snapshot is
+    corrected by the stream's change of the move, which is after S; for a key held in two partitions Milvus's
+    own ``query`` returns one of them).
+    """
+    from pyspark.sql import Window
+    from pyspark.sql import functions as F
+
+    df = spark.read.parquet(out_dir)
+    dups = df.groupBy(pk).count().where(F.col("count") > 1).count()
+    if not dups:
+        return 0
+    before = df.count()
+    keep = Window.partitionBy(pk).orderBy(F.col(PARTITION).desc_nulls_last())
+    fixed = out_dir.rstrip("/") + "-keys"
+    try:
+        (df.withColumn("__n", F.row_number().over(keep)).where(F.col("__n") == 1).drop("__n")
+         .write.mode("errorifexists").parquet(fixed))
+    except BaseException:
+        remove_dir(spark, fixed)
+        raise
+    jvm = spark.sparkContext._jvm
+    src, dst = jvm.org.apache.hadoop.fs.Path(fixed), jvm.org.apache.hadoop.fs.Path(out_dir)
+    remove_dir(spark, out_dir)
+    if not src.getFileSystem(spark.sparkContext._jsc.hadoopConfiguration()).rename(src, dst):
+        raise MirrorError(f"cannot move the snapshot's files from {fixed} to {out_dir}")
+    log.warning("snapshot: %d key(s) were read in two partitions (moved during the snapshot, or inserted into "
+                "both): one row kept per key", dups)
+    return before - spark.read.parquet(out_dir).count()

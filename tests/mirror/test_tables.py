@@ -348,3 +348,113 @@ def test_snapshot_files_with_a_varchar_key_then_changes(fmt, tmp_path):
     assert apply_batch(open_table(fmt, loc, collection="coll", pk="key", create=False), batch, "key", "q", 0)
     got = {r["key"]: r["v"] for r in t.to_arrow().to_pylist()}
     assert got == {"k1": "s1", "k2": "n2", "k10": "n10"}  # the delete at 99 is older than the snapshot
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_user_fields_named_with_an_underscore_are_columns(fmt, tmp_path):
+    """Milvus accepts field names such as ``_tag``: only the rows output's own metadata names are not fields."""
+    from msgstream_spark.mirror import table_schema
+
+    fields = FIELDS.append(pa.field("_tag", pa.string()))
+    assert "_tag" in table_schema(fields.append(pa.field("_channel", pa.string())), "pk").names
+    assert "_channel" not in table_schema(fields.append(pa.field("_channel", pa.string())), "pk").names
+    t = _open(fmt, tmp_path / "t", arrow_schema=fields)
+    batch = to_arrow([insert(10, (1, "a"), (2, "b"))])
+    apply_batch(t, batch.append_column("_tag", pa.array(["x", "y"])), "pk", "q", 0)
+    batch = to_arrow([insert(20, (3, "c"))])  # a later field (2.6 AlterCollection) named with "_" is added too
+    apply_batch(t, batch.append_column("_tag", pa.array(["z"])).append_column("_later", pa.array([5])), "pk", "q", 1)
+    got = sorted((r["pk"], r["_tag"], r["_later"]) for r in t.to_arrow().to_pylist())
+    assert got == [(1, "x", None), (2, "y", None), (3, "z", 5)]
+    assert "_channel" not in t.schema.names
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_a_first_version_that_fails_leaves_no_table(fmt, tmp_path):
+    """The snapshot's first version is one commit: a file whose footer does not read (a failure between creating
+    the table and adding its files) leaves no table, so the next run takes the snapshot again instead of finding
+    an empty table without S or start positions and streaming from ``--starting``."""
+    from msgstream_spark.jobs.mirror_start import _exists
+
+    loc = tmp_path / "t"
+    good = _snapshot_file(str(loc), [(1, "a"), (2, "b")], 100)
+    bad = loc / "snapshot-part-1.parquet"
+    bad.write_bytes(b"PAR1 not a parquet file")
+    t = _open(fmt, loc, create=False)
+    with pytest.raises(Exception, match="(?i)parquet|magic|footer|size"):
+        t.add_files([good, str(bad)], properties={"msgstream.snapshot_ts": "100"})
+    assert not _exists(_open(fmt, loc, create=False))
+    bad.unlink()
+    t = _open(fmt, loc, create=False)
+    t.add_files([good], properties={"msgstream.snapshot_ts": "100"})
+    assert t.properties()["msgstream.snapshot_ts"] == "100" and _rows(t) == {1: ("a", 100), 2: ("b", 100)}
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_a_batch_that_changes_nothing_still_records_its_id(fmt, tmp_path):
+    """Every merge commits its query and batch id, also one whose changes are all at or before S: a re-run of it
+    is skipped, and the table names the query that took it."""
+    loc = tmp_path / "t"
+    t = _open(fmt, loc, create=False)
+    t.add_files([_snapshot_file(str(loc), [(1, "a")], 100)], properties={"msgstream.snapshot_ts": "100"})
+    assert apply_batch(t, to_arrow([insert(90, (1, "old")), delete(95, 2)]), "pk", "q", 0) is True
+    assert t.last_batch("q") == 0 and t.merged_queries() == {"q"}
+    assert apply_batch(t, to_arrow([insert(90, (1, "old"))]), "pk", "q", 0) is False
+    assert apply_batch(t, to_arrow([]), "pk", "q", 1) is True and t.last_batch("q") == 1
+    assert _rows(t) == {1: ("a", 100)}
+
+
+def test_delta_commit_files_are_synced_before_they_are_published(tmp_path, monkeypatch):
+    """The hand-written first version: its file reaches the disk before the link publishes it, and the log
+    directory after (a power loss publishes all of it or nothing); a mount without hard links is a clear error."""
+    import errno
+
+    events = []
+    real_fsync, real_link = os.fsync, os.link
+
+    def fsync(fd):
+        events.append(("fsync", os.path.basename(os.readlink(f"/proc/self/fd/{fd}"))))
+        return real_fsync(fd)
+
+    def link(src, dst):
+        events.append(("link", os.path.basename(dst)))
+        return real_link(src, dst)
+
+    monkeypatch.setattr(os, "fsync", fsync)
+    monkeypatch.setattr(os, "link", link)
+    loc = tmp_path / "t"
+    t = _open("delta", loc, create=False)
+    t.add_files([_snapshot_file(str(loc), [(1, "a")], 100)], properties={})
+    first = "00000000000000000000.json"
+    assert [e for e in events if e[0] == "link"] == [("link", first)]
+    i = events.index(("link", first))
+    assert i > 0, events
+    assert events[i - 1][0] == "fsync" and events[i - 1][1].startswith(f".{first}.")
+    assert events[i + 1] == ("fsync", "_delta_log")
+
+    def no_links(src, dst):
+        raise OSError(errno.EPERM, "Operation not permitted", src)
+
+    monkeypatch.setattr(os, "link", no_links)
+    loc2 = tmp_path / "u"
+    t = _open("delta", loc2, create=False)
+    with pytest.raises(MirrorError, match=r"cannot publish the Delta commit .*u/_delta_log/0+\.json.*hard link"):
+        t.add_files([_snapshot_file(str(loc2), [(1, "a")], 100)], properties={})
+    assert not [n for n in os.listdir(loc2 / "_delta_log") if n.endswith(".tmp")]
+
+
+def test_iceberg_catalog_is_next_to_the_table_and_made_with_it(tmp_path):
+    """Not inside the table's location (Iceberg's orphan-file removal deletes what no snapshot references
+    there), and not made by merely looking for a table (a run refused as bad input leaves nothing)."""
+    loc = tmp_path / "t"
+    t = _open("iceberg", loc, create=False)
+    with pytest.raises(MirrorError, match="no Iceberg table"):
+        t.properties()
+    assert list(tmp_path.iterdir()) == []
+    t.add_files([_snapshot_file(str(loc), [(1, "a")], 100)], properties={"msgstream.snapshot_ts": "100"})
+    assert (tmp_path / "t_catalog.sqlite").is_file() and not (loc / "catalog.sqlite").exists()
+    assert _rows(_open("iceberg", loc, create=False)) == {1: ("a", 100)}
+    old = tmp_path / "old"  # a table of an earlier release, its catalog inside the location, still opens
+    old.mkdir()
+    _open("iceberg", old, catalog_uri=f"sqlite:///{old}/catalog.sqlite")
+    assert _open("iceberg", old, create=False).properties()["msgstream.collection"] == "coll"
+    assert not (tmp_path / "old_catalog.sqlite").exists()
