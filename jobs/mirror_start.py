@@ -19,6 +19,7 @@ import os
 import re
 import uuid
 from dataclasses import dataclass, field
+from dataclasses import replace as replace_target
 from typing import Any
 
 from jobs._common import parse_kv
@@ -135,12 +136,15 @@ def _retire(checkpoint: str, s: int) -> str | None:
 
 
 def _snapshot(spark, args, cfg, table, schema, pk: str, replace: bool = False) -> Start:
+    from msgstream_spark.mirror.query import Querier
+    from msgstream_spark.mirror.reader import RangeReader, plan_ranges, row_bytes
     from msgstream_spark.mirror.snapshot import (
-        RangeReader,
+        check_same_collection,
         collection_partitions,
         describe,
         milvus_target,
-        plan_ranges,
+        probe_pin,
+        query_target,
         snapshot_ts,
         starting_positions,
         take_positions,
@@ -163,17 +167,25 @@ def _snapshot(spark, args, cfg, table, schema, pk: str, replace: bool = False) -
         positions = take_positions(client, _channels(client, args, cfg))
     s = snapshot_ts(positions)
     parts = collection_partitions(cfg, info, args.collection)
-    mc = target.client()
+    qt = query_target(cfg, info, args.collection)
+    q = Querier(qt)
     try:
+        pinned = s > 0 and probe_pin(q, info)
+        if pinned:
+            qt = replace_target(qt, pin_ts=s)
         tasks = args.snapshot_tasks or spark.sparkContext.defaultParallelism
-        ranges = plan_ranges(mc, info, args.collection, tasks, parts)
+        ranges = plan_ranges(q, info.pk, info.pk_is_string, tasks, parts)
+        width = row_bytes(q, info.pk, info.pk_is_string, ranges[0]) if ranges else 0
     finally:
-        mc.close()
-    log.info("snapshot of %s: S=%d, %d rows, %d range(s), positions %s", args.collection, s, info.row_count,
-             len(ranges), {ch: (p.timestamp if p else None) for ch, p in positions.items()})
+        q.close()
+    read = "exactly at S (pinned iterator reads)" if pinned else "at least at S (this Milvus does not pin reads)"
+    log.info("snapshot of %s: S=%d, %d rows, %d range(s), rows read %s, positions %s", args.collection, s,
+             info.row_count, len(ranges), read, {ch: (p.timestamp if p else None) for ch, p in positions.items()})
     out = os.path.join(args.table, f"snapshot-{s}-{uuid.uuid4().hex[:8]}")
-    reader = RangeReader(target, info, table_schema(schema, pk), s)
+    reader = RangeReader(qt, info.pk, info.pk_is_string, table_schema(schema, pk), s,
+                         answer_bytes=int(args.snapshot_answer_mb * (1 << 20)), row_bytes=width or 1024)
     files = write_snapshot(spark, reader, ranges, out, info.row_count, args.progress_interval)
+    check_same_collection(target, info)
     starting = starting_positions(positions)
     props = {START_PROPERTY: starting, S_PROPERTY: str(s)}
     if replace:  # one commit: a crash before it leaves the old table (and its checkpoint) as they were
@@ -181,5 +193,6 @@ def _snapshot(spark, args, cfg, table, schema, pk: str, replace: bool = False) -
     else:
         table.add_files(files.files, properties=props)
     return Start(table, starting, info.collection_id,
-                 {"mode": "replaced" if replace else "initial", "S": s, "rows": files.rows,
-                  "files": len(files.files), "ranges": len(ranges), "positions": json.loads(starting)})
+                 {"mode": "replaced" if replace else "initial", "S": s, "rows": files.rows, "read": read,
+                  "pinned": pinned, "files": len(files.files), "ranges": len(ranges),
+                  "positions": json.loads(starting)})
