@@ -132,28 +132,34 @@ def halves(rng: PkRange, is_string: bool) -> tuple[PkRange, PkRange] | None:
 # -- cutting by counts -------------------------------------------------------------------------------
 def cut_by_count(rng: PkRange, rows: int, max_rows: int, count: Callable[[PkRange], int],
                  is_string: bool) -> Iterator[PkRange]:
-    """Pieces of ``rng`` (which held ``rows``) in key order, each counted at most ``max_rows`` (or one
-    key that cannot be cut); together they cover ``rng`` exactly. Each cut costs one ``count``."""
-    stack = [replace(rng, rows=rows)]
+    """Pieces of ``rng`` (which held ``rows``) in key order, each holding at most ``max_rows`` (or one key
+    that cannot be cut); together they cover ``rng`` exactly. A cut counts its left half and estimates
+    the right one (the whole's count less the left's); an estimate above ``max_rows`` is counted before
+    it is cut (rows written or deleted meanwhile must not keep a piece cutting: VarChar keys can be cut
+    forever), so every cut is of a piece that really holds two keys or more."""
+    stack = [(replace(rng, rows=rows), True)]
     while stack:
-        r = stack.pop()
+        r, exact = stack.pop()
+        if r.rows > max_rows and not exact:
+            r = replace(r, rows=count(r))
         cut = halves(r, is_string) if r.rows > max_rows else None
         if cut is None:
             yield r
             continue
         left, right = cut
         n = count(left)
-        stack.append(replace(right, rows=max(0, r.rows - n)))
-        stack.append(replace(left, rows=n))
+        stack.append((replace(right, rows=max(0, r.rows - n)), False))
+        stack.append((replace(left, rows=n), True))
 
 
 def group(pieces: list[PkRange], want: int) -> list[PkRange]:
-    """Adjacent pieces (of one partition, in key order) joined into ranges of about ``want`` rows."""
+    """Adjacent pieces (of one partition, in key order) joined into ranges of at least ``want`` rows (the
+    last of a partition may hold fewer): pieces of at most a quarter of ``want`` give at most 1.25 ``want``."""
     out: list[PkRange] = []
     for p in pieces:
         last = out[-1] if out else None
         if (last is not None and last.partition == p.partition and last.hi == p.lo and not p.after
-                and last.rows + p.rows <= want):
+                and last.rows < want):
             out[-1] = replace(last, hi=p.hi, rows=last.rows + p.rows)
         else:
             out.append(p)

@@ -57,7 +57,7 @@ def plan_ranges(q: Querier, pk: str, is_string: bool, tasks: int,
     counted = [replace(w, rows=q.count(w.expr(pk, is_string), w.partition_names)) for w in wholes]
     want = max(1, -(-sum(w.rows for w in counted) // max(1, tasks)))
     count = count_of(q, pk, is_string)
-    pieces = [p for w in counted for p in cut_by_count(w, w.rows, want, count, is_string)]
+    pieces = [p for w in counted for p in cut_by_count(w, w.rows, max(1, want // 4), count, is_string)]
     return group(pieces, want)
 
 
