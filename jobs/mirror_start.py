@@ -135,16 +135,31 @@ def _retire(checkpoint: str, s: int) -> str | None:
     return old
 
 
-def _snapshot(spark, args, cfg, table, schema, pk: str, replace: bool = False) -> Start:
+def _plan(cfg, args, info, s: int, tasks: int):
+    """(where the tasks query, pinned at S when the server pins iterator reads; the ranges; bytes per row)."""
     from msgstream_spark.mirror.query import Querier
-    from msgstream_spark.mirror.reader import RangeReader, plan_ranges, row_bytes
+    from msgstream_spark.mirror.reader import plan_ranges, row_bytes
+    from msgstream_spark.mirror.snapshot import collection_partitions, probe_pin, query_target
+
+    parts = collection_partitions(cfg, info, args.collection)
+    qt = query_target(cfg, info, args.collection)
+    q = Querier(qt)
+    try:
+        if s > 0 and probe_pin(q, info):
+            qt = replace_target(qt, pin_ts=s)
+        ranges = plan_ranges(q, info.pk, info.pk_is_string, tasks, parts)
+        width = row_bytes(q, info.pk, info.pk_is_string, ranges[0]) if ranges else 0
+    finally:
+        q.close()
+    return qt, ranges, width
+
+
+def _snapshot(spark, args, cfg, table, schema, pk: str, replace: bool = False) -> Start:
+    from msgstream_spark.mirror.reader import RangeReader
     from msgstream_spark.mirror.snapshot import (
         check_same_collection,
-        collection_partitions,
         describe,
         milvus_target,
-        probe_pin,
-        query_target,
         snapshot_ts,
         starting_positions,
         take_positions,
@@ -166,18 +181,8 @@ def _snapshot(spark, args, cfg, table, schema, pk: str, replace: bool = False) -
     with Factory(cfg).client() as client:  # 1. positions, 2. S: before any row is read
         positions = take_positions(client, _channels(client, args, cfg))
     s = snapshot_ts(positions)
-    parts = collection_partitions(cfg, info, args.collection)
-    qt = query_target(cfg, info, args.collection)
-    q = Querier(qt)
-    try:
-        pinned = s > 0 and probe_pin(q, info)
-        if pinned:
-            qt = replace_target(qt, pin_ts=s)
-        tasks = args.snapshot_tasks or spark.sparkContext.defaultParallelism
-        ranges = plan_ranges(q, info.pk, info.pk_is_string, tasks, parts)
-        width = row_bytes(q, info.pk, info.pk_is_string, ranges[0]) if ranges else 0
-    finally:
-        q.close()
+    qt, ranges, width = _plan(cfg, args, info, s, args.snapshot_tasks or spark.sparkContext.defaultParallelism)
+    pinned = qt.pin_ts > 0
     read = "exactly at S (pinned iterator reads)" if pinned else "at least at S (this Milvus does not pin reads)"
     log.info("snapshot of %s: S=%d, %d rows, %d range(s), rows read %s, positions %s", args.collection, s,
              info.row_count, len(ranges), read, {ch: (p.timestamp if p else None) for ch, p in positions.items()})

@@ -103,27 +103,29 @@ class RangeReader:
     in_flight: int = 2
 
     def read(self, ranges: list[PkRange], stats: ReadStats | None = None) -> Iterator[pa.RecordBatch]:
+        """Every row of ``ranges``, piece by piece in order, ``in_flight`` queries at a time."""
         stats = stats or ReadStats()
+        depth = max(1, self.in_flight)
         q = Querier(self.target)
         try:
-            for rng in ranges:
-                yield from self._read_range(q, rng, stats)
+            with ThreadPoolExecutor(depth, thread_name_prefix="snapshot-query") as pool:
+                window: deque = deque()
+                for piece in self._pieces(q, ranges):
+                    window.append(pool.submit(self._read_piece, q, piece, stats))
+                    if len(window) >= depth:
+                        yield from window.popleft().result()
+                while window:
+                    yield from window.popleft().result()
         finally:
             q.close()
 
-    def _read_range(self, q: Querier, rng: PkRange, stats: ReadStats) -> Iterator[pa.RecordBatch]:
+    def _pieces(self, q: Querier, ranges: list[PkRange]) -> Iterator[PkRange]:
+        """Each range cut into pieces of about ``answer_bytes`` (counted as they are cut)."""
         count = count_of(q, self.pk, self.pk_is_string)
-        rows = rng.rows if rng.rows >= 0 else count(rng)
         per_answer = max(1, self.answer_bytes // max(1, self.row_bytes))
-        pieces = cut_by_count(rng, rows, per_answer, count, self.pk_is_string)
-        with ThreadPoolExecutor(max(1, self.in_flight), thread_name_prefix="snapshot-query") as pool:
-            window: deque = deque()
-            for piece in pieces:
-                window.append(pool.submit(self._read_piece, q, piece, stats))
-                if len(window) >= max(1, self.in_flight):
-                    yield from window.popleft().result()
-            while window:
-                yield from window.popleft().result()
+        for rng in ranges:
+            rows = rng.rows if rng.rows >= 0 else count(rng)
+            yield from cut_by_count(rng, rows, per_answer, count, self.pk_is_string)
 
     def _read_piece(self, q: Querier, piece: PkRange, stats: ReadStats) -> list[pa.RecordBatch]:
         """Every row of ``piece`` as batches: halved while Milvus refuses an answer as too large, read on

@@ -17,6 +17,7 @@ from dataclasses import dataclass, replace
 from urllib.parse import unquote, urlparse
 
 import pyarrow as pa
+import pyarrow.parquet as pq
 from pyspark.sql import SparkSession
 
 from msgstream_spark.mirror.ranges import PkRange
@@ -90,8 +91,6 @@ def _local(uri: str) -> str:
 
 def parquet_rows(files: list[str]) -> int:
     """Rows in Parquet files, from their footers."""
-    import pyarrow.parquet as pq
-
     return sum(pq.read_metadata(f).num_rows for f in files)
 
 
