@@ -95,7 +95,7 @@ def measure(server_uri: str, work: Path, name: str, rows: int, dim: int, answer_
     from msgstream_spark.config.loader import Config
     from msgstream_spark.mirror.common import table_schema
     from msgstream_spark.mirror.query import Querier, QueryTarget
-    from msgstream_spark.mirror.ranges import cut_by_count
+    from msgstream_spark.mirror.ranges import cut_by_count, join_small
     from msgstream_spark.mirror.reader import RangeReader, count_of, plan_ranges, row_bytes
     from msgstream_spark.mq.milvus.settings import MilvusSettings
 
@@ -108,7 +108,8 @@ def measure(server_uri: str, work: Path, name: str, rows: int, dim: int, answer_
         ranges = plan_ranges(q, "pk", False, 2)
         width = row_bytes(q, "pk", False, ranges[0])
         per = max(1, int(answer_mb * (1 << 20)) // width)
-        pieces = [p for r in ranges for p in cut_by_count(r, r.rows, per, count_of(q, "pk", False), False)]
+        pieces = [p for r in ranges for p in join_small(cut_by_count(r, r.rows, per, count_of(q, "pk", False), False),
+                                                        per)]
     finally:
         q.close()
     schema = table_schema(pa.schema([pa.field("pk", pa.int64()), pa.field("category", pa.string()),

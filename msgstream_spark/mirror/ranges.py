@@ -152,6 +152,22 @@ def cut_by_count(rng: PkRange, rows: int, max_rows: int, count: Callable[[PkRang
         stack.append((replace(left, rows=n), True))
 
 
+def join_small(pieces: Iterator[PkRange], limit: int) -> Iterator[PkRange]:
+    """Adjacent pieces joined while together they hold at most ``limit`` rows: the cuts of an open range
+    leave empty pieces outside its keys, each of which would cost a query of its own."""
+    last = None
+    for p in pieces:
+        if (last is not None and last.partition == p.partition and last.hi == p.lo and not p.after
+                and last.rows + p.rows <= limit):
+            last = replace(last, hi=p.hi, rows=last.rows + p.rows)
+            continue
+        if last is not None:
+            yield last
+        last = p
+    if last is not None:
+        yield last
+
+
 def group(pieces: list[PkRange], want: int) -> list[PkRange]:
     """Adjacent pieces (of one partition, in key order) joined into ranges of at least ``want`` rows (the
     last of a partition may hold fewer): pieces of at most a quarter of ``want`` give at most 1.25 ``want``."""

@@ -28,7 +28,7 @@ import pyarrow as pa
 from msgstream_spark.errors import MirrorError
 from msgstream_spark.mirror.answer import answer_batch
 from msgstream_spark.mirror.query import AnswerTooLarge, Querier, QueryTarget
-from msgstream_spark.mirror.ranges import PkRange, cut_by_count, group, halves
+from msgstream_spark.mirror.ranges import PkRange, cut_by_count, group, halves, join_small
 
 log = logging.getLogger(__name__)
 
@@ -125,7 +125,7 @@ class RangeReader:
         per_answer = max(1, self.answer_bytes // max(1, self.row_bytes))
         for rng in ranges:
             rows = rng.rows if rng.rows >= 0 else count(rng)
-            yield from cut_by_count(rng, rows, per_answer, count, self.pk_is_string)
+            yield from join_small(cut_by_count(rng, rows, per_answer, count, self.pk_is_string), per_answer)
 
     def _read_piece(self, q: Querier, piece: PkRange, stats: ReadStats) -> list[pa.RecordBatch]:
         """Every row of ``piece`` as batches: halved while Milvus refuses an answer as too large, read on
