@@ -49,19 +49,26 @@ def _schema(dim: int):
 
 
 def _query_route(spark, server, name: str, work: Path, dim: int) -> float:
-    from msgstream_spark.mirror.snapshot import MilvusTarget, RangeReader, describe, plan_ranges
+    from msgstream_spark.config.loader import Config
+    from msgstream_spark.mirror.query import Querier
+    from msgstream_spark.mirror.reader import RangeReader, plan_ranges, row_bytes
+    from msgstream_spark.mirror.snapshot import MilvusTarget, describe, query_target
     from msgstream_spark.spark.snapshot import write_snapshot
 
-    target = MilvusTarget(server.uri.removeprefix("http://"), name)
+    address = server.uri.removeprefix("http://")
     t0 = time.perf_counter()
-    info = describe(target)
-    mc = target.client()
+    info = describe(MilvusTarget(address, name))
+    cfg = Config.from_dict({"mq": {"type": "milvus"}, "milvus": {
+        "address": address, "requestTimeout": 120, "metadataPath": str(work / "meta.json")}})
+    qt = query_target(cfg, info, name)
+    q = Querier(qt)
     try:
-        ranges = plan_ranges(mc, info, name, spark.sparkContext.defaultParallelism)
+        ranges = plan_ranges(q, info.pk, info.pk_is_string, spark.sparkContext.defaultParallelism)
+        width = row_bytes(q, info.pk, info.pk_is_string, ranges[0]) if ranges else 0
     finally:
-        mc.close()
-    files = write_snapshot(spark, RangeReader(target, info, _schema(dim), 1), ranges, str(work / "q"), info.row_count,
-                           60)
+        q.close()
+    reader = RangeReader(qt, info.pk, info.pk_is_string, _schema(dim), 1, row_bytes=width or 1024)
+    files = write_snapshot(spark, reader, ranges, str(work / "q"), info.row_count, 60)
     secs = time.perf_counter() - t0
     assert files.rows == info.row_count, (files.rows, info.row_count)
     return secs

@@ -30,6 +30,7 @@ SCRIPTS = [
     "bench.bench_read_shape",
     "bench.bench_mirror",
     "bench.bench_storage_snapshot",
+    "bench.bench_snapshot",
 ]
 
 # Sizes per script: "full" is what the README's figures come from (about 10 minutes on 2 cores).
@@ -42,7 +43,8 @@ SIZES = {
              "bench.bench_read_shape": {"plan_rows": [100_000, 1_000_000, 10_000_000], "rows": 1_000_000,
                                         "split_rows": 2_000_000},
              "bench.bench_mirror": {"rows": 1_000_000, "snapshot_rows": 200_000},
-             "bench.bench_storage_snapshot": {"sizes": (20_000, 200_000)}},
+             "bench.bench_storage_snapshot": {"sizes": (20_000, 200_000)},
+             "bench.bench_snapshot": {"rows8": 200_000, "rows768": 20_000}},
     "quick": {"bench.bench_spark_read": {"rows": 200_000, "mem_rows": 0, "kafka": True},
               "bench.bench_spark_write": {"rows": 20_000, "reps": 2},
               "bench.profile_read": {"rows": 50_000, "kafka": True},
@@ -51,7 +53,8 @@ SIZES = {
               "bench.bench_read_shape": {"plan_rows": [100_000, 1_000_000], "rows": 200_000, "split_rows": 400_000,
                                          "reps": 3},
               "bench.bench_mirror": {"rows": 100_000, "snapshot_rows": 50_000},
-              "bench.bench_storage_snapshot": {"sizes": (5_000, 50_000)}},
+              "bench.bench_storage_snapshot": {"sizes": (5_000, 50_000)},
+              "bench.bench_snapshot": {"rows8": 50_000, "rows768": 5_000}},
 }
 
 

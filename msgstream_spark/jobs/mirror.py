@@ -62,6 +62,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--max-rows-per-trigger", type=int, default=100000,
                    help="rows per micro-batch (bounds what one merge holds in the driver; default 100000)")
     p.add_argument("--snapshot-tasks", type=int, default=0, help="snapshot read tasks (default: Spark parallelism)")
+    p.add_argument("--snapshot-answer-mb", type=float, default=16.0,
+                   help="snapshot: bytes of one Query answer, in MiB (default 16; Milvus refuses answers above "
+                        "quotaAndLimits.limits.maxOutputSize, 100 MiB, and above the proxy's gRPC send size)")
     p.add_argument("--timeout", type=float, help="stop a processing-time query after this many seconds")
     p.add_argument("--progress-interval", type=float, default=5.0, help="seconds between progress lines")
     return p

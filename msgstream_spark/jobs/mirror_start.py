@@ -25,6 +25,7 @@ import os
 import re
 import uuid
 from dataclasses import dataclass, field
+from dataclasses import replace as replace_target
 from typing import Any
 
 from msgstream_spark.errors import MirrorError
@@ -192,15 +193,33 @@ def _committed(args, pk: str, s: int) -> bool:
         return False
 
 
+def _plan(cfg, args, info, s: int, tasks: int):
+    """(where the tasks query, pinned at S when the server pins iterator reads; the ranges; bytes per row)."""
+    from msgstream_spark.mirror.query import Querier
+    from msgstream_spark.mirror.reader import plan_ranges, row_bytes
+    from msgstream_spark.mirror.snapshot import collection_partitions, probe_pin, query_target
+
+    parts = collection_partitions(cfg, info, args.collection)
+    qt = query_target(cfg, info, args.collection)
+    q = Querier(qt)
+    try:
+        if s > 0 and probe_pin(q, info):
+            qt = replace_target(qt, pin_ts=s)
+        ranges = plan_ranges(q, info.pk, info.pk_is_string, tasks, parts)
+        width = row_bytes(q, info.pk, info.pk_is_string, ranges[0]) if ranges else 0
+    finally:
+        q.close()
+    return qt, ranges, width
+
+
 def _snapshot(spark, args, cfg, table, schema, pk: str, replace: bool = False) -> Start:
     if getattr(args, "snapshot_source", "query") == "storage":  # no loaded collection needed
         return _from_storage(spark, args, cfg, table, schema, pk, replace)
+    from msgstream_spark.mirror.reader import RangeReader
     from msgstream_spark.mirror.snapshot import (
-        RangeReader,
-        collection_partitions,
+        check_same_collection,
         describe,
         milvus_target,
-        plan_ranges,
         snapshot_ts,
         starting_positions,
         take_positions,
@@ -222,18 +241,16 @@ def _snapshot(spark, args, cfg, table, schema, pk: str, replace: bool = False) -
     with Factory(cfg).client() as client:  # 1. positions, 2. S: before any row is read
         positions = take_positions(client, _channels(client, args, cfg))
     s = snapshot_ts(positions)
-    parts = collection_partitions(cfg, info, args.collection)
-    mc = target.client()
-    try:
-        tasks = args.snapshot_tasks or spark.sparkContext.defaultParallelism
-        ranges = plan_ranges(mc, info, args.collection, tasks, parts)
-    finally:
-        mc.close()
-    log.info("snapshot of %s: S=%d, %d rows, %d range(s), positions %s", args.collection, s, info.row_count,
-             len(ranges), {ch: (p.timestamp if p else None) for ch, p in positions.items()})
+    qt, ranges, width = _plan(cfg, args, info, s, args.snapshot_tasks or spark.sparkContext.defaultParallelism)
+    pinned = qt.pin_ts > 0
+    read = "exactly at S (pinned iterator reads)" if pinned else "at least at S (this Milvus does not pin reads)"
+    log.info("snapshot of %s: S=%d, %d rows, %d range(s), rows read %s, positions %s", args.collection, s,
+             info.row_count, len(ranges), read, {ch: (p.timestamp if p else None) for ch, p in positions.items()})
     out = os.path.join(args.table, f"snapshot-{s}-{uuid.uuid4().hex[:8]}")
-    reader = RangeReader(target, info, table_schema(schema, pk), s)
+    reader = RangeReader(qt, info.pk, info.pk_is_string, table_schema(schema, pk), s,
+                         answer_bytes=int(args.snapshot_answer_mb * (1 << 20)), row_bytes=width or 1024)
     files = write_snapshot(spark, reader, ranges, out, info.row_count, args.progress_interval)
+    check_same_collection(target, info)
     starting = starting_positions(positions)
     props = {START_PROPERTY: starting, S_PROPERTY: str(s)}
     try:
@@ -246,8 +263,9 @@ def _snapshot(spark, args, cfg, table, schema, pk: str, replace: bool = False) -
             remove_dir(spark, out)
         raise
     return Start(table, starting, info.collection_id,
-                 {"mode": "replaced" if replace else "initial", "S": s, "rows": files.rows,
-                  "files": len(files.files), "ranges": len(ranges), "positions": json.loads(starting)})
+                 {"mode": "replaced" if replace else "initial", "S": s, "rows": files.rows, "read": read,
+                  "pinned": pinned, "files": len(files.files), "ranges": len(ranges),
+                  "positions": json.loads(starting)})
 
 
 def _from_storage(spark, args, cfg, table, schema, pk: str, replace: bool) -> Start:

@@ -1,4 +1,4 @@
-"""The initial snapshot of a collection: positions first, then S, then rows through Milvus's SDK.
+"""The initial snapshot of a collection: positions first, then S, then rows through Milvus's ``Query``.
 
 Spark-free. :func:`take_positions` records each channel's last message (id and Milvus time) *before*
 any row is read; S is the newest of those times. Every Strong query issued afterwards sees at least
@@ -7,10 +7,10 @@ message already in the log). The stream then starts after the positions, and the
 newest change per primary key with snapshot rows counting as changes at S: see "The handover" in
 the README for the argument.
 
-Reads are split by primary-key ranges, never by offsets (Milvus caps ``offset + limit`` at 16384):
-a range whose query comes back full is cut at the median of the keys it returned and read again in
-halves, so a task is correct whatever the planner guessed. On Milvus 2.3.5 the literal
-``-9223372036854775808`` does not parse, so an open range is written without its lower bound.
+Where Milvus pins iterator reads (:func:`probe_pin`: late 2.4, 2.5+), every range is read at exactly
+S instead (``iterator``, ``collection_id``, ``guarantee_timestamp=S``): the rows are the collection at S.
+Milvus 2.3.5 does not pin: each range is read at its own time >= S, and the handover's argument covers
+it. The ranges and their reading are mirror/reader.py's; the answers' decoding mirror/answer.py's.
 """
 
 from __future__ import annotations
@@ -18,18 +18,16 @@ from __future__ import annotations
 import json
 import logging
 import os
-from collections.abc import Iterator, Mapping
-from dataclasses import dataclass, replace
+from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
-import numpy as np
-import pyarrow as pa
 import yaml
 from pymilvus import DataType, MilvusClient
 
 from msgstream_spark.errors import MirrorError
-from msgstream_spark.mirror.common import PARTITION, TS
-from msgstream_spark.mirror.order import SEQ, snapshot_seq_array
+from msgstream_spark.mirror.query import CollectionChanged, Querier, QueryTarget
+from msgstream_spark.mirror.ranges import PkRange
 from msgstream_spark.mq.milvus.channels import partitions
 from msgstream_spark.mq.milvus.connection import ProxyConnection
 from msgstream_spark.mq.milvus.settings import MilvusSettings
@@ -38,8 +36,6 @@ from msgstream_spark.stream.timeseek import message_time
 
 log = logging.getLogger(__name__)
 
-QUERY_CAP = 16384  # Milvus's default queryNode maxOutputSize window: offset + limit
-META = "$meta"
 
 
 # -- where Milvus is -----------------------------------------------------------------------------
@@ -169,67 +165,37 @@ def starting_positions(positions: Mapping[str, MsgPosition | None]) -> str:
     return json.dumps({ch: (p.to_base64() if p is not None else "earliest") for ch, p in sorted(positions.items())})
 
 
-# -- primary-key ranges -------------------------------------------------------------------------
-@dataclass(frozen=True)
-class PkRange:
-    """``lo <= pk < hi``; None is open on that side. ``partition``: the one partition it is read from (its
-    rows get ``partition_id`` as ``_partition``); None: the whole collection (``_partition`` null)."""
-
-    lo: Any = None
-    hi: Any = None
-    partition: str | None = None
-    partition_id: int | None = None
-
-    @property
-    def partition_names(self) -> list[str] | None:
-        return [self.partition] if self.partition is not None else None
-
-    def expr(self, pk: str, is_string: bool) -> str:
-        def lit(v):
-            return json.dumps(v) if is_string else str(int(v))
-
-        if self.lo is None and self.hi is None:
-            return f'{pk} >= ""' if is_string else f"{pk} < 0 or {pk} >= 0"
-        if self.lo is None:
-            return f"{pk} < {lit(self.hi)}"
-        if self.hi is None:
-            return f"{pk} >= {lit(self.lo)}"
-        return f"{pk} >= {lit(self.lo)} and {pk} < {lit(self.hi)}"
+# -- how the snapshot reads ---------------------------------------------------------------------
+def query_target(config, info: CollectionInfo, collection: str) -> QueryTarget:
+    """Where the tasks send their queries (config keys ``milvus.*``: address, credentials, TLS, timeout)."""
+    return QueryTarget(MilvusSettings(config), collection, info.collection_id)
 
 
-def cut(rng: PkRange, keys: list, size: int) -> list[PkRange]:
-    """``rng`` cut into pieces of at most ``size`` of the (sorted, distinct) ``keys`` each."""
-    bounds = [keys[i] for i in range(size, len(keys), size)]
-    edges = [rng.lo, *bounds, rng.hi]
-    return [replace(rng, lo=a, hi=b) for a, b in zip(edges, edges[1:])]
+def probe_pin(q: Querier, info: CollectionInfo) -> bool:
+    """Whether the server pins iterator reads: an iterator query's first page reports ``session_ts``
+    (Milvus late 2.4 / 2.5+); Milvus 2.3.5 reports none, and each query then reads at its own time."""
+    try:
+        return q.session_ts(PkRange().expr(info.pk, info.pk_is_string)) > 0
+    except CollectionChanged:
+        raise
+    except MirrorError as exc:  # a server that refuses the iterator flag cannot pin: say why, read unpinned
+        log.warning("snapshot of %s: the iterator probe failed, reads are not pinned: %s", q.target.where(), exc)
+        return False
 
 
-def _pks(mc, info: CollectionInfo, collection: str, rng: PkRange) -> list:
-    got = mc.query(collection, rng.expr(info.pk, info.pk_is_string), output_fields=[info.pk], limit=QUERY_CAP,
-                   consistency_level="Strong", partition_names=rng.partition_names)
-    return sorted({r[info.pk] for r in got})
-
-
-def split(mc, info: CollectionInfo, collection: str, rng: PkRange, size: int) -> list[PkRange]:
-    """Pieces of ``rng`` holding at most ``size`` rows each when asked (key-only queries)."""
-    keys = _pks(mc, info, collection, rng)
-    if len(keys) < QUERY_CAP:
-        return cut(rng, keys, size)
-    mid = keys[len(keys) // 2]
-    return split(mc, info, collection, replace(rng, hi=mid), size) + split(mc, info, collection,
-                                                                          replace(rng, lo=mid), size)
-
-
-def plan_ranges(mc, info: CollectionInfo, collection: str, tasks: int,
-                partitions: list[tuple[str, int]] | None = None) -> list[PkRange]:
-    """About ``tasks`` ranges from one key-only query per partition (exact when it holds every key;
-    otherwise a sample, and each task splits its range further). With ``partitions`` (name, id) every
-    range reads one partition, so its rows carry the partition's id; every partition gets at least one
-    range (a row written into an empty one before S must still be read)."""
-    wholes = [PkRange(partition=n, partition_id=i) for n, i in partitions] if partitions else [PkRange()]
-    keyed = [(w, _pks(mc, info, collection, w)) for w in wholes]
-    size = max(1, -(-sum(len(k) for _, k in keyed) // max(1, tasks)))
-    return [r for w, keys in keyed for r in (cut(w, keys, size) if keys else [w])]
+def check_same_collection(target: MilvusTarget, info: CollectionInfo) -> None:
+    """CollectionChanged if the name now resolves to another collection id (a server that ignores the
+    ``collection_id`` query parameter, as 2.3.5 does, is checked this way after the read)."""
+    mc = target.client()
+    try:
+        now = int(mc.describe_collection(target.collection)["collection_id"]) if mc.has_collection(
+            target.collection) else None
+    finally:
+        mc.close()
+    if now != info.collection_id:
+        raise CollectionChanged(f"collection {target.collection!r} had id {info.collection_id} when the snapshot "
+                                f"started and {'is gone' if now is None else f'has id {now}'} now: it was dropped "
+                                "(and re-created) during the snapshot; nothing was registered")
 
 
 def collection_partitions(config, info: CollectionInfo, collection: str) -> list[tuple[str, int]] | None:
@@ -244,70 +210,3 @@ def collection_partitions(config, info: CollectionInfo, collection: str) -> list
         return partitions(conn, settings.database, collection)
     finally:
         conn.close()
-
-
-# -- rows as Arrow --------------------------------------------------------------------------------
-@dataclass
-class RangeReader:
-    """Reads ranges of one collection into record batches of ``schema`` (the table's columns): each row
-    a change at S (``_ts`` = S, ``_seq`` = ``snapshot_seq(S)``: after every change at S)."""
-
-    target: MilvusTarget
-    info: CollectionInfo
-    schema: pa.Schema
-    snapshot_ts: int
-    rows_per_query: int = 4096
-
-    def read(self, ranges: list[PkRange], mc=None) -> Iterator[pa.RecordBatch]:
-        own = mc is None
-        mc = mc or self.target.client()
-        try:
-            for rng in ranges:
-                for piece in split(mc, self.info, self.target.collection, rng, self.rows_per_query):
-                    yield from self._read_piece(mc, piece)
-        finally:
-            if own:
-                mc.close()
-
-    def _read_piece(self, mc, rng: PkRange) -> Iterator[pa.RecordBatch]:
-        rows = mc.query(self.target.collection, rng.expr(self.info.pk, self.info.pk_is_string), output_fields=["*"],
-                        limit=QUERY_CAP, consistency_level="Strong", partition_names=rng.partition_names)
-        if len(rows) >= QUERY_CAP:  # written to meanwhile: halve by keys and read again
-            for piece in split(mc, self.info, self.target.collection, rng, self.rows_per_query):
-                if piece == rng:
-                    raise MirrorError(f"collection {self.target.collection!r}: range {rng} cannot be split below "
-                                      f"{QUERY_CAP} rows")
-                yield from self._read_piece(mc, piece)
-            return
-        if rows:
-            yield to_batch(rows, self.schema, self.info, self.snapshot_ts, rng.partition_id)
-
-
-def _column(values: list, typ: pa.DataType) -> pa.Array:
-    if pa.types.is_string(typ) or pa.types.is_large_string(typ):
-        values = [v if v is None or isinstance(v, str) else json.dumps(v, separators=(",", ":"), ensure_ascii=False)
-                  for v in values]
-    elif pa.types.is_binary(typ) or pa.types.is_large_binary(typ):
-        values = [v[0] if isinstance(v, list) else v for v in values]  # pymilvus: a binary vector as [bytes]
-    return pa.array(values, type=typ)
-
-
-def to_batch(rows: list[dict], schema: pa.Schema, info: CollectionInfo, snapshot_ts: int,
-             partition_id: int | None = None) -> pa.RecordBatch:
-    """Query rows -> one record batch of ``schema``, column by column. Dynamic keys (flattened into the
-    row by ``query``) go back under ``$meta`` as JSON text; ``_partition`` is the id of the partition
-    the rows were queried from (null when read across partitions); columns absent from Milvus are null."""
-    declared = set(info.fields)
-    extra = {TS: pa.array(np.full(len(rows), snapshot_ts, dtype=np.int64)),
-             SEQ: snapshot_seq_array(snapshot_ts, len(rows)),
-             PARTITION: pa.array(np.full(len(rows), partition_id or 0, dtype=np.int64),
-                                 mask=None if partition_id is not None else np.ones(len(rows), dtype=bool))}
-    cols = []
-    for f in schema:
-        if f.name in extra:
-            cols.append(extra[f.name].cast(f.type))
-        elif f.name == META:
-            cols.append(_column([{k: v for k, v in r.items() if k not in declared} for r in rows], f.type))
-        else:
-            cols.append(_column([r.get(f.name) for r in rows], f.type))
-    return pa.RecordBatch.from_arrays(cols, schema=schema)

@@ -1,25 +1,29 @@
 """The snapshot of a collection as a Spark batch read, written as Parquet data files by the tasks.
 
-One task per primary-key range (:func:`msgstream_spark.mirror.snapshot.plan_ranges`); each task
-queries its range through pymilvus (Strong consistency; a range is split further by keys when a
-query would pass Milvus's 16384-row window) and yields Arrow batches of the table's columns. Spark
-writes them as Parquet files; the driver only lists the files and hands their paths to the table
-(never the rows). Progress: rows done of the collection's row count, from an accumulator.
+One task per primary-key range (:func:`msgstream_spark.mirror.reader.plan_ranges`); each task sends
+``Query`` itself for answer-sized pieces of its range and yields Arrow batches of the table's columns
+(:class:`msgstream_spark.mirror.reader.RangeReader`). Spark writes them as Parquet files; the driver
+only lists the files and hands their paths to the table (never the rows). The row count of the summary
+is read from the files' Parquet footers (an accumulator inside a transformation counts a retried task
+twice); accumulators only feed the progress log (rows and answer bytes per second).
 """
 
 from __future__ import annotations
 
 import logging
 import threading
-from dataclasses import dataclass
+import time
+from dataclasses import dataclass, replace
 from urllib.parse import unquote, urlparse
 
 import pyarrow as pa
+import pyarrow.parquet as pq
 from pyspark.sql import SparkSession
 
 from msgstream_spark.errors import MirrorError
 from msgstream_spark.mirror.common import PARTITION
-from msgstream_spark.mirror.snapshot import PkRange, RangeReader
+from msgstream_spark.mirror.ranges import PkRange
+from msgstream_spark.mirror.reader import RangeReader, ReadStats
 
 log = logging.getLogger(__name__)
 
@@ -37,22 +41,28 @@ def spark_schema(schema: pa.Schema):
     return from_arrow_schema(schema)
 
 
-def _reader_fn(reader: RangeReader, ranges: list[PkRange], acc):
+def _reader_fn(reader: RangeReader, ranges: list[PkRange], rows_acc, bytes_acc):
     def read(batches):
+        stats = ReadStats()
+        done_rows = done_bytes = 0
         for b in batches:
             for i in b.column(0).to_pylist():
-                for out in reader.read([ranges[i]]):
-                    acc.add(out.num_rows)
+                for out in reader.read([ranges[i]], stats):
+                    rows_acc.add(stats.rows - done_rows)
+                    bytes_acc.add(stats.bytes - done_bytes)
+                    done_rows, done_bytes = stats.rows, stats.bytes
                     yield out
 
     return read
 
 
 class _Progress:
-    """Logs ``snapshot: rows done of total`` every ``interval`` seconds while the write runs."""
+    """Logs ``snapshot: rows done of total, rows/s, MB/s`` every ``interval`` seconds while the write runs
+    (from accumulators: a retried task's rows count again here, never in the summary)."""
 
-    def __init__(self, acc, total: int, interval: float) -> None:
-        self.acc, self.total, self.interval = acc, total, interval
+    def __init__(self, rows_acc, bytes_acc, total: int, interval: float) -> None:
+        self.rows_acc, self.bytes_acc, self.total, self.interval = rows_acc, bytes_acc, total, interval
+        self.t0 = time.monotonic()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, name="mirror-snapshot-progress", daemon=True)
 
@@ -61,7 +71,13 @@ class _Progress:
             self.report()
 
     def report(self) -> None:
-        log.info("snapshot: %d of %d rows", self.acc.value, self.total)
+        secs = max(1e-9, time.monotonic() - self.t0)
+        rows = self.rows_acc.value
+        if self.bytes_acc is None:  # a reader that counts no answer bytes (the storage route)
+            log.info("snapshot: %d of %d rows read, %.0f rows/s", rows, self.total, rows / secs)
+            return
+        log.info("snapshot: %d of %d rows read, %.0f rows/s, %.1f MB/s of answers", rows, self.total, rows / secs,
+                 self.bytes_acc.value / secs / 1e6)
 
     def __enter__(self) -> _Progress:
         self._thread.start()
@@ -87,32 +103,36 @@ def remove_dir(spark: SparkSession, path: str) -> None:
         log.warning("could not remove the snapshot directory %s", path)
 
 
+def parquet_rows(files: list[str]) -> int:
+    """Rows in Parquet files, from their footers."""
+    return sum(pq.read_metadata(f).num_rows for f in files)
+
+
 def write_snapshot(spark: SparkSession, reader: RangeReader, ranges: list[PkRange], out_dir: str,
                    total: int, progress_interval: float = 5.0) -> SnapshotFiles:
     """Read ``ranges`` in Spark tasks (one range each) and write them as Parquet files under ``out_dir``."""
     from pyspark.sql.pandas.types import to_arrow_schema
 
     sschema = spark_schema(reader.schema)
-    reader = RangeReader(reader.target, reader.info, to_arrow_schema(sschema, timezone="UTC"), reader.snapshot_ts,
-                         reader.rows_per_query)
-    acc = spark.sparkContext.accumulator(0)
+    reader = replace(reader, schema=to_arrow_schema(sschema, timezone="UTC"))
+    rows_acc = spark.sparkContext.accumulator(0)
+    bytes_acc = spark.sparkContext.accumulator(0)
     n = max(1, len(ranges))
     ids = spark.range(0, len(ranges), 1, numPartitions=n).toDF("i")
-    df = ids.mapInArrow(_reader_fn(reader, ranges, acc), sschema)
-    with _Progress(acc, total, progress_interval):
+    df = ids.mapInArrow(_reader_fn(reader, ranges, rows_acc, bytes_acc), sschema)
+    with _Progress(rows_acc, bytes_acc, total, progress_interval):
         try:
             df.write.mode("errorifexists").parquet(out_dir)
         except BaseException:
             remove_dir(spark, out_dir)  # a failed write leaves no directory behind (one per retry otherwise)
             raise
-    rows = int(acc.value)
     try:
-        rows -= one_row_per_key(spark, out_dir, reader.info.pk)
+        one_row_per_key(spark, out_dir, reader.info.pk)
     except BaseException:
         remove_dir(spark, out_dir)
         raise
     files = sorted(_local(f) for f in spark.read.parquet(out_dir).inputFiles())
-    return SnapshotFiles(files, rows)
+    return SnapshotFiles(files, parquet_rows(files))
 
 
 def one_row_per_key(spark: SparkSession, out_dir: str, pk: str) -> int:

@@ -15,7 +15,7 @@ from msgstream_spark.mirror.order import SEQ
 from msgstream_spark.mirror.storage.access import SegmentGoneError
 from msgstream_spark.mirror.storage.plan import ReadTask
 from msgstream_spark.mirror.storage.reader import StorageReader, duplicate_winners
-from msgstream_spark.spark.snapshot import SnapshotFiles, _local, _Progress, spark_schema
+from msgstream_spark.spark.snapshot import SnapshotFiles, _local, _Progress, parquet_rows, spark_schema
 
 
 def _tasks_fn(reader: StorageReader, tasks: list[ReadTask], keys_only: bool, acc=None):
@@ -77,7 +77,7 @@ def write_storage_snapshot(spark: SparkSession, reader: StorageReader, tasks: li
     reader.winners = find_winners(spark, reader, tasks)
     acc = spark.sparkContext.accumulator(0)
     df = _ids(spark, len(tasks)).mapInArrow(_tasks_fn(reader, tasks, False, acc), sschema)
-    with _Progress(acc, total, progress_interval):
+    with _Progress(acc, None, total, progress_interval):
         _run(lambda: df.write.mode("errorifexists").parquet(out_dir))
     files = sorted(_local(f) for f in spark.read.parquet(out_dir).inputFiles())
-    return SnapshotFiles(files, int(acc.value))
+    return SnapshotFiles(files, parquet_rows(files))  # from the footers: a retried task's rows count once

@@ -36,14 +36,17 @@ routing); no output of single dynamic keys.
 
 from __future__ import annotations
 
+import datetime
 import json
 import re
 import threading
+import zlib
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
 from msgstream_spark.msg.pb import schema_pb2
+from tests.milvus_proxy.wal import tso_now
 
 DT = schema_pb2.DataType
 META = "$meta"
@@ -77,22 +80,39 @@ class CollectionModel:
     partitions: list = field(default_factory=lambda: [("_default", 1)])  # (name, id), as ShowPartitions lists
     rows: dict = field(default_factory=dict)
     version: int = 0  # +1 per change: what a query saw, for assertions
+    collection_id: int = 0  # what a query's ``collection_id`` parameter must match (0: not checked)
+    history: dict = field(default_factory=dict)  # pk -> [(ts, row or None)], in the order of the changes
+    shards: int = 2  # a row's shard: crc32 of its key (Milvus hashes the key), for the iterator's reduce
 
     @property
     def pk(self) -> str:
         return next(f.name for f in self.schema.fields if f.is_primary_key)
 
-    def put(self, rows: Iterable[dict], partition: str = "_default") -> None:
-        """Insert or upsert into ``partition``: each row replaces the one with its key."""
+    def put(self, rows: Iterable[dict], partition: str = "_default", ts: int | None = None) -> None:
+        """Insert or upsert into ``partition`` at Milvus time ``ts`` (default: the proxy's TSO now): each row
+        replaces the one with its key."""
         pid = dict(self.partitions)[partition]
+        ts = tso_now() if ts is None else ts
         for r in rows:
             self.rows[r[self.pk]] = {**r, "_partition": pid}
+            self.history.setdefault(r[self.pk], []).append((ts, self.rows[r[self.pk]]))
         self.version += 1
 
-    def remove(self, pks: Iterable[Any]) -> None:
+    def remove(self, pks: Iterable[Any], ts: int | None = None) -> None:
+        ts = tso_now() if ts is None else ts
         for pk in pks:
             self.rows.pop(pk, None)
+            self.history.setdefault(pk, []).append((ts, None))
         self.version += 1
+
+    def rows_at(self, ts: int) -> dict:
+        """The rows as of Milvus time ``ts`` (MVCC: each key's last change at or before ``ts``)."""
+        out = {}
+        for pk, changes in self.history.items():
+            seen = [r for t, r in changes if t <= ts]
+            if seen and seen[-1] is not None:
+                out[pk] = seen[-1]
+        return out
 
     def snapshot(self) -> dict:
         with self.lock:
@@ -108,18 +128,43 @@ def field_data(f: schema_pb2.FieldSchema, values: list) -> schema_pb2.FieldData:
     attr = _SCALARS.get(f.data_type)
     if attr is not None:
         getattr(fd.scalars, attr).data.extend(_ZERO[attr] if v is None else v for v in values)
-    elif f.data_type == DT.JSON:
-        fd.scalars.json_data.data.extend(
-            b"" if v is None else json.dumps(v, separators=(",", ":")).encode() for v in values)
+    elif f.data_type == DT.JSON:  # bytes: as stored (Milvus answers the stored bytes, never re-serialized)
+        fd.scalars.json_data.data.extend(b"" if v is None else v if isinstance(v, bytes)
+                                         else json.dumps(v, separators=(",", ":")).encode() for v in values)
+    elif f.data_type in (DT.VarChar, DT.Text):
+        fd.scalars.string_data.data.extend("" if v is None else v for v in values)
     elif f.data_type == DT.FloatVector:
         fd.vectors.dim = _dim(f)
         fd.vectors.float_vector.data.extend(x for v in values for x in v)
-    elif f.data_type == DT.BinaryVector:
+    elif f.data_type in _BYTE_VECTORS:  # rows of the stored bytes
         fd.vectors.dim = _dim(f)
-        fd.vectors.binary_vector = b"".join(values)
+        setattr(fd.vectors, _BYTE_VECTORS[f.data_type], b"".join(values))
+    elif f.data_type == DT.Timestamptz:  # stored int64 us (UTC) -> ISO text (proxy ``timestamptzUTC2IsoStr``)
+        fd.scalars.string_data.data.extend("" if v is None else iso_utc(v) for v in values)
+    elif f.data_type == DT.Geometry:  # stored WKB -> WKT (proxy ``validateGeometryFieldSearchResult``)
+        import shapely
+
+        fd.scalars.geometry_wkt_data.data.extend("" if v is None else shapely.from_wkb(v).wkt for v in values)
+    elif f.data_type == DT.Array:
+        fd.scalars.array_data.element_type = f.element_type
+        slot = _SCALARS[f.element_type]
+        for v in values:
+            getattr(fd.scalars.array_data.data.add(), slot).data.extend(v or [])
     else:
         raise QueryError(1100, f"the suite's proxy has no FieldData for field {f.name} of type {f.data_type}")
     return fd
+
+
+_BYTE_VECTORS = {DT.BinaryVector: "binary_vector", DT.Float16Vector: "float16_vector",
+                 DT.BFloat16Vector: "bfloat16_vector", DT.Int8Vector: "int8_vector"}
+
+
+def iso_utc(us: int) -> str:
+    """Microseconds since the epoch as Go's RFC 3339 text in UTC with at most 6 fraction digits, trailing
+    zeros dropped (Milvus's ``timestamptz.FormatTimeMicroWithoutTrailingZeros``)."""
+    t = datetime.datetime(1970, 1, 1, tzinfo=datetime.timezone.utc) + datetime.timedelta(microseconds=us)
+    frac = f"{t.microsecond:06d}".rstrip("0")
+    return t.strftime("%Y-%m-%dT%H:%M:%S") + (f".{frac}" if frac else "") + "Z"
 
 
 def _dim(f: schema_pb2.FieldSchema) -> int:
@@ -137,9 +182,13 @@ def parse_expr(expr: str) -> Callable[[dict], bool]:
     """A row predicate for ``expr`` (comparisons joined by and/or); empty: every row."""
     if not expr.strip():
         return lambda _row: True
-    toks = _TOKEN.findall(expr)
-    if "".join(toks) != re.sub(r"\s+", "", expr):
-        raise _unparsable(expr)
+    toks, pos = [], 0
+    while expr[pos:].strip():  # tokens one after the other (whitespace between them; any inside a literal)
+        m = _TOKEN.match(expr, pos)
+        if m is None:
+            raise _unparsable(expr)
+        toks.append(m.group(1))
+        pos = m.end()
     clauses: list[list[tuple[str, str, Any]]] = [[]]
     i = 0
     while i < len(toks):
@@ -160,9 +209,42 @@ def parse_expr(expr: str) -> Callable[[dict], bool]:
     return match
 
 
+_ESCAPES = {"a": "\a", "b": "\b", "f": "\f", "n": "\n", "r": "\r", "t": "\t", "v": "\v", "\\": "\\",
+            '"': '"', "'": "'"}
+
+
+def go_unquote(tok: str, expr: str) -> str:
+    """A double-quoted literal as Go's ``strconv.Unquote`` reads it (Milvus's parser): ``\\x``, octal,
+    ``\\u`` and ``\\U`` escapes must name valid scalar values (a surrogate escape is a syntax error)."""
+    body, out, i = tok[1:-1], [], 0
+    while i < len(body):
+        ch = body[i]
+        if ch != "\\":
+            out.append(ch)
+            i += 1
+            continue
+        kind = body[i + 1: i + 2]
+        if kind in _ESCAPES:
+            out.append(_ESCAPES[kind])
+            i += 2
+            continue
+        width = {"x": 2, "u": 4, "U": 8}.get(kind)
+        digits = body[i + 2: i + 2 + width] if width else body[i + 1: i + 4]
+        base = 16 if width else 8
+        allowed = "0123456789abcdefABCDEF" if base == 16 else "01234567"
+        if len(digits) != (width or 3) or any(c not in allowed for c in digits):
+            raise _unparsable(expr)
+        cp = int(digits, base)
+        if 0xD800 <= cp <= 0xDFFF or cp > 0x10FFFF:
+            raise _unparsable(expr)
+        out.append(chr(cp))
+        i += 2 + width if width else 4
+    return "".join(out)
+
+
 def _literal(tok: str, expr: str) -> Any:
     if tok.startswith('"'):
-        return json.loads(tok)
+        return go_unquote(tok, expr)
     if re.fullmatch(r"-?\d+", tok):
         return int(tok)
     raise _unparsable(expr)
@@ -187,10 +269,47 @@ def _outputs(schema: schema_pb2.CollectionSchema, asked: list[str]) -> list[sche
     return [by_name[n] for n in names]
 
 
-def answer(model: CollectionModel, request) -> tuple[list[schema_pb2.FieldData], list[str], int]:
-    """(columns, output field names, the model version seen) for a ``QueryRequest``, as Milvus answers."""
+@dataclass
+class Answer:
+    columns: list
+    names: list
+    version: int  # the model version seen
+    session_ts: int = 0  # an iterator's first page without a timestamp: the MVCC time it read at
+
+
+def _shard(pk: Any, shards: int) -> int:
+    return zlib.crc32(str(pk).encode()) % shards
+
+
+def _in_order(hits: list[dict], pk: str, shards: int, limit: int | None) -> list[dict]:
+    """An iterator query's reduce (Milvus ``reduceRetrieveResults`` with ``IReduceInOrder``): each shard's
+    rows in key order (at most ``limit``), merged by smallest key, stopping as soon as one non-empty
+    shard's rows are used up (``SelectMinPK`` reporting a drained result)."""
+    lists = [sorted((r for r in hits if _shard(r[pk], shards) == i), key=lambda r: r[pk]) for i in range(shards)]
+    lists = [(rows[:limit] if limit is not None else rows) for rows in lists if rows]
+    cursors = [0] * len(lists)
+    out: list[dict] = []
+    while lists and (limit is None or len(out) < limit):
+        if any(c >= len(rows) for c, rows in zip(cursors, lists)):
+            break
+        i = min(range(len(lists)), key=lambda j: lists[j][cursors[j]][pk])
+        out.append(lists[i][cursors[i]])
+        cursors[i] += 1
+    return out
+
+
+def answer(model: CollectionModel, request, max_output_bytes: int = 0) -> Answer:
+    """The columns, output field names and model version seen for a ``QueryRequest``, as Milvus answers:
+    ``collection_id`` checked (``PreExecute``); with ``iterator`` and a ``guarantee_timestamp`` the rows
+    as of that time (MVCC), with ``iterator`` alone the rows now and their time as ``session_ts``;
+    ``max_output_bytes`` > 0 refuses larger answers as ``maxOutputSize`` does."""
     params = _params(request)
     asked = list(request.output_fields)
+    cid = int(params.get("collection_id", 0) or 0)
+    if cid and model.collection_id and cid != model.collection_id:
+        raise QueryError(1100, "Input collection id is not consistent to collectionID in the context,alias or "
+                               "database may have changed: invalid parameter")
+    iterator = params.get("iterator", "").lower() == "true"
     limit = int(params["limit"]) if "limit" in params else None
     offset = int(params.get("offset", 0))
     if not request.expr.strip() and limit is None and asked != [COUNT]:
@@ -201,14 +320,26 @@ def answer(model: CollectionModel, request) -> tuple[list[schema_pb2.FieldData],
     if unknown:
         raise QueryError(65535, f"partition name {unknown[0]} not found")
     parts = {named[n] for n in request.partition_names} or set(named.values())
+    session_ts = 0
     with model.lock:  # Strong: every write done before this query
         version = model.version
-        hits = [dict(r) for _, r in sorted(model.rows.items()) if r["_partition"] in parts and match(r)]
+        if iterator and request.guarantee_timestamp:
+            rows = model.rows_at(int(request.guarantee_timestamp))
+        else:
+            rows = model.rows
+            session_ts = tso_now() if iterator else 0
+        hits = [dict(r) for _, r in sorted(rows.items()) if r["_partition"] in parts and match(r)]
     if asked == [COUNT]:
         fd = schema_pb2.FieldData(type=DT.Int64, field_name=COUNT)
         fd.scalars.long_data.data.append(len(hits))
-        return [fd], [COUNT], version
-    hits = hits[offset:] if limit is None else hits[offset:offset + limit]
+        return Answer([fd], [COUNT], version)
+    if iterator:
+        hits = _in_order(hits, model.pk, model.shards, None if limit is None else limit + offset)[offset:]
+    else:
+        hits = hits[offset:] if limit is None else hits[offset:offset + limit]
     outs = _outputs(model.schema, asked)
-    return [field_data(f, [r.get(f.name, {} if f.is_dynamic else None) for r in hits]) for f in outs], \
-        [f.name for f in outs], version
+    cols = [field_data(f, [r.get(f.name, {} if f.is_dynamic else None) for r in hits]) for f in outs]
+    size = sum(c.ByteSize() for c in cols)
+    if max_output_bytes and size > max_output_bytes:
+        raise QueryError(65535, f"query results exceed the maxOutputSize Limit {max_output_bytes}")
+    return Answer(cols, [f.name for f in outs], version, session_ts)

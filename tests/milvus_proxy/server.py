@@ -64,6 +64,7 @@ class ProxyState:
     queries: list = field(default_factory=list)  # (expr, output fields, model version seen) per Query answered
     queried: threading.Event = field(default_factory=threading.Event)  # set once a Query was answered
     on_query: object = None  # called with the request after each answered Query (before it is sent)
+    max_output_bytes: int = 0  # > 0: answers above it fail as Milvus's maxOutputSize check does
 
     def vchannel_of(self, cid: int, pchannel: str) -> str | None:
         """Collection ``cid``'s vchannel on ``pchannel`` (Milvus's metadata, for version-0 DDL entries)."""
@@ -78,7 +79,7 @@ class ProxyState:
         queries from a model of its rows."""
         self.collections[(db, name)] = (cid, list(pchannels), list(vchannels))
         self.schemas[(db, name)] = schema.SerializeToString()
-        model = self.models[(db, name)] = CollectionModel(schema, self.lock, list(partitions))
+        model = self.models[(db, name)] = CollectionModel(schema, self.lock, list(partitions), collection_id=cid)
         return model
 
 
@@ -149,16 +150,16 @@ class Servicer(milvus_grpc.MilvusServiceServicer):
         if missing is not None:
             return milvus_pb2.QueryResults(status=missing)
         try:
-            columns, names, version = answer(model, request)
+            got = answer(model, request, self.state.max_output_bytes)
         except QueryError as exc:
             return milvus_pb2.QueryResults(status=common_pb2.Status(
                 code=exc.code, error_code=common_pb2.UnexpectedError, reason=str(exc)))
-        self.state.queries.append((request.expr, list(request.output_fields), version))
+        self.state.queries.append((request.expr, list(request.output_fields), got.version))
         self.state.queried.set()
         if callable(self.state.on_query):
             self.state.on_query(request)
-        return milvus_pb2.QueryResults(status=common_pb2.Status(), fields_data=columns, output_fields=names,
-                                       collection_name=request.collection_name)
+        return milvus_pb2.QueryResults(status=common_pb2.Status(), fields_data=got.columns, output_fields=got.names,
+                                       collection_name=request.collection_name, session_ts=got.session_ts)
 
     def DumpMessages(self, request, context):
         self.state.requests.append(request)

@@ -158,6 +158,8 @@ def test_snapshot_while_writing_then_stream_equals_query(spark, milvus_stack, py
     plans = [Plan("mir_a", 3000, "delta", ("--snapshot-tasks", "3")), Plan("mir_b", 1200, "iceberg")]
     summaries = snapshot_while_writing(spark, milvus_stack, pymilvus_orm, cfg, tmp_path, plans)
     assert summaries["mir_a"]["snapshot"]["ranges"] == 3
+    for s in summaries.values():  # Milvus 2.3.5 does not pin iterator reads: each range reads at its own time >= S
+        assert s["snapshot"]["pinned"] is False and s["snapshot"]["read"].startswith("at least at S")
 
 
 def test_never_from_milvus_etcd_channel_checkpoints(spark, milvus_stack, pymilvus_orm, cfg, tmp_path):

@@ -230,7 +230,7 @@ class Writer:
             ts = tso_now()
             for (shard, part), keys in self._by_shard(indices).items():
                 self.log.insert(ts, shard, part, [row(pk, gen) for pk in keys])
-                self.model.put((row(pk, gen) for pk in keys), PARTITIONS[part][0])
+                self.model.put((row(pk, gen) for pk in keys), PARTITIONS[part][0], ts)
                 self.events += [("insert", pk) for pk in keys]
             self.acked.append(("insert", ts, self.model.version))
             self.next_index = max(self.next_index, max(indices, default=-1) + 1)
@@ -243,7 +243,7 @@ class Writer:
                 shards[shard] += keys
             for shard, keys in shards.items():
                 self.log.delete(ts, shard, keys)
-                self.model.remove(keys)
+                self.model.remove(keys, ts)
                 self.events += [("delete", pk) for pk in keys]
             self.acked.append(("delete", ts, self.model.version))
 
@@ -251,7 +251,7 @@ class Writer:
         with self.lock:
             for (shard, part), keys in self._by_shard(indices).items():
                 ts = self.log.upsert(shard, part, [row(pk, gen) for pk in keys])
-                self.model.put((row(pk, gen) for pk in keys), PARTITIONS[part][0])
+                self.model.put((row(pk, gen) for pk in keys), PARTITIONS[part][0], ts)
                 self.events += [(op, pk) for pk in keys for op in ("delete", "insert")]
                 self.acked.append(("upsert", ts, self.model.version))
 

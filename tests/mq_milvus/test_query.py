@@ -8,7 +8,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from msgstream_spark.mirror.snapshot import MilvusTarget, PkRange, collection_partitions, describe, plan_ranges
+from msgstream_spark.mirror.query import Querier
+from msgstream_spark.mirror.ranges import PkRange
+from msgstream_spark.mirror.reader import plan_ranges
+from msgstream_spark.mirror.snapshot import MilvusTarget, collection_partitions, describe, query_target
 from tests.fixtures.milvus_env import milvus_config
 from tests.milvus_proxy.query import CollectionModel
 from tests.mq_milvus.collection_log import CID, NAME, PARTITIONS, collection_schema, key, row
@@ -48,7 +51,11 @@ def test_the_snapshot_calls_answer_as_milvus(milvus_proxy, sdk, tmp_path, string
     keys = sorted(model.rows)
     parts = collection_partitions(milvus_config(milvus_proxy.address, tmp_path), info, NAME)
     assert parts == PARTITIONS
-    ranges = plan_ranges(sdk, info, NAME, 3, parts)
+    q = Querier(query_target(milvus_config(milvus_proxy.address, tmp_path), info, NAME))
+    try:
+        ranges = plan_ranges(q, "pk", string_key, 3, parts)
+    finally:
+        q.close()
     got = [sdk.query(NAME, r.expr("pk", string_key), output_fields=["*"], limit=16384, consistency_level="Strong",
                      partition_names=r.partition_names) for r in ranges]
     assert sorted(r["pk"] for part in got for r in part) == keys  # the ranges cover every key once
