@@ -8,14 +8,19 @@ skips a batch already in the table. One writer at a time.
 
 from __future__ import annotations
 
+import json
+import os
+import time
+
+import numpy as np
 import pyarrow as pa
 
 from msgstream_spark.errors import MirrorError
-from msgstream_spark.mirror.collapse import OP
 from msgstream_spark.mirror.common import (
     PROP_BATCH,
     PROP_PREFIX,
     PROP_QUERY,
+    PROP_SNAPSHOT_TS,
     check_identity,
     check_prefix,
     conform,
@@ -24,8 +29,19 @@ from msgstream_spark.mirror.common import (
     schema_difference,
     table_schema,
 )
-from msgstream_spark.mirror.deltalog import data_files, write_first_version, write_replace_version
-from msgstream_spark.mirror.order import SEQ
+from msgstream_spark.mirror.deltalog import (
+    LEGACY_WRITER_FEATURES,
+    LogState,
+    data_files,
+    loose_stats,
+    new_add,
+    removal,
+    write_commit,
+    write_first_version,
+    write_replace_version,
+)
+from msgstream_spark.mirror.dv import read_dv, write_dv_file
+from msgstream_spark.mirror.layout import DATA_DIR, LiveFile, Plan, WriteSpec
 
 
 def _deltalake():
@@ -37,10 +53,6 @@ def _deltalake():
     return deltalake
 
 
-def _q(name: str) -> str:
-    return "`" + name.replace("`", "``") + "`"
-
-
 class DeltaMirrorTable:
     """A Delta table at ``location`` mirroring one collection."""
 
@@ -50,6 +62,8 @@ class DeltaMirrorTable:
         self.pk = pk
         self.collection_id = collection_id
         self._dt = None
+        self.root = os.path.abspath(location)
+        self._log: LogState | None = None
 
     @classmethod
     def open(cls, location: str, *, collection: str, pk: str, arrow_schema: pa.Schema | None, create: bool,
@@ -91,28 +105,85 @@ class DeltaMirrorTable:
         return None if v is None else int(v)
 
     def merge(self, collapsed: pa.Table, *, query_id: str, batch_id: int) -> bool:
-        dl = _deltalake()
-        dt = self._table()
-        dt.update_incremental()
-        done = self.last_batch(query_id)
-        if done is not None and done >= batch_id:
-            return False
-        extra = new_fields(collapsed, self.schema)
+        """Apply changes in this process through the merge-on-read write path (``writepath.apply_local``)."""
+        from msgstream_spark.mirror.writepath import apply_local
+
+        return apply_local(self, collapsed, query_id=query_id, batch_id=batch_id)
+
+    def _state(self) -> LogState:
+        if self._log is None:
+            self._log = LogState(self.root)
+        return self._log.refresh()
+
+    def prepare(self, columns: pa.Schema) -> None:
+        """Add the collection fields ``columns`` carry that the table lacks (before tasks write files)."""
+        extra = new_fields(columns.empty_table(), self.schema)
         if extra:
             self._add_columns(extra)
+
+    def write_spec(self) -> WriteSpec:
+        snap = self.properties().get(PROP_SNAPSHOT_TS)
         schema = self.schema
-        source = conform(collapsed, schema).append_column(OP, collapsed.column(OP))
-        cols = {_q(c): f"s.{_q(c)}" for c in schema.names}
-        props = dl.CommitProperties(app_transactions=[dl.Transaction(query_id, int(batch_id))],
-                                    custom_metadata={PROP_QUERY: query_id, PROP_BATCH: str(batch_id)})
-        newer = f"s.{_q(SEQ)} > t.{_q(SEQ)}"
-        (dt.merge(source, predicate=f"t.{_q(self.pk)} = s.{_q(self.pk)}", source_alias="s", target_alias="t",
-                  commit_properties=props)
-         .when_matched_delete(predicate=f"s.{OP} = 'delete' AND {newer}")
-         .when_matched_update(updates=cols, predicate=f"s.{OP} = 'insert' AND {newer}")
-         .when_not_matched_insert(updates=cols, predicate=f"s.{OP} = 'insert'")
-         .execute())
+        return WriteSpec(schema, self.pk, os.path.join(self.root, DATA_DIR), None if snap is None else int(snap),
+                         schema.field(self.pk).type)
+
+    def live_files(self) -> list[LiveFile]:
+        out = []
+        for rel, add in self._state().files.items():
+            stats = json.loads(add.get("stats") or "{}")
+            out.append(LiveFile(os.path.join(self.root, rel), stats.get("minValues", {}).get(self.pk),
+                                stats.get("maxValues", {}).get(self.pk),
+                                read_dv(self.root, add.get("deletionVector")), int(stats.get("numRecords") or 0)))
+        return out
+
+    def commit(self, plan: Plan, *, query_id: str, batch_id: int) -> bool:
+        """One Delta version: the new files, a deletion vector per file that loses rows, the batch's ``txn``."""
+        state = self._state()
+        done = state.txns.get(query_id)
+        if done is not None and done >= batch_id:
+            return False
+        now = int(time.time() * 1000)
+        dvs = write_dv_file(self.root, list(plan.deletes.values())) if plan.deletes else []
+        dv_of = dict(zip(plan.deletes, dvs))
+        actions: list[dict] = []
+        if plan.deletes:
+            actions += self._enable_dvs()
+        for path in plan.adds:
+            actions.append({"add": new_add(self.root, path, self.pk, now, dv_of.get(path))})
+        for path, dv in dv_of.items():
+            if path in plan.adds:
+                continue
+            rel = os.path.relpath(path, self.root)
+            cur = state.files[rel]
+            old = read_dv(self.root, cur.get("deletionVector"))
+            if len(old):
+                merged = np.union1d(old, plan.deletes[path])
+                dv = write_dv_file(self.root, [merged])[0]
+            actions.append({"remove": removal(cur, now)})
+            actions.append({"add": {**cur, "modificationTime": now, "dataChange": True, "deletionVector": dv,
+                                    "stats": loose_stats(cur.get("stats"))}})
+        actions.append({"txn": {"appId": query_id, "version": int(batch_id), "lastUpdated": now}})
+        write_commit(self.root, state.version + 1, actions, "MERGE",
+                     {PROP_QUERY: query_id, PROP_BATCH: str(batch_id)})
+        self._dt.update_incremental()
         return True
+
+    def _enable_dvs(self) -> list[dict]:
+        """The protocol and metadata actions that turn deletion vectors on (once per table)."""
+        proto = self._table().protocol()
+        if proto.reader_features and "deletionVectors" in proto.reader_features:
+            return []
+        writer = sorted({*(proto.writer_features or []), "deletionVectors",
+                         *(LEGACY_WRITER_FEATURES[:proto.min_writer_version] if proto.min_writer_version < 7 else [])})
+        md = self._table().metadata()
+        meta = {"id": md.id, "name": md.name, "description": md.description,
+                "format": {"provider": "parquet", "options": {}}, "partitionColumns": list(md.partition_columns),
+                "configuration": {**md.configuration, "delta.enableDeletionVectors": "true"},
+                "createdTime": md.created_time, "schemaString": self._table().schema().to_json()}
+        return [{"protocol": {"minReaderVersion": 3, "minWriterVersion": 7,
+                              "readerFeatures": sorted({*(proto.reader_features or []), "deletionVectors"}),
+                              "writerFeatures": writer}},
+                {"metaData": meta}]
 
     def add_files(self, paths: list[str], *, properties: dict[str, str]) -> None:
         """The Parquet files (under ``location``) become the table's version 0, with ``properties``."""
@@ -138,8 +209,10 @@ class DeltaMirrorTable:
         meta = {"id": md.id, "name": md.name, "description": md.description,
                 "format": {"provider": "parquet", "options": {}}, "partitionColumns": list(md.partition_columns),
                 "configuration": conf, "createdTime": md.created_time}
-        removes = [str(p) for p in dt.get_add_actions(flatten=True).column("path").to_pylist()]
-        write_replace_version(self.location, dt.version() + 1, meta, dl.Schema.from_arrow(schema).to_json(),
+        state = self._state()
+        now = int(time.time() * 1000)
+        removes = [removal(a, now) for a in state.files.values()]
+        write_replace_version(self.location, state.version + 1, meta, dl.Schema.from_arrow(schema).to_json(),
                               removes, adds)
         self._dt = dl.DeltaTable(self.location)
 
@@ -153,7 +226,12 @@ class DeltaMirrorTable:
         self._table().alter.add_columns([dl.Field.from_arrow(f.with_nullable(True)) for f in fields])
 
     def to_arrow(self) -> pa.Table:
+        """The table's rows as plain delta-rs reads them (its DataFusion scan once deletion vectors are on)."""
+        dl = _deltalake()
         dt = self._table()
         dt.update_incremental()
+        if "deletionVectors" in (dt.protocol().reader_features or []):
+            got = pa.table(dl.QueryBuilder().register("t", dt).execute("SELECT * FROM t").read_all())
+            return conform(got, self.schema)  # DataFusion hands strings as string_view
         return pa.table(dt.to_pyarrow_table())
 
