@@ -55,6 +55,7 @@ class WriteSpec:
     data_dir: str
     snapshot_ts: int | None = None
     key_type: pa.DataType = field(default_factory=pa.int64)
+    split_by: list[str] = field(default_factory=list)  # one file per value of these (a user's identity partition)
 
 
 def write_changes(changes: pa.Table, spec: WriteSpec) -> pa.Table:
@@ -62,7 +63,8 @@ def write_changes(changes: pa.Table, spec: WriteSpec) -> pa.Table:
     new data file under ``spec.data_dir``; returns the narrow rows of every change kept (``narrow_schema``)."""
     out_schema = narrow_schema(spec.key_type)
     if spec.snapshot_ts is not None and changes.num_rows:
-        changes = changes.filter(pc.greater(changes.column(TS), pa.scalar(spec.snapshot_ts, changes.schema.field(TS).type)))
+        ts = pa.scalar(spec.snapshot_ts, changes.schema.field(TS).type)
+        changes = changes.filter(pc.greater(changes.column(TS), ts))
     if changes.num_rows == 0:
         return out_schema.empty_table()
     changes = collapse(changes, spec.pk)
@@ -72,15 +74,35 @@ def write_changes(changes: pa.Table, spec: WriteSpec) -> pa.Table:
     files = pa.nulls(n, pa.string())
     pos = pa.nulls(n, pa.int64())
     if rows.num_rows:
-        path = os.path.join(spec.data_dir, f"{uuid.uuid4().hex}.parquet")
         os.makedirs(spec.data_dir, exist_ok=True)
-        write_data_file(conform(rows, spec.schema), path)
-        idx = np.cumsum(np.asarray(ins.to_numpy(zero_copy_only=False), dtype=np.int64)) - 1
-        pos = pc.if_else(ins, pa.array(idx), pa.nulls(n, pa.int64()))
-        files = pc.if_else(ins, pa.scalar(path), pa.nulls(n, pa.string()))
-    coll = changes.column(COLLECTION).cast(pa.int64()) if COLLECTION in changes.column_names else pa.nulls(n, pa.int64())
-    return pa.Table.from_arrays([changes.column(spec.pk).cast(spec.key_type), changes.column(SEQ), changes.column(OP),
-                                 files, pos, coll], schema=out_schema)
+        ins_idx = pc.indices_nonzero(ins)
+        groups = [np.arange(rows.num_rows)]
+        if spec.split_by:
+            codes = rows.select(spec.split_by).group_by(spec.split_by, use_threads=False).aggregate([])
+            groups = [pc.indices_nonzero(_row_match(rows, spec.split_by, r)).to_numpy() for r in codes.to_pylist()]
+        file_arr = np.full(n, None, dtype=object)
+        pos_arr = np.full(n, -1, dtype=np.int64)
+        for g in groups:
+            path = os.path.join(spec.data_dir, f"{uuid.uuid4().hex}.parquet")
+            write_data_file(conform(rows.take(pa.array(g)), spec.schema), path)
+            where = ins_idx.to_numpy()[g]
+            file_arr[where] = path
+            pos_arr[where] = np.arange(len(g))
+        files = pa.array(file_arr, pa.string())
+        pos = pa.array(pos_arr, mask=pos_arr < 0)
+    coll = (changes.column(COLLECTION).cast(pa.int64()) if COLLECTION in changes.column_names
+            else pa.nulls(n, pa.int64()))
+    return pa.Table.from_arrays([changes.column(spec.pk).cast(spec.key_type), changes.column(SEQ),
+                                 changes.column(OP), files, pos, coll], schema=out_schema)
+
+
+def _row_match(rows: pa.Table, cols: list[str], values: dict) -> pa.ChunkedArray:
+    mask = None
+    for c in cols:
+        col = rows.column(c)
+        m = pc.is_null(col) if values[c] is None else pc.fill_null(pc.equal(col, values[c]), False)
+        mask = m if mask is None else pc.and_(mask, m)
+    return mask
 
 
 def write_data_file(table: pa.Table, path: str) -> None:
@@ -100,6 +122,7 @@ class LiveFile:
     key_max: object = None
     deleted: np.ndarray = field(default_factory=lambda: np.zeros(0, np.uint64))
     num_rows: int = 0
+    partition: object = None  # Iceberg: the file's partition record
 
 
 def prune(files: list[LiveFile], keys: pa.Array) -> list[LiveFile]:
@@ -130,8 +153,8 @@ def lookup_file(f: LiveFile, pk: str, keys: pa.Array, key_type: pa.DataType) -> 
     if len(hit) == 0:
         return match_schema(key_type).empty_table()
     seq = pf.read(columns=[SEQ]).column(SEQ).take(hit)
-    return pa.Table.from_arrays([key_col.take(hit), seq, pa.array([f.path] * len(hit), pa.string()), hit.cast(pa.int64())],
-                                schema=match_schema(key_type))
+    paths = pa.array([f.path] * len(hit), pa.string())
+    return pa.Table.from_arrays([key_col.take(hit), seq, paths, hit.cast(pa.int64())], schema=match_schema(key_type))
 
 
 @dataclass
