@@ -21,6 +21,7 @@ from msgstream_spark.mirror.layout import (
     prune,
     write_changes,
 )
+from msgstream_spark.mirror.lock import writer_lock
 
 
 def lookup_local(table: Any, keys: pa.Array) -> pa.Table:
@@ -35,7 +36,8 @@ def finish(table: Any, narrow: pa.Table, matches: pa.Table, *, query_id: str, ba
     """Plan the batch from the narrow results and commit it; None if the batch is already in the table."""
     check_narrow_collection(narrow, _collection_id(table), table.location, table.collection)
     p = plan(narrow, matches)
-    return p if table.commit(p, query_id=query_id, batch_id=batch_id) else None
+    with writer_lock(table.location, f"the commit of batch {batch_id}"):
+        return p if table.commit(p, query_id=query_id, batch_id=batch_id) else None
 
 
 def apply_local(table: Any, changes: pa.Table, *, query_id: str, batch_id: int) -> bool:
