@@ -42,6 +42,7 @@ from msgstream_spark.mirror.deltalog import (
 )
 from msgstream_spark.mirror.dv import read_dv, write_dv_file
 from msgstream_spark.mirror.layout import DATA_DIR, LiveFile, Plan, WriteSpec
+from msgstream_spark.mirror.writepath import apply_local
 
 
 def _deltalake():
@@ -106,8 +107,6 @@ class DeltaMirrorTable:
 
     def merge(self, collapsed: pa.Table, *, query_id: str, batch_id: int) -> bool:
         """Apply changes in this process through the merge-on-read write path (``writepath.apply_local``)."""
-        from msgstream_spark.mirror.writepath import apply_local
-
         return apply_local(self, collapsed, query_id=query_id, batch_id=batch_id)
 
     def _state(self) -> LogState:

@@ -34,6 +34,7 @@ from msgstream_spark.mirror.common import (
 )
 from msgstream_spark.mirror.icebergcommit import commit_files, data_data_file, delete_data_file, write_position_deletes
 from msgstream_spark.mirror.layout import DATA_DIR, LiveFile, Plan, WriteSpec
+from msgstream_spark.mirror.writepath import apply_local
 
 NAMESPACE = "msgstream"
 PROP_BATCH_OF = "msgstream.batch."
@@ -128,8 +129,6 @@ class IcebergMirrorTable:
 
     def merge(self, collapsed: pa.Table, *, query_id: str, batch_id: int) -> bool:
         """Apply changes in this process through the merge-on-read write path (``writepath.apply_local``)."""
-        from msgstream_spark.mirror.writepath import apply_local
-
         return apply_local(self, collapsed, query_id=query_id, batch_id=batch_id)
 
     def prepare(self, columns: pa.Schema) -> None:

@@ -106,32 +106,7 @@ def commit_files(tx, tbl, *, adds: list, removes: set[str], properties: dict[str
                                 status=ManifestEntryStatus.ADDED, snapshot_id=self._snapshot_id,
                                 sequence_number=None, file_sequence_number=None, data_file=f))
                     out.append(w.to_manifest_file())
-            parent = self._transaction.table_metadata.snapshot_by_id(self._parent_snapshot_id) \
-                if self._parent_snapshot_id is not None else None
-            for m in parent.manifests(io=self._io) if parent is not None else []:
-                if not removes:
-                    out.append(m)
-                    continue
-                entries = m.fetch_manifest_entry(io=self._io, discard_deleted=True)
-                if not any(e.data_file.file_path in removes for e in entries):
-                    out.append(m)
-                    continue
-                kept = [e for e in entries if e.data_file.file_path not in removes]
-                gone = [e for e in entries if e.data_file.file_path in removes]
-                self._deleted_data_files.update(e.data_file for e in gone)
-                with self._writer(m.content) as w:
-                    for e in kept:
-                        w.add_entry(ManifestEntry.from_args(
-                            status=ManifestEntryStatus.EXISTING, snapshot_id=e.snapshot_id,
-                            sequence_number=e.sequence_number, file_sequence_number=e.file_sequence_number,
-                            data_file=e.data_file))
-                    for e in gone:
-                        w.add_entry(ManifestEntry.from_args(
-                            status=ManifestEntryStatus.DELETED, snapshot_id=self._snapshot_id,
-                            sequence_number=e.sequence_number, file_sequence_number=e.file_sequence_number,
-                            data_file=e.data_file))
-                out.append(w.to_manifest_file())
-            return out
+            return out + _carried(self, removes)
 
     p = Producer(Operation.OVERWRITE if removes or any(f.content != 0 for f in adds) else Operation.APPEND,
                  tx, tbl.io, snapshot_properties=dict(properties))
@@ -139,3 +114,38 @@ def commit_files(tx, tbl, *, adds: list, removes: set[str], properties: dict[str
         p.append_data_file(f)
     with p:
         pass
+
+
+def _carried(producer, removes: set[str]) -> list:
+    """The parent snapshot's manifests for the new snapshot: as they are, or rewritten without the entries of
+    ``removes`` (marked deleted)."""
+    from pyiceberg.manifest import ManifestEntry, ManifestEntryStatus
+
+    self = producer
+    out: list = []
+    parent = self._transaction.table_metadata.snapshot_by_id(self._parent_snapshot_id) \
+        if self._parent_snapshot_id is not None else None
+    for m in parent.manifests(io=self._io) if parent is not None else []:
+        if not removes:
+            out.append(m)
+            continue
+        entries = m.fetch_manifest_entry(io=self._io, discard_deleted=True)
+        if not any(e.data_file.file_path in removes for e in entries):
+            out.append(m)
+            continue
+        kept = [e for e in entries if e.data_file.file_path not in removes]
+        gone = [e for e in entries if e.data_file.file_path in removes]
+        self._deleted_data_files.update(e.data_file for e in gone)
+        with self._writer(m.content) as w:
+            for e in kept:
+                w.add_entry(ManifestEntry.from_args(
+                    status=ManifestEntryStatus.EXISTING, snapshot_id=e.snapshot_id,
+                    sequence_number=e.sequence_number, file_sequence_number=e.file_sequence_number,
+                    data_file=e.data_file))
+            for e in gone:
+                w.add_entry(ManifestEntry.from_args(
+                    status=ManifestEntryStatus.DELETED, snapshot_id=self._snapshot_id,
+                    sequence_number=e.sequence_number, file_sequence_number=e.file_sequence_number,
+                    data_file=e.data_file))
+        out.append(w.to_manifest_file())
+    return out
