@@ -40,7 +40,7 @@ from msgstream_spark.mirror.deltalog import (
     write_first_version,
     write_replace_version,
 )
-from msgstream_spark.mirror.dv import read_dv, write_dv_file
+from msgstream_spark.mirror.dv import dv_file_path, read_dv, write_dv_file
 from msgstream_spark.mirror.layout import DATA_DIR, LiveFile, Plan, WriteSpec
 from msgstream_spark.mirror.writepath import apply_local
 
@@ -153,7 +153,10 @@ class DeltaMirrorTable:
             if path in plan.adds:
                 continue
             rel = os.path.relpath(path, self.root)
-            cur = state.files[rel]
+            cur = state.files.get(rel)
+            if cur is None:
+                raise MirrorError(f"{path} left table {self.location} after batch {batch_id} looked it up (another "
+                                  "writer: a compaction?); nothing committed, the batch runs again on restart")
             old = read_dv(self.root, cur.get("deletionVector"))
             if len(old):
                 merged = np.union1d(old, plan.deletes[path])
@@ -166,6 +169,33 @@ class DeltaMirrorTable:
                      {PROP_QUERY: query_id, PROP_BATCH: str(batch_id)})
         self._dt.update_incremental()
         return True
+
+    def swap_files(self, old: list[LiveFile], new: list[str]) -> None:
+        """One version (a compaction): the ``old`` files removed, the ``new`` ones added; no data change."""
+        state = self._state()
+        now = int(time.time() * 1000)
+        actions = []
+        for f in old:
+            cur = state.files.get(os.path.relpath(f.path, self.root))
+            if cur is None:
+                raise MirrorError(f"{f.path} is no longer in table {self.location}: another writer changed it; "
+                                  "nothing compacted")
+            actions.append({"remove": {**removal(cur, now), "dataChange": False}})
+        actions += [{"add": {**new_add(self.root, p, self.pk, now, None), "dataChange": False}} for p in new]
+        write_commit(self.root, state.version + 1, actions, "OPTIMIZE", {})
+        self._dt.update_incremental()
+
+    def referenced_files(self) -> set[str]:
+        """The data and deletion vector files the table's current version references (absolute paths)."""
+        out = set()
+        for rel, add in self._state().files.items():
+            out.add(os.path.join(self.root, rel))
+            if add.get("deletionVector") and add["deletionVector"]["storageType"] != "i":
+                out.add(dv_file_path(self.root, add["deletionVector"]))
+        return out
+
+    def expire(self, retain_s: float) -> None:
+        """Nothing to expire in Delta's log itself (vacuum removes the files older versions alone used)."""
 
     def _enable_dvs(self) -> list[dict]:
         """The protocol and metadata actions that turn deletion vectors on (once per table)."""

@@ -207,6 +207,49 @@ class IcebergMirrorTable:
             tx.set_properties({PROP_BATCH_OF + query_id: str(int(batch_id))})
         return True
 
+    def swap_files(self, old: list[LiveFile], new: list[str]) -> None:
+        """One snapshot (a compaction): the ``old`` data files and every position-delete file removed (each names
+        only files with deletes, which a compaction always takes), the ``new`` files added."""
+        tbl = self._table()
+        tbl.refresh()
+        want = {f.path for f in old}
+        removes: set[str] = set()
+        for task in tbl.scan().plan_files():
+            if task.file.file_path.removeprefix("file://") in want:
+                removes.add(task.file.file_path)
+            removes.update(d.file_path for d in task.delete_files)
+        missing = want - {p.removeprefix("file://") for p in removes}
+        if missing:
+            raise MirrorError(f"{sorted(missing)[:3]} are no longer in table {self.location}: another writer changed "
+                              "it; nothing compacted")
+        with tbl.transaction() as tx:
+            commit_files(tx, tbl, adds=[data_data_file(tbl, p) for p in new], removes=removes,
+                         properties={"msgstream.operation": "compaction"})
+
+    def referenced_files(self) -> set[str]:
+        """The data and delete files any snapshot the table keeps references (absolute paths)."""
+        tbl = self._table()
+        tbl.refresh()
+        out = set()
+        for snap in tbl.snapshots():
+            for m in snap.manifests(io=tbl.io):
+                out.update(e.data_file.file_path.removeprefix("file://")
+                           for e in m.fetch_manifest_entry(io=tbl.io, discard_deleted=True))
+        return out
+
+    def expire(self, retain_s: float) -> None:
+        """Expire the snapshots older than ``retain_s`` (never the current one)."""
+        import datetime
+
+        tbl = self._table()
+        tbl.refresh()
+        cutoff = datetime.datetime.now(datetime.timezone.utc) - datetime.timedelta(seconds=retain_s)
+        cur = tbl.current_snapshot()
+        old = [s.snapshot_id for s in tbl.snapshots()
+               if cur is not None and s.snapshot_id != cur.snapshot_id and s.timestamp_ms < cutoff.timestamp() * 1000]
+        if old:
+            tbl.maintenance.expire_snapshots().by_ids(old).commit()
+
     def add_files(self, paths: list[str], *, properties: dict[str, str]) -> None:
         """Register the Parquet files (written elsewhere, e.g. by Spark tasks) with ``properties``."""
         check_prefix(properties)

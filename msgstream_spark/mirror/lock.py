@@ -16,11 +16,20 @@ from contextlib import contextmanager
 from msgstream_spark.errors import MirrorError
 
 LOCK_FILE = "_msgstream_writer.lock"
+_held: dict[str, int] = {}  # locations this process holds (nested holds, e.g. a job's run and its commits)
 
 
 @contextmanager
 def writer_lock(location: str, what: str):
     """Hold the table's writer lock while the block runs; MirrorError naming the holder if another has it."""
+    key = os.path.abspath(location)
+    if _held.get(key):
+        _held[key] += 1
+        try:
+            yield
+        finally:
+            _held[key] -= 1
+        return
     os.makedirs(location, exist_ok=True)
     path = os.path.join(location, LOCK_FILE)
     fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
@@ -34,6 +43,10 @@ def writer_lock(location: str, what: str):
                               "or let it compact with --compact-every)") from e
         os.ftruncate(fd, 0)
         os.pwrite(fd, f"pid {os.getpid()} {' '.join(sys.argv)[:200]} since {time.ctime()}".encode(), 0)
-        yield
+        _held[key] = 1
+        try:
+            yield
+        finally:
+            del _held[key]
     finally:
         os.close(fd)  # closing drops the lock

@@ -32,6 +32,7 @@ from msgstream_spark.mirror.layout import (
     prune,
     write_changes,
 )
+from msgstream_spark.mirror.maintenance import compact
 from msgstream_spark.mirror.writepath import finish
 
 log = logging.getLogger(__name__)
@@ -120,10 +121,11 @@ class MirrorBatch:
     ``query_id``: the identity recorded with every commit (default: Spark's query id read from
     ``checkpoint``). ``collection_id``: when set, a batch holding rows of another collection id (the
     collection was dropped and re-created under its name) fails instead of mixing the two.
+    ``compact_every``: compact the table after every N committed batches (0: never).
     """
 
     def __init__(self, table, pk: str, *, query_id: str | None = None, checkpoint: str | None = None,
-                 collection_id: int | None = None) -> None:
+                 collection_id: int | None = None, compact_every: int = 0) -> None:
         if query_id is None and checkpoint is None:
             raise MirrorError("MirrorBatch needs query_id or checkpoint (to read Spark's query id)")
         self.table, self.pk, self.checkpoint = table, pk, checkpoint
@@ -132,6 +134,8 @@ class MirrorBatch:
         self.batches = 0
         self.skipped = 0
         self.rows = 0
+        self.compact_every = compact_every
+        self.compactions = 0
 
     @property
     def query_id(self) -> str:
@@ -160,6 +164,11 @@ class MirrorBatch:
         else:
             self.skipped += 1
         _failpoint(batch_id, plan is not None and narrow.num_rows > 0)
+        if plan is not None and self.compact_every and self.batches % self.compact_every == 0:
+            done = compact(self.table)
+            self.compactions += 1
+            log.info("compaction after batch %d: %d files with %d deleted rows -> %d files", batch_id, done.files_in,
+                     done.deleted_rows, done.files_out)
 
     def _check_collection(self, narrow: Any) -> None:
         if self.collection_id is None or narrow.num_rows == 0:
