@@ -84,6 +84,15 @@ class DeltaMirrorTable:
                                          name=collection, raise_if_key_not_exists=False)
         return t
 
+    @staticmethod
+    def stored_properties(location: str) -> dict[str, str]:
+        """The ``msgstream.*`` properties of the Delta table at ``location``; MirrorError if there is none."""
+        dl = _deltalake()
+        if not dl.DeltaTable.is_deltatable(location):
+            raise MirrorError(f"no Delta table at {location}")
+        conf = dl.DeltaTable(location).metadata().configuration
+        return {k: v for k, v in conf.items() if k.startswith(PROP_PREFIX)}
+
     def _table(self):
         if self._dt is None:
             raise MirrorError(f"no Delta table at {self.location} (open it with create=True or add_files first)")

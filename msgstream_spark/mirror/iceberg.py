@@ -90,6 +90,15 @@ class IcebergMirrorTable:
             t._create(table_schema(arrow_schema, pk), {})
         return t
 
+    @staticmethod
+    def stored_properties(location: str, catalog_uri: str | None) -> dict[str, str]:
+        """The ``msgstream.*`` properties of the catalog's table at ``location``; MirrorError if there is none."""
+        t = IcebergMirrorTable(location, "", "", None, _catalog(location, catalog_uri))
+        tbl = t._at_location()
+        if tbl is None:
+            raise MirrorError(f"no Iceberg table at {location} in the catalog")
+        return {k: v for k, v in tbl.properties.items() if k.startswith(PROP_PREFIX)}
+
     def _at_location(self):
         """The catalog's table stored at this location (whatever its name), or None."""
         want = os.path.abspath(self.location).rstrip("/")

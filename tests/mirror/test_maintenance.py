@@ -105,3 +105,24 @@ def test_a_compaction_killed_before_its_commit_changes_nothing(fmt, tmp_path):
     vacuum(t, retain_s=0)
     assert orphans(t) == [] and table_state(t.to_arrow()) == model(seen)
     _no_file_twice(t)
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_the_maintenance_entry_point_compacts_once_and_is_refused_beside_a_writer(fmt, tmp_path):
+    import json
+
+    from msgstream_spark.mirror.lock import writer_lock
+
+    t = _open(fmt, tmp_path / "t")
+    seen = _fill(t, _batches(3))
+    argv = [sys.executable, "-m", "jobs.mirror_maintain", "compact", "--table", str(tmp_path / "t"),
+            "--table-format", fmt]
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    with writer_lock(str(tmp_path / "t"), "a test's mirror job"):
+        proc = subprocess.run(argv, env=env, cwd=ROOT, timeout=300, capture_output=True, text=True)
+    assert proc.returncode == 1 and "being written by another writer (pid" in proc.stderr, proc.stderr[-2000:]
+    assert len(t.live_files()) > 1
+    proc = subprocess.run(argv, env=env, cwd=ROOT, timeout=300, capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert json.loads(proc.stdout)["files_out"] == 1
+    assert table_state(_open(fmt, tmp_path / "t").to_arrow()) == model(seen)
