@@ -59,41 +59,76 @@ class WriteSpec:
 
 
 def write_changes(changes: pa.Table, spec: WriteSpec) -> pa.Table:
-    """A task's share of a micro-batch: its inserted rows (the newest change per key of this share) go to one
-    new data file under ``spec.data_dir``; returns the narrow rows of every change kept (``narrow_schema``)."""
-    out_schema = narrow_schema(spec.key_type)
-    if spec.snapshot_ts is not None and changes.num_rows:
-        ts = pa.scalar(spec.snapshot_ts, changes.schema.field(TS).type)
-        changes = changes.filter(pc.greater(changes.column(TS), ts))
-    if changes.num_rows == 0:
-        return out_schema.empty_table()
-    changes = collapse(changes, spec.pk)
-    ins = pc.equal(changes.column(OP), "insert")
-    rows = changes.filter(ins)
-    n = changes.num_rows
-    files = pa.nulls(n, pa.string())
-    pos = pa.nulls(n, pa.int64())
-    if rows.num_rows:
-        os.makedirs(spec.data_dir, exist_ok=True)
-        ins_idx = pc.indices_nonzero(ins)
-        groups = [np.arange(rows.num_rows)]
-        if spec.split_by:
-            codes = rows.select(spec.split_by).group_by(spec.split_by, use_threads=False).aggregate([])
-            groups = [pc.indices_nonzero(_row_match(rows, spec.split_by, r)).to_numpy() for r in codes.to_pylist()]
+    """``changes`` written by one ``TaskWriter`` (the whole share of a task at once); the narrow rows."""
+    w = TaskWriter(spec)
+    try:
+        return w.add(changes)
+    finally:
+        w.close()
+
+
+class TaskWriter:
+    """A task's share of a micro-batch, chunk by chunk (memory: one chunk): the newest change per key of each
+    chunk is kept; its inserted rows are appended to this task's data file (one per value of ``split_by``)
+    under ``spec.data_dir``; ``add`` returns the narrow rows (``narrow_schema``) of every change kept. A key
+    in two chunks leaves two rows; the driver's ``plan`` deletes the older one in the same commit."""
+
+    def __init__(self, spec: WriteSpec) -> None:
+        self.spec = spec
+        self.out_schema = narrow_schema(spec.key_type)
+        self._files: dict[tuple, list] = {}  # partition values -> [path, ParquetWriter, rows written]
+
+    def add(self, changes: pa.Table) -> pa.Table:
+        spec = self.spec
+        if spec.snapshot_ts is not None and changes.num_rows:
+            ts = pa.scalar(spec.snapshot_ts, changes.schema.field(TS).type)
+            changes = changes.filter(pc.greater(changes.column(TS), ts))
+        if changes.num_rows == 0:
+            return self.out_schema.empty_table()
+        changes = collapse(changes, spec.pk)
+        ins = pc.equal(changes.column(OP), "insert")
+        rows = changes.filter(ins)
+        n = changes.num_rows
         file_arr = np.full(n, None, dtype=object)
         pos_arr = np.full(n, -1, dtype=np.int64)
-        for g in groups:
-            path = os.path.join(spec.data_dir, f"{uuid.uuid4().hex}.parquet")
-            write_data_file(conform(rows.take(pa.array(g)), spec.schema), path)
-            where = ins_idx.to_numpy()[g]
-            file_arr[where] = path
-            pos_arr[where] = np.arange(len(g))
-        files = pa.array(file_arr, pa.string())
-        pos = pa.array(pos_arr, mask=pos_arr < 0)
-    coll = (changes.column(COLLECTION).cast(pa.int64()) if COLLECTION in changes.column_names
-            else pa.nulls(n, pa.int64()))
-    return pa.Table.from_arrays([changes.column(spec.pk).cast(spec.key_type), changes.column(SEQ),
-                                 changes.column(OP), files, pos, coll], schema=out_schema)
+        if rows.num_rows:
+            ins_idx = pc.indices_nonzero(ins).to_numpy()
+            groups = {(): np.arange(rows.num_rows)}
+            if spec.split_by:
+                codes = rows.select(spec.split_by).group_by(spec.split_by, use_threads=False).aggregate([])
+                groups = {tuple(r.values()): pc.indices_nonzero(_row_match(rows, spec.split_by, r)).to_numpy()
+                          for r in codes.to_pylist()}
+            for key, g in groups.items():
+                path, done = self._append(key, conform(rows.take(pa.array(g)), spec.schema))
+                file_arr[ins_idx[g]] = path
+                pos_arr[ins_idx[g]] = np.arange(done, done + len(g))
+        coll = (changes.column(COLLECTION).cast(pa.int64()) if COLLECTION in changes.column_names
+                else pa.nulls(n, pa.int64()))
+        return pa.Table.from_arrays([changes.column(spec.pk).cast(spec.key_type), changes.column(SEQ),
+                                     changes.column(OP), pa.array(file_arr, pa.string()),
+                                     pa.array(pos_arr, mask=pos_arr < 0), coll], schema=self.out_schema)
+
+    def _append(self, key: tuple, rows: pa.Table) -> tuple[str, int]:
+        """Append ``rows`` to the file of partition ``key``; (its path, rows it held before)."""
+        f = self._files.get(key)
+        if f is None:
+            os.makedirs(self.spec.data_dir, exist_ok=True)
+            path = os.path.join(self.spec.data_dir, f"{uuid.uuid4().hex}.parquet")
+            f = self._files[key] = [path, pq.ParquetWriter(path, self.spec.schema, compression="zstd"), 0]
+        f[1].write_table(rows, row_group_size=128 * 1024)
+        f[2] += rows.num_rows
+        return f[0], f[2] - rows.num_rows
+
+    def close(self) -> None:
+        """Finish the files and sync them to disk (before their paths reach a commit)."""
+        for path, writer, _ in self._files.values():
+            writer.close()
+            fd = os.open(path, os.O_RDONLY)
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+        self._files.clear()
 
 
 def _row_match(rows: pa.Table, cols: list[str], values: dict) -> pa.ChunkedArray:

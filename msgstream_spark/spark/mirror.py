@@ -25,12 +25,12 @@ import pyarrow as pa
 from msgstream_spark.errors import MirrorError
 from msgstream_spark.mirror.layout import (
     LiveFile,
+    TaskWriter,
     WriteSpec,
     lookup_file,
     match_schema,
     narrow_schema,
     prune,
-    write_changes,
 )
 from msgstream_spark.mirror.maintenance import compact
 from msgstream_spark.mirror.writepath import finish
@@ -54,11 +54,11 @@ def checkpoint_query_id(checkpoint: str) -> str:
 
 def _writer_fn(spec: WriteSpec):
     def write(batches):
-        tables = [pa.Table.from_batches([b]) for b in batches]
-        tables = [t for t in tables if t.num_rows]
-        if tables:
-            out = write_changes(pa.concat_tables(tables, promote_options="permissive"), spec)
-            yield from out.to_batches()
+        w = TaskWriter(spec)
+        for b in batches:  # one Arrow batch at a time (spark.sql.execution.arrow.maxRecordsPerBatch rows)
+            if b.num_rows:
+                yield from w.add(pa.Table.from_batches([b])).to_batches()
+        w.close()  # before the task ends: the driver commits only files of finished tasks
 
     return write
 
