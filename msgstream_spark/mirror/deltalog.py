@@ -41,7 +41,7 @@ def data_files(location: str, paths: list[str], pk: str) -> tuple[pa.Schema, lis
             raise MirrorError(f"data file {p} has another schema than {paths[0]}: {file_schema} vs {schema}")
         adds.append({"add": {"path": os.path.relpath(full, root), "partitionValues": {}, "size": os.path.getsize(full),
                              "modificationTime": now, "dataChange": True,
-                             "stats": json.dumps({"numRecords": meta.num_rows})}})
+                             "stats": json.dumps(file_stats(meta, pk, None))}})
     if schema is None:
         raise MirrorError("add_files needs at least one data file")
     if pk not in schema.names:
@@ -189,23 +189,33 @@ def _plain(v: object) -> object:
     return str(v)
 
 
-def new_add(root: str, path: str, pk: str, now: int, dv: dict | None) -> dict:
-    """The ``add`` action of a data file a task wrote (stats from its footer: rows, the key's bounds)."""
-    meta = pq.read_metadata(path)
-    stats: dict = {"numRecords": meta.num_rows, "tightBounds": dv is None}
-    col = meta.schema.to_arrow_schema().get_field_index(pk)
+def file_stats(meta, pk: str, tight: bool | None) -> dict:
+    """Delta stats of a Parquet file from its footer: rows, and the key's bounds (what the lookup prunes by);
+    ``tightBounds`` only when given (a table with deletion vectors)."""
+    stats: dict = {"numRecords": meta.num_rows}
+    if tight is not None:
+        stats["tightBounds"] = tight
+    schema = meta.schema.to_arrow_schema()
+    if pk not in schema.names:
+        return stats
+    col = schema.get_field_index(pk)
     lo = hi = None
     nulls = 0
     for g in range(meta.num_row_groups):
         st = meta.row_group(g).column(col).statistics
         if st is None or not st.has_min_max:
-            lo = hi = None
-            break
+            return stats
         lo = st.min if lo is None else min(lo, st.min)
         hi = st.max if hi is None else max(hi, st.max)
         nulls += st.null_count or 0
     if lo is not None:
         stats.update(minValues={pk: _plain(lo)}, maxValues={pk: _plain(hi)}, nullCount={pk: nulls})
+    return stats
+
+
+def new_add(root: str, path: str, pk: str, now: int, dv: dict | None) -> dict:
+    """The ``add`` action of a data file a task wrote (stats from its footer: rows, the key's bounds)."""
+    stats = file_stats(pq.read_metadata(path), pk, dv is None)
     add = {"path": os.path.relpath(path, root), "partitionValues": {}, "size": os.path.getsize(path),
            "modificationTime": now, "dataChange": True, "stats": json.dumps(stats)}
     if dv is not None:
