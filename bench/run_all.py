@@ -29,6 +29,8 @@ SCRIPTS = [
     "bench.bench_scaling",
     "bench.bench_read_shape",
     "bench.bench_mirror",
+    "bench.bench_mirror_scale",
+    "bench.bench_mirror_driver",
 ]
 
 # Sizes per script: "full" is what the README's figures come from (about 10 minutes on 2 cores).
@@ -40,7 +42,10 @@ SIZES = {
              "bench.bench_decode26": {"messages": 10_000},
              "bench.bench_read_shape": {"plan_rows": [100_000, 1_000_000, 10_000_000], "rows": 1_000_000,
                                         "split_rows": 2_000_000},
-             "bench.bench_mirror": {"rows": 1_000_000, "snapshot_rows": 200_000}},
+             "bench.bench_mirror": {"rows": 1_000_000, "snapshot_rows": 200_000},
+             # 1M vs 8M rows x 64-d do not fit this 2-core machine's time: the same 8x ratio at 250k vs 2M
+             "bench.bench_mirror_scale": {"small": 250_000},
+             "bench.bench_mirror_driver": {"rows": 1_000_000, "dim": 768}},
     "quick": {"bench.bench_spark_read": {"rows": 200_000, "mem_rows": 0, "kafka": True},
               "bench.bench_spark_write": {"rows": 20_000, "reps": 2},
               "bench.profile_read": {"rows": 50_000, "kafka": True},
@@ -48,7 +53,9 @@ SIZES = {
               "bench.bench_decode26": {"messages": 5_000},
               "bench.bench_read_shape": {"plan_rows": [100_000, 1_000_000], "rows": 200_000, "split_rows": 400_000,
                                          "reps": 3},
-              "bench.bench_mirror": {"rows": 100_000, "snapshot_rows": 50_000}},
+              "bench.bench_mirror": {"rows": 100_000, "snapshot_rows": 50_000},
+              "bench.bench_mirror_scale": {"small": 50_000, "updates_table": 50_000, "update_batches": 20},
+              "bench.bench_mirror_driver": {"rows": 100_000, "dim": 768}},
 }
 
 
