@@ -54,6 +54,9 @@ def _deltalake():
     return deltalake
 
 
+CHECKPOINT_EVERY = 100  # commits between checkpoints (Delta's default delta.checkpointInterval)
+
+
 class DeltaMirrorTable:
     """A Delta table at ``location`` mirroring one collection."""
 
@@ -65,6 +68,7 @@ class DeltaMirrorTable:
         self._dt = None
         self.root = os.path.abspath(location)
         self._log: LogState | None = None
+        self._dvs: dict[tuple, np.ndarray] = {}
 
     @classmethod
     def open(cls, location: str, *, collection: str, pk: str, arrow_schema: pa.Schema | None, create: bool,
@@ -141,8 +145,18 @@ class DeltaMirrorTable:
             stats = json.loads(add.get("stats") or "{}")
             out.append(LiveFile(os.path.join(self.root, rel), stats.get("minValues", {}).get(self.pk),
                                 stats.get("maxValues", {}).get(self.pk),
-                                read_dv(self.root, add.get("deletionVector")), int(stats.get("numRecords") or 0)))
+                                self._deleted(add.get("deletionVector")), int(stats.get("numRecords") or 0)))
         return out
+
+    def _deleted(self, dv: dict | None) -> np.ndarray:
+        """A deletion vector's positions, cached (a vector never changes; a new one has a new offset or file)."""
+        if not dv:
+            return np.zeros(0, np.uint64)
+        key = (dv["storageType"], dv["pathOrInlineDv"], dv.get("offset"))
+        got = self._dvs.get(key)
+        if got is None:
+            got = self._dvs[key] = read_dv(self.root, dv)
+        return got
 
     def commit(self, plan: Plan, *, query_id: str, batch_id: int) -> bool:
         """One Delta version: the new files, a deletion vector per file that loses rows, the batch's ``txn``."""
@@ -166,7 +180,7 @@ class DeltaMirrorTable:
             if cur is None:
                 raise MirrorError(f"{path} left table {self.location} after batch {batch_id} looked it up (another "
                                   "writer: a compaction?); nothing committed, the batch runs again on restart")
-            old = read_dv(self.root, cur.get("deletionVector"))
+            old = self._deleted(cur.get("deletionVector"))
             if len(old):
                 merged = np.union1d(old, plan.deletes[path])
                 dv = write_dv_file(self.root, [merged])[0]
@@ -177,6 +191,8 @@ class DeltaMirrorTable:
         write_commit(self.root, state.version + 1, actions, "MERGE",
                      {PROP_QUERY: query_id, PROP_BATCH: str(batch_id)})
         self._dt.update_incremental()
+        if (state.version + 1) % CHECKPOINT_EVERY == 0:  # readers (and LogState) start from the last checkpoint
+            self._dt.create_checkpoint()
         return True
 
     def swap_files(self, old: list[LiveFile], new: list[str]) -> None:

@@ -153,12 +153,32 @@ class LogState:
             t = pq.read_table(os.path.join(log, name))
             for a in t.column("add").to_pylist() if "add" in t.column_names else []:
                 if a is not None:
-                    a = {k: val for k, val in a.items() if val is not None}
+                    a = _from_parquet_action(a)
                     self.files[unquote(a["path"])] = a
             for x in t.column("txn").to_pylist() if "txn" in t.column_names else []:
                 if x is not None:
                     self.txns[x["appId"]] = int(x["version"])
         self.version = v
+
+
+_ADD_KEYS = ("path", "partitionValues", "size", "modificationTime", "dataChange", "stats", "tags", "deletionVector",
+             "baseRowId", "defaultRowCommitVersion", "clusteringProvider")
+
+
+def _from_parquet_action(a: dict) -> dict:
+    """A checkpoint's ``add`` row as the JSON action (maps come from Arrow as lists of pairs)."""
+    out = {}
+    for k in _ADD_KEYS:
+        v = a.get(k)
+        if v is None:
+            continue
+        if k in ("partitionValues", "tags") and isinstance(v, list):
+            v = dict(v)
+        if k == "deletionVector":
+            v = {dk: dv for dk, dv in v.items() if dv is not None}
+        out[k] = v
+    out.setdefault("partitionValues", {})
+    return out
 
 
 def _dv_id(dv: dict | None) -> tuple | None:

@@ -346,3 +346,23 @@ def test_snapshot_files_with_a_varchar_key_then_changes(fmt, tmp_path):
     assert apply_batch(open_table(fmt, loc, collection="coll", pk="key", create=False), batch, "key", "q", 0)
     got = {r["key"]: r["v"] for r in t.to_arrow().to_pylist()}
     assert got == {"k1": "s1", "k2": "n2", "k10": "n10"}  # the delete at 99 is older than the snapshot
+
+
+def test_delta_log_state_reads_a_checkpoint_with_deletion_vectors(tmp_path, monkeypatch):
+    """A checkpoint (written by delta-rs, every CHECKPOINT_EVERY commits) keeps the deletion vectors and the
+    batch ids: a new process starting from it removes the right vectors and skips committed batches."""
+    from msgstream_spark.mirror import delta
+
+    monkeypatch.setattr(delta, "CHECKPOINT_EVERY", 3)
+    t = _open("delta", tmp_path / "t")
+    seen = []
+    for i in range(4):
+        b = [insert(10 + 10 * i, *[(p, f"v{i}.{p}") for p in range(i, 30, 2)]), delete(15 + 10 * i, i + 3)]
+        assert apply_batch(t, to_arrow(b), "pk", "q", i)
+        seen += b
+    assert (tmp_path / "t" / "_delta_log" / "_last_checkpoint").exists()
+    t = _open("delta", tmp_path / "t")  # LogState from the checkpoint, then the commits after it
+    assert apply_batch(t, to_arrow([insert(10, (99, "old"))]), "pk", "q", 3) is False
+    more = [*upsert(100, (5, "x")), delete(101, 7), insert(102, (4, "y"))]
+    assert apply_batch(t, to_arrow(more), "pk", "q", 4)
+    assert _rows(t) == model(seen + more)
