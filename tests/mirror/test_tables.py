@@ -353,7 +353,7 @@ def test_delta_log_state_reads_a_checkpoint_with_deletion_vectors(tmp_path, monk
     batch ids: a new process starting from it removes the right vectors and skips committed batches."""
     from msgstream_spark.mirror import delta
 
-    monkeypatch.setattr(delta, "CHECKPOINT_EVERY", 3)
+    monkeypatch.setattr(delta, "CHECKPOINT_EVERY", 4)  # after the last batch below
     t = _open("delta", tmp_path / "t")
     seen = []
     for i in range(4):
