@@ -11,6 +11,7 @@ summary; a batch whose id is not above the stored one is skipped. A merge reads 
 
 from __future__ import annotations
 
+import datetime
 import os
 import re
 
@@ -248,8 +249,6 @@ class IcebergMirrorTable:
 
     def expire(self, retain_s: float) -> None:
         """Expire the snapshots older than ``retain_s`` (never the current one)."""
-        import datetime
-
         tbl = self._table()
         tbl.refresh()
         cutoff = datetime.datetime.now(datetime.timezone.utc) - datetime.timedelta(seconds=retain_s)
