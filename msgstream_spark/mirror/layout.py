@@ -246,7 +246,7 @@ def plan(narrow: pa.Table, matches: pa.Table) -> Plan:
         applied_keys = w.filter(newer).column("key")
         old = matches.filter(pc.is_in(matches.column("key"), value_set=applied_keys.combine_chunks()))
         _add(old.column(FILE), old.column(POS))
-    adds = sorted({p for p in narrow.column(FILE).to_pylist() if p is not None})
+    adds = sorted(pc.unique(narrow.column(FILE).drop_null()).to_pylist())  # a few files, not a list per row
     return Plan(adds, {p: np.unique(np.asarray(v, dtype=np.uint64)) for p, v in deletes.items()},
                 int(pc.sum(newer).as_py() or 0))
 

@@ -21,6 +21,7 @@ import signal
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from msgstream_spark.errors import MirrorError
 from msgstream_spark.mirror.layout import (
@@ -173,7 +174,7 @@ class MirrorBatch:
     def _check_collection(self, narrow: Any) -> None:
         if self.collection_id is None or narrow.num_rows == 0:
             return
-        ids = set(narrow.column("_collection").drop_null().to_pylist())
+        ids = set(pc.unique(narrow.column("_collection").drop_null()).to_pylist())
         other = ids - {self.collection_id}
         if other:
             raise MirrorError(
