@@ -60,6 +60,17 @@ def ratio_rows(res: dict) -> list[tuple[str, float, float]]:
     for fmt in ("delta", "iceberg"):
         if (m.get("mirror") or {}).get(f"mirror_{fmt}_ratio"):
             rows.append((f"mirror into {fmt} vs append to Parquet", m["mirror"][f"mirror_{fmt}_ratio"], 0.5))
+    sc = res.get("bench.bench_mirror_scale") or {}
+    for fmt in ("delta", "iceberg"):
+        for kind, goal in (("mixed", 1.5), ("insert_only", 1.2)):
+            r = (sc.get(fmt) or {}).get(kind) or {}
+            if r.get("ratio"):  # a cost ratio: lower is better, drawn as goal / ratio against 1
+                rows.append((f"mirror {fmt} {kind} batch, table 1x / 8x rows (goal <= {goal}x)",
+                             round(goal / r["ratio"], 2), 1.0))
+    dr = res.get("bench.bench_mirror_driver") or {}
+    if dr.get("heap_ratio"):
+        rows.append(("mirror driver heap, 10x batch (goal <= 1.2x, as 1.2 / ratio)", round(1.2 / dr["heap_ratio"], 2),
+                     1.0))
     if (m.get("snapshot") or {}).get("snapshot_ratio"):
         rows.append(("snapshot (real Milvus) vs append the log to Parquet", m["snapshot"]["snapshot_ratio"], 0.5))
     return rows

@@ -28,7 +28,13 @@ JOB_COMMANDS = {
 }
 # `msgstream mirror <sub>` that run a Spark job (the mirror's Spark-free subcommands are plain commands)
 MIRROR_JOBS = {"run": ("mirror", "Spark job: keep a Delta or Iceberg table equal to a collection "
-                                 "(snapshot, then the stream, exactly once)")}
+                                 "(snapshot, then the stream, exactly once)"),
+               "compact": ("mirror_maintain", "rewrite a mirror table's files with deleted rows and its small files "
+                                              "(one commit; refused while a writer holds the table)"),
+               "orphans": ("mirror_maintain", "list the files under a mirror table that no current version references"),
+               "vacuum": ("mirror_maintain", "delete orphaned files and those only versions older than "
+                                             "--retain-hours use")}
+MAINTENANCE = ("compact", "orphans", "vacuum")  # one module: the subcommand is its first argument
 # `msgstream job-path <name>`: the commands' names, `mirror` for `mirror run`
 JOB_FILES = {**{cmd: mod for cmd, (mod, _) in JOB_COMMANDS.items()}, "mirror": "mirror"}
 GLOBAL_FLAGS = ("-v", "--verbose")
@@ -60,7 +66,9 @@ def job_in_argv(argv: Sequence[str]) -> tuple[str, str, list[str]] | None:
     if i < len(argv) and argv[i] in JOB_COMMANDS:
         return JOB_COMMANDS[argv[i]][0], f"msgstream {argv[i]}", list(argv[i + 1:])
     if i + 1 < len(argv) and argv[i] == "mirror" and argv[i + 1] in MIRROR_JOBS:
-        return MIRROR_JOBS[argv[i + 1]][0], f"msgstream mirror {argv[i + 1]}", list(argv[i + 2:])
+        sub = argv[i + 1]
+        rest = [sub, *argv[i + 2:]] if sub in MAINTENANCE else list(argv[i + 2:])
+        return MIRROR_JOBS[sub][0], f"msgstream mirror {sub}", rest
     return None
 
 

@@ -60,7 +60,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--trigger", default="available-now",
                    help="available-now (default), once, or processing-time:<interval>")
     p.add_argument("--max-rows-per-trigger", type=int, default=100000,
-                   help="rows per micro-batch (bounds what one merge holds in the driver; default 100000)")
+                   help="rows per micro-batch (tasks write them; the driver holds ~60 bytes a change; default 100000)")
+    p.add_argument("--compact-every", type=int, default=0,
+                   help="compact the table after every N committed micro-batches (default 0: never)")
     p.add_argument("--snapshot-tasks", type=int, default=0, help="snapshot read tasks (default: Spark parallelism)")
     p.add_argument("--snapshot-answer-mb", type=float, default=16.0,
                    help="snapshot: bytes of one Query answer, in MiB (default 16; Milvus refuses answers above "
@@ -136,34 +138,42 @@ def _stream_into(spark, args, cfg, starting: str | None, sink, checkpoint: str, 
     return (None if err is None else (spark_error_line(err) or str(err))), progress.rows, progress.batches
 
 
+def _stream_all(spark, args, cfg, start, sink, checkpoint, trig) -> tuple[int, int]:
+    rows = restarts = 0
+    while True:
+        err, n, _ = _stream_into(spark, args, cfg, start.starting, sink, checkpoint, trig)
+        rows += n
+        if err is None:
+            return rows, restarts
+        if "adds field(s)" not in err or restarts >= SCHEMA_RESTARTS:
+            raise MirrorError(f"mirror query failed: {err}")
+        restarts += 1  # the restarted query (same checkpoint) infers the altered schema; the merge adds the column
+        log.info("schema change, restarting the query (%d of %d): %s", restarts, SCHEMA_RESTARTS, err)
+
+
 def run(args: argparse.Namespace, spark=None) -> dict[str, Any]:
     logging.getLogger("py4j").setLevel(logging.WARNING)  # its callback server logs every call at INFO
     trig = trigger_kwargs(args.trigger)
     cfg = _config(args)
     spark = spark or spark_session("msgstream-mirror", args.master)  # Spark first, then pymilvus clients
     from msgstream_spark.jobs.mirror_start import decide_start
+    from msgstream_spark.mirror.lock import writer_lock
     from msgstream_spark.spark.mirror import MirrorBatch
 
     probe = _stream(spark, args, cfg, None)
     pk, cid = _facts(probe)
     checkpoint = args.checkpoint or args.table.rstrip("/") + "_checkpoint"
-    start = decide_start(spark, args, cfg, rows_arrow_schema(probe), pk, cid, checkpoint)
-    sink = MirrorBatch(start.table, pk, checkpoint=checkpoint, collection_id=start.collection_id)
-    t0 = time.perf_counter()
-    rows = restarts = 0
-    while True:
-        err, n, _ = _stream_into(spark, args, cfg, start.starting, sink, checkpoint, trig)
-        rows += n
-        if err is None:
-            break
-        if "adds field(s)" not in err or restarts >= SCHEMA_RESTARTS:
-            raise MirrorError(f"mirror query failed: {err}")
-        restarts += 1  # the restarted query (same checkpoint) infers the altered schema; the merge adds the column
-        log.info("schema change, restarting the query (%d of %d): %s", restarts, SCHEMA_RESTARTS, err)
+    with writer_lock(args.table, "the mirror job"):  # the table's one writer while the job runs
+        start = decide_start(spark, args, cfg, rows_arrow_schema(probe), pk, cid, checkpoint)
+        sink = MirrorBatch(start.table, pk, checkpoint=checkpoint, collection_id=start.collection_id,
+                           compact_every=args.compact_every)
+        t0 = time.perf_counter()
+        rows, restarts = _stream_all(spark, args, cfg, start, sink, checkpoint, trig)
     secs = time.perf_counter() - t0
     return {"job": "mirror", "table": args.table, "format": args.table_format, "collection": args.collection,
             "checkpoint": checkpoint, "snapshot": start.summary, "stream_rows": rows,
             "merged_batches": sink.batches, "skipped_batches": sink.skipped, "merged_changes": sink.rows,
+            "compactions": sink.compactions,
             "schema_restarts": restarts, "stream_seconds": round(secs, 3)}
 
 

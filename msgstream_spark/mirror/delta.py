@@ -8,14 +8,19 @@ skips a batch already in the table. One writer at a time.
 
 from __future__ import annotations
 
+import json
+import os
+import time
+
+import numpy as np
 import pyarrow as pa
 
 from msgstream_spark.errors import MirrorError
-from msgstream_spark.mirror.collapse import OP
 from msgstream_spark.mirror.common import (
     PROP_BATCH,
     PROP_PREFIX,
     PROP_QUERY,
+    PROP_SNAPSHOT_TS,
     check_identity,
     check_prefix,
     conform,
@@ -24,8 +29,20 @@ from msgstream_spark.mirror.common import (
     schema_difference,
     table_schema,
 )
-from msgstream_spark.mirror.deltalog import data_files, write_first_version, write_replace_version
-from msgstream_spark.mirror.order import SEQ
+from msgstream_spark.mirror.deltalog import (
+    LEGACY_WRITER_FEATURES,
+    LogState,
+    data_files,
+    loose_stats,
+    new_add,
+    removal,
+    write_commit,
+    write_first_version,
+    write_replace_version,
+)
+from msgstream_spark.mirror.dv import dv_file_path, read_dv, write_dv_file
+from msgstream_spark.mirror.layout import DATA_DIR, LiveFile, Plan, WriteSpec
+from msgstream_spark.mirror.writepath import apply_local
 
 
 def _deltalake():
@@ -37,8 +54,7 @@ def _deltalake():
     return deltalake
 
 
-def _q(name: str) -> str:
-    return "`" + name.replace("`", "``") + "`"
+CHECKPOINT_EVERY = 100  # commits between checkpoints (Delta's default delta.checkpointInterval)
 
 
 class DeltaMirrorTable:
@@ -50,6 +66,9 @@ class DeltaMirrorTable:
         self.pk = pk
         self.collection_id = collection_id
         self._dt = None
+        self.root = os.path.abspath(location)
+        self._log: LogState | None = None
+        self._dvs: dict[tuple, np.ndarray] = {}
 
     @classmethod
     def open(cls, location: str, *, collection: str, pk: str, arrow_schema: pa.Schema | None, create: bool,
@@ -68,6 +87,15 @@ class DeltaMirrorTable:
             t._dt = dl.DeltaTable.create(location, table_schema(arrow_schema, pk), configuration=props,
                                          name=collection, raise_if_key_not_exists=False)
         return t
+
+    @staticmethod
+    def stored_properties(location: str) -> dict[str, str]:
+        """The ``msgstream.*`` properties of the Delta table at ``location``; MirrorError if there is none."""
+        dl = _deltalake()
+        if not dl.DeltaTable.is_deltatable(location):
+            raise MirrorError(f"no Delta table at {location}")
+        conf = dl.DeltaTable(location).metadata().configuration
+        return {k: v for k, v in conf.items() if k.startswith(PROP_PREFIX)}
 
     def _table(self):
         if self._dt is None:
@@ -91,37 +119,129 @@ class DeltaMirrorTable:
         return None if v is None else int(v)
 
     def merge(self, collapsed: pa.Table, *, query_id: str, batch_id: int) -> bool:
-        dl = _deltalake()
-        dt = self._table()
-        dt.update_incremental()
-        done = self.last_batch(query_id)
-        if done is not None and done >= batch_id:
-            return False
-        extra = new_fields(collapsed, self.schema)
+        """Apply changes in this process through the merge-on-read write path (``writepath.apply_local``)."""
+        return apply_local(self, collapsed, query_id=query_id, batch_id=batch_id)
+
+    def _state(self) -> LogState:
+        if self._log is None:
+            self._log = LogState(self.root)
+        return self._log.refresh()
+
+    def prepare(self, columns: pa.Schema) -> None:
+        """Add the collection fields ``columns`` carry that the table lacks (before tasks write files)."""
+        extra = new_fields(columns.empty_table(), self.schema)
         if extra:
             self._add_columns(extra)
+
+    def write_spec(self) -> WriteSpec:
+        snap = self.properties().get(PROP_SNAPSHOT_TS)
         schema = self.schema
-        source = conform(collapsed, schema).append_column(OP, collapsed.column(OP))
-        cols = {_q(c): f"s.{_q(c)}" for c in schema.names}
-        props = dl.CommitProperties(app_transactions=[dl.Transaction(query_id, int(batch_id))],
-                                    custom_metadata={PROP_QUERY: query_id, PROP_BATCH: str(batch_id)})
-        newer = f"s.{_q(SEQ)} > t.{_q(SEQ)}"
-        (dt.merge(source, predicate=f"t.{_q(self.pk)} = s.{_q(self.pk)}", source_alias="s", target_alias="t",
-                  commit_properties=props)
-         .when_matched_delete(predicate=f"s.{OP} = 'delete' AND {newer}")
-         .when_matched_update(updates=cols, predicate=f"s.{OP} = 'insert' AND {newer}")
-         .when_not_matched_insert(updates=cols, predicate=f"s.{OP} = 'insert'")
-         .execute())
-        dt.update_incremental()
-        if (self.last_batch(query_id) or -1) < batch_id:
-            # delta-rs commits no version for a merge that changes nothing: record the batch id alone, so a
-            # re-run of this batch is skipped and every batch leaves its id in the table
-            dt.alter.set_table_properties({}, raise_if_not_exists=False, commit_properties=props)
+        return WriteSpec(schema, self.pk, os.path.join(self.root, DATA_DIR), None if snap is None else int(snap),
+                         schema.field(self.pk).type)
+
+    def live_files(self) -> list[LiveFile]:
+        out = []
+        for rel, add in self._state().files.items():
+            stats = json.loads(add.get("stats") or "{}")
+            out.append(LiveFile(os.path.join(self.root, rel), stats.get("minValues", {}).get(self.pk),
+                                stats.get("maxValues", {}).get(self.pk),
+                                self._deleted(add.get("deletionVector")), int(stats.get("numRecords") or 0)))
+        return out
+
+    def _deleted(self, dv: dict | None) -> np.ndarray:
+        """A deletion vector's positions, cached (a vector never changes; a new one has a new offset or file)."""
+        if not dv:
+            return np.zeros(0, np.uint64)
+        key = (dv["storageType"], dv["pathOrInlineDv"], dv.get("offset"))
+        got = self._dvs.get(key)
+        if got is None:
+            got = self._dvs[key] = read_dv(self.root, dv)
+        return got
+
+    def commit(self, plan: Plan, *, query_id: str, batch_id: int) -> bool:
+        """One Delta version: the new files, a deletion vector per file that loses rows, the batch's ``txn``."""
+        state = self._state()
+        done = state.txns.get(query_id)
+        if done is not None and done >= batch_id:
+            return False
+        now = int(time.time() * 1000)
+        dvs = write_dv_file(self.root, list(plan.deletes.values())) if plan.deletes else []
+        dv_of = dict(zip(plan.deletes, dvs))
+        actions: list[dict] = []
+        if plan.deletes:
+            actions += self._enable_dvs()
+        for path in plan.adds:
+            actions.append({"add": new_add(self.root, path, self.pk, now, dv_of.get(path))})
+        for path, dv in dv_of.items():
+            if path in plan.adds:
+                continue
+            rel = os.path.relpath(path, self.root)
+            cur = state.files.get(rel)
+            if cur is None:
+                raise MirrorError(f"{path} left table {self.location} after batch {batch_id} looked it up (another "
+                                  "writer: a compaction?); nothing committed, the batch runs again on restart")
+            old = self._deleted(cur.get("deletionVector"))
+            if len(old):
+                merged = np.union1d(old, plan.deletes[path])
+                dv = write_dv_file(self.root, [merged])[0]
+            actions.append({"remove": removal(cur, now)})
+            actions.append({"add": {**cur, "modificationTime": now, "dataChange": True, "deletionVector": dv,
+                                    "stats": loose_stats(cur.get("stats"))}})
+        actions.append({"txn": {"appId": query_id, "version": int(batch_id), "lastUpdated": now}})
+        write_commit(self.root, state.version + 1, actions, "MERGE",
+                     {PROP_QUERY: query_id, PROP_BATCH: str(batch_id)})
+        self._dt.update_incremental()
+        if (state.version + 1) % CHECKPOINT_EVERY == 0:  # readers (and LogState) start from the last checkpoint
+            self._dt.create_checkpoint()
         return True
 
     def merged_queries(self) -> set[str]:
-        """The query ids whose batches were merged into the table (from the commits' info)."""
-        return {str(h[PROP_QUERY]) for h in self._table().history() if h.get(PROP_QUERY)}
+        """The query ids whose batches were merged into the table (the log's ``txn`` actions)."""
+        return set(self._state().txns)
+
+    def swap_files(self, old: list[LiveFile], new: list[str]) -> None:
+        """One version (a compaction): the ``old`` files removed, the ``new`` ones added; no data change."""
+        state = self._state()
+        now = int(time.time() * 1000)
+        actions = []
+        for f in old:
+            cur = state.files.get(os.path.relpath(f.path, self.root))
+            if cur is None:
+                raise MirrorError(f"{f.path} is no longer in table {self.location}: another writer changed it; "
+                                  "nothing compacted")
+            actions.append({"remove": {**removal(cur, now), "dataChange": False}})
+        actions += [{"add": {**new_add(self.root, p, self.pk, now, None), "dataChange": False}} for p in new]
+        write_commit(self.root, state.version + 1, actions, "OPTIMIZE", {})
+        self._dt.update_incremental()
+
+    def referenced_files(self) -> set[str]:
+        """The data and deletion vector files the table's current version references (absolute paths)."""
+        out = set()
+        for rel, add in self._state().files.items():
+            out.add(os.path.join(self.root, rel))
+            if add.get("deletionVector") and add["deletionVector"]["storageType"] != "i":
+                out.add(dv_file_path(self.root, add["deletionVector"]))
+        return out
+
+    def expire(self, retain_s: float) -> None:
+        """Nothing to expire in Delta's log itself (vacuum removes the files older versions alone used)."""
+
+    def _enable_dvs(self) -> list[dict]:
+        """The protocol and metadata actions that turn deletion vectors on (once per table)."""
+        proto = self._table().protocol()
+        if proto.reader_features and "deletionVectors" in proto.reader_features:
+            return []
+        writer = sorted({*(proto.writer_features or []), "deletionVectors",
+                         *(LEGACY_WRITER_FEATURES[:proto.min_writer_version] if proto.min_writer_version < 7 else [])})
+        md = self._table().metadata()
+        meta = {"id": md.id, "name": md.name, "description": md.description,
+                "format": {"provider": "parquet", "options": {}}, "partitionColumns": list(md.partition_columns),
+                "configuration": {**md.configuration, "delta.enableDeletionVectors": "true"},
+                "createdTime": md.created_time, "schemaString": self._table().schema().to_json()}
+        return [{"protocol": {"minReaderVersion": 3, "minWriterVersion": 7,
+                              "readerFeatures": sorted({*(proto.reader_features or []), "deletionVectors"}),
+                              "writerFeatures": writer}},
+                {"metaData": meta}]
 
     def add_files(self, paths: list[str], *, properties: dict[str, str]) -> None:
         """The Parquet files (under ``location``) become the table's version 0, with ``properties``."""
@@ -147,8 +267,10 @@ class DeltaMirrorTable:
         meta = {"id": md.id, "name": md.name, "description": md.description,
                 "format": {"provider": "parquet", "options": {}}, "partitionColumns": list(md.partition_columns),
                 "configuration": conf, "createdTime": md.created_time}
-        removes = [str(p) for p in dt.get_add_actions(flatten=True).column("path").to_pylist()]
-        write_replace_version(self.location, dt.version() + 1, meta, dl.Schema.from_arrow(schema).to_json(),
+        state = self._state()
+        now = int(time.time() * 1000)
+        removes = [removal(a, now) for a in state.files.values()]
+        write_replace_version(self.location, state.version + 1, meta, dl.Schema.from_arrow(schema).to_json(),
                               removes, adds)
         self._dt = dl.DeltaTable(self.location)
 
@@ -162,7 +284,12 @@ class DeltaMirrorTable:
         self._table().alter.add_columns([dl.Field.from_arrow(f.with_nullable(True)) for f in fields])
 
     def to_arrow(self) -> pa.Table:
+        """The table's rows as plain delta-rs reads them (its DataFusion scan once deletion vectors are on)."""
+        dl = _deltalake()
         dt = self._table()
         dt.update_incremental()
+        if "deletionVectors" in (dt.protocol().reader_features or []):
+            got = pa.table(dl.QueryBuilder().register("t", dt).execute("SELECT * FROM t").read_all())
+            return conform(got, self.schema)  # DataFusion hands strings as string_view
         return pa.table(dt.to_pyarrow_table())
 

@@ -13,6 +13,7 @@ import json
 import os
 import time
 import uuid
+from urllib.parse import unquote
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -40,7 +41,7 @@ def data_files(location: str, paths: list[str], pk: str) -> tuple[pa.Schema, lis
             raise MirrorError(f"data file {p} has another schema than {paths[0]}: {file_schema} vs {schema}")
         adds.append({"add": {"path": os.path.relpath(full, root), "partitionValues": {}, "size": os.path.getsize(full),
                              "modificationTime": now, "dataChange": True,
-                             "stats": json.dumps({"numRecords": meta.num_rows})}})
+                             "stats": json.dumps(file_stats(meta, pk, None))}})
     if schema is None:
         raise MirrorError("add_files needs at least one data file")
     if pk not in schema.names:
@@ -67,7 +68,7 @@ def write_first_version(location: str, name: str, schema_json: str, configuratio
 
 
 def write_replace_version(location: str, version: int, metadata: dict, schema_json: str,
-                          removes: list[str], adds: list[dict]) -> None:
+                          removes: list[dict], adds: list[dict]) -> None:
     """Publish ``version``: every current data file removed, ``adds`` added, the metadata (same table id)
     with the new schema and configuration, in one commit file; MirrorError if another writer took it."""
     now = int(time.time() * 1000)
@@ -75,7 +76,7 @@ def write_replace_version(location: str, version: int, metadata: dict, schema_js
         {"commitInfo": {"timestamp": now, "operation": "WRITE", "operationParameters": {"mode": "Overwrite"},
                         "clientVersion": "msgstream-spark"}},
         {"metaData": {**metadata, "schemaString": schema_json}},
-        *({"remove": {"path": p, "deletionTimestamp": now, "dataChange": True}} for p in removes),
+        *({"remove": r} for r in removes),
         *adds,
     ]
     _publish(os.path.join(location, "_delta_log"), f"{version:020d}.json", actions,
@@ -110,3 +111,167 @@ def _fsync_dir(path: str) -> None:
         os.fsync(fd)
     finally:
         os.close(fd)
+
+
+class LogState:
+    """The live ``add`` actions of a Delta table (path -> action, with its deletion vector descriptor), read from
+    its log: the last checkpoint, then the JSON commits after it, and later only the commits added since
+    (delta-rs exposes neither the deletion vector descriptors nor the adds' tags that a ``remove`` must repeat)."""
+
+    def __init__(self, location: str) -> None:
+        self.location = location
+        self.version = -1
+        self.files: dict[str, dict] = {}
+        self.txns: dict[str, int] = {}
+
+    def refresh(self) -> LogState:
+        log = os.path.join(self.location, "_delta_log")
+        if self.version < 0:
+            self._from_checkpoint(log)
+        v = self.version + 1
+        while True:
+            path = os.path.join(log, f"{v:020d}.json")
+            try:
+                with open(path) as f:
+                    lines = f.read().splitlines()
+            except FileNotFoundError:
+                break
+            for line in lines:
+                if line.strip():
+                    self._apply(json.loads(line))
+            self.version = v
+            v += 1
+        return self
+
+    def _apply(self, action: dict) -> None:
+        if "add" in action:
+            a = action["add"]
+            self.files[unquote(a["path"])] = a
+        elif "txn" in action:
+            self.txns[action["txn"]["appId"]] = int(action["txn"]["version"])
+        elif "remove" in action:
+            r = action["remove"]
+            cur = self.files.get(unquote(r["path"]))
+            if cur is not None and _dv_id(cur.get("deletionVector")) == _dv_id(r.get("deletionVector")):
+                del self.files[unquote(r["path"])]
+
+    def _from_checkpoint(self, log: str) -> None:
+        try:
+            with open(os.path.join(log, "_last_checkpoint")) as f:
+                last = json.load(f)
+        except FileNotFoundError:
+            return
+        v = int(last["version"])
+        parts = int(last.get("parts") or 1)
+        names = ([f"{v:020d}.checkpoint.parquet"] if parts == 1 else
+                 [f"{v:020d}.checkpoint.{i:010d}.{parts:010d}.parquet" for i in range(1, parts + 1)])
+        for name in names:
+            t = pq.read_table(os.path.join(log, name))
+            for a in t.column("add").to_pylist() if "add" in t.column_names else []:
+                if a is not None:
+                    a = _from_parquet_action(a)
+                    self.files[unquote(a["path"])] = a
+            for x in t.column("txn").to_pylist() if "txn" in t.column_names else []:
+                if x is not None:
+                    self.txns[x["appId"]] = int(x["version"])
+        self.version = v
+
+
+_ADD_KEYS = ("path", "partitionValues", "size", "modificationTime", "dataChange", "stats", "tags", "deletionVector",
+             "baseRowId", "defaultRowCommitVersion", "clusteringProvider")
+
+
+def _from_parquet_action(a: dict) -> dict:
+    """A checkpoint's ``add`` row as the JSON action (maps come from Arrow as lists of pairs)."""
+    out = {}
+    for k in _ADD_KEYS:
+        v = a.get(k)
+        if v is None:
+            continue
+        if k in ("partitionValues", "tags") and isinstance(v, list):
+            v = dict(v)
+        if k == "deletionVector":
+            v = {dk: dv for dk, dv in v.items() if dv is not None}
+        out[k] = v
+    out.setdefault("partitionValues", {})
+    return out
+
+
+def _dv_id(dv: dict | None) -> tuple | None:
+    if not dv:
+        return None
+    return dv.get("storageType"), dv.get("pathOrInlineDv"), dv.get("offset")
+
+
+def write_commit(location: str, version: int, actions: list[dict], operation: str, info: dict) -> None:
+    """Publish ``actions`` as Delta version ``version`` (``info`` in its commitInfo, as delta-rs puts a commit's
+    custom metadata); MirrorError if another writer took it."""
+    now = int(time.time() * 1000)
+    info = {"commitInfo": {"timestamp": now, "operation": operation, "operationParameters": {},
+                           "clientVersion": "msgstream-spark", **info}}
+    _publish(os.path.join(location, "_delta_log"), f"{version:020d}.json", [info, *actions],
+             f"{location}: Delta version {version} was written by another writer meanwhile; nothing committed "
+             "(one writer per table: see docs/mirror.md)")
+
+
+# writer features implied by writer versions 1..6 (PROTOCOL.md "Table Features"), listed when upgrading to 7
+LEGACY_WRITER_FEATURES = ["appendOnly", "invariants", "checkConstraints", "changeDataFeed", "generatedColumns",
+                          "columnMapping"]
+
+
+def _plain(v: object) -> object:
+    if isinstance(v, (int, float, str, bool)) or v is None:
+        return v
+    return str(v)
+
+
+def file_stats(meta, pk: str, tight: bool | None) -> dict:
+    """Delta stats of a Parquet file from its footer: rows, and the key's bounds (what the lookup prunes by);
+    ``tightBounds`` only when given (a table with deletion vectors)."""
+    stats: dict = {"numRecords": meta.num_rows}
+    if tight is not None:
+        stats["tightBounds"] = tight
+    schema = meta.schema.to_arrow_schema()
+    if pk not in schema.names:
+        return stats
+    col = schema.get_field_index(pk)
+    lo = hi = None
+    nulls = 0
+    for g in range(meta.num_row_groups):
+        st = meta.row_group(g).column(col).statistics
+        if st is None or not st.has_min_max:
+            return stats
+        lo = st.min if lo is None else min(lo, st.min)
+        hi = st.max if hi is None else max(hi, st.max)
+        nulls += st.null_count or 0
+    if lo is not None:
+        stats.update(minValues={pk: _plain(lo)}, maxValues={pk: _plain(hi)}, nullCount={pk: nulls})
+    return stats
+
+
+def new_add(root: str, path: str, pk: str, now: int, dv: dict | None) -> dict:
+    """The ``add`` action of a data file a task wrote (stats from its footer: rows, the key's bounds)."""
+    stats = file_stats(pq.read_metadata(path), pk, dv is None)
+    add = {"path": os.path.relpath(path, root), "partitionValues": {}, "size": os.path.getsize(path),
+           "modificationTime": now, "dataChange": True, "stats": json.dumps(stats)}
+    if dv is not None:
+        add["deletionVector"] = dv
+    return add
+
+
+def loose_stats(stats: str | None) -> str | None:
+    """A file's stats once rows of it are deleted: the bounds stay true bounds but are no longer tight."""
+    if not stats:
+        return stats
+    d = json.loads(stats)
+    d["tightBounds"] = False
+    return json.dumps(d)
+
+
+def removal(add: dict, now: int) -> dict:
+    """The ``remove`` of a live ``add`` (it repeats the file's deletion vector, which identifies it)."""
+    r = {"path": add["path"], "deletionTimestamp": now, "dataChange": True, "extendedFileMetadata": True,
+         "partitionValues": add.get("partitionValues") or {}, "size": add.get("size")}
+    if add.get("deletionVector"):
+        r["deletionVector"] = add["deletionVector"]
+    return r

@@ -13,32 +13,34 @@ summary; a batch whose id is not above the stored one is skipped. A merge reads 
 
 from __future__ import annotations
 
+import datetime
 import os
 import re
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from msgstream_spark.errors import MirrorError
-from msgstream_spark.mirror.collapse import OP
 from msgstream_spark.mirror.common import (
     PROP_BATCH,
     PROP_PREFIX,
     PROP_QUERY,
+    PROP_SNAPSHOT_TS,
     check_identity,
     check_prefix,
-    conform,
     identity_properties,
     new_fields,
     schema_difference,
     table_schema,
 )
-from msgstream_spark.mirror.order import SEQ
+from msgstream_spark.mirror.icebergcommit import commit_files, data_data_file, delete_data_file, write_position_deletes
+from msgstream_spark.mirror.layout import DATA_DIR, LiveFile, Plan, WriteSpec
+from msgstream_spark.mirror.writepath import apply_local
 
 NAMESPACE = "msgstream"
 PROP_BATCH_OF = "msgstream.batch."
-IN_FILTER_MAX = 2000
 
 
 def _catalog_uri(location: str, catalog_uri: str | None) -> str:
@@ -81,6 +83,9 @@ class IcebergMirrorTable:
         self._catalog = catalog
         self._catalog_uri = catalog_uri
         self._tbl = None
+        self.root = os.path.abspath(location)
+        self._deletes: dict[str, dict[str, np.ndarray]] = {}
+        self._live: list[LiveFile] = []
 
     @classmethod
     def open(cls, location: str, *, collection: str, pk: str, arrow_schema: pa.Schema | None,
@@ -102,6 +107,15 @@ class IcebergMirrorTable:
                 raise MirrorError(f"no Iceberg table {'.'.join(ident)} at {location} and no schema to create it from")
             t._create(table_schema(arrow_schema, pk), {})
         return t
+
+    @staticmethod
+    def stored_properties(location: str, catalog_uri: str | None) -> dict[str, str]:
+        """The ``msgstream.*`` properties of the catalog's table at ``location``; MirrorError if there is none."""
+        t = IcebergMirrorTable(location, "", "", None, _catalog(location, catalog_uri))
+        tbl = t._at_location()
+        if tbl is None:
+            raise MirrorError(f"no Iceberg table at {location} in the catalog")
+        return {k: v for k, v in tbl.properties.items() if k.startswith(PROP_PREFIX)}
 
     def _at_location(self):
         """The catalog's table stored at this location (whatever its name), or None."""
@@ -145,47 +159,125 @@ class IcebergMirrorTable:
         return {k.removeprefix(PROP_BATCH_OF) for k in self.properties() if k.startswith(PROP_BATCH_OF)}
 
     def merge(self, collapsed: pa.Table, *, query_id: str, batch_id: int) -> bool:
-        from pyiceberg.expressions import In
+        """Apply changes in this process through the merge-on-read write path (``writepath.apply_local``)."""
+        return apply_local(self, collapsed, query_id=query_id, batch_id=batch_id)
 
+    def prepare(self, columns: pa.Schema) -> None:
+        """Add the collection fields ``columns`` carry that the table lacks (before tasks write files)."""
+        extra = new_fields(columns.empty_table(), self.schema)
+        if extra:
+            self._add_columns(extra)
+
+    def write_spec(self) -> WriteSpec:
+        from pyiceberg.io.pyarrow import schema_to_pyarrow
+
+        tbl = self._table()
+        tbl.refresh()
+        snap = self.properties().get(PROP_SNAPSHOT_TS)
+        schema = schema_to_pyarrow(tbl.schema(), include_field_ids=True)
+        split = [tbl.schema().find_column_name(f.source_id) for f in tbl.spec().fields]
+        if any(str(f.transform) != "identity" for f in tbl.spec().fields):
+            raise MirrorError(f"table {self.location} is partitioned by {tbl.spec()}: the mirror writes tables "
+                              "unpartitioned or with identity partitions only")
+        return WriteSpec(schema, self.pk, os.path.join(self.root, DATA_DIR), None if snap is None else int(snap),
+                         self.schema.field(self.pk).type, split)
+
+    def live_files(self) -> list[LiveFile]:
+        from pyiceberg.conversions import from_bytes
+
+        tbl = self._table()
+        tbl.refresh()
+        if tbl.current_snapshot() is None:
+            return []
+        field = tbl.schema().find_field(self.pk)
+        out = []
+        for task in tbl.scan().plan_files():
+            f = task.file
+            lo, hi = f.lower_bounds.get(field.field_id), f.upper_bounds.get(field.field_id)
+            deleted = [self._positions(d.file_path).get(f.file_path) for d in task.delete_files]
+            deleted = [d for d in deleted if d is not None]
+            out.append(LiveFile(f.file_path.removeprefix("file://"),
+                                None if lo is None else from_bytes(field.field_type, lo),
+                                None if hi is None else from_bytes(field.field_type, hi),
+                                np.unique(np.concatenate(deleted)).astype(np.uint64) if deleted else
+                                np.zeros(0, np.uint64), f.record_count, f.partition))
+        self._live = out
+        return out
+
+    def _positions(self, delete_file: str) -> dict[str, np.ndarray]:
+        """Data file path -> positions of one position-delete file (cached: delete files never change)."""
+        got = self._deletes.get(delete_file)
+        if got is None:
+            t = pq.read_table(delete_file.removeprefix("file://"))
+            got = {}
+            for p in pc.unique(t.column("file_path")).to_pylist():
+                got[p] = t.filter(pc.equal(t.column("file_path"), p)).column("pos").to_numpy()
+            self._deletes[delete_file] = got
+        return got
+
+    def commit(self, plan: Plan, *, query_id: str, batch_id: int) -> bool:
+        """One Iceberg snapshot: the new data files, one position-delete file, the batch's id in the properties."""
         done = self.last_batch(query_id)
         if done is not None and done >= batch_id:
             return False
-        extra = new_fields(collapsed, self.schema)
-        if extra:
-            self._add_columns(extra)
         tbl = self._table()
-        source = conform(collapsed, self.schema)
-        remove, insert = self._plan(source, collapsed.column(OP))
-        snap = {PROP_QUERY: query_id, PROP_BATCH: str(batch_id)}
+        adds = [data_data_file(tbl, p) for p in plan.adds]
+        if plan.deletes:  # one position-delete file per partition of the data files it names
+            part = {f.path: f.partition for f in self._live}
+            part.update({d.file_path: d.partition for d in adds})
+            groups: dict = {}
+            for path, pos in plan.deletes.items():
+                groups.setdefault(part[path], {})[path] = pos
+            for record, deletes in groups.items():
+                dfile = write_position_deletes(os.path.join(self.root, DATA_DIR), deletes)
+                adds.append(delete_data_file(dfile, tbl.metadata.default_spec_id, record))
         with tbl.transaction() as tx:
-            if len(remove):
-                tx.delete(In(self.pk, remove.to_pylist()), snapshot_properties=snap)
-            if insert.num_rows:
-                tx.append(insert, snapshot_properties=snap)
+            if adds:
+                commit_files(tx, tbl, adds=adds, removes=set(),
+                             properties={PROP_QUERY: query_id, PROP_BATCH: str(batch_id)})
             tx.set_properties({PROP_BATCH_OF + query_id: str(int(batch_id))})
         return True
 
-    def _plan(self, source: pa.Table, ops: pa.ChunkedArray) -> tuple[pa.Array, pa.Table]:
-        """(pks to delete from the table, rows to append): a change applies only if newer than the table's row."""
-        from pyiceberg.expressions import In
-
+    def swap_files(self, old: list[LiveFile], new: list[str]) -> None:
+        """One snapshot (a compaction): the ``old`` data files and every position-delete file removed (each names
+        only files with deletes, which a compaction always takes), the ``new`` files added."""
         tbl = self._table()
-        keys = source.column(self.pk)
-        if tbl.current_snapshot() is None:
-            current = pa.table({self.pk: pa.array([], keys.type), SEQ: pa.array([], source.schema.field(SEQ).type)})
-        elif len(keys) <= IN_FILTER_MAX:  # few keys: let pyiceberg prune files by the key's bounds
-            current = tbl.scan(row_filter=In(self.pk, keys.to_pylist()), selected_fields=(self.pk, SEQ)).to_arrow()
-        else:  # many keys: a huge In() costs more than reading two columns
-            current = tbl.scan(selected_fields=(self.pk, SEQ)).to_arrow()
-        # the scan's key type can differ from the batch's (a VarChar key read as string, the batch's large_string)
-        current = pa.table({self.pk: current.column(self.pk).cast(keys.type), "__table_seq": current.column(SEQ)})
-        joined = source.select([self.pk, SEQ]).append_column(OP, ops).join(current, self.pk, join_type="left outer")
-        present = pc.is_valid(joined.column("__table_seq"))
-        newer = pc.or_kleene(pc.invert(present), pc.greater(joined.column(SEQ), joined.column("__table_seq")))
-        remove = pc.filter(joined.column(self.pk), pc.and_(present, newer)).combine_chunks()
-        wanted = pc.filter(joined.column(self.pk), pc.and_(newer, pc.equal(joined.column(OP), "insert")))
-        insert = source.filter(pc.is_in(keys, value_set=wanted.combine_chunks()))
-        return remove, insert
+        tbl.refresh()
+        want = {f.path for f in old}
+        removes: set[str] = set()
+        for task in tbl.scan().plan_files():
+            if task.file.file_path.removeprefix("file://") in want:
+                removes.add(task.file.file_path)
+            removes.update(d.file_path for d in task.delete_files)
+        missing = want - {p.removeprefix("file://") for p in removes}
+        if missing:
+            raise MirrorError(f"{sorted(missing)[:3]} are no longer in table {self.location}: another writer changed "
+                              "it; nothing compacted")
+        with tbl.transaction() as tx:
+            commit_files(tx, tbl, adds=[data_data_file(tbl, p) for p in new], removes=removes,
+                         properties={"msgstream.operation": "compaction"})
+
+    def referenced_files(self) -> set[str]:
+        """The data and delete files any snapshot the table keeps references (absolute paths)."""
+        tbl = self._table()
+        tbl.refresh()
+        out = set()
+        for snap in tbl.snapshots():
+            for m in snap.manifests(io=tbl.io):
+                out.update(e.data_file.file_path.removeprefix("file://")
+                           for e in m.fetch_manifest_entry(io=tbl.io, discard_deleted=True))
+        return out
+
+    def expire(self, retain_s: float) -> None:
+        """Expire the snapshots older than ``retain_s`` (never the current one)."""
+        tbl = self._table()
+        tbl.refresh()
+        cutoff = datetime.datetime.now(datetime.timezone.utc) - datetime.timedelta(seconds=retain_s)
+        cur = tbl.current_snapshot()
+        old = [s.snapshot_id for s in tbl.snapshots()
+               if cur is not None and s.snapshot_id != cur.snapshot_id and s.timestamp_ms < cutoff.timestamp() * 1000]
+        if old:
+            tbl.maintenance.expire_snapshots().by_ids(old).commit()
 
     def add_files(self, paths: list[str], *, properties: dict[str, str]) -> None:
         """Register the Parquet files (written elsewhere, e.g. by Spark tasks) with ``properties``."""

@@ -13,12 +13,12 @@ from typing import Protocol, runtime_checkable
 import pyarrow as pa
 
 from msgstream_spark.errors import MirrorError
-from msgstream_spark.mirror.common import table_schema
+from msgstream_spark.mirror.common import PROP_COLLECTION, PROP_PK, table_schema
 from msgstream_spark.mirror.delta import DeltaMirrorTable
 from msgstream_spark.mirror.iceberg import IcebergMirrorTable
 
 FORMATS = ("delta", "iceberg")
-__all__ = ["FORMATS", "MirrorTable", "open_table", "table_schema"]
+__all__ = ["FORMATS", "MirrorTable", "open_existing", "open_table", "table_schema"]
 
 
 @runtime_checkable
@@ -75,3 +75,18 @@ def open_table(fmt: str, location: str, *, collection: str, pk: str, arrow_schem
         return IcebergMirrorTable.open(location, collection=collection, pk=pk, arrow_schema=arrow_schema,
                                        catalog_uri=catalog_uri, create=create, collection_id=collection_id)
     raise MirrorError(f"table format must be one of {FORMATS}, got {fmt!r}")
+
+
+def open_existing(fmt: str, location: str, *, catalog_uri: str | None = None) -> MirrorTable:
+    """The mirror table already at ``location``, its collection and key read from its own properties
+    (maintenance: compaction, vacuum); MirrorError if there is none."""
+    if fmt == "delta":
+        props = DeltaMirrorTable.stored_properties(location)
+    elif fmt == "iceberg":
+        props = IcebergMirrorTable.stored_properties(location, catalog_uri)
+    else:
+        raise MirrorError(f"table format must be one of {FORMATS}, got {fmt!r}")
+    if PROP_COLLECTION not in props or PROP_PK not in props:
+        raise MirrorError(f"{location} is not a mirror table (no {PROP_COLLECTION} / {PROP_PK} property)")
+    return open_table(fmt, location, collection=props[PROP_COLLECTION], pk=props[PROP_PK], catalog_uri=catalog_uri,
+                      create=False)

@@ -3,10 +3,12 @@
     q = (spark.readStream.format("msgstream").option(...).load().writeStream
          .foreachBatch(MirrorBatch(table, pk="pk", checkpoint=chk)).option("checkpointLocation", chk).start())
 
-Each micro-batch is collapsed by Spark (the newest change per primary key by ``_seq``, the change
-order), brought to the driver as Arrow (its size is bounded by the source's admission control:
-``maxRowsPerTrigger``) and merged by :func:`msgstream_spark.mirror.apply.apply_batch`, which commits
-with the query's id and the batch id and skips a batch the table already holds. The query id is
+Each micro-batch goes through the merge-on-read write path (msgstream_spark.mirror.layout): Spark tasks
+collapse their share of the changes and write the inserted rows as data files under the table's
+location, returning only narrow columns (key, ``_seq``, op, file, row); other tasks read the key column
+of the table's files that can hold a batch key and return the live rows of those keys. The driver holds
+only these narrow results, plans the deleted positions and commits (deletion vectors / position deletes)
+with the query's id and the batch id, skipping a batch the table already holds. The query id is
 Spark's own (``<checkpoint>/metadata``), stable across restarts from the same checkpoint.
 """
 
@@ -18,13 +20,27 @@ import os
 import signal
 from typing import Any
 
+import pyarrow as pa
+import pyarrow.compute as pc
+
 from msgstream_spark.errors import MirrorError
-from msgstream_spark.mirror.apply import apply_batch
+from msgstream_spark.mirror.layout import (
+    LiveFile,
+    TaskWriter,
+    WriteSpec,
+    lookup_file,
+    match_schema,
+    narrow_schema,
+    prune,
+)
+from msgstream_spark.mirror.maintenance import compact
+from msgstream_spark.mirror.writepath import finish
 
 log = logging.getLogger(__name__)
 
 SEQ = "_seq"
-FAILPOINT_ENV = "MSGSTREAM_MIRROR_FAILPOINT"  # tests: kill-after-commit:<batch id> | kill-after-commit:first
+# tests: kill-after-commit:<batch id> | kill-after-commit:first | kill-after-files:first
+FAILPOINT_ENV = "MSGSTREAM_MIRROR_FAILPOINT"
 
 
 def checkpoint_query_id(checkpoint: str) -> str:
@@ -37,22 +53,63 @@ def checkpoint_query_id(checkpoint: str) -> str:
         raise MirrorError(f"cannot read the query id from {path} (the streaming checkpoint's metadata): {exc}") from exc
 
 
-def collapse_in_spark(df, pk: str):
-    """The newest change per primary key by the change order ``_seq``."""
-    from pyspark.sql import Window
-    from pyspark.sql import functions as F
+def _writer_fn(spec: WriteSpec):
+    def write(batches):
+        w = TaskWriter(spec)
+        for b in batches:  # one Arrow batch at a time (spark.sql.execution.arrow.maxRecordsPerBatch rows)
+            if b.num_rows:
+                yield from w.add(pa.Table.from_batches([b])).to_batches()
+        w.close()  # before the task ends: the driver commits only files of finished tasks
+
+    return write
+
+
+def _lookup_fn(files: list[LiveFile], pk: str, keys_bc, key_type):
+    def look(batches):
+        keys = keys_bc.value
+        for b in batches:
+            for i in b.column(0).to_pylist():
+                yield from lookup_file(files[i], pk, keys, key_type).to_batches()
+
+    return look
+
+
+def write_in_tasks(df, spec: WriteSpec) -> pa.Table:
+    """The micro-batch's rows written as data files by Spark tasks; the narrow rows of its changes."""
+    from pyspark.sql.pandas.types import from_arrow_schema
 
     if SEQ not in df.columns:
         raise MirrorError(f"the stream's rows have no {SEQ} column (the change order); columns: {df.columns}")
-    w = Window.partitionBy(pk).orderBy(F.col(SEQ).desc())
-    return df.withColumn("__rank", F.row_number().over(w)).where("__rank = 1").drop("__rank")
+    # no shuffle: a key whose changes land in two tasks (Milvus routes a key to one channel, so rarely) is
+    # decided by the driver's plan, which deletes the losing rows in the commit that adds them
+    out = narrow_schema(spec.key_type)
+    return df.mapInArrow(_writer_fn(spec), from_arrow_schema(out)).toArrow().cast(out)
 
 
-def _failpoint(batch_id: int, committed: bool) -> None:
+def lookup_in_tasks(spark, table, keys: pa.Array) -> pa.Table:
+    """The table's live rows of ``keys``, read by Spark tasks (one data file each) from the key column."""
+    from pyspark.sql.pandas.types import from_arrow_schema
+
+    key_type = table.schema.field(table.pk).type
+    out = match_schema(key_type)
+    files = prune(table.live_files(), keys)
+    if not files:
+        return out.empty_table()
+    keys_bc = spark.sparkContext.broadcast(keys)
+    try:
+        ids = spark.range(0, len(files), 1, numPartitions=min(len(files), 4 * spark.sparkContext.defaultParallelism))
+        got = ids.mapInArrow(_lookup_fn(files, table.pk, keys_bc, key_type), from_arrow_schema(out)).toArrow()
+    finally:
+        keys_bc.unpersist()
+    return got.cast(out)
+
+
+def _failpoint(batch_id: int, committed: bool, step: str = "commit") -> None:
     """Tests: ``kill-after-commit:<batch id>``, or ``kill-after-commit:first`` (the first batch that
-    committed changes), SIGKILLs the driver after the table commit and before Spark's own."""
+    committed changes), SIGKILLs the driver after the table commit and before Spark's own;
+    ``kill-after-files:first`` after the tasks wrote a batch's files, before the table commit."""
     spec = os.environ.get(FAILPOINT_ENV, "")
-    if spec == f"kill-after-commit:{batch_id}" or (committed and spec == "kill-after-commit:first"):
+    if spec == f"kill-after-{step}:{batch_id}" or (committed and spec == f"kill-after-{step}:first"):
         log.warning("failpoint %s: SIGKILL after the table commit of batch %d", spec, batch_id)
         if os.getpgrp() == os.getpid():  # the test started the job as a group of its own: JVM too
             os.killpg(os.getpgrp(), signal.SIGKILL)
@@ -65,10 +122,11 @@ class MirrorBatch:
     ``query_id``: the identity recorded with every commit (default: Spark's query id read from
     ``checkpoint``). ``collection_id``: when set, a batch holding rows of another collection id (the
     collection was dropped and re-created under its name) fails instead of mixing the two.
+    ``compact_every``: compact the table after every N committed batches (0: never).
     """
 
     def __init__(self, table, pk: str, *, query_id: str | None = None, checkpoint: str | None = None,
-                 collection_id: int | None = None) -> None:
+                 collection_id: int | None = None, compact_every: int = 0) -> None:
         if query_id is None and checkpoint is None:
             raise MirrorError("MirrorBatch needs query_id or checkpoint (to read Spark's query id)")
         self.table, self.pk, self.checkpoint = table, pk, checkpoint
@@ -77,6 +135,8 @@ class MirrorBatch:
         self.batches = 0
         self.skipped = 0
         self.rows = 0
+        self.compact_every = compact_every
+        self.compactions = 0
 
     @property
     def query_id(self) -> str:
@@ -91,20 +151,30 @@ class MirrorBatch:
             log.info("batch %d of query %s is already in the table (last %d): skipped", batch_id, qid, last)
             self.skipped += 1
             return
-        changes = collapse_in_spark(df, self.pk).toArrow()
-        self._check_collection(changes)
-        committed = apply_batch(self.table, changes, self.pk, qid, batch_id)
-        if committed:
+        from pyspark.sql.pandas.types import to_arrow_schema
+
+        self.table.prepare(to_arrow_schema(df.schema, timezone="UTC"))
+        narrow = write_in_tasks(df, self.table.write_spec())
+        self._check_collection(narrow)
+        _failpoint(batch_id, narrow.num_rows > 0, "files")
+        matches = lookup_in_tasks(df.sparkSession, self.table, narrow.column("key").combine_chunks())
+        plan = finish(self.table, narrow, matches, query_id=qid, batch_id=batch_id)
+        if plan is not None:
             self.batches += 1
-            self.rows += changes.num_rows
+            self.rows += narrow.num_rows
         else:
             self.skipped += 1
-        _failpoint(batch_id, committed and changes.num_rows > 0)
+        _failpoint(batch_id, plan is not None and narrow.num_rows > 0)
+        if plan is not None and self.compact_every and self.batches % self.compact_every == 0:
+            done = compact(self.table)
+            self.compactions += 1
+            log.info("compaction after batch %d: %d files with %d deleted rows -> %d files", batch_id, done.files_in,
+                     done.deleted_rows, done.files_out)
 
-    def _check_collection(self, changes: Any) -> None:
-        if self.collection_id is None or "_collection" not in changes.column_names or changes.num_rows == 0:
+    def _check_collection(self, narrow: Any) -> None:
+        if self.collection_id is None or narrow.num_rows == 0:
             return
-        ids = set(changes.column("_collection").drop_null().to_pylist())
+        ids = set(pc.unique(narrow.column("_collection").drop_null()).to_pylist())
         other = ids - {self.collection_id}
         if other:
             raise MirrorError(

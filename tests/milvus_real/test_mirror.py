@@ -187,38 +187,57 @@ def test_never_from_milvus_etcd_channel_checkpoints(spark, milvus_stack, pymilvu
     assert got == want and sorted(got) == list(range(306, 400))
 
 
+@pytest.mark.parametrize("failpoint", ["kill-after-commit:first", "kill-after-files:first"])
 def test_exactly_once_across_a_driver_sigkill_between_the_two_commits(spark, milvus_stack, pymilvus_orm, cfg,
-                                                                      tmp_path):
+                                                                      tmp_path, failpoint):
+    """SIGKILL of the driver (and its JVM) after the table commit and before Spark's, or after the tasks wrote a
+    batch's files and before the table commit: the rerun skips / applies the batch once, the table equals
+    ``query``, no file is referenced twice, the killed batch's files are listed as orphans and vacuumed."""
+    from msgstream_spark.mirror.maintenance import orphans, vacuum
     from msgstream_spark.mirror.table import open_table
     from msgstream_spark.spark.mirror import FAILPOINT_ENV, checkpoint_query_id
 
-    w = Workload("mir_kill", create_all_types(pymilvus_orm, "mir_kill"))
+    name = "mir_kill" if failpoint.startswith("kill-after-commit") else "mir_killf"
+    w = Workload(name, create_all_types(pymilvus_orm, name))
     for lo in range(0, 1500, 500):
         w.insert(range(lo, lo + 500))
     w.delete(range(0, 20))
-    await_ticks(milvus_stack, last_ts(w), pchannels(pymilvus_orm, "mir_kill"))
+    await_ticks(milvus_stack, last_ts(w), pchannels(pymilvus_orm, name))
     table = tmp_path / "t"
-    chans = ["--channels", ",".join(pchannels(pymilvus_orm, "mir_kill"))]
-    argv = ["--config", cfg, "--collection", "mir_kill", "--table", str(table), "--table-format", "delta",
+    chans = ["--channels", ",".join(pchannels(pymilvus_orm, name))]
+    argv = ["--config", cfg, "--collection", name, "--table", str(table), "--table-format", "delta",
             "--snapshot", "never", "--max-rows-per-trigger", "500", "--master", "local[2]", *chans]
-    env = dict(os.environ, **{FAILPOINT_ENV: "kill-after-commit:first"}, PYTHONPATH=str(ROOT))
+    env = dict(os.environ, **{FAILPOINT_ENV: failpoint}, PYTHONPATH=str(ROOT))
     proc = subprocess.run([sys.executable, "-m", "jobs.mirror", *argv], cwd=tmp_path, env=env, timeout=600,
                           capture_output=True, text=True, start_new_session=True)
     assert proc.returncode == -9, proc.stderr[-3000:]
     qid = checkpoint_query_id(str(tmp_path / "t_checkpoint"))
-    t = open_table("delta", str(table), collection="mir_kill", pk="pk", create=False)
+    t = open_table("delta", str(table), collection=name, pk="pk", create=False)
     killed = t.last_batch(qid)
-    assert killed is not None  # the table took the batch; Spark's commit of it never happened
-    assert not (tmp_path / "t_checkpoint" / "commits" / str(killed)).exists()
-    assert (tmp_path / "t_checkpoint" / "offsets" / str(killed)).exists()
-    s = run_job(spark, cfg, "mir_kill", table, "delta", "--snapshot", "never", *chans)
-    assert s["skipped_batches"] == 1  # that batch again, already in the table
+    if failpoint.startswith("kill-after-commit"):
+        assert killed is not None  # the table took the batch; Spark's commit of it never happened
+        assert not (tmp_path / "t_checkpoint" / "commits" / str(killed)).exists()
+        assert (tmp_path / "t_checkpoint" / "offsets" / str(killed)).exists()
+        lost = []
+    else:
+        lost = orphans(t)
+        assert lost and all("/data/" in p for p in lost)  # the tasks' files, in no version of the table
+    s = run_job(spark, cfg, name, table, "delta", "--snapshot", "never", *chans)
+    assert s["skipped_batches"] == (1 if failpoint.startswith("kill-after-commit") else 0)
     load_for_query(w.collection)
     assert_table_equals_query(table, "delta", w)
     import deltalake
 
     batches = [h.get("msgstream.batch_id") for h in deltalake.DeltaTable(str(table)).history()]
-    assert batches.count(str(killed)) == 1
+    if killed is not None:
+        assert batches.count(str(killed)) == 1
+    t = open_table("delta", str(table), collection=name, pk="pk", create=False)
+    paths = [f.path for f in t.live_files()]
+    assert len(paths) == len(set(paths))
+    assert set(lost) <= set(orphans(t))
+    vacuum(t, retain_s=0)
+    assert not [p for p in orphans(t) if p.endswith(".parquet")]
+    assert_table_equals_query(table, "delta", w)
 
 
 def test_bad_input_one_clear_error_and_nothing_written(spark, milvus_stack, pymilvus_orm, cfg, tmp_path, capsys):

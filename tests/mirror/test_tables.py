@@ -230,10 +230,8 @@ def test_several_collections_one_table_each(fmt, tmp_path):
 
 @pytest.mark.parametrize("fmt", FORMATS)
 def test_batches_of_thousands_of_keys(fmt, tmp_path):
-    """Beyond the Iceberg merge's key-filter limit (it then reads the key and _seq columns whole)."""
-    from msgstream_spark.mirror.iceberg import IN_FILTER_MAX
-
-    n = IN_FILTER_MAX + 500
+    """Thousands of keys per batch: the lookup reads the key column, then _seq of the matching rows."""
+    n = 2500
     t = _open(fmt, tmp_path / "t")
     first = [insert(10, *[(p, f"a{p}") for p in range(n)])]
     second = [*upsert(20, *[(p, f"b{p}") for p in range(0, n, 2)]), delete(21, *range(1, n, 4)),
@@ -458,3 +456,23 @@ def test_iceberg_catalog_is_next_to_the_table_and_made_with_it(tmp_path):
     _open("iceberg", old, catalog_uri=f"sqlite:///{old}/catalog.sqlite")
     assert _open("iceberg", old, create=False).properties()["msgstream.collection"] == "coll"
     assert not (tmp_path / "old_catalog.sqlite").exists()
+
+
+def test_delta_log_state_reads_a_checkpoint_with_deletion_vectors(tmp_path, monkeypatch):
+    """A checkpoint (written by delta-rs, every CHECKPOINT_EVERY commits) keeps the deletion vectors and the
+    batch ids: a new process starting from it removes the right vectors and skips committed batches."""
+    from msgstream_spark.mirror import delta
+
+    monkeypatch.setattr(delta, "CHECKPOINT_EVERY", 4)  # after the last batch below
+    t = _open("delta", tmp_path / "t")
+    seen = []
+    for i in range(4):
+        b = [insert(10 + 10 * i, *[(p, f"v{i}.{p}") for p in range(i, 30, 2)]), delete(15 + 10 * i, i + 3)]
+        assert apply_batch(t, to_arrow(b), "pk", "q", i)
+        seen += b
+    assert (tmp_path / "t" / "_delta_log" / "_last_checkpoint").exists()
+    t = _open("delta", tmp_path / "t")  # LogState from the checkpoint, then the commits after it
+    assert apply_batch(t, to_arrow([insert(10, (99, "old"))]), "pk", "q", 3) is False
+    more = [*upsert(100, (5, "x")), delete(101, 7), insert(102, (4, "y"))]
+    assert apply_batch(t, to_arrow(more), "pk", "q", 4)
+    assert _rows(t) == model(seen + more)

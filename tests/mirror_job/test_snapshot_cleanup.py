@@ -8,7 +8,9 @@ import pyarrow as pa
 import pytest
 
 from msgstream_spark.mirror.common import table_schema
-from msgstream_spark.mirror.snapshot import CollectionInfo, MilvusTarget, PkRange, RangeReader
+from msgstream_spark.mirror.query import QueryTarget
+from msgstream_spark.mirror.ranges import PkRange
+from msgstream_spark.mirror.reader import RangeReader
 
 pytestmark = pytest.mark.slow
 
@@ -20,16 +22,19 @@ def closed_port() -> int:
 
 
 def test_a_failed_snapshot_write_removes_its_directory(spark, tmp_path):
+    from msgstream_spark.config.loader import Config
+    from msgstream_spark.mq.milvus.settings import MilvusSettings
     from msgstream_spark.spark.snapshot import write_snapshot
 
-    target = MilvusTarget(f"127.0.0.1:{closed_port()}", "c", timeout=2.0)  # nobody listens: every task fails
-    info = CollectionInfo(7, "pk", False, ("pk", "v"), False, 10)
+    settings = MilvusSettings(Config.from_dict({"mq": {"type": "milvus"}, "milvus": {  # nobody listens there
+        "address": f"127.0.0.1:{closed_port()}", "requestTimeout": 2, "metadataPath": str(tmp_path / "m.json")}}))
+    target = QueryTarget(settings, "c", 7)
     schema = table_schema(pa.schema([("pk", pa.int64()), ("v", pa.string())]), "pk")
     table = tmp_path / "t"
     table.mkdir()
     for attempt in range(2):  # a retried snapshot does not pile up directories either
-        with pytest.raises(Exception, match="cannot connect to Milvus at 127.0.0.1"):
-            write_snapshot(spark, RangeReader(target, info, schema, 100), [PkRange()],
+        with pytest.raises(Exception, match="127.0.0.1"):
+            write_snapshot(spark, RangeReader(target, "pk", False, schema, 100), [PkRange()],
                            str(table / f"snapshot-100-{attempt}"), 10, progress_interval=60)
     assert list(table.iterdir()) == []
 

@@ -1,0 +1,54 @@
+"""Maintenance of a mirror table: compact its files, list orphaned files, vacuum.
+
+``msgstream mirror compact --table lake/products --table-format delta`` rewrites the files
+with deleted rows and the small ones (one commit, exactly once); ``orphans`` lists files no current
+version references (a batch or compaction killed before its commit); ``vacuum --retain-hours H`` deletes
+them and the files older versions alone used. Each holds the table's writer lock: it is refused while a
+mirror job runs on the table (use ``msgstream mirror run --compact-every N`` there). See docs/mirror.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Any
+
+from msgstream_spark.jobs._common import main_wrapper
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="mirror_maintain", description=__doc__.split("\n\n")[0])
+    p.add_argument("action", choices=["compact", "orphans", "vacuum"])
+    p.add_argument("--table", required=True, help="the mirror table's location")
+    p.add_argument("--table-format", required=True, choices=["delta", "iceberg"])
+    p.add_argument("--catalog-uri", help="Iceberg: the SQL catalog (default <table>_catalog.sqlite next to the table)")
+    p.add_argument("--target-mb", type=int, default=256, help="compact: size of the files written (default 256)")
+    p.add_argument("--retain-hours", type=float, default=168.0,
+                   help="vacuum: keep files younger than this and what versions this young use (default 168)")
+    p.add_argument("--dry-run", action="store_true", help="vacuum: list, do not delete")
+    return p
+
+
+def run(args: argparse.Namespace) -> dict[str, Any]:
+    from msgstream_spark.mirror.maintenance import compact, orphans, vacuum
+    from msgstream_spark.mirror.table import open_existing
+
+    table = open_existing(args.table_format, args.table, catalog_uri=args.catalog_uri)
+    out: dict[str, Any] = {"job": f"mirror {args.action}", "table": args.table, "format": args.table_format}
+    if args.action == "compact":
+        done = compact(table, args.target_mb << 20)
+        out.update(files_in=done.files_in, files_out=done.files_out, rows=done.rows, deleted_rows=done.deleted_rows)
+    elif args.action == "orphans":
+        out["orphans"] = orphans(table)
+    else:
+        out["removed" if not args.dry_run else "would_remove"] = vacuum(table, args.retain_hours * 3600,
+                                                                        dry_run=args.dry_run)
+    return out
+
+
+def main(argv=None, prog: str | None = None) -> int:
+    return main_wrapper(build_parser(), run, argv, prog)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,263 @@
+"""The merge-on-read write path, Spark-free: what a task does and what the driver decides.
+
+A micro-batch never passes through one process. Each task (a Spark task, or the caller's process for
+``apply_batch``) collapses its share of the changes, writes its inserted rows as one new Parquet data
+file under the table's location and returns only the *narrow* columns of its changes (key, ``_seq``,
+op, file, row position). Other tasks read the key and ``_seq`` columns of the table's live data files
+(those whose key bounds can hold a key of the batch), minus their deleted positions, and return the rows
+whose key the batch carries. The driver joins the two narrow results (:func:`plan`): the positions to
+delete (an older row of a changed key, and a row a task wrote that lost to a newer change) and the
+files to add; the table format commits them (Delta: deletion vectors; Iceberg: position-delete files).
+See docs/mirror.md "The write path".
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+from dataclasses import dataclass, field
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from msgstream_spark.errors import MirrorError
+from msgstream_spark.mirror.collapse import OP, collapse
+from msgstream_spark.mirror.common import TS, conform
+from msgstream_spark.mirror.order import SEQ, SEQ_TYPE
+
+FILE = "_file"
+POS = "_pos"
+COLLECTION = "_collection"
+DATA_DIR = "data"
+
+
+def narrow_schema(key_type: pa.DataType) -> pa.Schema:
+    """What a writing task returns per change: key, order, op, the file and row it wrote (null: none)."""
+    return pa.schema([pa.field("key", key_type), pa.field(SEQ, SEQ_TYPE), pa.field(OP, pa.string()),
+                      pa.field(FILE, pa.string()), pa.field(POS, pa.int64()), pa.field(COLLECTION, pa.int64())])
+
+
+def match_schema(key_type: pa.DataType) -> pa.Schema:
+    """What a lookup task returns per live table row of a batch key."""
+    return pa.schema([pa.field("key", key_type), pa.field(SEQ, SEQ_TYPE), pa.field(FILE, pa.string()),
+                      pa.field(POS, pa.int64())])
+
+
+@dataclass
+class WriteSpec:
+    """What a writing task needs (picklable): the table's Arrow schema (Iceberg's carries field ids), its key,
+    the directory for new files, the snapshot timestamp below which changes are dropped."""
+
+    schema: pa.Schema
+    pk: str
+    data_dir: str
+    snapshot_ts: int | None = None
+    key_type: pa.DataType = field(default_factory=pa.int64)
+    split_by: list[str] = field(default_factory=list)  # one file per value of these (a user's identity partition)
+
+
+def write_changes(changes: pa.Table, spec: WriteSpec) -> pa.Table:
+    """``changes`` written by one ``TaskWriter`` (the whole share of a task at once); the narrow rows."""
+    w = TaskWriter(spec)
+    try:
+        return w.add(changes)
+    finally:
+        w.close()
+
+
+class TaskWriter:
+    """A task's share of a micro-batch, chunk by chunk (memory: one chunk): the newest change per key of each
+    chunk is kept; its inserted rows are appended to this task's data file (one per value of ``split_by``)
+    under ``spec.data_dir``; ``add`` returns the narrow rows (``narrow_schema``) of every change kept. A key
+    in two chunks leaves two rows; the driver's ``plan`` deletes the older one in the same commit."""
+
+    def __init__(self, spec: WriteSpec) -> None:
+        self.spec = spec
+        self.out_schema = narrow_schema(spec.key_type)
+        self._files: dict[tuple, list] = {}  # partition values -> [path, ParquetWriter, rows written]
+
+    def add(self, changes: pa.Table) -> pa.Table:
+        spec = self.spec
+        if spec.snapshot_ts is not None and changes.num_rows:
+            ts = pa.scalar(spec.snapshot_ts, changes.schema.field(TS).type)
+            changes = changes.filter(pc.greater(changes.column(TS), ts))
+        if changes.num_rows == 0:
+            return self.out_schema.empty_table()
+        changes = collapse(changes, spec.pk)
+        ins = pc.equal(changes.column(OP), "insert")
+        rows = changes.filter(ins)
+        n = changes.num_rows
+        file_arr = np.full(n, None, dtype=object)
+        pos_arr = np.full(n, -1, dtype=np.int64)
+        if rows.num_rows:
+            ins_idx = pc.indices_nonzero(ins).to_numpy()
+            groups = {(): np.arange(rows.num_rows)}
+            if spec.split_by:
+                codes = rows.select(spec.split_by).group_by(spec.split_by, use_threads=False).aggregate([])
+                groups = {tuple(r.values()): pc.indices_nonzero(_row_match(rows, spec.split_by, r)).to_numpy()
+                          for r in codes.to_pylist()}
+            for key, g in groups.items():
+                path, done = self._append(key, conform(rows.take(pa.array(g)), spec.schema))
+                file_arr[ins_idx[g]] = path
+                pos_arr[ins_idx[g]] = np.arange(done, done + len(g))
+        coll = (changes.column(COLLECTION).cast(pa.int64()) if COLLECTION in changes.column_names
+                else pa.nulls(n, pa.int64()))
+        return pa.Table.from_arrays([changes.column(spec.pk).cast(spec.key_type), changes.column(SEQ),
+                                     changes.column(OP), pa.array(file_arr, pa.string()),
+                                     pa.array(pos_arr, mask=pos_arr < 0), coll], schema=self.out_schema)
+
+    def _append(self, key: tuple, rows: pa.Table) -> tuple[str, int]:
+        """Append ``rows`` to the file of partition ``key``; (its path, rows it held before)."""
+        f = self._files.get(key)
+        if f is None:
+            os.makedirs(self.spec.data_dir, exist_ok=True)
+            path = os.path.join(self.spec.data_dir, f"{uuid.uuid4().hex}.parquet")
+            f = self._files[key] = [path, pq.ParquetWriter(path, self.spec.schema, compression="zstd"), 0]
+        f[1].write_table(rows, row_group_size=128 * 1024)
+        f[2] += rows.num_rows
+        return f[0], f[2] - rows.num_rows
+
+    def close(self) -> None:
+        """Finish the files and sync them to disk (before their paths reach a commit)."""
+        for path, writer, _ in self._files.values():
+            writer.close()
+            fd = os.open(path, os.O_RDONLY)
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+        self._files.clear()
+
+
+def _row_match(rows: pa.Table, cols: list[str], values: dict) -> pa.ChunkedArray:
+    mask = None
+    for c in cols:
+        col = rows.column(c)
+        m = pc.is_null(col) if values[c] is None else pc.fill_null(pc.equal(col, values[c]), False)
+        mask = m if mask is None else pc.and_(mask, m)
+    return mask
+
+
+def write_data_file(table: pa.Table, path: str) -> None:
+    """One Parquet data file, synced to disk before its path is handed to a commit."""
+    with open(path, "wb") as f:
+        pq.write_table(table, f, compression="zstd", row_group_size=128 * 1024)
+        f.flush()
+        os.fsync(f.fileno())
+
+
+@dataclass
+class LiveFile:
+    """A data file of the table as a lookup task reads it: its path, key bounds, deleted positions."""
+
+    path: str
+    key_min: object = None
+    key_max: object = None
+    deleted: np.ndarray = field(default_factory=lambda: np.zeros(0, np.uint64))
+    num_rows: int = 0
+    partition: object = None  # Iceberg: the file's partition record
+
+
+def prune(files: list[LiveFile], keys: pa.Array) -> list[LiveFile]:
+    """The files whose key bounds hold at least one of ``keys`` (files without bounds are kept)."""
+    if len(keys) == 0:
+        return []
+    ks = np.sort(np.asarray(keys.to_numpy(zero_copy_only=False)))
+    out = []
+    for f in files:
+        if f.key_min is None or f.key_max is None:
+            out.append(f)
+            continue
+        lo = np.searchsorted(ks, f.key_min, side="left")
+        if lo < len(ks) and ks[lo] <= f.key_max:
+            out.append(f)
+    return out
+
+
+def lookup_file(f: LiveFile, pk: str, keys: pa.Array, key_type: pa.DataType) -> pa.Table:
+    """The live rows of data file ``f`` whose key is one of ``keys``: (key, _seq, file, position).
+    Reads the key column, and ``_seq`` of the matching rows only."""
+    pf = pq.ParquetFile(f.path)
+    key_col = pf.read(columns=[pk]).column(pk).cast(key_type)
+    mask = pc.is_in(key_col, value_set=keys.cast(key_type))
+    hit = pc.indices_nonzero(mask)
+    if len(f.deleted) and len(hit):
+        hit = pc.filter(hit, pc.invert(pc.is_in(hit.cast(pa.uint64()), value_set=pa.array(f.deleted, pa.uint64()))))
+    if len(hit) == 0:
+        return match_schema(key_type).empty_table()
+    seq = pf.read(columns=[SEQ]).column(SEQ).take(hit)
+    paths = pa.array([f.path] * len(hit), pa.string())
+    return pa.Table.from_arrays([key_col.take(hit), seq, paths, hit.cast(pa.int64())], schema=match_schema(key_type))
+
+
+@dataclass
+class Plan:
+    """What one batch commits: new data files (with their rows count) and deleted positions per data file."""
+
+    adds: list[str]
+    deletes: dict[str, np.ndarray]
+    rows: int  # changes applied
+
+    @property
+    def empty(self) -> bool:
+        return not self.adds and not self.deletes
+
+
+def plan(narrow: pa.Table, matches: pa.Table) -> Plan:
+    """Join the batch's narrow changes with the table's live rows of their keys.
+
+    Per key the newest change wins (largest ``_seq``; equal ones: the later file and row). A table row is
+    deleted when the winner is newer than it; a row a task wrote is kept only if it is the winner and newer
+    than every table row of the key, else its position is deleted in the same commit.
+    """
+    if narrow.num_rows == 0:
+        return Plan([], {}, 0)
+    t = narrow.append_column("__i", pa.array(np.arange(narrow.num_rows, dtype=np.int64)))
+    t = t.sort_by([("key", "ascending"), (SEQ, "ascending"), ("__i", "ascending")])
+    keys = t.column("key")
+    n = t.num_rows
+    last = np.ones(n, dtype=bool)
+    if n > 1:
+        last[:-1] = pc.not_equal(keys.slice(0, n - 1), keys.slice(1)).to_numpy(zero_copy_only=False)
+    winners = t.filter(pa.array(last))
+    losers = t.filter(pa.array(~last))
+    if matches.num_rows:
+        tbl_max = matches.group_by("key").aggregate([(SEQ, "max")]).rename_columns(["key", "__tseq"])
+        w = winners.join(tbl_max, "key", join_type="left outer")
+    else:
+        w = winners.append_column("__tseq", pa.nulls(winners.num_rows, SEQ_TYPE))
+    newer = pc.or_kleene(pc.is_null(w.column("__tseq")), pc.greater(w.column(SEQ), w.column("__tseq")))
+    newer = pc.fill_null(newer, True)
+    deletes: dict[str, list] = {}
+
+    def _add(paths: pa.ChunkedArray, pos: pa.ChunkedArray) -> None:
+        for p, q in zip(paths.to_pylist(), pos.to_pylist()):
+            if p is not None:
+                deletes.setdefault(p, []).append(q)
+
+    # rows tasks wrote that lose: a non-winner of its key, or a winner not newer than the table's row
+    _add(losers.column(FILE), losers.column(POS))
+    stale = w.filter(pc.invert(newer))
+    _add(stale.column(FILE), stale.column(POS))
+    # table rows of keys whose winner is newer
+    if matches.num_rows:
+        applied_keys = w.filter(newer).column("key")
+        old = matches.filter(pc.is_in(matches.column("key"), value_set=applied_keys.combine_chunks()))
+        _add(old.column(FILE), old.column(POS))
+    adds = sorted(pc.unique(narrow.column(FILE).drop_null()).to_pylist())  # a few files, not a list per row
+    return Plan(adds, {p: np.unique(np.asarray(v, dtype=np.uint64)) for p, v in deletes.items()},
+                int(pc.sum(newer).as_py() or 0))
+
+
+def check_narrow_collection(narrow: pa.Table, want: int | None, location: str, collection: str) -> None:
+    """MirrorError if the batch holds rows of another collection id than the table's ``want``."""
+    if want is None or narrow.num_rows == 0:
+        return
+    ids = pc.unique(narrow.column(COLLECTION).drop_null()).to_pylist()
+    other = sorted(i for i in ids if i != int(want))
+    if other:
+        raise MirrorError(f"table {location} mirrors collection {collection!r} id {want}; the batch holds "
+                          f"rows of collection id(s) {other} (dropped and re-created under the same name?): mirror "
+                          "it into a new table; nothing written")

@@ -1,0 +1,127 @@
+"""Keeping a merge-on-read table small and fast to read: compaction, orphaned files, vacuum.
+
+- ``compact``: the data files that have deleted rows, and the small ones, are read one at a time, their
+  live rows written into new files of about ``target_bytes``, and one commit swaps them (Delta: removes
+  and adds; Iceberg: one snapshot removing the data files and every position-delete file, adding the new
+  files). Exactly once: the swap is one commit; a compaction killed before it leaves only unreferenced new
+  files (``orphans``), after it there is nothing left to compact. It holds the table's writer lock.
+- ``orphans``: files under the table's data directories that no current version references (a batch or a
+  compaction killed before its commit) and that are older than ``min_age_s``.
+- ``vacuum``: deletes the orphans and the files removed by commits older than ``retain_s`` (Iceberg: after
+  expiring the snapshots older than that; Delta: time travel to versions before it then fails, as with
+  Delta's own VACUUM).
+"""
+
+from __future__ import annotations
+
+import os
+import time
+import uuid
+from dataclasses import dataclass
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from msgstream_spark.mirror.common import conform
+from msgstream_spark.mirror.layout import DATA_DIR, LiveFile
+from msgstream_spark.mirror.lock import writer_lock
+
+TARGET_BYTES = 256 << 20
+FAILPOINT_ENV = "MSGSTREAM_MIRROR_FAILPOINT"  # tests: kill-in-compaction (after the new files, before the commit)
+
+
+@dataclass
+class Compaction:
+    files_in: int
+    files_out: int
+    rows: int
+    deleted_rows: int
+
+
+def _live_rows(f: LiveFile) -> pa.Table:
+    t = pq.read_table(f.path)
+    if len(f.deleted):
+        keep = np.ones(t.num_rows, dtype=bool)
+        keep[f.deleted.astype(np.int64)] = False
+        t = t.filter(pa.array(keep))
+    return t
+
+
+def pick(files: list[LiveFile], target_bytes: int) -> list[LiveFile]:
+    """The files a compaction rewrites: every file with deleted rows, and the files under half the target
+    size when there are at least two of them."""
+    small = [f for f in files if not len(f.deleted) and os.path.getsize(f.path) < target_bytes // 2]
+    return [f for f in files if len(f.deleted)] + (small if len(small) > 1 else [])
+
+
+def compact(table, target_bytes: int = TARGET_BYTES) -> Compaction:
+    """Rewrite the files with deletes and the small files of ``table`` into files of about ``target_bytes``."""
+    with writer_lock(table.location, "the compaction"):
+        picked = pick(table.live_files(), target_bytes)
+        if not picked:
+            return Compaction(0, 0, 0, 0)
+        spec = table.write_spec()
+        out, writer, size, rows = [], None, 0, 0
+        for f in picked:
+            t = conform(_live_rows(f), spec.schema)
+            if t.num_rows == 0:
+                continue
+            if writer is None or size >= target_bytes:
+                if writer is not None:
+                    writer.close()
+                out.append(os.path.join(spec.data_dir, f"{uuid.uuid4().hex}.parquet"))
+                os.makedirs(spec.data_dir, exist_ok=True)
+                writer, size = pq.ParquetWriter(out[-1], spec.schema, compression="zstd"), 0
+            writer.write_table(t, row_group_size=128 * 1024)
+            size += os.path.getsize(f.path)
+            rows += t.num_rows
+        if writer is not None:
+            writer.close()
+        for p in out:
+            _fsync(p)
+        if os.environ.get(FAILPOINT_ENV) == "kill-in-compaction":
+            os.kill(os.getpid(), 9)
+        table.swap_files(picked, out)
+        deleted = sum(len(f.deleted) for f in picked)
+        return Compaction(len(picked), len(out), rows, deleted)
+
+
+def _fsync(path: str) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _candidates(root: str) -> list[str]:
+    """Files the write path and the snapshot put under the table: data/, snapshot-*/, deletion vectors."""
+    out = []
+    for name in os.listdir(root):
+        full = os.path.join(root, name)
+        if name.startswith("deletion_vector_") and name.endswith(".bin"):
+            out.append(full)
+        elif os.path.isdir(full) and (name == DATA_DIR or name.startswith("snapshot-")):
+            for dirpath, _, files in os.walk(full):
+                out += [os.path.join(dirpath, f) for f in files if f.endswith((".parquet", ".bin"))]
+    return out
+
+
+def orphans(table, min_age_s: float = 0.0) -> list[str]:
+    """Files under the table's data directories that no current version references, older than ``min_age_s``."""
+    live = table.referenced_files()
+    now = time.time()
+    return sorted(p for p in _candidates(table.root)
+                  if p not in live and now - os.path.getmtime(p) >= min_age_s)
+
+
+def vacuum(table, retain_s: float = 7 * 86400, dry_run: bool = False) -> list[str]:
+    """Delete the files no version younger than ``retain_s`` references (orphans included); their paths."""
+    with writer_lock(table.location, "the vacuum"):
+        table.expire(retain_s)
+        gone = orphans(table, min_age_s=retain_s)
+        if not dry_run:
+            for p in gone:
+                os.unlink(p)
+        return gone

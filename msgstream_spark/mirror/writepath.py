@@ -1,0 +1,56 @@
+"""One micro-batch through the merge-on-read write path, the tasks' steps run by a ``runner``.
+
+``apply_local`` runs every step in this process (the library call, ``apply_batch``);
+``msgstream_spark.spark.mirror`` runs the writing and lookup steps in Spark tasks and keeps only the narrow
+results (keys, positions, file names) in the driver. Both end in ``table.commit(plan)``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pyarrow as pa
+
+from msgstream_spark.mirror.common import PROP_COLLECTION_ID
+from msgstream_spark.mirror.layout import (
+    Plan,
+    check_narrow_collection,
+    lookup_file,
+    match_schema,
+    plan,
+    prune,
+    write_changes,
+)
+from msgstream_spark.mirror.lock import writer_lock
+
+
+def lookup_local(table: Any, keys: pa.Array) -> pa.Table:
+    """The table's live rows of ``keys`` (key, _seq, file, position), read file by file in this process."""
+    spec_type = table.schema.field(table.pk).type
+    files = prune(table.live_files(), keys)
+    parts = [lookup_file(f, table.pk, keys, spec_type) for f in files]
+    return pa.concat_tables(parts) if parts else match_schema(spec_type).empty_table()
+
+
+def finish(table: Any, narrow: pa.Table, matches: pa.Table, *, query_id: str, batch_id: int) -> Plan | None:
+    """Plan the batch from the narrow results and commit it; None if the batch is already in the table."""
+    check_narrow_collection(narrow, _collection_id(table), table.location, table.collection)
+    p = plan(narrow, matches)
+    with writer_lock(table.location, f"the commit of batch {batch_id}"):
+        return p if table.commit(p, query_id=query_id, batch_id=batch_id) else None
+
+
+def apply_local(table: Any, changes: pa.Table, *, query_id: str, batch_id: int) -> bool:
+    """Apply ``changes`` (``rows`` output: op, fields, ``_ts``, ``_seq``) in this process; False if already applied."""
+    done = table.last_batch(query_id)
+    if done is not None and done >= batch_id:
+        return False
+    table.prepare(changes.schema)
+    narrow = write_changes(changes, table.write_spec())
+    matches = lookup_local(table, narrow.column("key").combine_chunks())
+    return finish(table, narrow, matches, query_id=query_id, batch_id=batch_id) is not None
+
+
+def _collection_id(table: Any) -> int | None:
+    v = table.properties().get(PROP_COLLECTION_ID)
+    return None if v is None else int(v)

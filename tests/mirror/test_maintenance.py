@@ -1,0 +1,128 @@
+"""Compaction, orphaned files and vacuum of the merge-on-read tables, with kills at each step of the protocol:
+the table equals the model after each, no file is referenced twice, orphans are listed and removed."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pyarrow.parquet as pq
+import pytest
+
+from msgstream_spark.mirror import apply_batch, open_table
+from msgstream_spark.mirror.layout import write_changes
+from msgstream_spark.mirror.maintenance import compact, orphans, vacuum
+from tests.mirror.changes import FIELDS, delete, insert, model, table_state, to_arrow, upsert
+
+FORMATS = ["delta", "iceberg"]
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _open(fmt, loc):
+    return open_table(fmt, str(loc), collection="coll", pk="pk", arrow_schema=FIELDS)
+
+
+def _batches(k: int) -> list[list]:
+    out = [[insert(10, *[(p, f"a{p}") for p in range(40)])]]
+    for i in range(1, k):
+        ts = 10 + 10 * i
+        out.append([*upsert(ts, *[(p, f"u{i}.{p}") for p in range(i % 4, 40, 4)]), delete(ts + 1, i, i + 20)])
+    return out
+
+
+def _fill(t, batches) -> list:
+    seen = []
+    for i, b in enumerate(batches):
+        assert apply_batch(t, to_arrow(b), "pk", "q", i)
+        seen += b
+    return seen
+
+
+def _no_file_twice(t) -> None:
+    paths = [f.path for f in t.live_files()]
+    assert len(paths) == len(set(paths))
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_compaction_folds_deletes_and_small_files_away(fmt, tmp_path):
+    t = _open(fmt, tmp_path / "t")
+    seen = _fill(t, _batches(6))
+    before = t.live_files()
+    assert any(len(f.deleted) for f in before) and len(before) > 2
+    done = compact(t)
+    assert done.files_in == len(before) and done.files_out == 1 and done.deleted_rows > 0
+    after = t.live_files()
+    assert len(after) == 1 and not len(after[0].deleted)
+    assert table_state(t.to_arrow()) == model(seen)
+    assert compact(t).files_in == 0  # nothing left: compaction applies once
+    more = _batches(8)[6:]
+    for i, b in enumerate(more):  # the stream goes on after a compaction
+        assert apply_batch(t, to_arrow(b), "pk", "q", 6 + i)
+    assert table_state(_open(fmt, tmp_path / "t").to_arrow()) == model(seen + [m for b in more for m in b])
+    _no_file_twice(t)
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_files_of_a_batch_killed_before_its_commit_are_orphans(fmt, tmp_path):
+    """Tasks wrote a batch's files, the driver died before the table commit: nothing reads them, ``orphans``
+    lists them, the batch applies on the rerun and ``vacuum`` removes them."""
+    t = _open(fmt, tmp_path / "t")
+    seen = _fill(t, _batches(2))
+    lost = to_arrow([insert(99, (1, "lost"), (77, "new"))])
+    narrow = write_changes(lost, t.write_spec())  # what the tasks did before the kill
+    written = sorted(set(narrow.column("_file").drop_null().to_pylist()))
+    assert written and orphans(t) == written
+    t = _open(fmt, tmp_path / "t")  # the restarted driver
+    assert t.last_batch("q") == 1
+    assert apply_batch(t, lost, "pk", "q", 2)
+    assert table_state(t.to_arrow()) == model(seen + [insert(99, (1, "lost"), (77, "new"))])
+    assert orphans(t) == written
+    assert vacuum(t, retain_s=0) == written
+    assert orphans(t) == [] and table_state(t.to_arrow()) == model(seen + [insert(99, (1, "lost"), (77, "new"))])
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_a_compaction_killed_before_its_commit_changes_nothing(fmt, tmp_path):
+    t = _open(fmt, tmp_path / "t")
+    seen = _fill(t, _batches(4))
+    files = sorted(f.path for f in t.live_files())
+    code = ("import sys\nfrom msgstream_spark.mirror import open_table\nfrom msgstream_spark.mirror.maintenance "
+            "import compact\nfrom tests.mirror.changes import FIELDS\n"
+            "compact(open_table(sys.argv[1], sys.argv[2], collection='coll', pk='pk', arrow_schema=FIELDS))")
+    env = dict(os.environ, MSGSTREAM_MIRROR_FAILPOINT="kill-in-compaction", PYTHONPATH=str(ROOT))
+    proc = subprocess.run([sys.executable, "-c", code, fmt, str(tmp_path / "t")], env=env, cwd=ROOT, timeout=300,
+                          capture_output=True, text=True)
+    assert proc.returncode == -9, proc.stderr[-2000:]
+    t = _open(fmt, tmp_path / "t")
+    assert sorted(f.path for f in t.live_files()) == files
+    assert table_state(t.to_arrow()) == model(seen)
+    left = [p for p in orphans(t) if p.endswith(".parquet")]  # (and Delta's superseded deletion vectors)
+    assert len(left) == 1 and pq.read_metadata(left[0]).num_rows == len(model(seen))
+    compact(t)  # the rerun compacts once
+    assert table_state(t.to_arrow()) == model(seen) and len(t.live_files()) == 1
+    vacuum(t, retain_s=0)
+    assert orphans(t) == [] and table_state(t.to_arrow()) == model(seen)
+    _no_file_twice(t)
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_the_maintenance_entry_point_compacts_once_and_is_refused_beside_a_writer(fmt, tmp_path):
+    import json
+
+    from msgstream_spark.mirror.lock import writer_lock
+
+    t = _open(fmt, tmp_path / "t")
+    seen = _fill(t, _batches(3))
+    argv = [sys.executable, "-m", "msgstream_spark", "mirror", "compact", "--table", str(tmp_path / "t"),
+            "--table-format", fmt]
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    with writer_lock(str(tmp_path / "t"), "a test's mirror job"):
+        proc = subprocess.run(argv, env=env, cwd=ROOT, timeout=300, capture_output=True, text=True)
+    assert proc.returncode == 1 and "being written by another writer (pid" in proc.stderr, proc.stderr[-2000:]
+    assert len(t.live_files()) > 1
+    proc = subprocess.run(argv, env=env, cwd=ROOT, timeout=300, capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert json.loads(proc.stdout)["files_out"] == 1
+    assert table_state(_open(fmt, tmp_path / "t").to_arrow()) == model(seen)
