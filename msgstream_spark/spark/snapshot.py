@@ -127,7 +127,7 @@ def write_snapshot(spark: SparkSession, reader: RangeReader, ranges: list[PkRang
             remove_dir(spark, out_dir)  # a failed write leaves no directory behind (one per retry otherwise)
             raise
     try:
-        one_row_per_key(spark, out_dir, reader.info.pk)
+        one_row_per_key(spark, out_dir, reader.pk)
     except BaseException:
         remove_dir(spark, out_dir)
         raise
