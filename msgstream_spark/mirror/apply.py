@@ -5,12 +5,10 @@ from __future__ import annotations
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from msgstream_spark.errors import MirrorError
 from msgstream_spark.mirror.collapse import collapse
 from msgstream_spark.mirror.common import PROP_COLLECTION_ID, PROP_SNAPSHOT_TS, TS
+from msgstream_spark.mirror.layout import COLLECTION, check_narrow_collection
 from msgstream_spark.mirror.table import MirrorTable
-
-COLLECTION = "_collection"
 
 
 def apply_batch(table: MirrorTable, changes: pa.Table, pk: str, query_id: str, batch_id: int) -> bool:
@@ -38,15 +36,8 @@ def apply_batch(table: MirrorTable, changes: pa.Table, pk: str, query_id: str, b
 
 def check_collection_ids(table: MirrorTable, props: dict[str, str], changes: pa.Table) -> None:
     """MirrorError if ``changes`` hold rows of a collection id other than the table's."""
-    want = props.get(PROP_COLLECTION_ID)
-    if want is None or COLLECTION not in changes.column_names or changes.num_rows == 0:
-        return
-    ids = pc.unique(changes.column(COLLECTION).drop_null()).to_pylist()
-    other = sorted(i for i in ids if i != int(want))
-    if other:
-        raise MirrorError(f"table {table.location} mirrors collection {table.collection!r} id {want}; the batch holds "
-                          f"rows of collection id(s) {other} (dropped and re-created under the same name?): mirror "
-                          "it into a new table; nothing written")
+    if COLLECTION in changes.column_names:
+        check_narrow_collection(changes, props.get(PROP_COLLECTION_ID), table.location, table.collection)
 
 
 def after_snapshot(props: dict[str, str], changes: pa.Table) -> pa.Table:

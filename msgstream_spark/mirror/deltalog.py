@@ -102,10 +102,11 @@ def _publish(log: str, name: str, actions: list[dict], taken: str) -> None:
                           "the snapshot's first version needs a local or mounted file system with hard links") from e
     finally:
         os.unlink(tmp)
-    _fsync_dir(log)
+    fsync_path(log)
 
 
-def _fsync_dir(path: str) -> None:
+def fsync_path(path: str) -> None:
+    """fsync a file or a directory (a new entry in it survives a power loss)."""
     fd = os.open(path, os.O_RDONLY)
     try:
         os.fsync(fd)

@@ -24,6 +24,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from msgstream_spark.mirror.common import conform
+from msgstream_spark.mirror.deltalog import fsync_path
 from msgstream_spark.mirror.layout import DATA_DIR, LiveFile
 from msgstream_spark.mirror.lock import writer_lock
 
@@ -79,20 +80,12 @@ def compact(table, target_bytes: int = TARGET_BYTES) -> Compaction:
         if writer is not None:
             writer.close()
         for p in out:
-            _fsync(p)
+            fsync_path(p)
         if os.environ.get(FAILPOINT_ENV) == "kill-in-compaction":
             os.kill(os.getpid(), 9)
         table.swap_files(picked, out)
         deleted = sum(len(f.deleted) for f in picked)
         return Compaction(len(picked), len(out), rows, deleted)
-
-
-def _fsync(path: str) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 def _candidates(root: str) -> list[str]:
