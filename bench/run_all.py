@@ -33,6 +33,7 @@ SCRIPTS = [
     "bench.bench_snapshot",
     "bench.bench_mirror_scale",
     "bench.bench_mirror_driver",
+    "bench.bench_freshness",
 ]
 
 # Sizes per script: "full" is what the README's figures come from (about 10 minutes on 2 cores).
@@ -49,7 +50,8 @@ SIZES = {
              "bench.bench_snapshot": {"rows8": 200_000, "rows768": 20_000},
              # 1M vs 8M rows x 64-d do not fit this 2-core machine's time: the same 8x ratio at 250k vs 2M
              "bench.bench_mirror_scale": {"small": 250_000},
-             "bench.bench_mirror_driver": {"rows": 1_000_000, "dim": 768}},
+             "bench.bench_mirror_driver": {"rows": 1_000_000, "dim": 768},
+             "bench.bench_freshness": {"small": 1_000, "large": 100_000, "samples": 15}},
     "quick": {"bench.bench_spark_read": {"rows": 200_000, "mem_rows": 0, "kafka": True},
               "bench.bench_spark_write": {"rows": 20_000, "reps": 2},
               "bench.profile_read": {"rows": 50_000, "kafka": True},
@@ -61,7 +63,8 @@ SIZES = {
               "bench.bench_storage_snapshot": {"sizes": (5_000, 50_000)},
               "bench.bench_snapshot": {"rows8": 50_000, "rows768": 5_000},
               "bench.bench_mirror_scale": {"small": 50_000, "updates_table": 50_000, "update_batches": 20},
-              "bench.bench_mirror_driver": {"rows": 100_000, "dim": 768}},
+              "bench.bench_mirror_driver": {"rows": 100_000, "dim": 768},
+              "bench.bench_freshness": {"small": 1_000, "large": 20_000, "samples": 8}},
 }
 
 

@@ -9,6 +9,7 @@ from typing import Any
 from msgstream_spark.cli.common import UsageError, open_client, split_channels
 from msgstream_spark.cli.inspect import cmd_inspect
 from msgstream_spark.cli.job_commands import cmd_job_path
+from msgstream_spark.cli.mirror_cmds import cmd_mirror
 from msgstream_spark.cli.publish import publish
 from msgstream_spark.cli.render import dumps, message_dict, position_dict
 from msgstream_spark.cli.rows import cmd_rows
@@ -298,5 +299,6 @@ COMMANDS = {
     "rows": cmd_rows,
     "inspect": cmd_inspect,
     "publish": cmd_publish,
+    "mirror": cmd_mirror,
     "job-path": cmd_job_path,
 }

@@ -13,7 +13,7 @@ import logging
 import sys
 from collections.abc import Sequence
 
-from msgstream_spark.cli import commands, job_commands
+from msgstream_spark.cli import commands, job_commands, mirror_cmds
 from msgstream_spark.cli.publish_args import add_publish_args
 from msgstream_spark.cli.rows import add_rows_parser
 from msgstream_spark.errors import MsgStreamError
@@ -93,7 +93,7 @@ def build_parser() -> argparse.ArgumentParser:
                         "_vc, _h; a flag is KEY=")
     p.add_argument("--properties", metavar="JSON", help="the properties as a JSON object of strings")
     p.add_argument("--rows", action="store_true", help="include decoded rows")
-    job_commands.add_job_parsers(sub)
+    mirror_cmds.add_mirror_commands(job_commands.add_job_parsers(sub), _common)
     return parser
 
 

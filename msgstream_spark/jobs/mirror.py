@@ -68,6 +68,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="snapshot: bytes of one Query answer, in MiB (default 16; Milvus refuses answers above "
                         "quotaAndLimits.limits.maxOutputSize, 100 MiB, and above the proxy's gRPC send size)")
     p.add_argument("--timeout", type=float, help="stop a processing-time query after this many seconds")
+    p.add_argument("--history-table", help="also keep a change log here (Delta, append-only: op insert/update/"
+                                           "delete, the fields after the change, _ts, _time, _seq), written once "
+                                           "per batch beside the mirror's commits (docs/mirror.md, History)")
     p.add_argument("--progress-interval", type=float, default=5.0, help="seconds between progress lines")
     return p
 
@@ -157,6 +160,7 @@ def run(args: argparse.Namespace, spark=None) -> dict[str, Any]:
     cfg = _config(args)
     spark = spark or spark_session("msgstream-mirror", args.master)  # Spark first, then pymilvus clients
     from msgstream_spark.jobs.mirror_start import decide_start
+    from msgstream_spark.mirror.history import HistoryTable
     from msgstream_spark.mirror.lock import writer_lock
     from msgstream_spark.spark.mirror import MirrorBatch
 
@@ -165,8 +169,9 @@ def run(args: argparse.Namespace, spark=None) -> dict[str, Any]:
     checkpoint = args.checkpoint or args.table.rstrip("/") + "_checkpoint"
     with writer_lock(args.table, "the mirror job"):  # the table's one writer while the job runs
         start = decide_start(spark, args, cfg, rows_arrow_schema(probe), pk, cid, checkpoint)
+        history = HistoryTable(args.history_table, pk) if args.history_table else None
         sink = MirrorBatch(start.table, pk, checkpoint=checkpoint, collection_id=start.collection_id,
-                           compact_every=args.compact_every)
+                           compact_every=args.compact_every, history=history)
         t0 = time.perf_counter()
         rows, restarts = _stream_all(spark, args, cfg, start, sink, checkpoint, trig)
     secs = time.perf_counter() - t0
@@ -174,7 +179,8 @@ def run(args: argparse.Namespace, spark=None) -> dict[str, Any]:
             "checkpoint": checkpoint, "snapshot": start.summary, "stream_rows": rows,
             "merged_batches": sink.batches, "skipped_batches": sink.skipped, "merged_changes": sink.rows,
             "compactions": sink.compactions,
-            "schema_restarts": restarts, "stream_seconds": round(secs, 3)}
+            "schema_restarts": restarts, "stream_seconds": round(secs, 3),
+            "freshness_ms": sink.freshness_ms}
 
 
 def main(argv=None, prog: str | None = None) -> int:

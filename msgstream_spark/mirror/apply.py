@@ -11,7 +11,8 @@ from msgstream_spark.mirror.layout import COLLECTION, check_narrow_collection
 from msgstream_spark.mirror.table import MirrorTable
 
 
-def apply_batch(table: MirrorTable, changes: pa.Table, pk: str, query_id: str, batch_id: int) -> bool:
+def apply_batch(table: MirrorTable, changes: pa.Table, pk: str, query_id: str, batch_id: int,
+                commit_info: dict[str, str] | None = None) -> bool:
     """Apply one batch of ``rows`` changes (``op``, the fields, ``_ts``, ``_seq``, ``_partition``) to
     ``table``: True if applied, False if this query's batch ``batch_id`` is already in the table.
 
@@ -22,6 +23,9 @@ def apply_batch(table: MirrorTable, changes: pa.Table, pk: str, query_id: str, b
     at or before S are dropped: the snapshot, read at least at S, already holds them, and an old insert
     of a pk the snapshot no longer has would otherwise come back until its delete is replayed.
 
+    ``commit_info``: ``msgstream.*`` entries recorded with the commit (Delta commit info, Iceberg snapshot
+    summary), e.g. ``msgstream.watermark``, the batch's end offset (docs/mirror.md, "Freshness").
+
     Rows of another collection id (``_collection``; a collection dropped and re-created under the same
     name) raise MirrorError naming both ids, and nothing is written.
     """
@@ -31,7 +35,7 @@ def apply_batch(table: MirrorTable, changes: pa.Table, pk: str, query_id: str, b
     props = table.properties()
     check_collection_ids(table, props, changes)
     changes = after_snapshot(props, changes)
-    return table.merge(collapse(changes, pk), query_id=query_id, batch_id=batch_id)
+    return table.merge(collapse(changes, pk), query_id=query_id, batch_id=batch_id, commit_info=commit_info)
 
 
 def check_collection_ids(table: MirrorTable, props: dict[str, str], changes: pa.Table) -> None:

@@ -118,9 +118,10 @@ class DeltaMirrorTable:
         v = self._table().transaction_version(query_id)
         return None if v is None else int(v)
 
-    def merge(self, collapsed: pa.Table, *, query_id: str, batch_id: int) -> bool:
+    def merge(self, collapsed: pa.Table, *, query_id: str, batch_id: int,
+              commit_info: dict[str, str] | None = None) -> bool:
         """Apply changes in this process through the merge-on-read write path (``writepath.apply_local``)."""
-        return apply_local(self, collapsed, query_id=query_id, batch_id=batch_id)
+        return apply_local(self, collapsed, query_id=query_id, batch_id=batch_id, commit_info=commit_info)
 
     def _state(self) -> LogState:
         if self._log is None:
@@ -158,7 +159,7 @@ class DeltaMirrorTable:
             got = self._dvs[key] = read_dv(self.root, dv)
         return got
 
-    def commit(self, plan: Plan, *, query_id: str, batch_id: int) -> bool:
+    def commit(self, plan: Plan, *, query_id: str, batch_id: int, commit_info: dict[str, str] | None = None) -> bool:
         """One Delta version: the new files, a deletion vector per file that loses rows, the batch's ``txn``."""
         state = self._state()
         done = state.txns.get(query_id)
@@ -189,7 +190,7 @@ class DeltaMirrorTable:
                                     "stats": loose_stats(cur.get("stats"))}})
         actions.append({"txn": {"appId": query_id, "version": int(batch_id), "lastUpdated": now}})
         write_commit(self.root, state.version + 1, actions, "MERGE",
-                     {PROP_QUERY: query_id, PROP_BATCH: str(batch_id)})
+                     {**(commit_info or {}), PROP_QUERY: query_id, PROP_BATCH: str(batch_id)})
         self._dt.update_incremental()
         if (state.version + 1) % CHECKPOINT_EVERY == 0:  # readers (and LogState) start from the last checkpoint
             self._dt.create_checkpoint()

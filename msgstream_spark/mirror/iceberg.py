@@ -158,9 +158,10 @@ class IcebergMirrorTable:
         """The query ids whose batches were merged into the table (its ``msgstream.batch.<query id>`` properties)."""
         return {k.removeprefix(PROP_BATCH_OF) for k in self.properties() if k.startswith(PROP_BATCH_OF)}
 
-    def merge(self, collapsed: pa.Table, *, query_id: str, batch_id: int) -> bool:
+    def merge(self, collapsed: pa.Table, *, query_id: str, batch_id: int,
+              commit_info: dict[str, str] | None = None) -> bool:
         """Apply changes in this process through the merge-on-read write path (``writepath.apply_local``)."""
-        return apply_local(self, collapsed, query_id=query_id, batch_id=batch_id)
+        return apply_local(self, collapsed, query_id=query_id, batch_id=batch_id, commit_info=commit_info)
 
     def prepare(self, columns: pa.Schema) -> None:
         """Add the collection fields ``columns`` carry that the table lacks (before tasks write files)."""
@@ -215,7 +216,7 @@ class IcebergMirrorTable:
             self._deletes[delete_file] = got
         return got
 
-    def commit(self, plan: Plan, *, query_id: str, batch_id: int) -> bool:
+    def commit(self, plan: Plan, *, query_id: str, batch_id: int, commit_info: dict[str, str] | None = None) -> bool:
         """One Iceberg snapshot: the new data files, one position-delete file, the batch's id in the properties."""
         done = self.last_batch(query_id)
         if done is not None and done >= batch_id:
@@ -234,7 +235,7 @@ class IcebergMirrorTable:
         with tbl.transaction() as tx:
             if adds:
                 commit_files(tx, tbl, adds=adds, removes=set(),
-                             properties={PROP_QUERY: query_id, PROP_BATCH: str(batch_id)})
+                             properties={**(commit_info or {}), PROP_QUERY: query_id, PROP_BATCH: str(batch_id)})
             tx.set_properties({PROP_BATCH_OF + query_id: str(int(batch_id))})
         return True
 

@@ -38,8 +38,10 @@ class MirrorTable(Protocol):
     def merged_queries(self) -> set[str]:
         """The ids of the queries that merged batches into the table."""
 
-    def merge(self, collapsed: pa.Table, *, query_id: str, batch_id: int) -> bool:
-        """Apply one change per pk (``collapse``'s output); False if the batch is already in the table."""
+    def merge(self, collapsed: pa.Table, *, query_id: str, batch_id: int,
+              commit_info: dict[str, str] | None = None) -> bool:
+        """Apply one change per pk (``collapse``'s output); False if the batch is already in the table.
+        ``commit_info``: ``msgstream.*`` entries recorded with the commit (the batch's watermark)."""
 
     def add_files(self, paths: list[str], *, properties: dict[str, str]) -> None:
         """Register Parquet files written elsewhere (a snapshot) as the table's rows, with ``properties``."""

@@ -32,15 +32,18 @@ def lookup_local(table: Any, keys: pa.Array) -> pa.Table:
     return pa.concat_tables(parts) if parts else match_schema(spec_type).empty_table()
 
 
-def finish(table: Any, narrow: pa.Table, matches: pa.Table, *, query_id: str, batch_id: int) -> Plan | None:
-    """Plan the batch from the narrow results and commit it; None if the batch is already in the table."""
+def finish(table: Any, narrow: pa.Table, matches: pa.Table, *, query_id: str, batch_id: int,
+           commit_info: dict[str, str] | None = None) -> Plan | None:
+    """Plan the batch from the narrow results and commit it (``commit_info``: ``msgstream.*`` entries recorded
+    with the commit, e.g. the batch's watermark); None if the batch is already in the table."""
     check_narrow_collection(narrow, _collection_id(table), table.location, table.collection)
     p = plan(narrow, matches)
     with writer_lock(table.location, f"the commit of batch {batch_id}"):
-        return p if table.commit(p, query_id=query_id, batch_id=batch_id) else None
+        return p if table.commit(p, query_id=query_id, batch_id=batch_id, commit_info=commit_info) else None
 
 
-def apply_local(table: Any, changes: pa.Table, *, query_id: str, batch_id: int) -> bool:
+def apply_local(table: Any, changes: pa.Table, *, query_id: str, batch_id: int,
+                commit_info: dict[str, str] | None = None) -> bool:
     """Apply ``changes`` (``rows`` output: op, fields, ``_ts``, ``_seq``) in this process; False if already applied."""
     done = table.last_batch(query_id)
     if done is not None and done >= batch_id:
@@ -48,7 +51,7 @@ def apply_local(table: Any, changes: pa.Table, *, query_id: str, batch_id: int) 
     table.prepare(changes.schema)
     narrow = write_changes(changes, table.write_spec())
     matches = lookup_local(table, narrow.column("key").combine_chunks())
-    return finish(table, narrow, matches, query_id=query_id, batch_id=batch_id) is not None
+    return finish(table, narrow, matches, query_id=query_id, batch_id=batch_id, commit_info=commit_info) is not None
 
 
 def _collection_id(table: Any) -> int | None:

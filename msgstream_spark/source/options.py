@@ -21,6 +21,7 @@ log = logging.getLogger(__name__)
 
 CONFIG_PREFIXES = ("mq.", "kafka.", "pulsar.", "local.", "milvus.", "msgchannel.", "rootcoord.", "msgstream.")
 OUTPUTS = ("rows", "messages")
+UPSERT_AS = ("insert-delete", "update")
 DECODE_ERROR_POLICIES = ("fail", "skip")
 SCHEMA_CHANGE_POLICIES = ("fail", "ignore")
 MESSAGE_TYPES = ("insert", "delete", "timetick", "createcollection", "dropcollection", "createpartition",
@@ -52,6 +53,8 @@ READ_OPTIONS = {
     "minpartitions": "positive integer: at least this many read tasks (channel ranges cut at safe messages)",
     "maxrecordsperpartition": "positive integer: at most this many messages a read task (as planned)",
     "dedupe": "true | false: drop replayed sink batches (exactly-once with the msgstream sink)",
+    "upsertas": "insert-delete (default) | update: an upsert (an insert and a delete of a key at one timestamp) "
+                "as one row with op update",
     "schema": "Spark DDL of the collection's fields (else inferred)",
     "readtimeout": "seconds a task waits for a message it knows exists (default 60)",
     "maxbatchrows": "rows per Arrow batch yielded by a task (default 8192)",
@@ -130,6 +133,7 @@ class ReadOptions:
     min_partitions: int | None = None
     max_records: int | None = None  # maxRecordsPerPartition
     dedupe: bool = False
+    upsert_as: str = "insert-delete"  # upsertAs: "update" pairs an upsert's two rows into one
     schema_ddl: str | None = None
     read_timeout: float = 60.0
     batch_rows: int = 8192
@@ -178,6 +182,7 @@ def parse_read_options(options: Mapping[str, Any], *, streaming: bool | None) ->
         on_schema_change=_choice(opts, "onschemachange", SCHEMA_CHANGE_POLICIES, "fail"),
         min_partitions=_pos_int(opts, "minpartitions"), max_records=_pos_int(opts, "maxrecordsperpartition"),
         dedupe=bool(_bool(opts, "dedupe", False)),
+        upsert_as=_choice(opts, "upsertas", UPSERT_AS, "insert-delete"),
         schema_ddl=opts.get("schema") or None,
     )
     scan = str(opts.get("schemascanmessages") or "").strip()

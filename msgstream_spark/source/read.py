@@ -24,6 +24,7 @@ from msgstream_spark.source.offsets import Entry, Offset, unb64
 from msgstream_spark.source.options import ReadOptions
 from msgstream_spark.source.ranges import MIN_TASKS, pack, piece_size, plan_ranges
 from msgstream_spark.source.rows import MessagesBuilder, RowsBuilder
+from msgstream_spark.source.upserts import Pairer
 from msgstream_spark.stream.seek import SeekFilter
 
 log = logging.getLogger(__name__)
@@ -112,6 +113,7 @@ def read_range(part: ReadRange, schema: pa.Schema) -> Iterator[pa.RecordBatch]:
             # the WAL whose ids the backend's are: a broker's type, or the milvus backend's milvus.wal
             wal = getattr(client, "wal_name", None)
             rows_handler = RowsHandler(part, builder, dedupe, opts.mq_type if wal is None else wal, seek_ts)
+        pairer = Pairer(part.pk_name) if opts.upsert_as == "update" and rows_handler is not None else None
         _seek(client, consumer, part.channel, start_id, inclusive, opts.fail_on_data_loss)
         end = _Bound(client, part.end)
         limit = _Bound(client, part.limit) if part.limit else None
@@ -125,12 +127,16 @@ def read_range(part: ReadRange, schema: pa.Schema) -> Iterator[pa.RecordBatch]:
             else:
                 rows_handler.handle(m)
             if builder.rows >= opts.batch_rows:  # hand rows to Spark as soon as a batch is full
-                yield from builder.flush()
+                yield from pairer.feed(builder.flush()) if pairer else builder.flush()
             if m.id == end.id and (rows_handler is None or limit is None or not rows_handler.needs_more()):
                 break
             if limit is not None and m.id == limit.id:  # the range's last message: nothing more to wait for
                 break
-        yield from builder.flush()
+        if pairer:
+            yield from pairer.feed(builder.flush())
+            yield from pairer.finish()
+        else:
+            yield from builder.flush()
     finally:
         if consumer is not None:
             _drop(consumer)

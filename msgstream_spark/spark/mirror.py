@@ -18,12 +18,14 @@ import json
 import logging
 import os
 import signal
+import time
 from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from msgstream_spark.errors import MirrorError
+from msgstream_spark.mirror.apply import after_snapshot
 from msgstream_spark.mirror.layout import (
     LiveFile,
     TaskWriter,
@@ -34,6 +36,8 @@ from msgstream_spark.mirror.layout import (
     prune,
 )
 from msgstream_spark.mirror.maintenance import compact
+from msgstream_spark.mirror.pinned import PinnedTable
+from msgstream_spark.mirror.watermark import PROP_WATERMARK, checkpoint_offset, freshness_ms
 from msgstream_spark.mirror.writepath import finish
 
 log = logging.getLogger(__name__)
@@ -126,17 +130,19 @@ class MirrorBatch:
     """
 
     def __init__(self, table, pk: str, *, query_id: str | None = None, checkpoint: str | None = None,
-                 collection_id: int | None = None, compact_every: int = 0) -> None:
+                 collection_id: int | None = None, compact_every: int = 0, history=None) -> None:
         if query_id is None and checkpoint is None:
             raise MirrorError("MirrorBatch needs query_id or checkpoint (to read Spark's query id)")
         self.table, self.pk, self.checkpoint = table, pk, checkpoint
         self._query_id = query_id
         self.collection_id = collection_id
+        self.history = history  # a mirror.history.HistoryTable: every change appended once, before the merge
         self.batches = 0
         self.skipped = 0
         self.rows = 0
         self.compact_every = compact_every
         self.compactions = 0
+        self.freshness_ms: int | None = None  # wall clock minus the last committed watermark's Milvus time
 
     @property
     def query_id(self) -> str:
@@ -157,11 +163,19 @@ class MirrorBatch:
         narrow = write_in_tasks(df, self.table.write_spec())
         self._check_collection(narrow)
         _failpoint(batch_id, narrow.num_rows > 0, "files")
+        if self.history is not None:
+            self._history(df, qid, batch_id)
+        offset = checkpoint_offset(self.checkpoint, batch_id) if self.checkpoint else None
+        info = {PROP_WATERMARK: json.dumps(offset, sort_keys=True)} if offset else None
         matches = lookup_in_tasks(df.sparkSession, self.table, narrow.column("key").combine_chunks())
-        plan = finish(self.table, narrow, matches, query_id=qid, batch_id=batch_id)
+        plan = finish(self.table, narrow, matches, query_id=qid, batch_id=batch_id, commit_info=info)
         if plan is not None:
             self.batches += 1
             self.rows += narrow.num_rows
+            if offset:  # the progress line of the batch: how far behind Milvus's clock the table is
+                self.freshness_ms = freshness_ms(offset, int(time.time() * 1000))
+                log.info("mirror batch %d: %d change(s) committed; table complete to %s; freshness %s ms", batch_id,
+                         narrow.num_rows, {ch: e.get("ts") for ch, e in sorted(offset.items())}, self.freshness_ms)
         else:
             self.skipped += 1
         _failpoint(batch_id, plan is not None and narrow.num_rows > 0)
@@ -170,6 +184,14 @@ class MirrorBatch:
             self.compactions += 1
             log.info("compaction after batch %d: %d files with %d deleted rows -> %d files", batch_id, done.files_in,
                      done.deleted_rows, done.files_out)
+
+    def _history(self, df, qid: str, batch_id: int) -> None:
+        """Every change of the batch into the change log (once), with the keys the table held before it."""
+        self.history.seed(self.table.to_arrow)  # the first time only: the rows when the history begins
+        changes = after_snapshot(self.table.properties(), df.toArrow())
+        keys = pc.unique(changes.column(self.pk).combine_chunks())
+        existed = PinnedTable(self.table).rows_of(self.pk, keys, [self.pk, "_ts"])
+        self.history.append(changes, existed, qid, batch_id)
 
     def _check_collection(self, narrow: Any) -> None:
         if self.collection_id is None or narrow.num_rows == 0:

@@ -1,0 +1,130 @@
+"""``msgstream mirror verify`` and ``msgstream mirror status``: Spark-free checks of a mirrored table.
+
+``verify`` prints its report as JSON lines (one per differing key, then ``{"summary": ...}``) and exits 0
+when the table equals the collection, 3 when it does not (1 on an error, 2 on bad usage).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+import uuid
+from typing import Any
+
+from msgstream_spark.cli.common import UsageError, load_config, overrides
+from msgstream_spark.errors import MirrorError
+from msgstream_spark.mirror.milvus_side import SdkMilvusSide
+from msgstream_spark.mirror.pinned import PinnedTable, table_identity
+from msgstream_spark.mirror.snapshot import milvus_target
+from msgstream_spark.mirror.status import table_status
+from msgstream_spark.mirror.table import open_table
+from msgstream_spark.mirror.verify_run import Log, repair, run_verify, write_report
+from msgstream_spark.mirror.watermark import checkpoint_query_id, table_watermark
+from msgstream_spark.stream.factory import Factory
+
+EXIT_DIFFERENT = 3
+
+
+def add_mirror_commands(mirror_sub: Any, common: Any) -> None:
+    """``verify`` and ``status`` under ``msgstream mirror``."""
+    p = mirror_sub.add_parser("verify", help="compare a mirrored table with its collection (exit 0: equal, 3: not)")
+    common(p)
+    p.add_argument("--collection", required=True, help="collection name (read through config key milvus.address)")
+    _table_args(p)
+    p.add_argument("--buckets", type=int, default=1024, help="buckets of the key's hash per partition (default 1024)")
+    p.add_argument("--wait", type=float, default=0.0,
+                   help="seconds to wait for a running job to commit past the collection's current time "
+                        "before the table is read (default 0: the table as it is)")
+    p.add_argument("--report-table", metavar="PATH", help="also append the report's keys to a Delta table here")
+    p.add_argument("--repair", action="store_true",
+                   help="re-read the differing keys from Milvus and write them through the mirror's exactly-once "
+                        "merge, then verify again (stop the mirror job first: one writer per table)")
+    p = mirror_sub.add_parser("status", help="per channel: how fresh the table is, the backlog, stalled (JSON)")
+    common(p)
+    _table_args(p)
+    p.add_argument("--collection", help="collection name (default: the table's msgstream.collection)")
+    p.add_argument("--stalled-after", type=float, default=60.0,
+                   help="stalled: the log holds data the table lacks and its last commit is older than this many "
+                        "seconds (default 60)")
+
+
+def _table_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--table", required=True, help="the mirrored table's location")
+    p.add_argument("--table-format", choices=("delta", "iceberg"), default="delta", help="delta (default) or iceberg")
+    p.add_argument("--catalog-uri", help="Iceberg: SQL catalog URI (default: a SQLite file in the table's location)")
+    p.add_argument("--checkpoint", help="the mirror job's checkpoint (default: <table>_checkpoint)")
+
+
+def _checkpoint(args) -> str:
+    return args.checkpoint or args.table.rstrip("/") + "_checkpoint"
+
+
+def _print(obj: dict) -> None:
+    print(json.dumps(obj, default=str, sort_keys=False))
+
+
+def cmd_mirror_verify(args) -> int:
+    if args.buckets < 1:
+        raise UsageError("--buckets must be >= 1")
+    cfg = load_config(args)
+    milvus = SdkMilvusSide(cfg, milvus_target(cfg, args.config, overrides(args), args.collection))
+    table = open_table(args.table_format, args.table, collection=args.collection, pk=milvus.pk,
+                       catalog_uri=args.catalog_uri, create=False)
+    log_ = Log(cfg, args.collection)
+    result = run_verify(table, milvus, log_, checkpoint=_checkpoint(args), buckets=args.buckets, wait=args.wait)
+    for line in result.lines():
+        _print(line)
+    if args.report_table:
+        write_report(result, args.report_table, uuid.uuid4().hex)
+    if args.repair and not result.equal:
+        wm = result.summary.get("watermark")
+        channels = sorted(_channels(table, _checkpoint(args))) if wm else []
+        fixed = repair(table, milvus, log_, result, channels)
+        again = run_verify(table, milvus, log_, checkpoint=_checkpoint(args), buckets=args.buckets)
+        for line in again.lines():
+            _print({"after_repair": line} if "summary" not in line else {"summary_after_repair": {
+                **line["summary"], "repaired": fixed}})
+        result = again
+    sys.stdout.flush()
+    return 0 if result.equal else EXIT_DIFFERENT
+
+
+def _channels(table, checkpoint: str) -> list[str]:
+    pinned = PinnedTable(table)
+    qid = checkpoint_query_id(checkpoint)
+    wm = table_watermark(table.properties(), pinned.recorded_watermark, pinned.last_batch(qid) if qid else None,
+                         qid, checkpoint)
+    return sorted(wm.offset) if wm is not None else []
+
+
+def _open_existing(args, collection: str | None):
+    """The table, its collection and key read from its own properties."""
+    name, pk = table_identity(args.table_format, args.table, args.catalog_uri)
+    if collection is not None and collection != name:
+        raise MirrorError(f"table {args.table} mirrors collection {name!r}, not {collection!r}")
+    return open_table(args.table_format, args.table, collection=name, pk=pk, create=False,
+                      catalog_uri=args.catalog_uri)
+
+
+def cmd_mirror_status(args) -> int:
+    cfg = load_config(args)
+    table = _open_existing(args, args.collection)
+    pinned = PinnedTable(table)
+    checkpoint = _checkpoint(args)
+    qid = checkpoint_query_id(checkpoint)
+    q = pinned.committed_by[0]
+    wm = table_watermark(table.properties(), pinned.recorded_watermark if q == qid else None,
+                         pinned.last_batch(qid) if qid else None, qid, checkpoint)
+    with Factory(cfg).client() as client:
+        doc = table_status(pinned, wm, client, int(time.time() * 1000), args.stalled_after)
+    _print(doc)
+    return 0
+
+
+MIRROR_COMMANDS = {"verify": cmd_mirror_verify, "status": cmd_mirror_status}
+
+
+def cmd_mirror(args) -> int:
+    return MIRROR_COMMANDS[args.mirror_command](args)

@@ -1,0 +1,172 @@
+"""``msgstream mirror verify``: the library call behind it (:func:`run_verify`), the report table and
+``--repair``. See :mod:`msgstream_spark.mirror.verify` for the method and docs/mirror.md for its use."""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from msgstream_spark.mirror.apply import apply_batch
+from msgstream_spark.mirror.collapse import OP
+from msgstream_spark.mirror.common import TS
+from msgstream_spark.mirror.milvus_side import MilvusSide
+from msgstream_spark.mirror.order import SEQ, snapshot_seq, snapshot_seq_array
+from msgstream_spark.mirror.pinned import PinnedTable
+from msgstream_spark.mirror.snapshot import snapshot_ts, take_positions
+from msgstream_spark.mirror.verify import (
+    DEFAULT_BUCKETS,
+    Result,
+    compare,
+    hashed_columns,
+    reduce_side,
+    split_flux,
+    summarize,
+)
+from msgstream_spark.mirror.watermark import Watermark, checkpoint_query_id, table_watermark
+from msgstream_spark.source.arrow import output_schema, read_options, schema_json
+from msgstream_spark.source.offsets import Offset, resolve_end
+from msgstream_spark.source.read import collection_filter, plan_reads, read_range
+from msgstream_spark.stream.factory import Factory
+
+log = logging.getLogger(__name__)
+
+REPAIR_QUERY = "msgstream.verify.repair"  # the query id of repair commits (batch ids count up)
+
+
+@dataclass
+class Log:
+    """What verify needs of the log: channel ends and times, and the keys changed between two offsets."""
+
+    config: Any
+    collection: str
+
+    def client(self):
+        return Factory(self.config).client()
+
+    def newest_time(self, channels: list[str]) -> int:
+        """S: the newest Milvus time among the channels' last messages."""
+        with self.client() as c:
+            return snapshot_ts(take_positions(c, channels))
+
+    def ends(self, channels: list[str]) -> Offset:
+        with self.client() as c:
+            return resolve_end(c, channels, "latest", None)
+
+    def changed_keys(self, start: Offset, end: Offset, pk: str) -> set:
+        """Primary keys of the collection's inserts and deletes in (start, end] of each channel."""
+        channels = sorted(start)
+        opts = read_options(self.config, channels, collection=self.collection)
+        client = opts.client()
+        try:
+            schema, pkname, cid = output_schema(opts, channels)
+            ranges = plan_reads(client, start, end, opts, schema_json(schema, cid), pkname, collection_filter(opts))
+        finally:
+            client.close()
+        keys: set = set()
+        for r in ranges:
+            for b in read_range(r, schema):
+                if b.num_rows and pk in b.schema.names:
+                    keys.update(pc.unique(b.column(pk)).to_pylist())
+        return keys
+
+
+def _pin(table, checkpoint: str | None, s: int | None, wait: float) -> tuple[PinnedTable, Watermark | None]:
+    """The table pinned at its current version (waiting up to ``wait`` s for a watermark at or past ``s``)."""
+    qid = checkpoint_query_id(checkpoint) if checkpoint else None
+    deadline = time.monotonic() + wait
+    while True:
+        pinned = PinnedTable(table)
+        q, b = pinned.committed_by
+        last = pinned.last_batch(qid) if qid else None
+        wm = table_watermark(table.properties(), pinned.recorded_watermark if q == qid else None, last, qid,
+                             checkpoint)
+        if s is None or (wm is not None and wm.ts >= s) or time.monotonic() >= deadline:
+            return pinned, wm
+        time.sleep(0.5)  # polling the table for the job's next commit (bounded by --wait)
+
+
+def run_verify(table, milvus: MilvusSide, log_: Log, *, checkpoint: str | None, buckets: int = DEFAULT_BUCKETS,
+               wait: float = 0.0) -> Result:
+    """Compare ``table`` with the collection behind ``milvus``; keys changed in the log after the table's
+    watermark are reported ``in_flux``, not as errors. ``wait``: seconds to wait for the table (a running
+    job) to commit a watermark at or past S before it is pinned."""
+    started = time.perf_counter()
+    s0 = None
+    if wait > 0:
+        wm0 = _pin(table, checkpoint, None, 0)[1]
+        if wm0 is not None:
+            s0 = log_.newest_time(sorted(wm0.offset))
+    pinned, wm = _pin(table, checkpoint, s0, wait)
+    schema = table.schema
+    cols = hashed_columns(schema, milvus.by_partition)
+    tside = reduce_side(pinned.batches(), table.pk, cols, milvus.json_columns, buckets, milvus.by_partition)
+    channels = sorted(wm.offset) if wm is not None else None
+    s = log_.newest_time(channels) if channels else 0
+    mside = reduce_side(milvus.scan(schema, s), table.pk, cols, milvus.json_columns, buckets, milvus.by_partition)
+    problems, differing = compare(mside, tside)
+    changed: set = set()
+    if problems and wm is not None:
+        end = log_.ends(channels)
+        changed = log_.changed_keys(wm.offset, end, table.pk)
+    elif problems:
+        log.warning("table %s records no position in the log: every difference is reported", table.location)
+    errors, flux = split_flux(problems, changed)
+    summary = summarize(errors, flux, mside, tside, differing, started, S=s, milvus_read="at least S",
+                        table_version=pinned.version,
+                        watermark=None if wm is None else {"source": wm.source, "ts": wm.ts, "batch": wm.batch})
+    return Result(errors, flux, summary)
+
+
+def write_report(result: Result, location: str, run_id: str) -> None:
+    """Append the report's keys (kind, pk as text, run id, time) to a Delta table at ``location``."""
+    import deltalake
+
+    rows = [*result.problems, *result.in_flux]
+    now = int(time.time() * 1000)
+    t = pa.table({"run_id": pa.array([run_id] * len(rows), pa.string()),
+                  "kind": pa.array([r["kind"] for r in rows], pa.string()),
+                  "pk": pa.array([str(r["pk"]) for r in rows], pa.string()),
+                  "equal": pa.array([result.equal] * len(rows), pa.bool_()),
+                  "checked_at_ms": pa.array([now] * len(rows), pa.int64())})
+    if not rows:  # a clean run is recorded too: one row of kind "none"
+        t = pa.table({"run_id": [run_id], "kind": ["none"], "pk": pa.array([None], pa.string()),
+                      "equal": [True], "checked_at_ms": pa.array([now], pa.int64())})
+    deltalake.write_deltalake(location, t, mode="append")
+
+
+def _changes(rows: pa.Table, op: str) -> pa.Table:
+    return rows.append_column(OP, pa.array([op] * rows.num_rows, pa.string()))
+
+
+def repair(table, milvus: MilvusSide, log_: Log, result: Result, channels: list[str]) -> dict[str, Any]:
+    """Re-read the report's keys from Milvus and write them through the table's exactly-once merge (query id
+    ``msgstream.verify.repair``): duplicated and extra keys are deleted first (one commit), then every
+    missing, stale or duplicated key gets Milvus's row (a second commit). The rows count as changes at S
+    (read at least at S), like a snapshot's: the stream's later changes win over them."""
+    drop = sorted({p["pk"] for p in result.problems if p["kind"] in ("extra", "duplicated")}, key=str)
+    read = sorted({p["pk"] for p in result.problems if p["kind"] in ("missing", "stale", "duplicated")}, key=str)
+    if not drop and not read:
+        return {"deleted": 0, "written": 0}
+    s = log_.newest_time(channels)
+    schema = table.schema
+    rows = milvus.rows_of(read, schema, s) if read else pa.Table.from_batches([], schema=schema)
+    gone = sorted(set(read) - set(rows.column(table.pk).to_pylist()), key=str)  # deleted meanwhile
+    drop = sorted(set(drop) | set(gone), key=str)
+    batch = (table.last_batch(REPAIR_QUERY) or -1) + 1
+    if drop:
+        keys = pa.array(drop, schema.field(table.pk).type)
+        dels = pa.table({table.pk: keys, TS: pa.array(np.full(len(drop), s, np.int64)),
+                         SEQ: pa.array([snapshot_seq(s) - 1] * len(drop), schema.field(SEQ).type)})
+        apply_batch(table, _changes(dels, "delete"), table.pk, REPAIR_QUERY, batch)
+        batch += 1
+    if rows.num_rows:
+        rows = rows.set_column(rows.schema.get_field_index(SEQ), SEQ,
+                               snapshot_seq_array(s, rows.num_rows).cast(schema.field(SEQ).type))
+        apply_batch(table, _changes(rows, "insert"), table.pk, REPAIR_QUERY, batch)
+    return {"deleted": len(drop), "written": rows.num_rows, "S": s}
