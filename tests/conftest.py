@@ -63,6 +63,11 @@ def read_backend(request):
 # local SparkSessions (plus those three) run at once.
 EXCLUSIVE_FIXTURES = {"milvus_stack": "milvus-real", "spark_cluster": "spark-cluster",
                       "spark_connect_url": "spark-connect"}
+# The real-Milvus tests in three groups of about equal time, each on its own worker with its own Milvus (the
+# fixture is package-scoped, so every worker that runs a package's tests starts that package's server once).
+MILVUS_GROUPS = (("tests/milvus_real_pulsar/", "milvus-real-pulsar"),
+                 ("tests/milvus_real/test_mirror.py", "milvus-real-mirror"),
+                 ("tests/milvus_real/test_mirror_storage.py", "milvus-real-mirror"))
 SPARK_GROUP_B = ("tests/stream/", "tests/sink/", "tests/jobs/", "tests/conformance/", "tests/packaging/",
                  "tests/mq_milvus/", "tests/config/", "tests/spark/test_source")
 
@@ -70,6 +75,8 @@ SPARK_GROUP_B = ("tests/stream/", "tests/sink/", "tests/jobs/", "tests/conforman
 def xdist_group(item) -> str | None:
     """The worker group of a test (None: any worker)."""
     names = getattr(item, "fixturenames", ())
+    if "milvus_stack" in names:
+        return next((g for prefix, g in MILVUS_GROUPS if item.nodeid.startswith(prefix)), "milvus-real")
     for fixture, group in EXCLUSIVE_FIXTURES.items():
         if fixture in names:
             return group
