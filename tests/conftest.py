@@ -72,6 +72,12 @@ SPARK_GROUP_B = ("tests/stream/", "tests/sink/", "tests/jobs/", "tests/conforman
                  "tests/mq_milvus/", "tests/config/", "tests/spark/test_source")
 
 
+# The order xdist hands the groups out (``make test`` runs with --no-loadscope-reorder): the longest first,
+# so that no long group starts last on a worker that already ran another (longest-processing-time-first).
+GROUP_ORDER = ("spark-cluster", "milvus-real-mirror", "milvus-real", "spark-a", "spark-b", "milvus-real-pulsar",
+               "spark-connect")
+
+
 def xdist_group(item) -> str | None:
     """The worker group of a test (None: any worker)."""
     names = getattr(item, "fixturenames", ())
@@ -96,6 +102,8 @@ def pytest_collection_modifyitems(items):
         group = xdist_group(item)
         if group is not None:
             item.add_marker(pytest.mark.xdist_group(group))
+    rank = {g: i for i, g in enumerate(GROUP_ORDER)}
+    items.sort(key=lambda it: rank.get(xdist_group(it), len(rank)))  # stable: each group keeps its order
 
 
 class _GroupCheck:
