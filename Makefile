@@ -52,7 +52,7 @@ bench: check-java $(STAMP)
 
 # The Python environment to ship to a Spark cluster's executors (spark-submit --archives; README "Running on a cluster").
 CLUSTER_ENV ?= dist/msgstream-env.tar.gz
-CLUSTER_EXTRAS ?= kafka,pulsar
+CLUSTER_EXTRAS ?= kafka,pulsar,mirror
 cluster-env: $(STAMP)
 	$(VPY) tools/pack_env.py --output $(CLUSTER_ENV) --extras $(CLUSTER_EXTRAS)
 

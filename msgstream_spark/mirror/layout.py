@@ -119,6 +119,10 @@ class TaskWriter:
         f[2] += rows.num_rows
         return f[0], f[2] - rows.num_rows
 
+    def open_files(self) -> list[str]:
+        """The data files this writer has open (rows written, not yet closed)."""
+        return [f[0] for f in self._files.values()]
+
     def close(self) -> None:
         """Finish the files and sync them to disk (before their paths reach a commit)."""
         for path, writer, _ in self._files.values():

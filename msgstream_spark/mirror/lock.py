@@ -1,14 +1,17 @@
 """One writer per table: an exclusive lock on ``<table>/_msgstream_writer.lock`` held while a batch commits and
 for a whole compaction or vacuum. The second writer is refused at once with the holder's pid and command.
 
-``fcntl.flock``: the kernel drops the lock when its holder dies (a SIGKILLed job leaves no stale lock), on
-a local or NFSv4 file system that every writer sees; object stores need the catalog's own concurrency.
+``fcntl.flock``: the kernel drops the lock when its holder dies (a SIGKILLed job leaves no stale lock: the file
+stays, holding the dead holder's record, and locks nothing; Python's descriptors are not inherited by the
+processes the holder starts), on a local or NFSv4 file system that every writer sees; object stores need the
+catalog's own concurrency.
 """
 
 from __future__ import annotations
 
 import fcntl
 import os
+import socket
 import sys
 import time
 from contextlib import contextmanager
@@ -43,7 +46,8 @@ def writer_lock(location: str, what: str):
                               "a mirror job and a compaction never write one table at once (stop the job, "
                               "or let it compact with --compact-every)") from e
         os.ftruncate(fd, 0)
-        os.pwrite(fd, f"pid {os.getpid()} {' '.join(sys.argv)[:200]} since {time.ctime()}".encode(), 0)
+        os.pwrite(fd, f"pid {os.getpid()} on {socket.gethostname()}: {' '.join(sys.argv)[:200]} since {time.ctime()}"
+                  .encode(), 0)
         _held[key] = 1
         try:
             yield

@@ -15,6 +15,7 @@
 from __future__ import annotations
 
 import os
+import signal
 import time
 import uuid
 from dataclasses import dataclass
@@ -29,7 +30,14 @@ from msgstream_spark.mirror.layout import DATA_DIR, LiveFile
 from msgstream_spark.mirror.lock import writer_lock
 
 TARGET_BYTES = 256 << 20
-FAILPOINT_ENV = "MSGSTREAM_MIRROR_FAILPOINT"  # tests: kill-in-compaction (after the new files, before the commit)
+# tests: kill-in-compaction-write (a new file half written), kill-in-compaction (the new files written, before
+# the commit), kill-after-compaction-commit: the process SIGKILLs itself there
+FAILPOINT_ENV = "MSGSTREAM_MIRROR_FAILPOINT"
+
+
+def _failpoint(step: str) -> None:
+    if os.environ.get(FAILPOINT_ENV) == step:
+        os.kill(os.getpid(), signal.SIGKILL)
 
 
 @dataclass
@@ -75,15 +83,16 @@ def compact(table, target_bytes: int = TARGET_BYTES) -> Compaction:
                 os.makedirs(spec.data_dir, exist_ok=True)
                 writer, size = pq.ParquetWriter(out[-1], spec.schema, compression="zstd"), 0
             writer.write_table(t, row_group_size=128 * 1024)
+            _failpoint("kill-in-compaction-write")
             size += os.path.getsize(f.path)
             rows += t.num_rows
         if writer is not None:
             writer.close()
         for p in out:
             fsync_path(p)
-        if os.environ.get(FAILPOINT_ENV) == "kill-in-compaction":
-            os.kill(os.getpid(), 9)
+        _failpoint("kill-in-compaction")
         table.swap_files(picked, out)
+        _failpoint("kill-after-compaction-commit")
         deleted = sum(len(f.deleted) for f in picked)
         return Compaction(len(picked), len(out), rows, deleted)
 

@@ -43,7 +43,8 @@ from msgstream_spark.mirror.writepath import finish
 log = logging.getLogger(__name__)
 
 SEQ = "_seq"
-# tests: kill-after-commit:<batch id> | kill-after-commit:first | kill-after-files:first
+# tests: kill-after-commit:<batch id> | kill-after-commit:first | kill-after-files:first (the driver);
+# kill-worker-in-files:<batch id> (the first attempt of the batch's first writing task, mid-file)
 FAILPOINT_ENV = "MSGSTREAM_MIRROR_FAILPOINT"
 
 
@@ -57,12 +58,15 @@ def checkpoint_query_id(checkpoint: str) -> str:
         raise MirrorError(f"cannot read the query id from {path} (the streaming checkpoint's metadata): {exc}") from exc
 
 
-def _writer_fn(spec: WriteSpec):
+def _writer_fn(spec: WriteSpec, kill_worker: bool = False):
     def write(batches):
         w = TaskWriter(spec)
         for b in batches:  # one Arrow batch at a time (spark.sql.execution.arrow.maxRecordsPerBatch rows)
             if b.num_rows:
-                yield from w.add(pa.Table.from_batches([b])).to_batches()
+                out = w.add(pa.Table.from_batches([b]))
+                if kill_worker:
+                    _worker_failpoint(w)
+                yield from out.to_batches()
         w.close()  # before the task ends: the driver commits only files of finished tasks
 
     return write
@@ -78,7 +82,17 @@ def _lookup_fn(files: list[LiveFile], pk: str, keys_bc, key_type):
     return look
 
 
-def write_in_tasks(df, spec: WriteSpec) -> pa.Table:
+def _worker_failpoint(w: TaskWriter) -> None:
+    """Tests (``kill-worker-in-files:<batch id>``): the Python worker of the first attempt of the batch's
+    first task SIGKILLs itself with its data file open (rows written, no footer); Spark retries the task."""
+    from pyspark import TaskContext
+
+    ctx = TaskContext.get()
+    if ctx is not None and ctx.partitionId() == 0 and ctx.attemptNumber() == 0 and w.open_files():
+        os.kill(os.getpid(), signal.SIGKILL)
+
+
+def write_in_tasks(df, spec: WriteSpec, kill_worker: bool = False) -> pa.Table:
     """The micro-batch's rows written as data files by Spark tasks; the narrow rows of its changes."""
     from pyspark.sql.pandas.types import from_arrow_schema
 
@@ -87,7 +101,7 @@ def write_in_tasks(df, spec: WriteSpec) -> pa.Table:
     # no shuffle: a key whose changes land in two tasks (Milvus routes a key to one channel, so rarely) is
     # decided by the driver's plan, which deletes the losing rows in the commit that adds them
     out = narrow_schema(spec.key_type)
-    return df.mapInArrow(_writer_fn(spec), from_arrow_schema(out)).toArrow().cast(out)
+    return df.mapInArrow(_writer_fn(spec, kill_worker), from_arrow_schema(out)).toArrow().cast(out)
 
 
 def lookup_in_tasks(spark, table, keys: pa.Array) -> pa.Table:
@@ -160,7 +174,8 @@ class MirrorBatch:
         from pyspark.sql.pandas.types import to_arrow_schema
 
         self.table.prepare(to_arrow_schema(df.schema, timezone="UTC"))
-        narrow = write_in_tasks(df, self.table.write_spec())
+        kill_worker = os.environ.get(FAILPOINT_ENV) == f"kill-worker-in-files:{batch_id}"  # shipped to the task
+        narrow = write_in_tasks(df, self.table.write_spec(), kill_worker)
         self._check_collection(narrow)
         _failpoint(batch_id, narrow.num_rows > 0, "files")
         if self.history is not None:

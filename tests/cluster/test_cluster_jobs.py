@@ -11,12 +11,14 @@ Each job's output is checked row by row against what the broker holds.
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 from pathlib import Path
 
 import pytest
 
 from msgstream_spark.cli.data import SYNTHETIC_CATEGORIES
+from tests.fixtures.spark_cluster import SparkCluster
 from tests.jobs.test_jobs import table
 from tests.sink.helpers import config_file, deleted_keys, inserted_rows, read_all
 
@@ -132,3 +134,56 @@ def test_publish_ingest_replay_on_the_cluster(cluster_submit, kafka_env, tmp_pat
     assert proc.returncode == 0, cluster_submit.failure(proc)
     assert summary(proc)["rows"] == 100
     assert table_rows(rout) == (new, set())
+
+
+def _modes(paths) -> set[int]:
+    return {Path(p).stat().st_mode & 0o777 for p in paths}
+
+
+def test_mirror_on_the_cluster_its_tasks_write_the_table(spark_cluster, cluster_submit, kafka_env, tmp_path):
+    """The mirror job (``job-path mirror``) on the cluster, ``--snapshot never`` on Kafka: the batches' data files
+    are written by the executors' tasks (created under the Worker's umask, the driver's log commits under the
+    driver's own), the table read by delta-rs alone equals the published rows (inserts, an update, deletes),
+    and a second run resumes from the checkpoint: it reads only what came after, and adds nothing twice."""
+    from msgstream_spark.cli.main import main as msgstream_cli
+    from tests.mirror_job.synthetic_mirror import PUBLISHES, delta_files, expected, publish_argv, read_delta
+
+    cfg = config_file(kafka_env, tmp_path)
+    chans = [kafka_env.new_channel("clm") for _ in range(2)]
+    for p in PUBLISHES[:2]:  # 200 rows, every 10th deleted, then 50..69 again (updated vectors)
+        assert msgstream_cli(publish_argv(cfg, chans, "clmirror", *p)) == 0
+    table = tmp_path / "t"
+    mirror = cluster_submit.job_path("mirror")
+    assert mirror.endswith("/site-packages/msgstream_spark/jobs/mirror.py")
+    argv = ["--config", cfg, "--collection", "clmirror", "--table", str(table), "--table-format", "delta",
+            "--snapshot", "never", "--channels", ",".join(chans), "--max-rows-per-trigger", "150",
+            "--progress-interval", "2"]
+    # the driver creates its files 0600; the executors, children of the Worker, under the Worker's umask
+    worker_umask = os.umask(0o022)
+    os.umask(worker_umask)
+    driver_umask = 0o077 if worker_umask != 0o077 else 0o022
+    proc = cluster_submit.run(mirror, *argv, umask=driver_umask)
+    assert proc.returncode == 0, cluster_submit.failure(proc)
+    first = summary(proc)
+    assert first["merged_batches"] >= 2 and first["stream_rows"] == 240
+    assert read_delta(str(table)) == expected(PUBLISHES[:2])
+    files = delta_files(str(table))
+    data = [table / f for f in files]
+    commits = list((table / "_delta_log").glob("*.json"))
+    if isinstance(spark_cluster, SparkCluster):  # the Worker's umask is known: it was started here
+        assert _modes(data) == {0o666 & ~worker_umask}, "data files not written by the executors"
+        assert _modes(commits) == {0o666 & ~driver_umask}, "log commits not written by the driver"
+
+    assert msgstream_cli(publish_argv(cfg, chans, "clmirror", *PUBLISHES[2])) == 0  # 100..109 again, deleted
+    proc = cluster_submit.run(mirror, *argv, umask=driver_umask)
+    assert proc.returncode == 0, cluster_submit.failure(proc)
+    second = summary(proc)
+    assert second["stream_rows"] == 20 and second["skipped_batches"] == 0  # resumed: only the new changes
+    assert read_delta(str(table)) == expected(PUBLISHES)
+    files = delta_files(str(table))
+    assert len(files) == len(set(files))  # no data file referenced twice
+    import deltalake
+
+    batches = [(h.get("msgstream.query_id"), h.get("msgstream.batch_id")) for h in
+               deltalake.DeltaTable(str(table)).history() if h.get("msgstream.batch_id") is not None]
+    assert len(batches) == len(set(batches)) == first["merged_batches"] + second["merged_batches"]

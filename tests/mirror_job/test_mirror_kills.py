@@ -1,0 +1,81 @@
+"""Kill points of the mirror's write path on the embedded log (nothing here depends on Milvus itself):
+
+- a Python worker SIGKILLed while its task writes a micro-batch's data file: Spark retries the task, the table
+  equals the published collection, no data file is referenced twice, the dead attempt's file is an orphan
+  (``msgstream mirror orphans``) and ``vacuum`` removes it;
+- ``msgstream mirror compact`` SIGKILLed while it writes its files, before its commit and after it: the re-run
+  compacts once, the table equals the collection before and after, the killed process's writer lock does not
+  block the re-run, orphans are listed and vacuumed.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pyarrow.parquet as pq
+import pytest
+
+from tests.mirror_job.synthetic_mirror import PUBLISHES, delta_files, expected, publish_argv, read_delta
+from tests.sink.helpers import config_file
+
+pytestmark = pytest.mark.slow
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _cli(*argv: str, env: dict | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "msgstream_spark", *argv], cwd=ROOT, timeout=300,
+                          capture_output=True, text=True, env=env or dict(os.environ, PYTHONPATH=str(ROOT)))
+
+
+def _published(local_env, tmp_path, name: str) -> tuple[str, list[str]]:
+    from msgstream_spark.cli.main import main as msgstream_cli
+
+    cfg = config_file(local_env, tmp_path)
+    chans = [local_env.new_channel(name) for _ in range(2)]
+    for p in PUBLISHES:  # three publishes, each ending with a time tick: micro-batches end there
+        assert msgstream_cli(publish_argv(cfg, chans, name, *p)) == 0
+    return cfg, chans
+
+
+def _orphans(table: Path, fmt: str = "delta") -> list[str]:
+    proc = _cli("mirror", "orphans", "--table", str(table), "--table-format", fmt)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    return [p for p in json.loads(proc.stdout)["orphans"] if p.endswith(".parquet")]
+
+
+def test_a_python_worker_killed_while_writing_a_batch_is_retried_once(local_env, tmp_path):
+    from msgstream_spark.spark.mirror import FAILPOINT_ENV
+
+    cfg, chans = _published(local_env, tmp_path, "mkw")
+    table = tmp_path / "t"
+    # local[2,4]: tasks retried up to 4 times (local[2] fails the job on the first task failure)
+    argv = ["--config", cfg, "--collection", "mkw", "--table", str(table), "--table-format", "delta",
+            "--snapshot", "never", "--channels", ",".join(chans), "--master", "local[2,4]",
+            "--max-rows-per-trigger", "150", "--progress-interval", "2"]
+    env = dict(os.environ, **{FAILPOINT_ENV: "kill-worker-in-files:0", "MSGSTREAM_JOBS_QUIET": "0"},
+               PYTHONPATH=str(ROOT))
+    proc = subprocess.run([sys.executable, "-m", "msgstream_spark.jobs.mirror", *argv], cwd=tmp_path, env=env,
+                          timeout=900, capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    assert "Python worker exited unexpectedly (crashed)" in proc.stderr  # Spark saw the SIGKILL, retried the task
+    summary = json.loads(proc.stdout[proc.stdout.index("{"):])
+    assert summary["merged_batches"] >= 2 and summary["skipped_batches"] == 0
+
+    want = expected(PUBLISHES)
+    assert read_delta(str(table)) == want
+    files = delta_files(str(table))
+    assert len(files) == len(set(files))  # no data file referenced twice
+    dead = _orphans(table)
+    assert len(dead) == 1 and os.path.basename(dead[0]) not in {os.path.basename(f) for f in files}
+    with pytest.raises(Exception, match="(?i)parquet"):
+        pq.read_metadata(dead[0])  # the killed attempt's file: rows written, no footer
+
+    proc = _cli("mirror", "vacuum", "--table", str(table), "--table-format", "delta", "--retain-hours", "0")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert dead[0] in json.loads(proc.stdout)["removed"] and not os.path.exists(dead[0])
+    assert _orphans(table) == [] and read_delta(str(table)) == want
