@@ -156,7 +156,7 @@ class LiveFile:
     path: str
     key_min: object = None
     key_max: object = None
-    deleted: np.ndarray = field(default_factory=lambda: np.zeros(0, np.uint64))
+    deleted: np.ndarray = field(default_factory=lambda: np.zeros(0, np.uint64))  # sorted, unique
     num_rows: int = 0
     partition: object = None  # Iceberg: the file's partition record
 
@@ -196,11 +196,20 @@ def lookup_file(f: LiveFile, pk: str, keys: pa.Array, key_type: pa.DataType) -> 
     return pa.Table.from_arrays([key_col.take(hit), seq, paths, hit.cast(pa.int64())], schema=match_schema(key_type))
 
 
+_SORTED: list = [None, None]  # the last batch's keys and their sorted unique values (a task looks up many files)
+
+
+def _sorted_keys(keys: pa.Array) -> np.ndarray:
+    if _SORTED[0] is not keys:
+        _SORTED[:] = [keys, np.unique(np.asarray(keys.cast(pa.int64()).to_numpy(zero_copy_only=False), np.int64))]
+    return _SORTED[1]
+
+
 def _lookup_indexed(f: LiveFile, pk: str, keys: pa.Array, key_type: pa.DataType) -> pa.Table:
-    want = np.unique(np.asarray(keys.cast(pa.int64()).to_numpy(zero_copy_only=False), dtype=np.int64))
-    k, pos, seq = key_index(f.path, pk, f.num_rows).find(want)
-    if len(f.deleted) and len(pos):
-        keep = ~np.isin(pos.astype(np.uint64), f.deleted)
+    k, pos, seq = key_index(f.path, pk, f.num_rows).find(_sorted_keys(keys))
+    if len(f.deleted) and len(pos):  # deleted positions are sorted and unique (a deletion vector, np.unique)
+        at = np.minimum(np.searchsorted(f.deleted, pos.astype(np.uint64)), len(f.deleted) - 1)
+        keep = f.deleted[at] != pos.astype(np.uint64)
         k, pos, seq = k[keep], pos[keep], seq.filter(pa.array(keep))
     if len(pos) == 0:
         return match_schema(key_type).empty_table()
