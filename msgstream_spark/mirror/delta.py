@@ -166,27 +166,28 @@ class DeltaMirrorTable:
         if done is not None and done >= batch_id:
             return False
         now = int(time.time() * 1000)
-        dvs = write_dv_file(self.root, list(plan.deletes.values())) if plan.deletes else []
-        dv_of = dict(zip(plan.deletes, dvs))
+        # every vector of the commit (a touched file's old deletes merged in) in one DV file: one write and
+        # one fsync per batch, not one per touched file (random keys touch every file of a large table)
+        vectors, current = {}, {}
+        for path, positions in plan.deletes.items():
+            if path in plan.adds:
+                vectors[path] = positions
+                continue
+            cur = current[path] = state.files.get(os.path.relpath(path, self.root))
+            if cur is None:
+                raise MirrorError(f"{path} left table {self.location} after batch {batch_id} looked it up (another "
+                                  "writer: a compaction?); nothing committed, the batch runs again on restart")
+            old = self._deleted(cur.get("deletionVector"))
+            vectors[path] = np.union1d(old, positions) if len(old) else positions
+        dv_of = dict(zip(vectors, write_dv_file(self.root, list(vectors.values())))) if vectors else {}
         actions: list[dict] = []
         if plan.deletes:
             actions += self._enable_dvs()
         for path in plan.adds:
             actions.append({"add": new_add(self.root, path, self.pk, now, dv_of.get(path))})
-        for path, dv in dv_of.items():
-            if path in plan.adds:
-                continue
-            rel = os.path.relpath(path, self.root)
-            cur = state.files.get(rel)
-            if cur is None:
-                raise MirrorError(f"{path} left table {self.location} after batch {batch_id} looked it up (another "
-                                  "writer: a compaction?); nothing committed, the batch runs again on restart")
-            old = self._deleted(cur.get("deletionVector"))
-            if len(old):
-                merged = np.union1d(old, plan.deletes[path])
-                dv = write_dv_file(self.root, [merged])[0]
+        for path, cur in current.items():
             actions.append({"remove": removal(cur, now)})
-            actions.append({"add": {**cur, "modificationTime": now, "dataChange": True, "deletionVector": dv,
+            actions.append({"add": {**cur, "modificationTime": now, "dataChange": True, "deletionVector": dv_of[path],
                                     "stats": loose_stats(cur.get("stats"))}})
         actions.append({"txn": {"appId": query_id, "version": int(batch_id), "lastUpdated": now}})
         write_commit(self.root, state.version + 1, actions, "MERGE",

@@ -25,6 +25,7 @@ import pyarrow.parquet as pq
 from msgstream_spark.errors import MirrorError
 from msgstream_spark.mirror.collapse import OP, collapse
 from msgstream_spark.mirror.common import TS, conform
+from msgstream_spark.mirror.keyindex import indexable, key_index
 from msgstream_spark.mirror.order import SEQ, SEQ_TYPE
 
 FILE = "_file"
@@ -159,7 +160,7 @@ class LiveFile:
     path: str
     key_min: object = None
     key_max: object = None
-    deleted: np.ndarray = field(default_factory=lambda: np.zeros(0, np.uint64))
+    deleted: np.ndarray = field(default_factory=lambda: np.zeros(0, np.uint64))  # sorted, unique
     num_rows: int = 0
     partition: object = None  # Iceberg: the file's partition record
 
@@ -182,7 +183,10 @@ def prune(files: list[LiveFile], keys: pa.Array) -> list[LiveFile]:
 
 def lookup_file(f: LiveFile, pk: str, keys: pa.Array, key_type: pa.DataType) -> pa.Table:
     """The live rows of data file ``f`` whose key is one of ``keys``: (key, _seq, file, position).
-    Reads the key column, and ``_seq`` of the matching rows only."""
+    Integer keys: from the file's key index (``keyindex``: sorted keys beside the file, built on the first
+    lookup); other keys: the key column read, and ``_seq`` of the matching rows only."""
+    if indexable(key_type):
+        return _lookup_indexed(f, pk, keys, key_type)
     pf = pq.ParquetFile(f.path)
     key_col = pf.read(columns=[pk]).column(pk).cast(key_type)
     mask = pc.is_in(key_col, value_set=keys.cast(key_type))
@@ -194,6 +198,27 @@ def lookup_file(f: LiveFile, pk: str, keys: pa.Array, key_type: pa.DataType) -> 
     seq = pf.read(columns=[SEQ]).column(SEQ).take(hit)
     paths = pa.array([f.path] * len(hit), pa.string())
     return pa.Table.from_arrays([key_col.take(hit), seq, paths, hit.cast(pa.int64())], schema=match_schema(key_type))
+
+
+_SORTED: list = [None, None]  # the last batch's keys and their sorted unique values (a task looks up many files)
+
+
+def _sorted_keys(keys: pa.Array) -> np.ndarray:
+    if _SORTED[0] is not keys:
+        _SORTED[:] = [keys, np.unique(np.asarray(keys.cast(pa.int64()).to_numpy(zero_copy_only=False), np.int64))]
+    return _SORTED[1]
+
+
+def _lookup_indexed(f: LiveFile, pk: str, keys: pa.Array, key_type: pa.DataType) -> pa.Table:
+    k, pos, seq = key_index(f.path, pk, f.num_rows).find(_sorted_keys(keys))
+    if len(f.deleted) and len(pos):  # deleted positions are sorted and unique (a deletion vector, np.unique)
+        at = np.minimum(np.searchsorted(f.deleted, pos.astype(np.uint64)), len(f.deleted) - 1)
+        keep = f.deleted[at] != pos.astype(np.uint64)
+        k, pos, seq = k[keep], pos[keep], seq.filter(pa.array(keep))
+    if len(pos) == 0:
+        return match_schema(key_type).empty_table()
+    return pa.Table.from_arrays([pa.array(k).cast(key_type), seq, pa.array([f.path] * len(pos), pa.string()),
+                                 pa.array(pos, pa.int64())], schema=match_schema(key_type))
 
 
 @dataclass

@@ -26,6 +26,7 @@ import pyarrow.parquet as pq
 
 from msgstream_spark.mirror.common import conform
 from msgstream_spark.mirror.deltalog import fsync_path
+from msgstream_spark.mirror.keyindex import remove_side_file
 from msgstream_spark.mirror.layout import DATA_DIR, LiveFile
 from msgstream_spark.mirror.lock import writer_lock
 
@@ -126,4 +127,5 @@ def vacuum(table, retain_s: float = 7 * 86400, dry_run: bool = False) -> list[st
         if not dry_run:
             for p in gone:
                 os.unlink(p)
+                remove_side_file(p)
         return gone

@@ -1,0 +1,120 @@
+"""The lookup's key index (mirror/keyindex.py): the same live rows as reading the file's columns, a side file
+that is missing, short or foreign rebuilt, one that cannot be written only logged, readers that never see it,
+and vacuum removing it with its data file."""
+
+from __future__ import annotations
+
+import logging
+import os
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from msgstream_spark.mirror import open_table
+from msgstream_spark.mirror.keyindex import KEYS_DIR, side_path
+from msgstream_spark.mirror.layout import LiveFile, lookup_file, match_schema, write_changes
+from msgstream_spark.mirror.maintenance import compact, vacuum
+from msgstream_spark.mirror.order import SEQ, SEQ_TYPE
+from msgstream_spark.mirror.writepath import finish, lookup_local
+from tests.mirror.changes import FIELDS, insert, table_state, to_arrow
+
+
+def _file(path, keys: np.ndarray, seqs: np.ndarray) -> str:
+    from decimal import Decimal
+
+    seq = pa.array([Decimal(int(s)) for s in seqs], SEQ_TYPE)
+    pq.write_table(pa.table({"pk": pa.array(keys, pa.int64()), SEQ: seq}), path, row_group_size=1000)
+    return str(path)
+
+
+def _by_reading(path: str, keys: pa.Array, deleted: np.ndarray) -> set:
+    """The oracle: every (key, seq, position) of the file with a wanted key and a live position, read whole."""
+    t = pq.read_table(path)
+    ks, sq = t.column("pk").to_pylist(), t.column(SEQ).to_pylist()
+    want, gone = set(keys.to_pylist()), set(deleted.tolist())
+    return {(k, s, i) for i, (k, s) in enumerate(zip(ks, sq)) if k in want and i not in gone}
+
+
+def _rows(t: pa.Table) -> set:
+    return set(zip(t.column("key").to_pylist(), t.column(SEQ).to_pylist(), t.column("_pos").to_pylist()))
+
+
+def test_indexed_lookup_equals_reading_the_file(tmp_path):
+    rng = np.random.default_rng(5)
+    keys = rng.integers(-10**12, 10**12, 5000)
+    keys[100:110] = keys[7]  # a key written more than once in one file (a later row loses in the plan)
+    seqs = (rng.integers(1, 2**62, 5000).astype(object) << 20) + rng.integers(0, 2**20, 5000)  # > 64 bits
+    path = _file(tmp_path / "a.parquet", keys, seqs)
+    deleted = np.sort(rng.choice(5000, 700, replace=False)).astype(np.uint64)
+    f = LiveFile(path, int(keys.min()), int(keys.max()), deleted, 5000)
+    want = pa.array(np.concatenate([rng.choice(keys, 900), [keys[7], keys.min(), keys.max(), 10**13, -10**13]]))
+    first = lookup_file(f, "pk", want, pa.int64())  # builds the side file
+    assert os.path.exists(side_path(path))
+    again = lookup_file(f, "pk", want, pa.int64())  # from the side file
+    oracle = _by_reading(path, want, deleted)
+    assert len(oracle) > 500
+    assert _rows(first) == oracle and _rows(again) == oracle
+    assert first.schema == match_schema(pa.int64()) and set(again.column("_file").to_pylist()) == {path}
+
+
+@pytest.mark.parametrize("damage", ["short", "foreign-rows", "garbage"])
+def test_a_damaged_side_file_is_rebuilt(tmp_path, damage):
+    keys = np.arange(0, 3000, 3)
+    path = _file(tmp_path / "b.parquet", keys, np.arange(1000) + 7)
+    f = LiveFile(path, 0, 2997, np.zeros(0, np.uint64), 1000)
+    want = pa.array([0, 3, 4, 2997])
+    lookup_file(f, "pk", want, pa.int64())
+    side = side_path(path)
+    data = open(side, "rb").read()
+    if damage == "short":
+        data = data[:-32]
+    elif damage == "foreign-rows":  # the right size, but another file's keys: the row count in the header differs
+        other = _file(tmp_path / "c.parquet", np.arange(999) + 5, np.arange(999))
+        lookup_file(LiveFile(other, 5, 1003, np.zeros(0, np.uint64), 999), "pk", want, pa.int64())
+        data = open(side_path(other), "rb").read() + b"\0" * 32
+    else:
+        data = b"x" * len(data)
+    open(side, "wb").write(data)
+    got = lookup_file(f, "pk", want, pa.int64())
+    assert _rows(got) == {(0, 7, 0), (3, 8, 1), (2997, 1006, 999)}
+
+
+def test_a_side_file_that_cannot_be_written_is_logged_and_the_lookup_still_right(tmp_path, caplog):
+    path = _file(tmp_path / "d.parquet", np.arange(10), np.arange(10))
+    open(os.path.dirname(side_path(path)), "w").close()  # a file where the side files' directory would go
+    with caplog.at_level(logging.WARNING):
+        got = lookup_file(LiveFile(path, 0, 9, np.zeros(0, np.uint64), 10), "pk", pa.array([4]), pa.int64())
+    assert _rows(got) == {(4, 4, 4)} and "could not write the key index" in caplog.text
+
+
+def test_string_keys_are_read_from_the_file_not_indexed(tmp_path):
+    path = str(tmp_path / "s.parquet")
+    pq.write_table(pa.table({"pk": ["a", "b", "c"], SEQ: pa.array([1, 2, 3]).cast(SEQ_TYPE)}), path)
+    got = lookup_file(LiveFile(path, "a", "c", np.zeros(0, np.uint64), 3), "pk", pa.array(["b"]), pa.string())
+    assert got.column("key").to_pylist() == ["b"] and not os.path.exists(side_path(path))
+
+
+@pytest.mark.parametrize("fmt", ["delta", "iceberg"])
+def test_readers_never_see_side_files_and_vacuum_removes_them_with_their_data_files(fmt, tmp_path):
+    import polars as pl
+
+    t = open_table(fmt, str(tmp_path / "t"), collection="coll", pk="pk", arrow_schema=FIELDS)
+    spec = t.write_spec()
+    for b, changes in enumerate([[insert(10, *[(i, f"v{i}") for i in range(50)])],
+                                 [insert(20, *[(i, f"w{i}") for i in range(0, 50, 5)])],
+                                 [insert(30, *[(i, f"x{i}") for i in range(0, 50, 10)])]]):
+        narrow = write_changes(to_arrow(changes), spec)
+        finish(t, narrow, lookup_local(t, narrow.column("key").combine_chunks()), query_id="q", batch_id=b)
+    sides = [os.path.join(d, n) for d, _, ns in os.walk(t.root) if os.path.basename(d) == KEYS_DIR for n in ns]
+    assert len(sides) == 2  # the first two batches' files were looked up by the next batch
+    want = {i: (f"x{i}" if i % 10 == 0 else f"w{i}" if i % 5 == 0 else f"v{i}") for i in range(50)}
+    assert {k: v for k, (v, _) in table_state(t.to_arrow()).items()} == want
+    reader = pl.read_delta(t.root) if fmt == "delta" else pl.scan_iceberg(t._table()).collect()
+    assert {k: v for k, (v, _) in table_state(reader.to_arrow()).items()} == want
+    compact(t)
+    gone = vacuum(t, retain_s=0)
+    assert gone and all(not os.path.exists(side_path(p)) for p in gone)
+    assert not [s for s in sides if os.path.exists(s)]  # both looked-up files were compacted away
+    assert {k: v for k, (v, _) in table_state(t.to_arrow()).items()} == want
