@@ -255,7 +255,8 @@ def test_the_same_files_read_from_s3_compatible_storage(milvus_stack, pymilvus_o
             for _, rel in task.files:
                 with s3.open_output_stream(f"milvus-bucket/files/{rel}") as out:
                     out.write((data / rel).read_bytes())
-        for _, _, rel in local_prep.plan.deltas:
+        stats = [rel for paths in local_prep.plan.stats.values() for rel in paths]
+        for rel in [rel for _, _, rel in local_prep.plan.deltas] + stats:
             with s3.open_output_stream(f"milvus-bucket/files/{rel}") as out:
                 out.write((data / rel).read_bytes())
         keys = {"minio.address": "127.0.0.1", "minio.port": port, "minio.bucketName": "milvus-bucket",

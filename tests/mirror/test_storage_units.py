@@ -84,3 +84,7 @@ def test_one_row_per_key_across_a_unit_keeps_the_largest_seq():
     assert out[0].idx.tolist() == [0, 3] and out[0].ts.tolist() == [10, 11]
     same = [kept(1, [5, 6], [1, 1])]
     assert _one_per_key(same)[0] is same[0]  # no repeated key: nothing copied
+
+
+def test_an_empty_plan_still_has_one_task_for_the_empty_file():
+    assert pack(_plan(), {}, parallelism=4).tasks == [[]]

@@ -143,4 +143,4 @@ def pack(plan: StoragePlan, bounds: dict[int, Bounds], parallelism: int, task_by
         i = loads.index(min(loads))
         bins[i].append(u)
         loads[i] += u.weight
-    return Packing([b for b in bins if b], key_pass)
+    return Packing([b for b in bins if b] or [[]], key_pass)  # no row at all: one task writes the empty file
