@@ -5,8 +5,9 @@ suite's server, started here) gets a collection (int64 pk, a ``dim``-d float vec
 through pymilvus to each size in turn, flushed and loaded. At each size, in one Spark session (local[2]):
 - query route: ``plan_ranges`` + Strong queries by pk ranges in Spark tasks -> Parquet files (the job's
   ``--snapshot-source query`` read and write, without the table commit);
-- storage route: flush, etcd plan, delete logs, the key pass, and the binlogs read by Spark tasks -> Parquet
-  files (``--snapshot-source storage``, without the table commit);
+- storage route: flush, etcd plan (delete and stats logs), and one Spark job whose tasks read the binlogs and
+  write one Parquet file each (``--snapshot-source storage``, without the table commit); beside it the same
+  tasks' work run one after another in this process (no Spark), and the machine's load average;
 - bare read: every insert binlog payload of the plan read with ``pyarrow.parquet`` alone in this process
   (the files' bytes already in memory): the storage's limit.
 Rows/s each; ratios storage / query and storage / bare.
@@ -16,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import os
 import shutil
 import tempfile
 import time
@@ -87,9 +89,25 @@ def _storage_route(spark, server, name: str, work: Path, dim: int):
     finally:
         mc.close()
     t1 = time.perf_counter()
-    files = write_storage_snapshot(spark, prep.reader, prep.plan.tasks, str(work / "s"), prep.plan.rows, 60)
+    packing = prep.packing(spark.sparkContext.defaultParallelism)
+    files = write_storage_snapshot(spark, prep.reader, packing, str(work / "s"), prep.plan.rows, 60)
     t2 = time.perf_counter()
-    return t2 - t0, files.rows, prep, {"flush_plan_s": round(t1 - t0, 2), "spark_s": round(t2 - t1, 2)}
+    parts = {"flush_plan_s": round(t1 - t0, 2), "spark_s": round(t2 - t1, 2), "spark_tasks": len(packing.tasks),
+             "key_pass": bool(packing.key_pass), "in_process_s": round(_in_process(prep, packing, work), 2)}
+    return t2 - t0, files.rows, prep, parts
+
+
+def _in_process(prep, packing, work: Path) -> float:
+    """The Spark tasks' own work (read, keep, convert, write each task's Parquet file) run one after another in
+    this process: the part of the Spark time that is not Spark's fixed cost."""
+    from msgstream_spark.mirror.storage.reader import write_units
+
+    out = work / "s-local"
+    out.mkdir(parents=True)
+    t0 = time.perf_counter()
+    for i, units in enumerate(packing.tasks):
+        write_units(prep.reader, units, str(out / f"{i}.parquet"))
+    return time.perf_counter() - t0
 
 
 def _bare(server, prep) -> float:
@@ -132,7 +150,7 @@ def run(sizes: tuple[int, ...] = (20_000, 200_000), dim: int = 128) -> dict:
     work = Path(tempfile.mkdtemp(prefix="bench-storage-snap-"))
     spark = spark_session("bench-storage-snapshot", "local[2]")
     broker, shim, server, _ = _milvus_stack()
-    out: dict = {"dim": dim, "sizes": []}
+    out: dict = {"dim": dim, "sizes": [], "load_before": [round(x, 2) for x in os.getloadavg()]}
     try:
         connections.connect("bench", uri=server.uri, timeout=60)
         schema = CollectionSchema([FieldSchema("pk", DataType.INT64, is_primary=True),
@@ -155,6 +173,7 @@ def run(sizes: tuple[int, ...] = (20_000, 200_000), dim: int = 128) -> dict:
         broker.kill()
         with contextlib.suppress(OSError):
             shutil.rmtree(work)
+    out["load_after"] = [round(x, 2) for x in os.getloadavg()]
     _print(out)
     return out
 
@@ -165,8 +184,10 @@ def _print(r: dict) -> None:
     for s in r["sizes"]:
         print(f"  {s['rows']:>8,} {s['query_rows_per_s']:>10,.0f} {s['storage_rows_per_s']:>10,.0f} "
               f"{s['bare_rows_per_s']:>10,.0f} {s['storage_vs_query']:>14.2f} {s['storage_vs_bare']:>13.3f}   "
-              f"({s['tasks']} tasks, {s['segments']} segments; flush + plan {s['flush_plan_s']} s, Spark "
-              f"{s['spark_s']} s)")
+              f"({s['tasks']} binlog groups, {s['segments']} segments, {s['spark_tasks']} Spark tasks, key pass "
+              f"{'yes' if s['key_pass'] else 'no'}; flush + plan {s['flush_plan_s']} s, Spark {s['spark_s']} s, "
+              f"the tasks' work in one process {s['in_process_s']} s)")
+    print(f"  load average (1, 5, 15 min) before {r['load_before']}, after {r['load_after']} on {os.cpu_count()} cores")
 
 
 def main(argv: list[str] | None = None) -> None:

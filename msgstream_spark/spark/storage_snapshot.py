@@ -1,12 +1,20 @@
-"""The snapshot from Milvus's storage as Spark tasks: one task per insert binlog group of a segment.
+"""The snapshot from Milvus's storage as Spark tasks: one job, each task writes one Parquet file.
 
-Two passes over the plan's tasks (``mapInArrow``): the first reads only the timestamps and keys and finds
-the keys kept more than once (Spark's ``groupBy``; only those keys and their newest ``_seq`` reach the
-driver), the second reads every field and writes the table's Parquet files. The driver lists the files
-and hands their paths to the table, as the query route does (:mod:`msgstream_spark.spark.snapshot`).
+The plan's binlog groups are packed into units and tasks (:func:`msgstream_spark.mirror.storage.units.pack`:
+units hold disjoint key sets, about as many tasks as cores unless the binlogs are large). Each task reads
+its units column-wise and writes them as one Parquet file with pyarrow (no rows through the JVM); it
+answers only the file's path and row count, which the driver collects and hands to the table, as the
+query route does (:mod:`msgstream_spark.spark.snapshot`). Only where a unit would be too large (many
+segments of one channel re-inserting one key range) does a key pass run first: a job over those
+segments' timestamps and keys, hashed into a few partitions, bringing the repeated keys with their newest
+``_seq`` to the driver.
 """
 
 from __future__ import annotations
+
+import logging
+import os
+import shutil
 
 import pyarrow as pa
 from pyspark.sql import SparkSession
@@ -14,21 +22,34 @@ from pyspark.sql import SparkSession
 from msgstream_spark.mirror.order import SEQ
 from msgstream_spark.mirror.storage.access import SegmentGoneError
 from msgstream_spark.mirror.storage.plan import ReadTask
-from msgstream_spark.mirror.storage.reader import StorageReader, duplicate_winners
+from msgstream_spark.mirror.storage.reader import StorageReader, duplicate_winners, write_units
+from msgstream_spark.mirror.storage.units import Packing, Unit
 from msgstream_spark.spark.snapshot import SnapshotFiles, _local, _Progress, parquet_rows, spark_schema
 
+FILES_SCHEMA = "path string, rows long"
+log = logging.getLogger(__name__)
 
-def _tasks_fn(reader: StorageReader, tasks: list[ReadTask], keys_only: bool, acc=None):
+
+def _keys_fn(reader: StorageReader, tasks: list[ReadTask]):
     def read(batches):
         fs_ = reader.settings.filesystem()
         for b in batches:
             for i in b.column(0).to_pylist():
-                out = reader.read_keys(tasks[i], fs_) if keys_only else reader.read(tasks[i], fs_)
-                if acc is not None:
-                    acc.add(out.num_rows)
-                yield out
+                yield reader.read_keys(tasks[i], fs_)
 
     return read
+
+
+def _write_fn(reader: StorageReader, bins: list[list[Unit]], out_dir: str, acc):
+    def write(batches):
+        fs_ = reader.settings.filesystem()
+        for b in batches:
+            for i in b.column(0).to_pylist():
+                path = os.path.join(out_dir, f"part-{i:05d}.parquet")
+                rows = write_units(reader, bins[i], path, fs_, acc)
+                yield pa.RecordBatch.from_pydict({"path": [path], "rows": [rows]})
+
+    return write
 
 
 def _ids(spark: SparkSession, n: int):
@@ -49,35 +70,47 @@ def _run(action):
 def _dups_fn(pk: str):
     def dups(batches):
         t = pa.Table.from_batches(list(batches))
-        for k, top in duplicate_winners(t, pk).items():
-            yield pa.RecordBatch.from_pylist([{pk: k, SEQ: top}], schema=t.schema)
+        w = duplicate_winners(t, pk)
+        if w.num_rows:
+            yield pa.RecordBatch.from_arrays([w.column(0).combine_chunks(), w.column(1).combine_chunks()],
+                                             schema=t.schema)
 
     return dups
 
 
-def find_winners(spark: SparkSession, reader: StorageReader, tasks: list[ReadTask]) -> dict:
-    """pk -> the newest ``_seq`` of every key that more than one kept row holds: the keys are hashed into a few
-    partitions (not Spark's 200 shuffle partitions) and each finds its repeated keys with pyarrow."""
+def find_winners(spark: SparkSession, reader: StorageReader, tasks: list[ReadTask]) -> pa.Table:
+    """(pk, the newest ``_seq``) of every key that more than one kept row of ``tasks`` holds: the keys are hashed
+    into a few partitions (not Spark's 200 shuffle partitions) and each finds its repeated keys with pyarrow."""
     from pyspark.sql.pandas.types import from_arrow_schema
 
     kschema = from_arrow_schema(pa.schema([reader.schema.field(reader.pk), reader.schema.field(SEQ)]))
-    df = _ids(spark, len(tasks)).mapInArrow(_tasks_fn(reader, tasks, True), kschema)
+    df = _ids(spark, len(tasks)).mapInArrow(_keys_fn(reader, tasks), kschema)
     n = max(1, min(len(tasks), spark.sparkContext.defaultParallelism))
     dups = df.repartition(n, reader.pk).mapInArrow(_dups_fn(reader.pk), kschema)
-    return {r[0]: r[1] for r in _run(dups.collect)}
+    rows = _run(dups.collect)
+    return pa.table({"pk": pa.array([r[0] for r in rows], reader.schema.field(reader.pk).type),
+                     SEQ: pa.array([r[1] for r in rows], reader.schema.field(SEQ).type)})
 
 
-def write_storage_snapshot(spark: SparkSession, reader: StorageReader, tasks: list[ReadTask], out_dir: str,
+def write_storage_snapshot(spark: SparkSession, reader: StorageReader, packing: Packing, out_dir: str,
                            total: int, progress_interval: float = 5.0) -> SnapshotFiles:
-    """Read ``tasks`` in Spark tasks and write the table's rows as Parquet files under ``out_dir``."""
+    """Read the packed tasks in Spark and write the table's rows as Parquet files under ``out_dir`` (local)."""
     from pyspark.sql.pandas.types import to_arrow_schema
 
-    sschema = spark_schema(reader.schema)
-    reader.schema = to_arrow_schema(sschema, timezone="UTC")
-    reader.winners = find_winners(spark, reader, tasks)
+    reader.schema = to_arrow_schema(spark_schema(reader.schema), timezone="UTC")
+    reader.winners = find_winners(spark, reader, packing.key_pass) if packing.key_pass else None
+    out = _local(out_dir)
+    os.makedirs(out)
     acc = spark.sparkContext.accumulator(0)
-    df = _ids(spark, len(tasks)).mapInArrow(_tasks_fn(reader, tasks, False, acc), sschema)
-    with _Progress(acc, None, total, progress_interval):
-        _run(lambda: df.write.mode("errorifexists").parquet(out_dir))
-    files = sorted(_local(f) for f in spark.read.parquet(out_dir).inputFiles())
-    return SnapshotFiles(files, parquet_rows(files))  # from the footers: a retried task's rows count once
+    df = _ids(spark, len(packing.tasks)).mapInArrow(_write_fn(reader, packing.tasks, out, acc), FILES_SCHEMA)
+    try:
+        with _Progress(acc, None, total, progress_interval):
+            written = _run(df.collect)
+    except BaseException:
+        try:  # a failed read leaves no directory behind
+            shutil.rmtree(out)
+        except OSError as exc:
+            log.warning("could not remove the snapshot directory %s: %s", out, exc)
+        raise
+    files = sorted(r[0] for r in written)
+    return SnapshotFiles(files, parquet_rows(files))  # from the footers

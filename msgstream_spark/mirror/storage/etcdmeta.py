@@ -77,6 +77,7 @@ class LogFile:
     ts_from: int
     ts_to: int
     path: str = ""  # log_path (field 4), set by Milvus before 2.3.x; else rebuilt from the ids
+    size: int = 0  # log_size (field 5): the file's bytes (0 where the writer left it out)
 
 
 def field_binlog(buf: bytes) -> tuple[int, list[LogFile]]:
@@ -87,7 +88,8 @@ def field_binlog(buf: bytes) -> tuple[int, list[LogFile]]:
     for b in f.get(2, []):
         g = fields(b)
         path = _one(g, 4, b"").decode()
-        logs.append(LogFile(_signed(_one(g, 6)), _signed(_one(g, 1)), _one(g, 2), _one(g, 3), path))
+        logs.append(LogFile(_signed(_one(g, 6)), _signed(_one(g, 1)), _one(g, 2), _one(g, 3), path,
+                            _signed(_one(g, 5))))
     return _signed(_one(f, 1)), logs
 
 

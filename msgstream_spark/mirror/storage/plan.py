@@ -20,6 +20,7 @@ from msgstream_spark.msg.position import MsgPosition
 from msgstream_spark.stream.names import to_physical_channel
 
 ROW_ID, TIMESTAMP = 0, 1  # the system fields of every segment
+COMPOUND_STATS_LOG = 1  # the log id of a segment's compound stats log (all its flushes' pk stats)
 READABLE_VERSIONS = (0, 1)  # storage_version: 0 unset (2.3, 2.4), 1 = v1 binlogs; 2 = v2 packed Parquet, 3 = v3
 
 
@@ -35,6 +36,7 @@ class ReadTask:
     offset: int
     rows: int
     files: tuple[tuple[int, str], ...]  # (field id, path under the storage root)
+    size: int = 0  # the files' bytes (log_size), or 0 where etcd does not say
 
     def path(self, field_id: int) -> str:
         for fid, p in self.files:
@@ -51,6 +53,7 @@ class StoragePlan:
     tasks: list[ReadTask]
     deltas: list[tuple[int, int, str]] = field(default_factory=list)  # (segment, checkpoint ts, path)
     segments: list[int] = field(default_factory=list)
+    stats: dict[int, list[str]] = field(default_factory=dict)  # segment -> its primary key's stats logs
 
     @property
     def rows(self) -> int:
@@ -80,6 +83,19 @@ def delta_path(seg: Segment, log: LogFile) -> str:
         f"delta_log/{seg.collection_id}/{seg.partition_id}/{seg.id}/{log.log_id}"
 
 
+def stats_path(seg: Segment, fid: int, log: LogFile) -> str:
+    return log.path if not log.log_id and log.path else \
+        f"stats_log/{seg.collection_id}/{seg.partition_id}/{seg.id}/{fid}/{log.log_id}"
+
+
+def _pk_stats(seg: Segment, pk_field: int) -> list[str]:
+    """The paths of the segment's primary-key stats logs; only the compound one (log id 1, every flush's stats
+    in one JSON list: ``CompoundStatsType`` of ``internal/storage``) where it is listed."""
+    logs = seg.statslogs.get(pk_field, [])
+    compound = [lg for lg in logs if lg.log_id == COMPOUND_STATS_LOG]
+    return [stats_path(seg, pk_field, lg) for lg in (compound or logs)]
+
+
 def _check_version(seg: Segment) -> None:
     if seg.storage_version not in READABLE_VERSIONS:
         raise MirrorError(f"segment {seg.id} of collection {seg.collection_id} is in storage version "
@@ -97,14 +113,18 @@ def _segment_tasks(seg: Segment, cp_ts: int, field_ids: list[int]) -> list[ReadT
     tasks, offset = [], 0
     for i in range(n):
         rows = seg.binlogs[TIMESTAMP][i].entries
-        files = tuple((fid, insert_path(seg, fid, seg.binlogs[fid][i])) for fid in [TIMESTAMP, *field_ids])
-        tasks.append(ReadTask(seg.id, seg.partition_id, seg.channel, cp_ts, i, offset, rows, files))
+        logs = [(fid, seg.binlogs[fid][i]) for fid in [TIMESTAMP, *field_ids]]
+        files = tuple((fid, insert_path(seg, fid, lg)) for fid, lg in logs)
+        size = sum(max(0, lg.size) for _, lg in logs)
+        tasks.append(ReadTask(seg.id, seg.partition_id, seg.channel, cp_ts, i, offset, rows, files, size))
         offset += rows
     return tasks
 
 
-def build_plan(meta: CollectionMeta, collection_id: int, field_ids: list[int]) -> StoragePlan:
-    """The tasks and delete logs of ``meta`` (one etcd revision); ``field_ids``: the user fields to read."""
+def build_plan(meta: CollectionMeta, collection_id: int, field_ids: list[int],
+               pk_field: int | None = None) -> StoragePlan:
+    """The tasks and delete logs of ``meta`` (one etcd revision); ``field_ids``: the user fields to read;
+    ``pk_field``: the primary key's field id (its stats logs bound each segment's keys)."""
     if not meta.checkpoints:
         raise MirrorError(f"collection {collection_id}: etcd holds no channel checkpoint (datacoord-meta/channel-cp) "
                           "for it at revision {meta.revision}: has the data node watched its channels yet?")
@@ -121,4 +141,6 @@ def build_plan(meta: CollectionMeta, collection_id: int, field_ids: list[int]) -
         if seg.level != LEVEL_L0 and seg.binlogs:
             plan.tasks += _segment_tasks(seg, cp.timestamp, field_ids)
             plan.segments.append(seg.id)
+            if pk_field is not None:
+                plan.stats[seg.id] = _pk_stats(seg, pk_field)
     return plan
