@@ -25,7 +25,9 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from msgstream_spark.errors import MirrorError
-from msgstream_spark.mirror.apply import after_snapshot
+from msgstream_spark.mirror.common import PROP_BATCH, PROP_QUERY
+from msgstream_spark.mirror.delta import DeltaMirrorTable
+from msgstream_spark.mirror.historywrite import existed_from_matches
 from msgstream_spark.mirror.layout import (
     LiveFile,
     TaskWriter,
@@ -36,9 +38,9 @@ from msgstream_spark.mirror.layout import (
     prune,
 )
 from msgstream_spark.mirror.maintenance import compact
-from msgstream_spark.mirror.pinned import PinnedTable
 from msgstream_spark.mirror.watermark import PROP_WATERMARK, checkpoint_offset, freshness_ms
 from msgstream_spark.mirror.writepath import finish
+from msgstream_spark.spark.history import history_in_tasks, seed_in_tasks
 
 log = logging.getLogger(__name__)
 
@@ -136,6 +138,10 @@ class MirrorBatch:
         self.table, self.pk, self.checkpoint = table, pk, checkpoint
         self._query_id = query_id
         self.collection_id = collection_id
+        if history is not None and not isinstance(table, DeltaMirrorTable):
+            raise MirrorError(f"a history table (--history-table {history.location}) is kept beside a Delta mirror "
+                              f"only; {table.location} is not a Delta table (--table-format iceberg): run without "
+                              "--history-table, or mirror into Delta")
         self.history = history  # a mirror.history.HistoryTable: every change appended once, before the merge
         self.batches = 0
         self.skipped = 0
@@ -160,14 +166,15 @@ class MirrorBatch:
         from pyspark.sql.pandas.types import to_arrow_schema
 
         self.table.prepare(to_arrow_schema(df.schema, timezone="UTC"))
-        narrow = write_in_tasks(df, self.table.write_spec())
+        spec = self.table.write_spec()
+        narrow = write_in_tasks(df, spec)
         self._check_collection(narrow)
         _failpoint(batch_id, narrow.num_rows > 0, "files")
-        if self.history is not None:
-            self._history(df, qid, batch_id)
         offset = checkpoint_offset(self.checkpoint, batch_id) if self.checkpoint else None
         info = {PROP_WATERMARK: json.dumps(offset, sort_keys=True)} if offset else None
         matches = lookup_in_tasks(df.sparkSession, self.table, narrow.column("key").combine_chunks())
+        if self.history is not None:  # before the merge: a re-run batch finds the table as the log saw it
+            self._history(df, spec, matches, qid, batch_id)
         plan = finish(self.table, narrow, matches, query_id=qid, batch_id=batch_id, commit_info=info)
         if plan is not None:
             self.batches += 1
@@ -185,13 +192,18 @@ class MirrorBatch:
             log.info("compaction after batch %d: %d files with %d deleted rows -> %d files", batch_id, done.files_in,
                      done.deleted_rows, done.files_out)
 
-    def _history(self, df, qid: str, batch_id: int) -> None:
-        """Every change of the batch into the change log (once), with the keys the table held before it."""
-        self.history.seed(self.table.to_arrow)  # the first time only: the rows when the history begins
-        changes = after_snapshot(self.table.properties(), df.toArrow())
-        keys = pc.unique(changes.column(self.pk).combine_chunks())
-        existed = PinnedTable(self.table).rows_of(self.pk, keys, [self.pk, "_ts"])
-        self.history.append(changes, existed, qid, batch_id)
+    def _history(self, df, spec: WriteSpec, matches: pa.Table, qid: str, batch_id: int) -> None:
+        """The batch's changes into the change log (once), written by tasks; the driver commits the files.
+        The first time, the seed: the table's rows before this batch, written by tasks from its data files."""
+        h = self.history
+        hspec = h.spec(spec.schema, spec.snapshot_ts)
+        if not h.seeded():
+            h.commit_seed(seed_in_tasks(df.sparkSession, self.table, hspec))
+        last = h.last_batch(qid)
+        if last is not None and last >= batch_id:
+            return
+        files = history_in_tasks(df, hspec, existed_from_matches(matches, self.pk))
+        h.commit_files(files, qid, batch_id, {PROP_QUERY: qid, PROP_BATCH: str(batch_id)})
 
     def _check_collection(self, narrow: Any) -> None:
         if self.collection_id is None or narrow.num_rows == 0:

@@ -45,7 +45,7 @@ def test_an_upsert_is_one_update_and_absent_keys_change_nothing():
     got = [(r["op"], r["pk"], r["_ts"], r["v"]) for r in out.to_pylist()]
     assert got == [("update", 1, S + 10, "1b"), ("insert", 2, S + 10, "2a"), ("delete", 2, S + 20, None),
                    ("insert", 4, S + 30, "4a"), ("update", 5, S + 10, "5b")]
-    assert "_channel" not in out.column_names and out.column("_time").type == pa.timestamp("ms", tz="UTC")
+    assert "_channel" not in out.column_names and out.column("_time").type == pa.timestamp("us", tz="UTC")  # Delta: µs
 
 
 def test_as_of_and_scd2_from_the_log(tmp_path):
