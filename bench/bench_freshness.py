@@ -57,11 +57,29 @@ def _has(table: Path, pk: int) -> bool:
     return got.num_rows > 0
 
 
-def _wait(cond, timeout: float) -> float | None:
+class _Job(threading.Thread):
+    """The mirror job in this process; its error, if it ends with one."""
+
+    def __init__(self, args, spark) -> None:
+        super().__init__(daemon=True)
+        self.args, self.spark, self.error = args, spark, None
+
+    def run(self) -> None:
+        from msgstream_spark.jobs import mirror
+
+        try:
+            mirror.run(self.args, self.spark)
+        except BaseException as exc:  # handed to the measuring thread, which raises it
+            self.error = exc
+
+
+def _wait(cond, timeout: float, job: _Job) -> float | None:
     t0 = time.perf_counter()
     while time.perf_counter() - t0 < timeout:
         if cond():
             return time.perf_counter() - t0
+        if not job.is_alive():
+            raise RuntimeError(f"the mirror job ended while measuring: {job.error!r}") from job.error
         time.sleep(POLL)
     return None
 
@@ -111,16 +129,16 @@ def one_size(spark, work: Path, backend: str, mq: dict, rows: int, samples: int,
     s = (int(time.time() * 1000) - 1000) << 18  # the snapshot time: before the first published row
     _publish(str(cfg), channels, rows, 1)  # the log names the collection; the job's first row
     seed_s = seed_table(spark, args, rows, s)
-    job = threading.Thread(target=mirror.run, args=(args, spark), daemon=True)
+    job = _Job(args, spark)
     job.start()
-    if _wait(lambda: _has(table, rows), 300) is None:
+    if _wait(lambda: _has(table, rows), 300, job) is None:
         raise RuntimeError(f"the job did not mirror the log's first row into the {rows}-row table within 300 s")
     lat = []
     for i in range(samples):
         pk = rows + 1 + i
         t0 = time.perf_counter()
         _publish(str(cfg), channels, pk, 1)
-        took = _wait(lambda pk=pk: _has(table, pk), 60)
+        took = _wait(lambda pk=pk: _has(table, pk), 60, job)
         if took is None:
             raise RuntimeError(f"row {pk} did not appear in {table} within 60 s ({backend})")
         lat.append(time.perf_counter() - t0)
@@ -140,6 +158,9 @@ def run(small: int = 1_000, large: int = 4_000_000, samples: int = 15, interval:
         kafka: bool = True) -> dict:
     from msgstream_spark.jobs._common import spark_session
 
+    # a Python worker connecting back to its executor gives up after 15 s by default: on a machine shared with
+    # other jobs (load average ~20 on 2 cores) one such timeout ended a whole run
+    os.environ.setdefault("SPARK_AUTH_SOCKET_TIMEOUT", "120")
     spark = spark_session("bench-freshness", "local[2]")
     result: dict = {"trigger": "processing-time:1s", "interval_s": interval, "goal_p50_s": 3.0}
     print(f"freshness: insert -> readable, {samples} samples, one row every {interval} s, "
