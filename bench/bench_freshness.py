@@ -156,11 +156,14 @@ def one_size(spark, work: Path, backend: str, mq: dict, rows: int, samples: int,
 
 def run(small: int = 1_000, large: int = 4_000_000, samples: int = 15, interval: float = 2.0,
         kafka: bool = True) -> dict:
+    from pyspark.sql import SparkSession
+
     from msgstream_spark.jobs._common import spark_session
 
     # a Python worker connecting back to its executor gives up after 15 s by default: on a machine shared with
     # other jobs (load average ~20 on 2 cores) one such timeout ended a whole run
     os.environ.setdefault("SPARK_AUTH_SOCKET_TIMEOUT", "120")
+    SparkSession.builder.master("local[2]").config("spark.python.authenticate.socketTimeout", "120s").getOrCreate()
     spark = spark_session("bench-freshness", "local[2]")
     result: dict = {"trigger": "processing-time:1s", "interval_s": interval, "goal_p50_s": 3.0}
     print(f"freshness: insert -> readable, {samples} samples, one row every {interval} s, "

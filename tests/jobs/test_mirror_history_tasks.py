@@ -92,6 +92,7 @@ def test_the_log_and_its_seed_are_written_by_tasks_the_driver_commits_files(spar
 def test_history_beside_an_iceberg_mirror_is_refused_naming_the_option(spark, local_env, tmp_path):
     ch = local_env.new_channel("hist")
     cfg = config_file(local_env, tmp_path)
+    _publish(cfg, ch, 0, 1)
     with pytest.raises(MirrorError, match="--history-table .*--table-format delta"):
         _run(spark, cfg, ch, tmp_path / "t", "--history-table", str(tmp_path / "h"), fmt="iceberg")
     assert not (tmp_path / "t").exists() and not (tmp_path / "h").exists()
