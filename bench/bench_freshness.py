@@ -23,6 +23,7 @@ import contextlib
 import io
 import json
 import os
+import sys
 import tempfile
 import threading
 import time
@@ -163,6 +164,8 @@ def run(small: int = 1_000, large: int = 4_000_000, samples: int = 15, interval:
     # a Python worker connecting back to its executor gives up after 15 s by default: on a machine shared with
     # other jobs (load average ~20 on 2 cores) one such timeout ended a whole run
     os.environ.setdefault("SPARK_AUTH_SOCKET_TIMEOUT", "120")
+    for var in ("PYSPARK_PYTHON", "PYSPARK_DRIVER_PYTHON"):  # as spark_session sets them, before Spark starts
+        os.environ.setdefault(var, sys.executable)
     SparkSession.builder.master("local[2]").config("spark.python.authenticate.socketTimeout", "120s").getOrCreate()
     spark = spark_session("bench-freshness", "local[2]")
     result: dict = {"trigger": "processing-time:1s", "interval_s": interval, "goal_p50_s": 3.0}

@@ -26,6 +26,7 @@ import pyarrow.compute as pc
 from msgstream_spark.errors import MirrorError
 from msgstream_spark.mirror.collapse import OP, collapse
 from msgstream_spark.mirror.common import PROP_BATCH, PROP_QUERY, TS
+from msgstream_spark.mirror.delta import CHECKPOINT_EVERY
 from msgstream_spark.mirror.deltalog import new_add, write_commit
 from msgstream_spark.mirror.historywrite import (
     MAX_TS,
@@ -103,7 +104,11 @@ class HistoryTable:
         actions = [{"add": new_add(self.root, p, self.pk, now, None)}
                    for p, n in zip(files.column(FILE).to_pylist(), files.column(ROWS).to_pylist()) if n]
         actions.append({"txn": {"appId": app, "version": int(version), "lastUpdated": now}})
-        write_commit(self.root, dt.version() + 1, actions, "WRITE", info)
+        version_now = dt.version() + 1
+        write_commit(self.root, version_now, actions, "WRITE", info)
+        if version_now % CHECKPOINT_EVERY == 0:  # readers start from the last checkpoint, not every JSON
+            dt.update_incremental()
+            dt.create_checkpoint()
         return True
 
     def commit_seed(self, files: pa.Table) -> bool:
