@@ -9,7 +9,9 @@ location, returning only narrow columns (key, ``_seq``, op, file, row); other ta
 of the table's files that can hold a batch key and return the live rows of those keys. The driver holds
 only these narrow results, plans the deleted positions and commits (deletion vectors / position deletes)
 with the query's id and the batch id, skipping a batch the table already holds. The query id is
-Spark's own (``<checkpoint>/metadata``), stable across restarts from the same checkpoint.
+Spark's own (``<checkpoint>/metadata``), stable across restarts from the same checkpoint. With a history
+table, tasks write the batch's change-log rows too (``spark.history``) and the driver commits their files
+before the merge.
 """
 
 from __future__ import annotations
