@@ -51,7 +51,7 @@ SIZES = {
              # 1M vs 8M rows x 64-d do not fit this 2-core machine's time: the same 8x ratio at 250k vs 2M
              "bench.bench_mirror_scale": {"small": 250_000},
              "bench.bench_mirror_driver": {"rows": 1_000_000, "dim": 768},
-             "bench.bench_freshness": {"small": 1_000, "large": 100_000, "samples": 15}},
+             "bench.bench_freshness": {"small": 1_000, "large": 4_000_000, "samples": 15}},
     "quick": {"bench.bench_spark_read": {"rows": 200_000, "mem_rows": 0, "kafka": True},
               "bench.bench_spark_write": {"rows": 20_000, "reps": 2},
               "bench.profile_read": {"rows": 50_000, "kafka": True},
@@ -64,7 +64,7 @@ SIZES = {
               "bench.bench_snapshot": {"rows8": 50_000, "rows768": 5_000},
               "bench.bench_mirror_scale": {"small": 50_000, "updates_table": 50_000, "update_batches": 20},
               "bench.bench_mirror_driver": {"rows": 100_000, "dim": 768},
-              "bench.bench_freshness": {"small": 1_000, "large": 20_000, "samples": 8}},
+              "bench.bench_freshness": {"small": 1_000, "large": 400_000, "samples": 8}},
 }
 
 

@@ -70,7 +70,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--timeout", type=float, help="stop a processing-time query after this many seconds")
     p.add_argument("--history-table", help="also keep a change log here (Delta, append-only: op insert/update/"
                                            "delete, the fields after the change, _ts, _time, _seq), written once "
-                                           "per batch beside the mirror's commits (docs/mirror.md, History)")
+                                           "per batch by tasks beside the mirror's commits; --table-format delta "
+                                           "only (docs/mirror.md, History)")
     p.add_argument("--progress-interval", type=float, default=5.0, help="seconds between progress lines")
     return p
 
@@ -156,6 +157,9 @@ def _stream_all(spark, args, cfg, start, sink, checkpoint, trig) -> tuple[int, i
 
 def run(args: argparse.Namespace, spark=None) -> dict[str, Any]:
     logging.getLogger("py4j").setLevel(logging.WARNING)  # its callback server logs every call at INFO
+    if args.history_table and args.table_format != "delta":
+        raise MirrorError(f"--history-table {args.history_table}: the change log is kept beside a Delta mirror only "
+                          f"(--table-format delta), not --table-format {args.table_format}; nothing written")
     trig = trigger_kwargs(args.trigger)
     cfg = _config(args)
     spark = spark or spark_session("msgstream-mirror", args.master)  # Spark first, then pymilvus clients

@@ -5,12 +5,18 @@ A Milvus upsert is an Insert and a Delete of the key at one timestamp: one ``upd
 key did not exist). Changes are grouped per (key, ``_ts``): the group's last change by ``_seq`` decides
 (an insert if it holds one: at one timestamp deletes order before inserts), and whether the key existed
 before the group (the previous group's outcome, else the mirrored table's row before the batch) makes an
-insert an ``update`` and a delete of an absent key no change at all. Delta tables (delta-rs); Spark-free.
-See docs/mirror.md, "History".
+insert an ``update`` and a delete of an absent key no change at all (``historywrite.history_rows``).
+
+The rows are written as Parquet files by tasks (``historywrite``; Spark's tasks in the job) and committed
+here: the file list, one Delta version with an application transaction (query id, batch id), skipped when
+the log already holds the batch. Delta tables, next to a Delta mirror. Spark-free. See docs/mirror.md,
+"History".
 """
 
 from __future__ import annotations
 
+import os
+import time
 from collections.abc import Callable
 
 import numpy as np
@@ -20,14 +26,27 @@ import pyarrow.compute as pc
 from msgstream_spark.errors import MirrorError
 from msgstream_spark.mirror.collapse import OP, collapse
 from msgstream_spark.mirror.common import PROP_BATCH, PROP_QUERY, TS
+from msgstream_spark.mirror.delta import CHECKPOINT_EVERY
+from msgstream_spark.mirror.deltalog import new_add, write_commit
+from msgstream_spark.mirror.historywrite import (
+    MAX_TS,
+    ROWS,
+    TIME,
+    HistorySpec,
+    HistoryWriter,
+    change_fields,
+    history_rows,
+    history_schema,
+    seed_local,
+)
+from msgstream_spark.mirror.layout import DATA_DIR, FILE
 from msgstream_spark.mirror.order import SEQ
 from msgstream_spark.mirror.watermark import physical_ms
 
-TIME = "_time"  # the change's time: _ts >> 18 as a UTC timestamp (ms)
 VALID_FROM, VALID_TO, IS_CURRENT = "_valid_from", "_valid_to", "_is_current"
-SEED_APP = "msgstream.history.seed"  # the app id of the first commit: the mirrored rows when the history began
+SEED_APP = "msgstream.history.seed"  # the app id of the seed commit: the mirrored rows when the history began
 PROP_BEGAN = "msgstream.history.began"  # Milvus time from which as_of answers
-_DROP = ("_channel", "_shard", "_collection", "_event_time", "_msg_id", "_position")
+__all__ = ["HistoryTable", "as_of", "history_rows", "scd2"]
 
 
 def _deltalake():
@@ -39,50 +58,12 @@ def _deltalake():
     return deltalake
 
 
-def _time(ts: pa.ChunkedArray | pa.Array) -> pa.Array:
-    ms = np.asarray(pc.shift_right(ts.cast(pa.int64()), 18).to_numpy(zero_copy_only=False), dtype=np.int64)
-    return pa.array(ms, pa.timestamp("ms", tz="UTC"))
-
-
-def history_rows(changes: pa.Table, pk: str, existed: pa.Table) -> pa.Table:
-    """The change-log rows of one batch's ``changes`` (every change: ``op``, fields, ``_ts``, ``_seq``);
-    ``existed``: the table's rows (``pk``, ``_ts``) of these keys before the batch. Column-wise.
-
-    A delete at T of a key whose table row is at T or later changes nothing (a delete hides older rows
-    only): the Delete half of an upsert whose Insert an earlier batch already applied (Milvus 2.3.5
-    writes the Insert message first, and a batch may end between the two)."""
-    changes = changes.drop_columns([c for c in _DROP if c in changes.column_names])
-    n = changes.num_rows
-    if n == 0:
-        return changes.append_column(TIME, pa.array([], pa.timestamp("ms", tz="UTC")))
-    t = changes.take(pc.sort_indices(changes, [(pk, "ascending"), (SEQ, "ascending")]))
-    keys, ts = t.column(pk).combine_chunks(), t.column(TS).to_numpy()
-    same_next = np.zeros(n, dtype=bool)
-    same_next[:-1] = pc.equal(keys.slice(0, n - 1), keys.slice(1)).to_numpy(zero_copy_only=False) & (ts[:-1] == ts[1:])
-    g = t.filter(pa.array(~same_next))  # the last change of each (key, _ts) group
-    m = g.num_rows
-    gkeys = g.column(pk).combine_chunks()
-    is_insert = pc.equal(g.column(OP), "insert").to_numpy(zero_copy_only=False)
-    idx = pc.index_in(gkeys, value_set=existed.column(pk).combine_chunks().cast(gkeys.type))
-    before = pc.is_valid(idx).to_numpy(zero_copy_only=False)
-    table_ts = pc.take(existed.column(TS).combine_chunks(), idx).fill_null(-1).to_numpy(zero_copy_only=False)
-    same_prev = np.zeros(m, dtype=bool)
-    if m > 1:
-        same_prev[1:] = pc.equal(gkeys.slice(0, m - 1), gkeys.slice(1)).to_numpy(zero_copy_only=False)
-    noop = ~same_prev & ~is_insert & before & (table_ts >= g.column(TS).to_numpy())
-    outcome = is_insert | noop  # the key exists after the group
-    exists = np.where(same_prev, np.r_[False, outcome[:-1]], before)
-    op = np.where(is_insert, np.where(exists, "update", "insert"), "delete")
-    keep = (is_insert | exists) & ~noop  # a delete of an absent key changes nothing
-    out = g.set_column(g.schema.get_field_index(OP), OP, pa.array(op, pa.string())).filter(pa.array(keep))
-    return out.append_column(TIME, _time(out.column(TS)))
-
-
 class HistoryTable:
-    """The change log at ``location`` (Delta), appended once per (query id, batch id)."""
+    """The change log at ``location`` (Delta): a seed commit once, then one commit per (query id, batch id)."""
 
     def __init__(self, location: str, pk: str) -> None:
         self.location, self.pk = location, pk
+        self.root = os.path.abspath(location)
 
     def _dt(self):
         dl = _deltalake()
@@ -93,38 +74,79 @@ class HistoryTable:
         v = None if dt is None else dt.transaction_version(query_id)
         return None if v is None else int(v)
 
-    def _append(self, rows: pa.Table, app: str, version: int, meta: dict[str, str]) -> None:
-        dl = _deltalake()
-        props = dl.CommitProperties(app_transactions=[dl.Transaction(app, int(version))], custom_metadata=meta)
-        dl.write_deltalake(self.location, rows, mode="append", schema_mode="merge", commit_properties=props)
+    def seeded(self) -> bool:
+        return self.last_batch(SEED_APP) is not None
 
-    def seed(self, read_current: Callable[[], pa.Table]) -> bool:
-        """The first commit (once): the mirrored rows when the history begins (``read_current()``, called
-        only then), as inserts at their ``_ts``."""
-        if self._dt() is not None:
+    def spec(self, table_schema: pa.Schema, snapshot_ts: int | None = None) -> HistorySpec:
+        """What the writing tasks need; creates the log (no rows) or adds the mirror's new columns first."""
+        dl = _deltalake()
+        schema = history_schema(table_schema)
+        dt = self._dt()
+        if dt is None:
+            dl.DeltaTable.create(self.location, schema, name="msgstream history", raise_if_key_not_exists=False)
+        else:
+            have = set(dt.schema().to_arrow().names)
+            extra = [f for f in schema if f.name not in have]
+            if extra:
+                dt.alter.add_columns([dl.Field.from_arrow(f.with_nullable(True)) for f in extra])
+        return HistorySpec(schema, self.pk, os.path.join(self.root, DATA_DIR), snapshot_ts)
+
+    def commit_files(self, files: pa.Table, app: str, version: int, info: dict[str, str]) -> bool:
+        """One Delta version adding the files tasks wrote (``historywrite.files_schema`` rows) with the
+        application transaction (``app``, ``version``); False (nothing written) if the log already holds it."""
+        dt = self._dt()
+        if dt is None:
+            raise MirrorError(f"no history table at {self.location} (HistoryTable.spec creates it)")
+        done = dt.transaction_version(app)
+        if done is not None and int(done) >= version:
             return False
-        current = read_current()
-        began = int(pc.max(current.column(TS)).as_py() or 0) if current.num_rows else 0
-        rows = current.append_column(OP, pa.array(["insert"] * current.num_rows, pa.string()))
-        rows = rows.select([OP, *current.column_names]).append_column(TIME, _time(rows.column(TS)))
-        self._append(rows, SEED_APP, 0, {PROP_BEGAN: str(began)})
+        now = int(time.time() * 1000)
+        actions = [{"add": new_add(self.root, p, self.pk, now, None)}
+                   for p, n in zip(files.column(FILE).to_pylist(), files.column(ROWS).to_pylist()) if n]
+        actions.append({"txn": {"appId": app, "version": int(version), "lastUpdated": now}})
+        version_now = dt.version() + 1
+        write_commit(self.root, version_now, actions, "WRITE", info)
+        if version_now % CHECKPOINT_EVERY == 0:  # readers start from the last checkpoint, not every JSON
+            dt.update_incremental()
+            dt.create_checkpoint()
         return True
 
-    def append(self, changes: pa.Table, existed: pa.Table, query_id: str, batch_id: int) -> bool:
-        """This batch's change rows, once: False if ``query_id``'s ``batch_id`` is already in the log."""
+    def commit_seed(self, files: pa.Table) -> bool:
+        """The seed commit (once): the files of the mirrored rows when the history began; records the newest
+        ``_ts`` among them as the time from which ``as_of`` answers."""
+        began = int(pc.max(files.column(MAX_TS)).as_py() or 0) if files.num_rows else 0
+        return self.commit_files(files, SEED_APP, 0, {PROP_BEGAN: str(began)})
+
+    def seed(self, read_current: Callable[[], pa.Table], table_schema: pa.Schema | None = None) -> bool:
+        """The library's seed in this process (once): ``read_current()``'s rows (called only then) as inserts
+        at their ``_ts``. The job seeds through Spark tasks instead (one per mirror data file)."""
+        if self.seeded():
+            return False
+        current = read_current()
+        spec = self.spec(table_schema or current.schema)
+        return self.commit_seed(seed_local(current, spec))
+
+    def append(self, changes: pa.Table, existed: pa.Table, query_id: str, batch_id: int,
+               table_schema: pa.Schema | None = None) -> bool:
+        """The library's append of one batch in this process (the job's tasks do the same per share): False if
+        ``query_id``'s ``batch_id`` is already in the log. ``existed``: (pk, ``_ts``) of the mirrored rows of
+        the batch's keys before it."""
         last = self.last_batch(query_id)
         if last is not None and last >= batch_id:
             return False
-        rows = history_rows(changes, self.pk, existed)
-        self._append(rows, query_id, batch_id, {PROP_QUERY: query_id, PROP_BATCH: str(batch_id)})
-        return True
+        schema = table_schema or change_fields(changes.schema)
+        w = HistoryWriter(self.spec(schema), existed)
+        w.add(changes.sort_by([(self.pk, "ascending"), (SEQ, "ascending")]))
+        return self.commit_files(w.close(), query_id, batch_id, {PROP_QUERY: query_id, PROP_BATCH: str(batch_id)})
 
     def began(self) -> int:
         dt = self._dt()
         if dt is None:
             raise MirrorError(f"no history table at {self.location}")
-        first = dt.history()[-1]
-        return int(first.get(PROP_BEGAN, 0))
+        for commit in reversed(dt.history()):  # oldest first: the seed's commit records it
+            if PROP_BEGAN in commit:
+                return int(commit[PROP_BEGAN])
+        raise MirrorError(f"history table {self.location} has no seed commit yet (no batch was logged)")
 
     def to_arrow(self) -> pa.Table:
         dt = self._dt()

@@ -9,7 +9,9 @@ location, returning only narrow columns (key, ``_seq``, op, file, row); other ta
 of the table's files that can hold a batch key and return the live rows of those keys. The driver holds
 only these narrow results, plans the deleted positions and commits (deletion vectors / position deletes)
 with the query's id and the batch id, skipping a batch the table already holds. The query id is
-Spark's own (``<checkpoint>/metadata``), stable across restarts from the same checkpoint.
+Spark's own (``<checkpoint>/metadata``), stable across restarts from the same checkpoint. With a history
+table, tasks write the batch's change-log rows too (``spark.history``) and the driver commits their files
+before the merge.
 """
 
 from __future__ import annotations
@@ -25,7 +27,9 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from msgstream_spark.errors import MirrorError
-from msgstream_spark.mirror.apply import after_snapshot
+from msgstream_spark.mirror.common import PROP_BATCH, PROP_QUERY
+from msgstream_spark.mirror.delta import DeltaMirrorTable
+from msgstream_spark.mirror.historywrite import existed_from_matches
 from msgstream_spark.mirror.layout import (
     LiveFile,
     TaskWriter,
@@ -36,9 +40,9 @@ from msgstream_spark.mirror.layout import (
     prune,
 )
 from msgstream_spark.mirror.maintenance import compact
-from msgstream_spark.mirror.pinned import PinnedTable
 from msgstream_spark.mirror.watermark import PROP_WATERMARK, checkpoint_offset, freshness_ms
 from msgstream_spark.mirror.writepath import finish
+from msgstream_spark.spark.history import history_in_tasks, seed_in_tasks
 
 log = logging.getLogger(__name__)
 
@@ -150,6 +154,10 @@ class MirrorBatch:
         self.table, self.pk, self.checkpoint = table, pk, checkpoint
         self._query_id = query_id
         self.collection_id = collection_id
+        if history is not None and not isinstance(table, DeltaMirrorTable):
+            raise MirrorError(f"a history table (--history-table {history.location}) is kept beside a Delta mirror "
+                              f"only; {table.location} is not a Delta table (--table-format iceberg): run without "
+                              "--history-table, or mirror into Delta")
         self.history = history  # a mirror.history.HistoryTable: every change appended once, before the merge
         self.batches = 0
         self.skipped = 0
@@ -175,14 +183,15 @@ class MirrorBatch:
 
         self.table.prepare(to_arrow_schema(df.schema, timezone="UTC"))
         kill_worker = os.environ.get(FAILPOINT_ENV) == f"kill-worker-in-files:{batch_id}"  # shipped to the task
-        narrow = write_in_tasks(df, self.table.write_spec(), kill_worker)
+        spec = self.table.write_spec()
+        narrow = write_in_tasks(df, spec, kill_worker)
         self._check_collection(narrow)
         _failpoint(batch_id, narrow.num_rows > 0, "files")
-        if self.history is not None:
-            self._history(df, qid, batch_id)
         offset = checkpoint_offset(self.checkpoint, batch_id) if self.checkpoint else None
         info = {PROP_WATERMARK: json.dumps(offset, sort_keys=True)} if offset else None
         matches = lookup_in_tasks(df.sparkSession, self.table, narrow.column("key").combine_chunks())
+        if self.history is not None:  # before the merge: a re-run batch finds the table as the log saw it
+            self._history(df, spec, matches, qid, batch_id)
         plan = finish(self.table, narrow, matches, query_id=qid, batch_id=batch_id, commit_info=info)
         if plan is not None:
             self.batches += 1
@@ -200,13 +209,18 @@ class MirrorBatch:
             log.info("compaction after batch %d: %d files with %d deleted rows -> %d files", batch_id, done.files_in,
                      done.deleted_rows, done.files_out)
 
-    def _history(self, df, qid: str, batch_id: int) -> None:
-        """Every change of the batch into the change log (once), with the keys the table held before it."""
-        self.history.seed(self.table.to_arrow)  # the first time only: the rows when the history begins
-        changes = after_snapshot(self.table.properties(), df.toArrow())
-        keys = pc.unique(changes.column(self.pk).combine_chunks())
-        existed = PinnedTable(self.table).rows_of(self.pk, keys, [self.pk, "_ts"])
-        self.history.append(changes, existed, qid, batch_id)
+    def _history(self, df, spec: WriteSpec, matches: pa.Table, qid: str, batch_id: int) -> None:
+        """The batch's changes into the change log (once), written by tasks; the driver commits the files.
+        The first time, the seed: the table's rows before this batch, written by tasks from its data files."""
+        h = self.history
+        hspec = h.spec(spec.schema, spec.snapshot_ts)
+        if not h.seeded():
+            h.commit_seed(seed_in_tasks(df.sparkSession, self.table, hspec))
+        last = h.last_batch(qid)
+        if last is not None and last >= batch_id:
+            return
+        files = history_in_tasks(df, hspec, existed_from_matches(matches, self.pk))
+        h.commit_files(files, qid, batch_id, {PROP_QUERY: qid, PROP_BATCH: str(batch_id)})
 
     def _check_collection(self, narrow: Any) -> None:
         if self.collection_id is None or narrow.num_rows == 0:

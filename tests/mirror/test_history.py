@@ -45,7 +45,7 @@ def test_an_upsert_is_one_update_and_absent_keys_change_nothing():
     got = [(r["op"], r["pk"], r["_ts"], r["v"]) for r in out.to_pylist()]
     assert got == [("update", 1, S + 10, "1b"), ("insert", 2, S + 10, "2a"), ("delete", 2, S + 20, None),
                    ("insert", 4, S + 30, "4a"), ("update", 5, S + 10, "5b")]
-    assert "_channel" not in out.column_names and out.column("_time").type == pa.timestamp("ms", tz="UTC")
+    assert "_channel" not in out.column_names and out.column("_time").type == pa.timestamp("us", tz="UTC")  # Delta: µs
 
 
 def test_as_of_and_scd2_from_the_log(tmp_path):
@@ -94,3 +94,23 @@ def test_pinned_reads_a_version_and_the_recorded_watermark(tmp_path, fmt):
     assert sorted(r["pk"] for b in pinned.batches() for r in b.to_pylist()) == [1, 2]
     assert pinned.rows_of("pk", pa.array([1, 3], pa.int64()), ["pk", "_ts"]).to_pylist() == [{"pk": 1, "_ts": S + 10}]
     assert table_identity(fmt, str(tmp_path / "t")) == ("c", "pk")
+
+
+def test_a_task_decides_a_key_whose_changes_two_chunks_split(tmp_path):
+    """A task's share arrives chunk by chunk in (key, _seq) order: the rows of a chunk's last key wait for the
+    next chunk, so an upsert cut by a chunk boundary is still one ``update``."""
+    import pyarrow.parquet as pq
+
+    from msgstream_spark.mirror.historywrite import HistorySpec, HistoryWriter, change_fields, history_schema
+
+    ch = _changes([("delete", 1, S + 10, None), ("insert", 1, S + 10, "1b"), ("delete", 2, S + 10, None),
+                   ("insert", 2, S + 10, "2b"), ("insert", 3, S + 10, "3a")])  # sorted by key and _seq
+    spec = HistorySpec(history_schema(change_fields(ch.schema)), "pk", str(tmp_path / "data"))
+    w = HistoryWriter(spec, _existed([1, 2]))
+    for i in (0, 1, 3, 4):  # chunks [d1] [i1 d2] [i2] [i3]
+        w.add(ch.slice(i, {0: 1, 1: 2, 3: 1, 4: 1}[i]))
+    files = w.close()
+    rows = pq.read_table(files.column("_file")[0].as_py())
+    assert files.column("_rows").to_pylist() == [3]
+    assert [(r["op"], r["pk"], r["v"]) for r in rows.to_pylist()] == [("update", 1, "1b"), ("update", 2, "2b"),
+                                                                    ("insert", 3, "3a")]
