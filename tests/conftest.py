@@ -96,14 +96,16 @@ def xdist_group(item) -> str | None:
 @pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(items):
     """Every test that starts Spark is ``slow`` (``make test-fast`` runs the others); groups for xdist."""
+    rank = {g: i for i, g in enumerate(GROUP_ORDER)}
+    order = {}
     for item in items:
         if "spark" in getattr(item, "fixturenames", ()):
             item.add_marker(pytest.mark.slow)
         group = xdist_group(item)
         if group is not None:
             item.add_marker(pytest.mark.xdist_group(group))
-    rank = {g: i for i, g in enumerate(GROUP_ORDER)}
-    items.sort(key=lambda it: rank.get(xdist_group(it), len(rank)))  # stable: each group keeps its order
+        order[item.nodeid] = rank.get(group, len(rank))
+    items.sort(key=lambda it: order[it.nodeid])  # stable: each group keeps its order
 
 
 class _GroupCheck:

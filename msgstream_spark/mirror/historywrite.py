@@ -23,6 +23,7 @@ import pyarrow.parquet as pq
 
 from msgstream_spark.mirror.collapse import OP
 from msgstream_spark.mirror.common import TS, conform
+from msgstream_spark.mirror.deltalog import fsync_path
 from msgstream_spark.mirror.layout import FILE, LiveFile, write_data_file
 from msgstream_spark.mirror.order import SEQ
 
@@ -163,11 +164,7 @@ class HistoryWriter:
         if self._writer is None:
             return files_schema().empty_table()
         self._writer.close()
-        fd = os.open(self._path, os.O_RDONLY)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
+        fsync_path(self._path)
         self._writer = None
         return pa.table([[self._path], [self._rows], [self._max_ts]], schema=files_schema())
 
@@ -206,11 +203,7 @@ def seed_file(f: LiveFile, spec: HistorySpec) -> pa.Table:
             writer.close()
     if writer is None:
         return files_schema().empty_table()
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+    fsync_path(path)
     return pa.table([[path], [rows], [max_ts]], schema=files_schema())
 
 

@@ -51,8 +51,7 @@ class KeyIndex:
 
     @classmethod
     def build(cls, key_col: pa.ChunkedArray | pa.Array, seq_col: pa.ChunkedArray | pa.Array) -> KeyIndex:
-        keys = np.asarray(key_col.to_numpy(), dtype=np.int64) if isinstance(key_col, pa.Array) else \
-            np.asarray(key_col.combine_chunks().to_numpy(), dtype=np.int64)
+        keys = np.asarray(key_col.to_numpy(), dtype=np.int64)  # Array and ChunkedArray alike
         seq_arr = seq_col.combine_chunks() if isinstance(seq_col, pa.ChunkedArray) else seq_col
         raw = np.frombuffer(seq_arr.buffers()[1], dtype=np.uint64)[2 * seq_arr.offset:2 * (seq_arr.offset + len(keys))]
         order = np.argsort(keys, kind="stable")

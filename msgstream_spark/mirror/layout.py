@@ -25,6 +25,7 @@ import pyarrow.parquet as pq
 from msgstream_spark.errors import MirrorError
 from msgstream_spark.mirror.collapse import OP, collapse
 from msgstream_spark.mirror.common import TS, conform
+from msgstream_spark.mirror.deltalog import fsync_path
 from msgstream_spark.mirror.keyindex import indexable, key_index
 from msgstream_spark.mirror.order import SEQ, SEQ_TYPE
 
@@ -128,11 +129,7 @@ class TaskWriter:
         """Finish the files and sync them to disk (before their paths reach a commit)."""
         for path, writer, _ in self._files.values():
             writer.close()
-            fd = os.open(path, os.O_RDONLY)
-            try:
-                os.fsync(fd)
-            finally:
-                os.close(fd)
+            fsync_path(path)
         self._files.clear()
 
 
@@ -212,8 +209,8 @@ def _sorted_keys(keys: pa.Array) -> np.ndarray:
 def _lookup_indexed(f: LiveFile, pk: str, keys: pa.Array, key_type: pa.DataType) -> pa.Table:
     k, pos, seq = key_index(f.path, pk, f.num_rows).find(_sorted_keys(keys))
     if len(f.deleted) and len(pos):  # deleted positions are sorted and unique (a deletion vector, np.unique)
-        at = np.minimum(np.searchsorted(f.deleted, pos.astype(np.uint64)), len(f.deleted) - 1)
-        keep = f.deleted[at] != pos.astype(np.uint64)
+        upos = pos.astype(np.uint64)
+        keep = f.deleted[np.minimum(np.searchsorted(f.deleted, upos), len(f.deleted) - 1)] != upos
         k, pos, seq = k[keep], pos[keep], seq.filter(pa.array(keep))
     if len(pos) == 0:
         return match_schema(key_type).empty_table()
