@@ -68,7 +68,8 @@ class DeltaMirrorTable:
         self._dt = None
         self.root = os.path.abspath(location)
         self._log: LogState | None = None
-        self._dvs: dict[tuple, np.ndarray] = {}
+        self._dvs: dict[tuple, np.ndarray] = {}  # the live files' deletion vectors, by descriptor
+        self._stats: dict[str, tuple] = {}  # an add's stats JSON -> (key min, key max, rows)
 
     @classmethod
     def open(cls, location: str, *, collection: str, pk: str, arrow_schema: pa.Schema | None, create: bool,
@@ -141,19 +142,25 @@ class DeltaMirrorTable:
                          schema.field(self.pk).type)
 
     def live_files(self) -> list[LiveFile]:
-        out = []
+        """The live data files with key bounds and deleted positions. Parsed stats and read vectors are kept
+        for the files still live only: a batch costs O(files), and a long-running job's memory stays that."""
+        out, dvs, stats = [], {}, {}
         for rel, add in self._state().files.items():
-            stats = json.loads(add.get("stats") or "{}")
-            out.append(LiveFile(os.path.join(self.root, rel), stats.get("minValues", {}).get(self.pk),
-                                stats.get("maxValues", {}).get(self.pk),
-                                self._deleted(add.get("deletionVector")), int(stats.get("numRecords") or 0)))
+            raw = add.get("stats") or "{}"
+            got = stats[raw] = self._stats.get(raw) or _bounds(raw, self.pk)
+            dv = add.get("deletionVector")
+            deleted = self._deleted(dv)
+            if dv:
+                dvs[_dv_key(dv)] = deleted
+            out.append(LiveFile(os.path.join(self.root, rel), got[0], got[1], deleted, got[2]))
+        self._dvs, self._stats = dvs, stats
         return out
 
     def _deleted(self, dv: dict | None) -> np.ndarray:
         """A deletion vector's positions, cached (a vector never changes; a new one has a new offset or file)."""
         if not dv:
             return np.zeros(0, np.uint64)
-        key = (dv["storageType"], dv["pathOrInlineDv"], dv.get("offset"))
+        key = _dv_key(dv)
         got = self._dvs.get(key)
         if got is None:
             got = self._dvs[key] = read_dv(self.root, dv)
@@ -295,3 +302,13 @@ class DeltaMirrorTable:
             return conform(got, self.schema)  # DataFusion hands strings as string_view
         return pa.table(dt.to_pyarrow_table())
 
+
+def _dv_key(dv: dict) -> tuple:
+    return dv["storageType"], dv["pathOrInlineDv"], dv.get("offset")
+
+
+def _bounds(raw_stats: str, pk: str) -> tuple:
+    """(key min, key max, rows) of an add's stats JSON (None bounds: no stats)."""
+    stats = json.loads(raw_stats)
+    return (stats.get("minValues", {}).get(pk), stats.get("maxValues", {}).get(pk),
+            int(stats.get("numRecords") or 0))

@@ -191,9 +191,10 @@ class IcebergMirrorTable:
         if tbl.current_snapshot() is None:
             return []
         field = tbl.schema().find_field(self.pk)
-        out = []
+        out, used = [], set()
         for task in tbl.scan().plan_files():
             f = task.file
+            used.update(d.file_path for d in task.delete_files)
             lo, hi = f.lower_bounds.get(field.field_id), f.upper_bounds.get(field.field_id)
             deleted = [self._positions(d.file_path).get(f.file_path) for d in task.delete_files]
             deleted = [d for d in deleted if d is not None]
@@ -203,6 +204,7 @@ class IcebergMirrorTable:
                                 np.unique(np.concatenate(deleted)).astype(np.uint64) if deleted else
                                 np.zeros(0, np.uint64), f.record_count, f.partition))
         self._live = out
+        self._deletes = {k: v for k, v in self._deletes.items() if k in used}  # expired delete files: forgotten
         return out
 
     def _positions(self, delete_file: str) -> dict[str, np.ndarray]:

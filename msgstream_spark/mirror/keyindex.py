@@ -18,6 +18,7 @@ from __future__ import annotations
 import logging
 import os
 import uuid
+from collections import OrderedDict
 
 import numpy as np
 import pyarrow as pa
@@ -103,27 +104,39 @@ class KeyIndex:
                 pa.Array.from_buffers(SEQ_TYPE, total, [None, pa.py_buffer(seq.tobytes())]))
 
 
+_OPEN: OrderedDict[tuple[str, int], KeyIndex] = OrderedDict()  # mapped side files of this process, newest last
+_OPEN_MAX = 512  # mappings kept (a data file never changes: a kept one stays right); a lookup task is reused
+
+
 def key_index(path: str, pk: str, num_rows: int = 0) -> KeyIndex:
     """The index of data file ``path``: its side file, else built from the file (and its side file written)."""
     pf = None
     if num_rows <= 0:
         pf = pq.ParquetFile(path)
         num_rows = pf.metadata.num_rows
-    got = KeyIndex.load(side_path(path), num_rows)
+    got = _OPEN.get((path, num_rows))
     if got is not None:
+        _OPEN.move_to_end((path, num_rows))
         return got
-    pf = pf or pq.ParquetFile(path)
-    t = pf.read(columns=[pk, SEQ])
-    idx = KeyIndex.build(t.column(pk), t.column(SEQ).cast(SEQ_TYPE))
-    try:
-        idx.save(side_path(path))
-    except OSError as e:  # a cache: the lookup is right without it, only slower next time
-        log.warning("could not write the key index of %s (%s): the next lookup reads the file again", path, e)
-    return idx
+    got = KeyIndex.load(side_path(path), num_rows)
+    if got is None:
+        pf = pf or pq.ParquetFile(path)
+        t = pf.read(columns=[pk, SEQ])
+        got = KeyIndex.build(t.column(pk), t.column(SEQ).cast(SEQ_TYPE))
+        try:
+            got.save(side_path(path))
+        except OSError as e:  # a cache: the lookup is right without it, only slower next time
+            log.warning("could not write the key index of %s (%s): the next lookup reads the file again", path, e)
+    _OPEN[(path, num_rows)] = got
+    while len(_OPEN) > _OPEN_MAX:
+        _OPEN.popitem(last=False)
+    return got
 
 
 def remove_side_file(data_path: str) -> None:
     """Delete the side file of a data file being removed (none: nothing to do)."""
+    for k in [k for k in _OPEN if k[0] == data_path]:
+        del _OPEN[k]
     try:
         os.unlink(side_path(data_path))
     except FileNotFoundError:

@@ -207,7 +207,10 @@ def _sorted_keys(keys: pa.Array) -> np.ndarray:
 
 
 def _lookup_indexed(f: LiveFile, pk: str, keys: pa.Array, key_type: pa.DataType) -> pa.Table:
-    k, pos, seq = key_index(f.path, pk, f.num_rows).find(_sorted_keys(keys))
+    want = _sorted_keys(keys)
+    if f.key_min is not None and f.key_max is not None:  # only the keys within the file's bounds are searched
+        want = want[np.searchsorted(want, int(f.key_min), "left"):np.searchsorted(want, int(f.key_max), "right")]
+    k, pos, seq = key_index(f.path, pk, f.num_rows).find(want)
     if len(f.deleted) and len(pos):  # deleted positions are sorted and unique (a deletion vector, np.unique)
         upos = pos.astype(np.uint64)
         keep = f.deleted[np.minimum(np.searchsorted(f.deleted, upos), len(f.deleted) - 1)] != upos
