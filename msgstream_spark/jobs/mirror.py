@@ -60,7 +60,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--trigger", default="available-now",
                    help="available-now (default), once, or processing-time:<interval>")
     p.add_argument("--max-rows-per-trigger", type=int, default=100000,
-                   help="rows per micro-batch (tasks write them; the driver holds ~60 bytes a change; default 100000)")
+                   help="rows per micro-batch (tasks write and plan them; no row reaches the driver; default 100000)")
     p.add_argument("--compact-every", type=int, default=0,
                    help="compact the table after every N committed micro-batches (default 0: never)")
     p.add_argument("--snapshot-tasks", type=int, default=0, help="snapshot read tasks (default: Spark parallelism)")

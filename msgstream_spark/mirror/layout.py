@@ -121,6 +121,10 @@ class TaskWriter:
         f[2] += rows.num_rows
         return f[0], f[2] - rows.num_rows
 
+    def written(self) -> dict[str, int]:
+        """The data files this writer wrote (closed or not), with their rows."""
+        return {f[0]: f[2] for f in self._files.values()}
+
     def open_files(self) -> list[str]:
         """The data files this writer has open (rows written, not yet closed)."""
         return [f[0] for f in self._files.values()]
@@ -284,8 +288,12 @@ def check_narrow_collection(narrow: pa.Table, want: int | None, location: str, c
     """MirrorError if the batch holds rows of another collection id than the table's ``want``."""
     if want is None or narrow.num_rows == 0:
         return
-    ids = pc.unique(narrow.column(COLLECTION).drop_null()).to_pylist()
-    other = sorted(i for i in ids if i != int(want))
+    check_collections(set(pc.unique(narrow.column(COLLECTION).drop_null()).to_pylist()), want, location, collection)
+
+
+def check_collections(ids: set[int], want: int | None, location: str, collection: str) -> None:
+    """MirrorError if ``ids`` (the collection ids a batch's rows carry) hold one other than the table's ``want``."""
+    other = sorted(i for i in ids if want is not None and i != int(want))
     if other:
         raise MirrorError(f"table {location} mirrors collection {collection!r} id {want}; the batch holds "
                           f"rows of collection id(s) {other} (dropped and re-created under the same name?): mirror "

@@ -14,6 +14,7 @@ import pyarrow as pa
 from msgstream_spark.mirror.common import PROP_COLLECTION_ID
 from msgstream_spark.mirror.layout import (
     Plan,
+    check_collections,
     check_narrow_collection,
     lookup_file,
     match_schema,
@@ -38,6 +39,15 @@ def finish(table: Any, narrow: pa.Table, matches: pa.Table, *, query_id: str, ba
     with the commit, e.g. the batch's watermark); None if the batch is already in the table."""
     check_narrow_collection(narrow, _collection_id(table), table.location, table.collection)
     p = plan(narrow, matches)
+    with writer_lock(table.location, f"the commit of batch {batch_id}"):
+        return p if table.commit(p, query_id=query_id, batch_id=batch_id, commit_info=commit_info) else None
+
+
+def commit_plan(table: Any, p: Plan, collections: set[int], *, query_id: str, batch_id: int,
+                commit_info: dict[str, str] | None = None) -> Plan | None:
+    """Commit a plan the tasks made (``collections``: the ids the batch's rows carry, checked against the
+    table's); None if the batch is already in the table."""
+    check_collections(collections, _collection_id(table), table.location, table.collection)
     with writer_lock(table.location, f"the commit of batch {batch_id}"):
         return p if table.commit(p, query_id=query_id, batch_id=batch_id, commit_info=commit_info) else None
 

@@ -3,15 +3,16 @@
     q = (spark.readStream.format("msgstream").option(...).load().writeStream
          .foreachBatch(MirrorBatch(table, pk="pk", checkpoint=chk)).option("checkpointLocation", chk).start())
 
-Each micro-batch goes through the merge-on-read write path (msgstream_spark.mirror.layout): Spark tasks
-collapse their share of the changes and write the inserted rows as data files under the table's
-location, returning only narrow columns (key, ``_seq``, op, file, row); other tasks read the key column
-of the table's files that can hold a batch key and return the live rows of those keys. The driver holds
-only these narrow results, plans the deleted positions and commits (deletion vectors / position deletes)
-with the query's id and the batch id, skipping a batch the table already holds. The query id is
-Spark's own (``<checkpoint>/metadata``), stable across restarts from the same checkpoint. With a history
-table, tasks write the batch's change-log rows too (``spark.history``) and the driver commits their files
-before the merge.
+Each micro-batch goes through the merge-on-read write path (msgstream_spark.mirror.layout,
+msgstream_spark.mirror.taskplan) in two Spark stages: writing tasks collapse their share of the changes,
+write the inserted rows as data files under the table's location and their narrow rows (key, ``_seq``, op,
+file, row) as changes files beside them; planning tasks read the changes files shuffled by key, look their
+keys up in the table's live files and return the positions to delete per file. The driver receives only
+file lists, delete positions and counts (never a row of the batch), and commits (deletion vectors /
+position deletes) with the query's id and the batch id, skipping a batch the table already holds. The
+query id is Spark's own (``<checkpoint>/metadata``), stable across restarts from the same checkpoint. With a
+history table, tasks write the batch's change-log rows too (``spark.history``) and the driver commits their
+files before the merge.
 """
 
 from __future__ import annotations
@@ -21,27 +22,30 @@ import logging
 import os
 import signal
 import time
-from typing import Any
 
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from msgstream_spark.errors import MirrorError
 from msgstream_spark.mirror.common import PROP_BATCH, PROP_QUERY
 from msgstream_spark.mirror.delta import DeltaMirrorTable
 from msgstream_spark.mirror.historywrite import existed_from_matches
-from msgstream_spark.mirror.layout import (
-    LiveFile,
-    TaskWriter,
-    WriteSpec,
-    lookup_file,
-    match_schema,
-    narrow_schema,
-    prune,
-)
+from msgstream_spark.mirror.layout import TaskWriter, WriteSpec, narrow_schema
 from msgstream_spark.mirror.maintenance import compact
+from msgstream_spark.mirror.taskplan import (
+    ChangesFile,
+    batch_collections,
+    changes_count,
+    changes_dir,
+    changes_files,
+    existed_keys,
+    merge_plans,
+    plan_out_schema,
+    plan_share,
+    remove_changes,
+    written_schema,
+)
 from msgstream_spark.mirror.watermark import PROP_WATERMARK, checkpoint_offset, freshness_ms
-from msgstream_spark.mirror.writepath import finish
+from msgstream_spark.mirror.writepath import commit_plan
 from msgstream_spark.spark.history import history_in_tasks, seed_in_tasks
 
 log = logging.getLogger(__name__)
@@ -62,28 +66,31 @@ def checkpoint_query_id(checkpoint: str) -> str:
         raise MirrorError(f"cannot read the query id from {path} (the streaming checkpoint's metadata): {exc}") from exc
 
 
-def _writer_fn(spec: WriteSpec, kill_worker: bool = False):
+def _writer_fn(spec: WriteSpec, changes_at: str, kill_worker: bool = False):
     def write(batches):
         w = TaskWriter(spec)
+        changes = ChangesFile(changes_at, spec.key_type)
         for b in batches:  # one Arrow batch at a time (spark.sql.execution.arrow.maxRecordsPerBatch rows)
             if b.num_rows:
-                out = w.add(pa.Table.from_batches([b]))
+                changes.add(w.add(pa.Table.from_batches([b])))
                 if kill_worker:
                     _worker_failpoint(w)
-                yield from out.to_batches()
+        data = w.written()
         w.close()  # before the task ends: the driver commits only files of finished tasks
+        yield from changes.close(data).to_batches()
 
     return write
 
 
-def _lookup_fn(files: list[LiveFile], pk: str, keys_bc, key_type):
-    def look(batches):
-        keys = keys_bc.value
-        for b in batches:
-            for i in b.column(0).to_pylist():
-                yield from lookup_file(files[i], pk, keys, key_type).to_batches()
+def _plan_fn(files_bc, pk: str, key_type, existed: bool):
+    def plan_task(batches):
+        got = [b for b in batches if b.num_rows]
+        if not got:  # no key of the batch hashed here
+            return
+        share = pa.Table.from_batches(got)  # every change of this task's keys (narrow rows)
+        yield from plan_share(share, files_bc.value, pk, key_type, existed).to_batches()
 
-    return look
+    return plan_task
 
 
 def _worker_failpoint(w: TaskWriter) -> None:
@@ -96,33 +103,36 @@ def _worker_failpoint(w: TaskWriter) -> None:
         os.kill(os.getpid(), signal.SIGKILL)
 
 
-def write_in_tasks(df, spec: WriteSpec, kill_worker: bool = False) -> pa.Table:
-    """The micro-batch's rows written as data files by Spark tasks; the narrow rows of its changes."""
+def write_in_tasks(df, spec: WriteSpec, changes_at: str, kill_worker: bool = False) -> pa.Table:
+    """The micro-batch's rows written as data files by Spark tasks, their narrow rows as changes files under
+    ``changes_at``; a row per file (``taskplan.written_schema``)."""
     from pyspark.sql.pandas.types import from_arrow_schema
 
     if SEQ not in df.columns:
         raise MirrorError(f"the stream's rows have no {SEQ} column (the change order); columns: {df.columns}")
-    # no shuffle: a key whose changes land in two tasks (Milvus routes a key to one channel, so rarely) is
-    # decided by the driver's plan, which deletes the losing rows in the commit that adds them
-    out = narrow_schema(spec.key_type)
-    return df.mapInArrow(_writer_fn(spec, kill_worker), from_arrow_schema(out)).toArrow().cast(out)
+    # no shuffle of the rows: a key whose changes land in two writing tasks (Milvus routes a key to one
+    # channel, so rarely) meets its other changes in the planning shuffle, which deletes the losing rows
+    out = written_schema()
+    return df.mapInArrow(_writer_fn(spec, changes_at, kill_worker), from_arrow_schema(out)).toArrow().cast(out)
 
 
-def lookup_in_tasks(spark, table, keys: pa.Array) -> pa.Table:
-    """The table's live rows of ``keys``, read by Spark tasks (one data file each) from the key column."""
+def plan_in_tasks(spark, table, written: pa.Table, existed: bool = False) -> pa.Table:
+    """The batch planned by Spark tasks: the changes files shuffled by key, each task's keys looked up in the
+    table's live files (``taskplan.plan_share``); the tasks' rows (deleted positions per file, rows applied)."""
     from pyspark.sql.pandas.types import from_arrow_schema
 
     key_type = table.schema.field(table.pk).type
-    out = match_schema(key_type)
-    files = prune(table.live_files(), keys)
-    if not files:
+    out = plan_out_schema(key_type)
+    paths = changes_files(written)
+    if not paths:
         return out.empty_table()
-    keys_bc = spark.sparkContext.broadcast(keys)
+    narrow = spark.read.schema(from_arrow_schema(narrow_schema(key_type))).parquet(*paths)
+    files_bc = spark.sparkContext.broadcast(table.live_files())
     try:
-        ids = spark.range(0, len(files), 1, numPartitions=min(len(files), 4 * spark.sparkContext.defaultParallelism))
-        got = ids.mapInArrow(_lookup_fn(files, table.pk, keys_bc, key_type), from_arrow_schema(out)).toArrow()
+        shares = narrow.repartition(spark.sparkContext.defaultParallelism, "key")
+        got = shares.mapInArrow(_plan_fn(files_bc, table.pk, key_type, existed), from_arrow_schema(out)).toArrow()
     finally:
-        keys_bc.unpersist()
+        files_bc.unpersist()
     return got.cast(out)
 
 
@@ -184,25 +194,30 @@ class MirrorBatch:
         self.table.prepare(to_arrow_schema(df.schema, timezone="UTC"))
         kill_worker = os.environ.get(FAILPOINT_ENV) == f"kill-worker-in-files:{batch_id}"  # shipped to the task
         spec = self.table.write_spec()
-        narrow = write_in_tasks(df, spec, kill_worker)
-        self._check_collection(narrow)
-        _failpoint(batch_id, narrow.num_rows > 0, "files")
+        changes_at = changes_dir(spec.data_dir, qid, batch_id)
+        remove_changes(changes_at)  # a killed attempt's, if any: this attempt writes its own
+        written = write_in_tasks(df, spec, changes_at, kill_worker)
+        changes = changes_count(written)
+        self._check_collection(batch_collections(written))
+        _failpoint(batch_id, changes > 0, "files")
         offset = checkpoint_offset(self.checkpoint, batch_id) if self.checkpoint else None
         info = {PROP_WATERMARK: json.dumps(offset, sort_keys=True)} if offset else None
-        matches = lookup_in_tasks(df.sparkSession, self.table, narrow.column("key").combine_chunks())
+        planned = plan_in_tasks(df.sparkSession, self.table, written, existed=self.history is not None)
         if self.history is not None:  # before the merge: a re-run batch finds the table as the log saw it
-            self._history(df, spec, matches, qid, batch_id)
-        plan = finish(self.table, narrow, matches, query_id=qid, batch_id=batch_id, commit_info=info)
+            self._history(df, spec, existed_keys(planned), qid, batch_id)
+        plan = commit_plan(self.table, merge_plans(written, planned), batch_collections(written), query_id=qid,
+                           batch_id=batch_id, commit_info=info)
+        remove_changes(changes_at)
         if plan is not None:
             self.batches += 1
-            self.rows += narrow.num_rows
+            self.rows += changes
             if offset:  # the progress line of the batch: how far behind Milvus's clock the table is
                 self.freshness_ms = freshness_ms(offset, int(time.time() * 1000))
                 log.info("mirror batch %d: %d change(s) committed; table complete to %s; freshness %s ms", batch_id,
-                         narrow.num_rows, {ch: e.get("ts") for ch, e in sorted(offset.items())}, self.freshness_ms)
+                         changes, {ch: e.get("ts") for ch, e in sorted(offset.items())}, self.freshness_ms)
         else:
             self.skipped += 1
-        _failpoint(batch_id, plan is not None and narrow.num_rows > 0)
+        _failpoint(batch_id, plan is not None and changes > 0)
         if plan is not None and self.compact_every and self.batches % self.compact_every == 0:
             done = compact(self.table)
             self.compactions += 1
@@ -222,10 +237,9 @@ class MirrorBatch:
         files = history_in_tasks(df, hspec, existed_from_matches(matches, self.pk))
         h.commit_files(files, qid, batch_id, {PROP_QUERY: qid, PROP_BATCH: str(batch_id)})
 
-    def _check_collection(self, narrow: Any) -> None:
-        if self.collection_id is None or narrow.num_rows == 0:
+    def _check_collection(self, ids: set[int]) -> None:
+        if self.collection_id is None or not ids:
             return
-        ids = set(pc.unique(narrow.column("_collection").drop_null()).to_pylist())
         other = ids - {self.collection_id}
         if other:
             raise MirrorError(

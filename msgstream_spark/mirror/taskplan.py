@@ -1,0 +1,184 @@
+"""The batch's plan made by tasks, Spark-free: the driver receives file lists and delete positions, no rows.
+
+A writing task keeps its narrow rows (``layout.narrow_schema``: key, ``_seq``, op, file, row) in a *changes
+file* of its own (``<data>/_changes/<batch>/<uuid>.parquet``) and returns one row per file it wrote
+(:func:`written_schema`). The changes files are shuffled by key (every change of a key in one planning
+task, whichever writing task wrote it); a planning task looks its keys up in the table's live files
+(``layout.lookup_file``), runs ``layout.plan`` on its share and returns the positions to delete per data file
+and the number of changes applied (:func:`plan_out_schema`). The driver merges those rows (:func:`merge_plans`)
+into one ``layout.Plan`` and commits it. What reaches the driver grows with the files and the deleted rows,
+not with the batch's rows: an insert-only batch of any size is a few rows per task.
+
+The changes files are the batch's persisted state between the two stages (a re-run planning task reads the
+same rows; a re-run writing task writes a new data file and a new changes file, and the lost attempt's files
+are in neither list). The driver deletes the batch's directory once the batch is committed or skipped; one
+a killed job left is removed when the batch runs again, else listed by ``msgstream mirror orphans``.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import uuid
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from msgstream_spark.mirror.deltalog import fsync_path
+from msgstream_spark.mirror.layout import (
+    COLLECTION,
+    LiveFile,
+    Plan,
+    lookup_file,
+    match_schema,
+    narrow_schema,
+    plan,
+    prune,
+)
+from msgstream_spark.mirror.order import SEQ, SEQ_TYPE
+
+CHANGES_DIR = "_changes"
+DATA, CHANGES = "data", "changes"
+DELETE, APPLIED, EXISTED = "delete", "applied", "existed"
+
+
+def changes_dir(data_dir: str, query_id: str, batch_id: int) -> str:
+    """Where the writing tasks of batch ``batch_id`` of query ``query_id`` keep their changes files."""
+    safe = "".join(c if c.isalnum() or c in "-_" else "_" for c in query_id)
+    return os.path.join(data_dir, CHANGES_DIR, f"{safe}-{int(batch_id)}")
+
+
+def remove_changes(directory: str) -> None:
+    """Drop a batch's changes files (committed, skipped, or left by a killed attempt of the batch)."""
+    if os.path.isdir(directory):
+        shutil.rmtree(directory)
+
+
+def written_schema() -> pa.Schema:
+    """What a writing task returns: a row per data file and one for its changes file (rows; collection ids)."""
+    return pa.schema([pa.field("kind", pa.string()), pa.field("path", pa.string()), pa.field("rows", pa.int64()),
+                      pa.field("collections", pa.list_(pa.int64()))])
+
+
+class ChangesFile:
+    """A writing task's narrow rows, appended chunk by chunk to its changes file (opened at the first row)."""
+
+    def __init__(self, directory: str, key_type: pa.DataType) -> None:
+        self.directory, self.schema = directory, narrow_schema(key_type)
+        self.path: str | None = None
+        self._writer: pq.ParquetWriter | None = None
+        self.rows = 0
+        self.collections: set[int] = set()
+
+    def add(self, narrow: pa.Table) -> None:
+        if narrow.num_rows == 0:
+            return
+        if self._writer is None:
+            os.makedirs(self.directory, exist_ok=True)
+            self.path = os.path.join(self.directory, f"{uuid.uuid4().hex}.parquet")
+            self._writer = pq.ParquetWriter(self.path, self.schema, compression="zstd")
+        self._writer.write_table(narrow.cast(self.schema))
+        self.rows += narrow.num_rows
+        self.collections.update(pc.unique(narrow.column(COLLECTION).drop_null()).to_pylist())
+
+    def close(self, data_files: dict[str, int]) -> pa.Table:
+        """Finish the file; the task's output rows (``data_files``: the data files it wrote, with their rows)."""
+        if self._writer is not None:
+            self._writer.close()
+            fsync_path(self.path)
+        kinds = [DATA] * len(data_files) + ([CHANGES] if self.path else [])
+        paths = list(data_files) + ([self.path] if self.path else [])
+        rows = list(data_files.values()) + ([self.rows] if self.path else [])
+        colls = [None] * len(data_files) + ([sorted(self.collections)] if self.path else [])
+        return pa.Table.from_arrays([pa.array(kinds, pa.string()), pa.array(paths, pa.string()),
+                                     pa.array(rows, pa.int64()), pa.array(colls, pa.list_(pa.int64()))],
+                                    schema=written_schema())
+
+
+def plan_out_schema(key_type: pa.DataType) -> pa.Schema:
+    """What a planning task returns: ``delete`` rows (file, positions), one ``applied`` row (rows), and with
+    ``existed`` asked for, the newest table row's ``_seq`` per key of its share (the history needs them)."""
+    return pa.schema([pa.field("kind", pa.string()), pa.field("file", pa.string()),
+                      pa.field("positions", pa.list_(pa.int64())), pa.field("rows", pa.int64()),
+                      pa.field("key", key_type), pa.field(SEQ, SEQ_TYPE)])
+
+
+def plan_share(narrow: pa.Table, files: list[LiveFile], pk: str, key_type: pa.DataType,
+               existed: bool = False) -> pa.Table:
+    """Plan one share of the batch (every change of its keys): its keys looked up in ``files``, ``plan`` run."""
+    out = plan_out_schema(key_type)
+    if narrow.num_rows == 0:
+        return out.empty_table()
+    keys = pc.unique(narrow.column("key").combine_chunks())
+    parts = [lookup_file(f, pk, keys, key_type) for f in prune(files, keys)]
+    matches = pa.concat_tables(parts) if parts else match_schema(key_type).empty_table()
+    p = plan(narrow, matches)
+    n = len(p.deletes)
+    parts = [_out(out, [DELETE] * n + [APPLIED], file=pa.array(list(p.deletes) + [None], pa.string()),
+                  positions=pa.array([v.astype(np.int64) for v in p.deletes.values()] + [None], pa.list_(pa.int64())),
+                  rows=pa.array([None] * n + [p.rows], pa.int64()))]
+    if existed and matches.num_rows:
+        newest = matches.select(["key", SEQ]).group_by("key").aggregate([(SEQ, "max")])
+        parts.append(_out(out, [EXISTED] * newest.num_rows, key=newest.column("key"), seq=newest.column(f"{SEQ}_max")))
+    return pa.concat_tables(parts)
+
+
+def _out(schema: pa.Schema, kinds: list[str], **cols) -> pa.Table:
+    """Planning-task output rows of ``kinds``; the columns not given are nulls."""
+    n = len(kinds)
+    names = {"seq": SEQ}
+    got = {names.get(k, k): v for k, v in cols.items()}
+    arrays = [pa.array(kinds, pa.string())] + [
+        (got[f.name].cast(f.type) if f.name in got else pa.nulls(n, f.type)) for f in list(schema)[1:]]
+    return pa.Table.from_arrays(arrays, schema=schema)
+
+
+def merge_plans(written: pa.Table, planned: pa.Table) -> Plan:
+    """One ``Plan`` from the writing tasks' files and the planning tasks' rows (a data file's positions may
+    come from several planning tasks: united)."""
+    kinds = written.column("kind").to_pylist()
+    paths = written.column("path").to_pylist()
+    rows = written.column("rows").to_pylist()
+    adds = sorted(p for k, p, r in zip(kinds, paths, rows) if k == DATA and r)
+    deletes: dict[str, list[np.ndarray]] = {}
+    dels = planned.filter(pc.equal(planned.column("kind"), DELETE))
+    positions = [a for chunk in dels.column("positions").chunks for a in _lists(chunk)]
+    for f, pos in zip(dels.column("file").to_pylist(), positions):
+        deletes.setdefault(f, []).append(pos)
+    got = planned.filter(pc.equal(planned.column("kind"), APPLIED)).column("rows")
+    applied = int(pc.sum(got).as_py() or 0) if len(got) else 0
+    return Plan(adds, {f: np.unique(np.concatenate(v)).astype(np.uint64) for f, v in deletes.items()}, applied)
+
+
+def _lists(chunk: pa.ListArray) -> list[np.ndarray]:
+    """Each list of a list<int64> chunk as a numpy view (no Python ints per position)."""
+    values = chunk.flatten().to_numpy(zero_copy_only=False)
+    offs = chunk.offsets.to_numpy() - chunk.offsets[0].as_py()
+    return [values[offs[i]:offs[i + 1]] for i in range(len(chunk))]
+
+
+def existed_keys(planned: pa.Table) -> pa.Table:
+    """(key, ``_seq``) rows of the planning tasks' ``existed`` answers, as ``layout.match_schema`` has them."""
+    got = planned.filter(pc.equal(planned.column("kind"), EXISTED))
+    return pa.table({"key": got.column("key"), SEQ: got.column(SEQ)})
+
+
+def changes_files(written: pa.Table) -> list[str]:
+    return [p for k, p in zip(written.column("kind").to_pylist(), written.column("path").to_pylist()) if k == CHANGES]
+
+
+def batch_collections(written: pa.Table) -> set[int]:
+    """The collection ids the batch's rows carry (from the writing tasks' rows)."""
+    out: set[int] = set()
+    for k, c in zip(written.column("kind").to_pylist(), written.column("collections").to_pylist()):
+        if k == CHANGES and c:
+            out.update(c)
+    return out
+
+
+def changes_count(written: pa.Table) -> int:
+    return sum(r for k, r in zip(written.column("kind").to_pylist(), written.column("rows").to_pylist())
+               if k == CHANGES)
+
