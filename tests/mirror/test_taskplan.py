@@ -1,0 +1,71 @@
+"""The Spark path's two stages without Spark: writing tasks keep their narrow rows in changes files, planning
+tasks each take the changes of some keys (as the shuffle by key hands them), look them up and return deleted
+positions; the driver merges the tasks' rows into one commit. A key in two writing tasks, a table file whose
+rows are deleted by two planning tasks, and the `existed` answers the history needs."""
+
+from __future__ import annotations
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+import pytest
+
+from msgstream_spark.mirror import open_table
+from msgstream_spark.mirror.layout import TaskWriter
+from msgstream_spark.mirror.taskplan import (
+    ChangesFile,
+    changes_count,
+    changes_dir,
+    changes_files,
+    existed_keys,
+    merge_plans,
+    plan_share,
+)
+from msgstream_spark.mirror.writepath import commit_plan
+from tests.mirror.changes import FIELDS, delete, insert, model, table_state, to_arrow, upsert
+
+
+def _write(spec, at: str, chunks: list) -> pa.Table:
+    """One writing task: its chunks through a TaskWriter, narrow rows into its changes file; its output rows."""
+    w, ch = TaskWriter(spec), ChangesFile(at, spec.key_type)
+    for c in chunks:
+        ch.add(w.add(to_arrow(c)))
+    data = w.written()
+    w.close()
+    return ch.close(data)
+
+
+def _plan_by_key_parity(t, written: pa.Table, existed: bool = False) -> pa.Table:
+    """Two planning tasks: even keys and odd keys (every change of a key in one task, as a shuffle by key)."""
+    narrow = pa.concat_tables([pq.read_table(p) for p in changes_files(written)])
+    odd = pc.equal(pc.bit_wise_and(narrow.column("key"), 1), 1)
+    files = t.live_files()
+    return pa.concat_tables([plan_share(narrow.filter(pc.invert(odd)), files, t.pk, pa.int64(), existed),
+                             plan_share(narrow.filter(odd), files, t.pk, pa.int64(), existed)])
+
+
+@pytest.mark.parametrize("fmt", ["delta", "iceberg"])
+def test_two_writing_and_two_planning_tasks_commit_the_model(fmt, tmp_path):
+    t = open_table(fmt, str(tmp_path / "t"), collection="coll", pk="pk", arrow_schema=FIELDS)
+    first = [insert(10, (1, "a"), (2, "b"), (3, "c"), (4, "d"))]
+    at = changes_dir(t.write_spec().data_dir, "q/1", 0)
+    written = _write(t.write_spec(), at, [first])
+    assert changes_count(written) == 4 and at.endswith("_changes/q_1-0")
+    assert commit_plan(t, merge_plans(written, _plan_by_key_parity(t, written)), set(), query_id="q",
+                       batch_id=0) is not None
+    # batch 1: key 1 in both writing tasks (the newer in the second), keys 1..4 of the one table file changed
+    # by both planning tasks (odd and even keys): its deleted positions come from two tasks and are united
+    chunks1 = [[*upsert(30, (1, "a-old")), delete(31, 2)], [insert(35, (5, "e"))]]
+    chunks2 = [[insert(40, (1, "a-new"), (4, "d2"))]]
+    at = changes_dir(t.write_spec().data_dir, "q", 1)
+    written = pa.concat_tables([_write(t.write_spec(), at, chunks1), _write(t.write_spec(), at, chunks2)])
+    planned = _plan_by_key_parity(t, written, existed=True)
+    plan = merge_plans(written, planned)
+    table_file = [f.path for f in t.live_files()]
+    assert len(table_file) == 1 and sorted(plan.deletes[table_file[0]].tolist()) == [0, 1, 3]  # keys 1, 2, 4
+    assert sorted(existed_keys(planned).column("key").to_pylist()) == [1, 2, 4]
+    assert plan.rows == 4  # 1 (newest of two tasks), delete 2, insert 5, update 4
+    assert commit_plan(t, plan, {7}, query_id="q", batch_id=1) is not None  # collection ids: no id on the table
+    want = model(first + [m for c in chunks1 + chunks2 for m in c])
+    assert table_state(t.to_arrow()) == want == {1: ("a-new", 40), 3: ("c", 10), 4: ("d2", 40), 5: ("e", 35)}
+    assert commit_plan(t, plan, set(), query_id="q", batch_id=1) is None  # the batch is in the table: skipped
