@@ -8,7 +8,7 @@ unmeasured batch of 5,000 rows (it starts the executors and their Python workers
 ``MirrorBatch`` as ``foreachBatch`` hands it. Per batch:
 
 - **driver JVM live heap**: the peak, over the batch, of the heap used right after a full GC. A sampling
-  thread forces one (``System.gc()``, a full collection with the JVM's default G1) every ``--gc-every``
+  thread forces one (``System.gc()``: a full, stop-the-world collection) every ``--gc-every``
   seconds (0.5) and once when the batch returns, and reads ``MemoryMXBean.getHeapMemoryUsage().getUsed()``:
   what is reachable at that moment, not garbage not yet collected. ``jvm_heap_live_before_mb`` is the same
   figure before the batch (Spark's own baseline).
@@ -114,7 +114,7 @@ class _Peak:
         self.heap = max(self.heap, self.live_heap())
 
 
-def one(spark, fmt: str, work: Path, rows: int, dim: int, gc_every: float) -> dict:
+def one(spark, fmt: str, work: Path, name: str, rows: int, dim: int, gc_every: float) -> dict:
     from pyspark.sql.pandas.types import from_arrow_schema
 
     from msgstream_spark.mirror import open_table
@@ -124,7 +124,7 @@ def one(spark, fmt: str, work: Path, rows: int, dim: int, gc_every: float) -> di
                         pa.field("vec", pa.list_(pa.float32())), pa.field("_ts", pa.int64()),
                         pa.field("_seq", SEQ_TYPE), pa.field("_partition", pa.int64())])
     fields = pa.schema([pa.field("pk", pa.int64(), False), pa.field("vec", pa.list_(pa.float32()))])
-    table = open_table(fmt, str(work / f"t{rows}"), collection="bench", pk="pk", arrow_schema=fields)
+    table = open_table(fmt, str(work / name), collection="bench", pk="pk", arrow_schema=fields)
     starts = spark.createDataFrame([(i,) for i in range(0, rows, CHUNK)], "lo long").repartition(2)
     df = starts.mapInArrow(_gen(rows, dim, 10), from_arrow_schema(schema))
     sink = MirrorBatch(table, "pk", query_id="bench")
@@ -166,15 +166,18 @@ def measure(rows: int = 1_000_000, dim: int = 768, fmt: str = "delta", executor_
             raise RuntimeError(f"this process already had a Spark session ({master}): run the bench in a fresh one")
         max_heap = int(spark.sparkContext._jvm.java.lang.Runtime.getRuntime().maxMemory())
         t0 = time.perf_counter()
-        one(spark, fmt, work, CHUNK, dim, gc_every)  # unmeasured: starts the executors and their Python workers
+        one(spark, fmt, work, "warmup", CHUNK, dim, gc_every)  # unmeasured: starts the executors, Python workers
         warmup = time.perf_counter() - t0
-        small = one(spark, fmt, work, rows // 10, dim, gc_every)
-        large = one(spark, fmt, work, rows, dim, gc_every)
+        small = one(spark, fmt, work, "small", rows // 10, dim, gc_every)
+        large = one(spark, fmt, work, "large", rows, dim, gc_every)
     finally:
         app = spark.sparkContext.applicationId
         spark.stop()
         shutil.rmtree(work, ignore_errors=True)
         _remove_worker_dir(app)
+    for r in (small, large):
+        if not r["committed"]:
+            raise RuntimeError(f"the {r['rows']:,}-row batch committed nothing: its figures would measure no work")
     out = {"format": fmt, "dim": dim, "master": master, "driver_max_heap_mb": round(max_heap / 2 ** 20),
            "warmup_seconds": round(warmup, 1),
            "small": small, "large": large,
