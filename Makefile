@@ -51,8 +51,11 @@ chaos: check-java $(STAMP)
 	  $(VPY) -m pytest -q -s --timeout 3600 tests/chaos $(PYTEST_ARGS); rc=$$?; \
 	  $(VPY) -m tests.chaos.render $(CHAOS_RESULTS) docs/reliability.md; exit $$rc
 
+# BENCH_SCRIPTS: some of bench/run_all.py's scripts (e.g. "bench_mirror_scale bench_mirror_driver"), their
+# figures merged into bench/results/all.json; empty: all of them. BENCH_SIZE=quick: smaller sizes.
+BENCH_SCRIPTS ?=
 bench: check-java $(STAMP)
-	$(VPY) -m bench.run_all
+	$(VPY) -m bench.run_all $(BENCH_SCRIPTS)
 
 # The Python environment to ship to a Spark cluster's executors (spark-submit --archives; README "Running on a cluster").
 CLUSTER_ENV ?= dist/msgstream-env.tar.gz

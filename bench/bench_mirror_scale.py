@@ -126,7 +126,8 @@ def read_cost(fmt: str, work: Path, rows: int, dim: int, batches: int) -> dict:
     after = read()
     files_after = len(t.live_files())
     shutil.rmtree(loc, ignore_errors=True)
-    return {"read_before_s": round(before, 3), "read_after_s": round(after, 3), "files_before": files_before,
+    return {"rows": rows, "batches": batches, "read_before_s": round(before, 3), "read_after_s": round(after, 3),
+            "files_before": files_before,
             "files_after": files_after, "read_ratio": round(before / after, 2)}
 
 

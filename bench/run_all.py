@@ -5,6 +5,7 @@ baseline measured in the same run; this runner passes the sizes, collects the fi
 bench/results/<script>.json and all.json, and draws bench/results/ratios.png and scaling.png.
 
     python -m bench.run_all [script ...]        BENCH_SIZE=quick for a short run (a few minutes)
+    make bench BENCH_SCRIPTS="bench_mirror_scale bench_mirror_driver"   some scripts, merged into all.json
 """
 
 from __future__ import annotations
@@ -36,7 +37,8 @@ SCRIPTS = [
     "bench.bench_freshness",
 ]
 
-# Sizes per script: "full" is what the README's figures come from (about 10 minutes on 2 cores).
+# Sizes per script: "full" is what the README's figures come from (about 15-20 minutes on 2 cores, of them
+# ~6 for bench_mirror_scale and ~5 for bench_mirror_driver).
 SIZES = {
     "full": {"bench.bench_spark_read": {"rows": 300_000, "mem_rows": 0, "kafka": True},
              "bench.bench_spark_write": {"rows": 50_000},
@@ -48,8 +50,8 @@ SIZES = {
              "bench.bench_mirror": {"rows": 1_000_000, "snapshot_rows": 200_000},
              "bench.bench_storage_snapshot": {"sizes": (20_000, 200_000)},
              "bench.bench_snapshot": {"rows8": 200_000, "rows768": 20_000},
-             # 1M vs 8M rows x 64-d do not fit this 2-core machine's time: the same 8x ratio at 250k vs 2M
-             "bench.bench_mirror_scale": {"small": 250_000},
+             # #27's sizes: a 10k-change batch into 1M vs 8M rows x 64-d (Delta ~2 min on 2 cores)
+             "bench.bench_mirror_scale": {"small": 1_000_000},
              "bench.bench_mirror_driver": {"rows": 1_000_000, "dim": 768},
              "bench.bench_freshness": {"small": 1_000, "large": 4_000_000, "samples": 15}},
     "quick": {"bench.bench_spark_read": {"rows": 200_000, "mem_rows": 0, "kafka": True},
@@ -68,18 +70,33 @@ SIZES = {
 }
 
 
+def _module(name: str) -> str:
+    """``bench_kafka``, ``bench.bench_kafka`` or ``bench/bench_kafka.py`` -> ``bench.bench_kafka``; an unknown
+    name is an error naming the scripts there are (before anything runs)."""
+    short = name.removesuffix(".py").replace("/", ".").removeprefix("bench.")
+    if not (Path(__file__).parent / f"{short}.py").is_file():
+        known = ", ".join(s.removeprefix("bench.") for s in SCRIPTS)
+        raise SystemExit(f"bench.run_all: no benchmark script {name!r} in bench/ (make bench's scripts: {known})")
+    return f"bench.{short}"
+
+
 def main(argv: list[str] | None = None) -> int:
-    wanted = (argv if argv is not None else sys.argv[1:]) or SCRIPTS
+    """Runs the scripts named in ``argv`` (default: the command line; none: every script of SCRIPTS). A run
+    of some scripts replaces their entries in bench/results/all.json and keeps the others' (the charts are
+    redrawn from the merged file); a run of all of them starts all.json afresh."""
+    args = argv if argv is not None else sys.argv[1:]
+    wanted = [_module(a) for a in args] or SCRIPTS
     size = os.environ.get("BENCH_SIZE", "full")
-    sizes = SIZES.get(size, SIZES["full"])
+    if size not in SIZES:
+        raise SystemExit(f"bench.run_all: BENCH_SIZE={size!r} is not one of {sorted(SIZES)}")
+    sizes = SIZES[size]
     out = Path("bench/results")
     out.mkdir(parents=True, exist_ok=True)
     all_path = out / "all.json"
-    results: dict[str, object] = json.loads(all_path.read_text()) if all_path.exists() and argv else {}
+    results: dict[str, object] = json.loads(all_path.read_text()) if all_path.exists() and args else {}
     failed = 0
     t_all = time.monotonic()
     for name in wanted:
-        name = name if name.startswith("bench.") else f"bench.{name}"
         print(f"\n=== {name} ({size}) ===", flush=True)
         t0 = time.monotonic()
         try:
