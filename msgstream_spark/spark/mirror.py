@@ -48,7 +48,9 @@ log = logging.getLogger(__name__)
 
 SEQ = "_seq"
 # tests: kill-after-commit:<batch id> | kill-after-commit:first | kill-after-files:first (the driver);
-# kill-worker-in-files:<batch id> (the first attempt of the batch's first writing task, mid-file)
+# kill-worker-in-files:<batch id> (the first attempt of the batch's first writing task, mid-file);
+# kill-executor-in-files:<batch id>|first (the same task SIGKILLs its executor JVM; first: the first batch this
+# run writes rows in)
 FAILPOINT_ENV = "MSGSTREAM_MIRROR_FAILPOINT"
 
 
@@ -62,14 +64,14 @@ def checkpoint_query_id(checkpoint: str) -> str:
         raise MirrorError(f"cannot read the query id from {path} (the streaming checkpoint's metadata): {exc}") from exc
 
 
-def _writer_fn(spec: WriteSpec, kill_worker: bool = False):
+def _writer_fn(spec: WriteSpec, kill: str | None = None):
     def write(batches):
         w = TaskWriter(spec)
         for b in batches:  # one Arrow batch at a time (spark.sql.execution.arrow.maxRecordsPerBatch rows)
             if b.num_rows:
                 out = w.add(pa.Table.from_batches([b]))
-                if kill_worker:
-                    _worker_failpoint(w)
+                if kill:
+                    _worker_failpoint(w, kill)
                 yield from out.to_batches()
         w.close()  # before the task ends: the driver commits only files of finished tasks
 
@@ -86,17 +88,62 @@ def _lookup_fn(files: list[LiveFile], pk: str, keys_bc, key_type):
     return look
 
 
-def _worker_failpoint(w: TaskWriter) -> None:
-    """Tests (``kill-worker-in-files:<batch id>``): the Python worker of the first attempt of the batch's
-    first task SIGKILLs itself with its data file open (rows written, no footer); Spark retries the task."""
+def _worker_failpoint(w: TaskWriter, kill: str) -> None:
+    """Tests: in the first attempt of the batch's first task, with its data file open (rows written, no
+    footer), ``kill`` = "worker": the Python worker SIGKILLs itself; "executor": it SIGKILLs its executor JVM,
+    then itself (as the pyspark daemon would kill it once the JVM is gone). Spark retries the task."""
     from pyspark import TaskContext
 
     ctx = TaskContext.get()
-    if ctx is not None and ctx.partitionId() == 0 and ctx.attemptNumber() == 0 and w.open_files():
-        os.kill(os.getpid(), signal.SIGKILL)
+    if ctx is None or ctx.partitionId() != 0 or ctx.attemptNumber() != 0 or not w.open_files():
+        return
+    if kill == "executor":
+        jvm = executor_jvm(os.getpid())
+        # the proof a test reads: a marker in the executor's working directory (standalone: work/<app>/<id>/)
+        marker = os.path.realpath(f"/proc/{jvm}/cwd/{KILL_MARKER}")
+        with open(marker, "w") as f:
+            json.dump({"executor_pid": jvm, "file": w.open_files()[0], "partition": ctx.partitionId(),
+                       "task": ctx.taskAttemptId()}, f)
+            f.flush()
+            os.fsync(f.fileno())
+        os.kill(jvm, signal.SIGKILL)
+    os.kill(os.getpid(), signal.SIGKILL)
 
 
-def write_in_tasks(df, spec: WriteSpec, kill_worker: bool = False) -> pa.Table:
+KILL_MARKER = "msgstream-failpoint-kill-executor.json"
+EXECUTOR_MAIN = "org.apache.spark.executor.CoarseGrainedExecutorBackend"
+
+
+def _proc(pid: int) -> tuple[int, list[str]]:
+    """The parent pid and the command line of ``pid``, from /proc (Linux)."""
+    with open(f"/proc/{pid}/stat") as f:
+        ppid = int(f.read().rsplit(")", 1)[1].split()[1])  # the name, in parentheses, may hold spaces
+    with open(f"/proc/{pid}/cmdline", "rb") as f:
+        argv = [a.decode(errors="replace") for a in f.read().split(b"\0") if a]
+    return ppid, argv
+
+
+def executor_jvm(pid: int, depth: int = 4) -> int:
+    """The pid of the executor JVM (``java ... CoarseGrainedExecutorBackend``) among the ancestors of ``pid``
+    (a Python worker: its parent is the ``pyspark.daemon``, whose parent is the JVM); a MirrorError if none."""
+    seen = []
+    for _ in range(depth):
+        try:
+            pid = _proc(pid)[0]
+            argv = _proc(pid)[1]
+        except (OSError, ValueError, IndexError) as exc:
+            raise MirrorError(f"failpoint kill-executor-in-files: cannot read /proc of pid {pid}'s parent: "
+                              f"{exc}") from exc
+        seen.append(f"{pid} ({os.path.basename(argv[0]) if argv else '?'})")  # no arguments: they may hold secrets
+        if argv and os.path.basename(argv[0]) == "java" and EXECUTOR_MAIN in argv:
+            return pid
+        if pid <= 1:
+            break
+    raise MirrorError("failpoint kill-executor-in-files: no executor JVM (java ... " + EXECUTOR_MAIN + ") among "
+                      "this task's ancestors (local mode has none; it runs on a cluster only): " + "; ".join(seen))
+
+
+def write_in_tasks(df, spec: WriteSpec, kill: str | None = None) -> pa.Table:
     """The micro-batch's rows written as data files by Spark tasks; the narrow rows of its changes."""
     from pyspark.sql.pandas.types import from_arrow_schema
 
@@ -105,7 +152,7 @@ def write_in_tasks(df, spec: WriteSpec, kill_worker: bool = False) -> pa.Table:
     # no shuffle: a key whose changes land in two tasks (Milvus routes a key to one channel, so rarely) is
     # decided by the driver's plan, which deletes the losing rows in the commit that adds them
     out = narrow_schema(spec.key_type)
-    return df.mapInArrow(_writer_fn(spec, kill_worker), from_arrow_schema(out)).toArrow().cast(out)
+    return df.mapInArrow(_writer_fn(spec, kill), from_arrow_schema(out)).toArrow().cast(out)
 
 
 def lookup_in_tasks(spark, table, keys: pa.Array) -> pa.Table:
@@ -165,6 +212,7 @@ class MirrorBatch:
         self.compact_every = compact_every
         self.compactions = 0
         self.freshness_ms: int | None = None  # wall clock minus the last committed watermark's Milvus time
+        self._executor_killed = False  # the failpoint kill-executor-in-files:first has been armed once
 
     @property
     def query_id(self) -> str:
@@ -182,9 +230,11 @@ class MirrorBatch:
         from pyspark.sql.pandas.types import to_arrow_schema
 
         self.table.prepare(to_arrow_schema(df.schema, timezone="UTC"))
-        kill_worker = os.environ.get(FAILPOINT_ENV) == f"kill-worker-in-files:{batch_id}"  # shipped to the task
+        kill = self._task_failpoint(batch_id)  # read here, shipped to the task (executors lack the driver's env)
         spec = self.table.write_spec()
-        narrow = write_in_tasks(df, spec, kill_worker)
+        narrow = write_in_tasks(df, spec, kill)
+        if kill == "executor" and narrow.num_rows:
+            self._executor_killed = True
         self._check_collection(narrow)
         _failpoint(batch_id, narrow.num_rows > 0, "files")
         offset = checkpoint_offset(self.checkpoint, batch_id) if self.checkpoint else None
@@ -208,6 +258,17 @@ class MirrorBatch:
             self.compactions += 1
             log.info("compaction after batch %d: %d files with %d deleted rows -> %d files", batch_id, done.files_in,
                      done.deleted_rows, done.files_out)
+
+    def _task_failpoint(self, batch_id: int) -> str | None:
+        """Tests: the process a writing task of this batch kills (``kill-worker-in-files:<batch id>``,
+        ``kill-executor-in-files:<batch id>|first``): "worker", "executor" or None."""
+        spec = os.environ.get(FAILPOINT_ENV, "")
+        if spec == f"kill-worker-in-files:{batch_id}":
+            return "worker"
+        if spec == f"kill-executor-in-files:{batch_id}" or (spec == "kill-executor-in-files:first"
+                                                            and not self._executor_killed):
+            return "executor"
+        return None
 
     def _history(self, df, spec: WriteSpec, matches: pa.Table, qid: str, batch_id: int) -> None:
         """The batch's changes into the change log (once), written by tasks; the driver commits the files.
