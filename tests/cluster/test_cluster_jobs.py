@@ -202,7 +202,6 @@ def test_mirror_on_the_cluster_its_tasks_write_the_table(spark_cluster, cluster_
     assert done.returncode == 0, done.stderr[-2000:]
     orphans = {os.path.realpath(p) for p in json.loads(done.stdout)["orphans"]}
     live = {os.path.realpath(table / f) for f in files}
-    assert orphans and not orphans & live
     if isinstance(spark_cluster, SparkCluster):  # the kill, seen from the Worker's side
         markers = list(spark_cluster.work_dir.glob(f"app-*/*/{KILL_MARKER}"))
         assert len(markers) == 1, f"the executor was not killed: no marker\n{cluster_submit.failure(proc)}"
@@ -214,3 +213,4 @@ def test_mirror_on_the_cluster_its_tasks_write_the_table(spark_cluster, cluster_
         assert dead in orphans and dead not in live  # the killed attempt's half-written file: an orphan
         with pytest.raises(Exception, match="(?i)parquet"):
             pq.read_metadata(dead)  # rows written, no footer
+    assert orphans and not orphans & live
