@@ -212,7 +212,7 @@ class MirrorBatch:
         self.compact_every = compact_every
         self.compactions = 0
         self.freshness_ms: int | None = None  # wall clock minus the last committed watermark's Milvus time
-        self._executor_killed = False  # the failpoint kill-executor-in-files:first has been armed once
+        self._executor_killed = False  # kill-executor-in-files:first: armed until a batch has written rows
 
     @property
     def query_id(self) -> str:
