@@ -46,13 +46,16 @@ from msgstream_spark.mirror.taskplan import (
 )
 from msgstream_spark.mirror.watermark import PROP_WATERMARK, checkpoint_offset, freshness_ms
 from msgstream_spark.mirror.writepath import commit_plan
+from msgstream_spark.spark.failpoints import worker_failpoint
 from msgstream_spark.spark.history import history_in_tasks, seed_in_tasks
 
 log = logging.getLogger(__name__)
 
 SEQ = "_seq"
 # tests: kill-after-commit:<batch id> | kill-after-commit:first | kill-after-files:first (the driver);
-# kill-worker-in-files:<batch id> (the first attempt of the batch's first writing task, mid-file)
+# kill-worker-in-files:<batch id> (the first attempt of the batch's first writing task, mid-file);
+# kill-executor-in-files:<batch id>|first (the same task SIGKILLs its executor JVM; first: the first batch this
+# run writes rows in)
 FAILPOINT_ENV = "MSGSTREAM_MIRROR_FAILPOINT"
 
 
@@ -66,15 +69,15 @@ def checkpoint_query_id(checkpoint: str) -> str:
         raise MirrorError(f"cannot read the query id from {path} (the streaming checkpoint's metadata): {exc}") from exc
 
 
-def _writer_fn(spec: WriteSpec, changes_at: str, kill_worker: bool = False):
+def _writer_fn(spec: WriteSpec, changes_at: str, kill: str | None = None):
     def write(batches):
         w = TaskWriter(spec)
         changes = ChangesFile(changes_at, spec.key_type)
         for b in batches:  # one Arrow batch at a time (spark.sql.execution.arrow.maxRecordsPerBatch rows)
             if b.num_rows:
                 changes.add(w.add(pa.Table.from_batches([b])))
-                if kill_worker:
-                    _worker_failpoint(w)
+                if kill:
+                    worker_failpoint(w, kill)
         data = w.written()
         w.close()  # before the task ends: the driver commits only files of finished tasks
         yield from changes.close(data).to_batches()
@@ -93,17 +96,7 @@ def _plan_fn(files_bc, pk: str, key_type, existed: bool):
     return plan_task
 
 
-def _worker_failpoint(w: TaskWriter) -> None:
-    """Tests (``kill-worker-in-files:<batch id>``): the Python worker of the first attempt of the batch's
-    first task SIGKILLs itself with its data file open (rows written, no footer); Spark retries the task."""
-    from pyspark import TaskContext
-
-    ctx = TaskContext.get()
-    if ctx is not None and ctx.partitionId() == 0 and ctx.attemptNumber() == 0 and w.open_files():
-        os.kill(os.getpid(), signal.SIGKILL)
-
-
-def write_in_tasks(df, spec: WriteSpec, changes_at: str, kill_worker: bool = False) -> pa.Table:
+def write_in_tasks(df, spec: WriteSpec, changes_at: str, kill: str | None = None) -> pa.Table:
     """The micro-batch's rows written as data files by Spark tasks, their narrow rows as changes files under
     ``changes_at``; a row per file (``taskplan.written_schema``)."""
     from pyspark.sql.pandas.types import from_arrow_schema
@@ -113,7 +106,7 @@ def write_in_tasks(df, spec: WriteSpec, changes_at: str, kill_worker: bool = Fal
     # no shuffle of the rows: a key whose changes land in two writing tasks (Milvus routes a key to one
     # channel, so rarely) meets its other changes in the planning shuffle, which deletes the losing rows
     out = written_schema()
-    return df.mapInArrow(_writer_fn(spec, changes_at, kill_worker), from_arrow_schema(out)).toArrow().cast(out)
+    return df.mapInArrow(_writer_fn(spec, changes_at, kill), from_arrow_schema(out)).toArrow().cast(out)
 
 
 def plan_in_tasks(spark, table, written: pa.Table, existed: bool = False) -> pa.Table:
@@ -175,6 +168,7 @@ class MirrorBatch:
         self.compact_every = compact_every
         self.compactions = 0
         self.freshness_ms: int | None = None  # wall clock minus the last committed watermark's Milvus time
+        self._executor_killed = False  # kill-executor-in-files:first: armed until a batch has written rows
 
     @property
     def query_id(self) -> str:
@@ -192,12 +186,14 @@ class MirrorBatch:
         from pyspark.sql.pandas.types import to_arrow_schema
 
         self.table.prepare(to_arrow_schema(df.schema, timezone="UTC"))
-        kill_worker = os.environ.get(FAILPOINT_ENV) == f"kill-worker-in-files:{batch_id}"  # shipped to the task
+        kill = self._task_failpoint(batch_id)  # read here, shipped to the task (executors lack the driver's env)
         spec = self.table.write_spec()
         changes_at = changes_dir(spec.data_dir, qid, batch_id)
         remove_changes(changes_at)  # a killed attempt's, if any: this attempt writes its own
-        written = write_in_tasks(df, spec, changes_at, kill_worker)
+        written = write_in_tasks(df, spec, changes_at, kill)
         changes = changes_count(written)
+        if kill == "executor" and changes:
+            self._executor_killed = True
         self._check_collection(batch_collections(written))
         _failpoint(batch_id, changes > 0, "files")
         offset = checkpoint_offset(self.checkpoint, batch_id) if self.checkpoint else None
@@ -223,6 +219,17 @@ class MirrorBatch:
             self.compactions += 1
             log.info("compaction after batch %d: %d files with %d deleted rows -> %d files", batch_id, done.files_in,
                      done.deleted_rows, done.files_out)
+
+    def _task_failpoint(self, batch_id: int) -> str | None:
+        """Tests: the process a writing task of this batch kills (``kill-worker-in-files:<batch id>``,
+        ``kill-executor-in-files:<batch id>|first``): "worker", "executor" or None."""
+        spec = os.environ.get(FAILPOINT_ENV, "")
+        if spec == f"kill-worker-in-files:{batch_id}":
+            return "worker"
+        if spec == f"kill-executor-in-files:{batch_id}" or (spec == "kill-executor-in-files:first"
+                                                            and not self._executor_killed):
+            return "executor"
+        return None
 
     def _history(self, df, spec: WriteSpec, matches: pa.Table, qid: str, batch_id: int) -> None:
         """The batch's changes into the change log (once), written by tasks; the driver commits the files.

@@ -13,8 +13,10 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+import sys
 from pathlib import Path
 
+import pyarrow.parquet as pq
 import pytest
 
 from msgstream_spark.cli.data import SYNTHETIC_CATEGORIES
@@ -144,8 +146,12 @@ def test_mirror_on_the_cluster_its_tasks_write_the_table(spark_cluster, cluster_
     """The mirror job (``job-path mirror``) on the cluster, ``--snapshot never`` on Kafka: the batches' data files
     are written by the executors' tasks (created under the Worker's umask, the driver's log commits under the
     driver's own), the table read by delta-rs alone equals the published rows (inserts, an update, deletes),
-    and a second run resumes from the checkpoint: it reads only what came after, and adds nothing twice."""
+    and a second run resumes from the checkpoint: it reads only what came after, and adds nothing twice, although
+    its batch's first task SIGKILLs its executor JVM mid-file (``kill-executor-in-files:first``): the Worker
+    relaunches an executor, Spark reruns the lost tasks, the dead attempt's file is an orphan."""
     from msgstream_spark.cli.main import main as msgstream_cli
+    from msgstream_spark.spark.failpoints import KILL_MARKER
+    from msgstream_spark.spark.mirror import FAILPOINT_ENV
     from tests.mirror_job.synthetic_mirror import PUBLISHES, delta_files, expected, publish_argv, read_delta
 
     cfg = config_file(kafka_env, tmp_path)
@@ -174,12 +180,16 @@ def test_mirror_on_the_cluster_its_tasks_write_the_table(spark_cluster, cluster_
         assert _modes(data) == {0o666 & ~worker_umask}, "data files not written by the executors"
         assert _modes(commits) == {0o666 & ~driver_umask}, "log commits not written by the driver"
 
-    assert msgstream_cli(publish_argv(cfg, chans, "clmirror", *PUBLISHES[2])) == 0  # 100..109 again, deleted
-    proc = cluster_submit.run(mirror, *argv, umask=driver_umask)
+    # the second run: its batch's first task SIGKILLs its executor JVM with its data file half written
+    more = [(200, 30, 0.0), PUBLISHES[2]]  # new keys (a data file to write), then 100..109 again, deleted
+    for p in more:
+        assert msgstream_cli(publish_argv(cfg, chans, "clmirror", *p)) == 0
+    proc = cluster_submit.run(mirror, *argv, umask=driver_umask,
+                              env={FAILPOINT_ENV: "kill-executor-in-files:first", "MSGSTREAM_JOBS_QUIET": "0"})
     assert proc.returncode == 0, cluster_submit.failure(proc)
     second = summary(proc)
-    assert second["stream_rows"] == 20 and second["skipped_batches"] == 0  # resumed: only the new changes
-    assert read_delta(str(table)) == expected(PUBLISHES)
+    assert second["stream_rows"] == 50 and second["skipped_batches"] == 0  # resumed: only the new changes
+    assert read_delta(str(table)) == expected(PUBLISHES + more)
     files = delta_files(str(table))
     assert len(files) == len(set(files))  # no data file referenced twice
     import deltalake
@@ -187,3 +197,21 @@ def test_mirror_on_the_cluster_its_tasks_write_the_table(spark_cluster, cluster_
     batches = [(h.get("msgstream.query_id"), h.get("msgstream.batch_id")) for h in
                deltalake.DeltaTable(str(table)).history() if h.get("msgstream.batch_id") is not None]
     assert len(batches) == len(set(batches)) == first["merged_batches"] + second["merged_batches"]
+
+    done = subprocess.run([sys.executable, "-m", "msgstream_spark", "mirror", "orphans", "--table", str(table),
+                           "--table-format", "delta"], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    orphans = {os.path.realpath(p) for p in json.loads(done.stdout)["orphans"]}
+    live = {os.path.realpath(table / f) for f in files}
+    if isinstance(spark_cluster, SparkCluster):  # the kill, seen from the Worker's side
+        markers = list(spark_cluster.work_dir.glob(f"app-*/*/{KILL_MARKER}"))
+        assert len(markers) == 1, f"the executor was not killed: no marker\n{cluster_submit.failure(proc)}"
+        killed = json.loads(markers[0].read_text())
+        app = markers[0].parent.parent
+        assert len([d for d in spark_cluster.executor_dirs() if d.parent == app]) >= 2  # the Worker relaunched one
+        assert "Lost executor" in proc.stdout + proc.stderr  # the driver saw its executor die
+        dead = os.path.realpath(killed["file"])
+        assert dead in orphans and dead not in live  # the killed attempt's half-written file: an orphan
+        with pytest.raises(Exception, match="(?i)parquet"):
+            pq.read_metadata(dead)  # rows written, no footer
+    assert orphans and not orphans & live
