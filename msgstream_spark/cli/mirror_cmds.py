@@ -69,7 +69,7 @@ def cmd_mirror_verify(args) -> int:
     if args.buckets < 1:
         raise UsageError("--buckets must be >= 1")
     cfg = load_config(args)
-    milvus = SdkMilvusSide(cfg, milvus_target(cfg, args.config, overrides(args), args.collection))
+    milvus = SdkMilvusSide(cfg, milvus_target(cfg, args.config, overrides(args), args.collection, purpose="verify"))
     table = open_table(args.table_format, args.table, collection=args.collection, pk=milvus.pk,
                        catalog_uri=args.catalog_uri, create=False)
     log_ = Log(cfg, args.collection)

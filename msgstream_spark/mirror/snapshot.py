@@ -85,13 +85,17 @@ def _explicit_keys(config_path: str | None, overrides: Mapping[str, Any]) -> set
     return keys
 
 
-def milvus_target(config, config_path: str | None, overrides: Mapping[str, Any], collection: str) -> MilvusTarget:
-    """The SDK address from config key ``milvus.address``; set explicitly, never the built-in default."""
+def milvus_target(config, config_path: str | None, overrides: Mapping[str, Any], collection: str,
+                  purpose: str = "snapshot") -> MilvusTarget:
+    """The SDK address from config key ``milvus.address``; set explicitly, never the built-in default.
+    ``purpose``: "snapshot" (``mirror run``, which can do without one) or "verify" (``mirror verify``)."""
     if "milvus.address" not in _explicit_keys(config_path, overrides) or not config.get_str("milvus.address"):
         where = config_path or "the packaged default config"
-        raise MirrorError(f"a snapshot of collection {collection!r} reads it through Milvus's SDK, but config key "
+        what = "a snapshot of" if purpose == "snapshot" else "mirror verify of"
+        alt = "; or use --snapshot never" if purpose == "snapshot" else ""
+        raise MirrorError(f"{what} collection {collection!r} reads it through Milvus's SDK, but config key "
                           f"milvus.address is not set in {where} (set it to the proxy, e.g. milvus.address: "
-                          f"host:19530, or --option milvus.address=host:19530; or use --snapshot never)")
+                          f"host:19530, or --option milvus.address=host:19530{alt})")
     token = config.get_str("milvus.token") or (
         f"{config.get_str('milvus.user')}:{config.get_str('milvus.password')}" if config.get_str("milvus.user") else "")
     return MilvusTarget(config.get_str("milvus.address"), collection, token, config.get_str("milvus.database"),

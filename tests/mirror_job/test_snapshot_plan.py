@@ -42,7 +42,10 @@ def test_a_snapshot_needs_milvus_address_set_explicitly(tmp_path, monkeypatch):
     cfg_file = tmp_path / "c.yaml"
     cfg_file.write_text("mq:\n  type: local\nlocal:\n  path: x.db\n")
     cfg = Config.load(str(cfg_file))
-    with pytest.raises(MirrorError, match="milvus.address is not set in .*c.yaml"):
+    with pytest.raises(MirrorError, match="milvus.address is not set in .*c.yaml.*or use --snapshot never"):
         milvus_target(cfg, str(cfg_file), {}, "c1")
+    with pytest.raises(MirrorError, match="mirror verify of collection 'c1'") as got:  # no mirror-run option
+        milvus_target(cfg, str(cfg_file), {}, "c1", purpose="verify")
+    assert "--snapshot" not in str(got.value)
     t = milvus_target(cfg.with_overrides({"milvus.address": "h:1"}), str(cfg_file), {"milvus.address": "h:1"}, "c1")
     assert t.uri == "http://h:1" and t.collection == "c1"
