@@ -86,6 +86,7 @@ class IcebergMirrorTable:
         self.root = os.path.abspath(location)
         self._deletes: dict[str, dict[str, np.ndarray]] = {}
         self._live: list[LiveFile] = []
+        self._entries: dict[str, list] = {}  # manifest path -> its live entries' data files (read once)
 
     @classmethod
     def open(cls, location: str, *, collection: str, pk: str, arrow_schema: pa.Schema | None,
@@ -184,26 +185,44 @@ class IcebergMirrorTable:
                          self.schema.field(self.pk).type, split)
 
     def live_files(self) -> list[LiveFile]:
+        """The live data files with key bounds and deleted positions, from the current snapshot's manifests.
+        A manifest never changes, so its entries are read once (pyiceberg's ``plan_files`` reads every
+        manifest again at each call: a cost growing with the table's commits); position deletes are matched
+        to data files by path, which is what a position delete names."""
         from pyiceberg.conversions import from_bytes
+        from pyiceberg.manifest import DataFileContent, ManifestContent
 
         tbl = self._table()
         tbl.refresh()
-        if tbl.current_snapshot() is None:
+        snap = tbl.current_snapshot()
+        if snap is None:
             return []
         field = tbl.schema().find_field(self.pk)
-        out, used = [], set()
-        for task in tbl.scan().plan_files():
-            f = task.file
-            used.update(d.file_path for d in task.delete_files)
+        data, deletes, entries = [], [], {}
+        for m in snap.manifests(tbl.io):
+            got = entries[m.manifest_path] = (self._entries.get(m.manifest_path)
+                                              or [e.data_file for e in m.fetch_manifest_entry(tbl.io)])
+            (data if m.content == ManifestContent.DATA else deletes).extend(got)
+        self._entries = entries  # manifests of older snapshots: forgotten
+        deleted: dict[str, list[np.ndarray]] = {}
+        for d in deletes:
+            if d.content != DataFileContent.POSITION_DELETES or d.file_format.name != "PARQUET":
+                raise MirrorError(f"table {self.location} holds a delete file this mirror does not write "
+                                  f"({d.content.name}, {d.file_format.name}: {d.file_path}); another writer changed "
+                                  "the table: mirror into a new table")
+            for path, pos in self._positions(d.file_path).items():
+                deleted.setdefault(path, []).append(pos)
+        out = []
+        for f in data:
             lo, hi = f.lower_bounds.get(field.field_id), f.upper_bounds.get(field.field_id)
-            deleted = [self._positions(d.file_path).get(f.file_path) for d in task.delete_files]
-            deleted = [d for d in deleted if d is not None]
+            gone = deleted.get(f.file_path)
             out.append(LiveFile(f.file_path.removeprefix("file://"),
                                 None if lo is None else from_bytes(field.field_type, lo),
                                 None if hi is None else from_bytes(field.field_type, hi),
-                                np.unique(np.concatenate(deleted)).astype(np.uint64) if deleted else
+                                np.unique(np.concatenate(gone)).astype(np.uint64) if gone else
                                 np.zeros(0, np.uint64), f.record_count, f.partition))
         self._live = out
+        used = {d.file_path for d in deletes}
         self._deletes = {k: v for k, v in self._deletes.items() if k in used}  # expired delete files: forgotten
         return out
 
