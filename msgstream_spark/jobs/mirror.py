@@ -184,7 +184,7 @@ def run(args: argparse.Namespace, spark=None) -> dict[str, Any]:
             "merged_batches": sink.batches, "skipped_batches": sink.skipped, "merged_changes": sink.rows,
             "compactions": sink.compactions,
             "schema_restarts": restarts, "stream_seconds": round(secs, 3),
-            "freshness_ms": sink.freshness_ms}
+            "freshness_ms": sink.freshness_ms, "step_seconds": sink.timings}
 
 
 def main(argv=None, prog: str | None = None) -> int:

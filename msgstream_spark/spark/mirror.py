@@ -24,6 +24,7 @@ import signal
 import time
 
 import pyarrow as pa
+import pyarrow.parquet as pq
 
 from msgstream_spark.errors import MirrorError
 from msgstream_spark.mirror.common import PROP_BATCH, PROP_QUERY
@@ -109,24 +110,43 @@ def write_in_tasks(df, spec: WriteSpec, changes_at: str, kill: str | None = None
     return df.mapInArrow(_writer_fn(spec, changes_at, kill), from_arrow_schema(out)).toArrow().cast(out)
 
 
+# a batch of at most this many changes is planned by one task reading every changes file (~60 bytes a change,
+# no shuffle: one Spark stage); a larger one by tasks taking the changes files shuffled by key
+ONE_TASK_PLAN_ROWS = 1_000_000
+
+
+def _plan_all_fn(paths: list[str], files_bc, pk: str, key_type, existed: bool):
+    def plan_task(batches):
+        for _ in batches:  # the one row of spark.range: this task plans the whole batch
+            pass
+        share = pa.concat_tables([pq.read_table(p) for p in paths])
+        yield from plan_share(share, files_bc.value, pk, key_type, existed).to_batches()
+
+    return plan_task
+
+
 def plan_in_tasks(spark, table, written: pa.Table, existed: bool = False) -> pa.Table:
-    """The batch planned by Spark tasks: the changes files shuffled by key, each task's keys looked up in the
-    table's live files (``taskplan.plan_share``); the tasks' rows (deleted positions per file, rows applied)."""
+    """The batch planned by Spark tasks, each its keys' changes (every change of a key in one task) looked up in
+    the table's live files (``taskplan.plan_share``); the tasks' rows (deleted positions per file, rows applied)."""
     from pyspark.sql.pandas.types import from_arrow_schema
 
     key_type = table.schema.field(table.pk).type
-    out = plan_out_schema(key_type)
+    out = from_arrow_schema(plan_out_schema(key_type))
     paths = changes_files(written)
     if not paths:
-        return out.empty_table()
-    narrow = spark.read.schema(from_arrow_schema(narrow_schema(key_type))).parquet(*paths)
+        return plan_out_schema(key_type).empty_table()
     files_bc = spark.sparkContext.broadcast(table.live_files())
     try:
-        shares = narrow.repartition(spark.sparkContext.defaultParallelism, "key")
-        got = shares.mapInArrow(_plan_fn(files_bc, table.pk, key_type, existed), from_arrow_schema(out)).toArrow()
+        if changes_count(written) <= ONE_TASK_PLAN_ROWS:
+            one = spark.range(0, 1, 1, numPartitions=1)
+            got = one.mapInArrow(_plan_all_fn(paths, files_bc, table.pk, key_type, existed), out).toArrow()
+        else:
+            narrow = spark.read.schema(from_arrow_schema(narrow_schema(key_type))).parquet(*paths)
+            shares = narrow.repartition(spark.sparkContext.defaultParallelism, "key")
+            got = shares.mapInArrow(_plan_fn(files_bc, table.pk, key_type, existed), out).toArrow()
     finally:
         files_bc.unpersist()
-    return got.cast(out)
+    return got.cast(plan_out_schema(key_type))
 
 
 def _failpoint(batch_id: int, committed: bool, step: str = "commit") -> None:
@@ -167,6 +187,8 @@ class MirrorBatch:
         self.rows = 0
         self.compact_every = compact_every
         self.compactions = 0
+        self.timings: dict[str, float] = {}  # seconds per step summed over the batches
+        self.last_timings: dict[str, float] = {}
         self.freshness_ms: int | None = None  # wall clock minus the last committed watermark's Milvus time
         self._executor_killed = False  # kill-executor-in-files:first: armed until a batch has written rows
 
@@ -190,7 +212,9 @@ class MirrorBatch:
         spec = self.table.write_spec()
         changes_at = changes_dir(spec.data_dir, qid, batch_id)
         remove_changes(changes_at)  # a killed attempt's, if any: this attempt writes its own
+        t0 = time.perf_counter()
         written = write_in_tasks(df, spec, changes_at, kill)
+        t1 = time.perf_counter()
         changes = changes_count(written)
         if kill == "executor" and changes:
             self._executor_killed = True
@@ -198,19 +222,23 @@ class MirrorBatch:
         _failpoint(batch_id, changes > 0, "files")
         offset = checkpoint_offset(self.checkpoint, batch_id) if self.checkpoint else None
         info = {PROP_WATERMARK: json.dumps(offset, sort_keys=True)} if offset else None
+        t2 = time.perf_counter()
         planned = plan_in_tasks(df.sparkSession, self.table, written, existed=self.history is not None)
+        t3 = time.perf_counter()
         if self.history is not None:  # before the merge: a re-run batch finds the table as the log saw it
             self._history(df, spec, existed_keys(planned), qid, batch_id)
         plan = commit_plan(self.table, merge_plans(written, planned), batch_collections(written), query_id=qid,
                            batch_id=batch_id, commit_info=info)
         remove_changes(changes_at)
+        self._timed(write=t1 - t0, plan=t3 - t2, commit=time.perf_counter() - t3)
         if plan is not None:
             self.batches += 1
             self.rows += changes
             if offset:  # the progress line of the batch: how far behind Milvus's clock the table is
                 self.freshness_ms = freshness_ms(offset, int(time.time() * 1000))
-                log.info("mirror batch %d: %d change(s) committed; table complete to %s; freshness %s ms", batch_id,
-                         changes, {ch: e.get("ts") for ch, e in sorted(offset.items())}, self.freshness_ms)
+                log.info("mirror batch %d: %d change(s) committed; table complete to %s; freshness %s ms (%s)",
+                         batch_id, changes, {ch: e.get("ts") for ch, e in sorted(offset.items())}, self.freshness_ms,
+                         ", ".join(f"{k} {v:.2f} s" for k, v in self.last_timings.items()))
         else:
             self.skipped += 1
         _failpoint(batch_id, plan is not None and changes > 0)
@@ -243,6 +271,13 @@ class MirrorBatch:
             return
         files = history_in_tasks(df, hspec, existed_from_matches(matches, self.pk))
         h.commit_files(files, qid, batch_id, {PROP_QUERY: qid, PROP_BATCH: str(batch_id)})
+
+    def _timed(self, **steps: float) -> None:
+        """The batch's steps' seconds (tasks writing, tasks planning, the commit; history counted in commit) as
+        the last batch's and summed over the batches (``timings``)."""
+        self.last_timings = {k: round(v, 3) for k, v in steps.items()}
+        for k, v in steps.items():
+            self.timings[k] = round(self.timings.get(k, 0.0) + v, 3)
 
     def _check_collection(self, ids: set[int]) -> None:
         if self.collection_id is None or not ids:

@@ -2,7 +2,8 @@
 rows in changes files, planning tasks shuffle them by key and look the keys up, the driver receives file
 lists and delete positions. Outcome-based: with ``spark.driver.maxResultSize`` at 1 MiB, a batch of 16,000
 inserts (their narrow rows alone ~2 MB, what the driver used to plan from) and then one of 8,000 updates and
-8,000 new keys (8,000 delete positions, 64 KB) are mirrored, and the table equals the published rows."""
+8,000 new keys (8,000 delete positions, 64 KB) are mirrored, and the table equals the published rows; the
+first batch is planned by one task, the second by tasks taking the changes shuffled by key."""
 
 from __future__ import annotations
 
@@ -27,7 +28,8 @@ def _publish(cfg: str, ch: str, start: int) -> None:
                      str(start), "--collection", "drv", "--no-progress"]) == 0
 
 
-def test_a_large_batch_never_reaches_the_driver(spark, local_env, tmp_path):
+def test_a_large_batch_never_reaches_the_driver(spark, local_env, tmp_path, monkeypatch):
+    import msgstream_spark.spark.mirror as sm
     from msgstream_spark.jobs import mirror
     from msgstream_spark.mirror.table import open_table
 
@@ -39,6 +41,8 @@ def test_a_large_batch_never_reaches_the_driver(spark, local_env, tmp_path):
         _publish(cfg, ch, 0)
         first = mirror.run(mirror.build_parser().parse_args(argv), spark)
         _publish(cfg, ch, ROWS // 2)  # keys 8,000..15,999 again (updates), 16,000..23,999 new
+        # the first batch was planned by one task; this one by tasks taking the changes shuffled by key
+        monkeypatch.setattr(sm, "ONE_TASK_PLAN_ROWS", 1000)
         second = mirror.run(mirror.build_parser().parse_args(argv), spark)
     assert first["merged_changes"] == ROWS and second["merged_changes"] == ROWS
     t = open_table("delta", str(table), collection="drv", pk="pk", create=False).to_arrow()
