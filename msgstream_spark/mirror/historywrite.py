@@ -24,7 +24,7 @@ import pyarrow.parquet as pq
 from msgstream_spark.mirror.collapse import OP
 from msgstream_spark.mirror.common import TS, conform
 from msgstream_spark.mirror.deltalog import fsync_path
-from msgstream_spark.mirror.layout import FILE, LiveFile, write_data_file
+from msgstream_spark.mirror.layout import FILE, LiveFile, newest_seq, write_data_file
 from msgstream_spark.mirror.order import SEQ
 
 TIME = "_time"  # the change's time: _ts >> 18 as a UTC timestamp
@@ -68,8 +68,8 @@ def existed_from_matches(matches: pa.Table, pk: str) -> pa.Table:
     file, position): the newest row per key, its time from ``_seq``."""
     if matches.num_rows == 0:
         return pa.table({pk: matches.column("key"), TS: pa.array([], pa.int64())})
-    newest = matches.select(["key", SEQ]).group_by("key").aggregate([(SEQ, "max")])
-    return pa.table({pk: newest.column("key"), TS: pa.array(seq_ts(newest.column(f"{SEQ}_max")), pa.int64())})
+    newest = newest_seq(matches)
+    return pa.table({pk: newest.column("key"), TS: pa.array(seq_ts(newest.column(SEQ)), pa.int64())})
 
 
 def history_rows(changes: pa.Table, pk: str, existed: pa.Table) -> pa.Table:

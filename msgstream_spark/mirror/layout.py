@@ -225,6 +225,11 @@ def _lookup_indexed(f: LiveFile, pk: str, keys: pa.Array, key_type: pa.DataType)
                                  pa.array(pos, pa.int64())], schema=match_schema(key_type))
 
 
+def newest_seq(matches: pa.Table) -> pa.Table:
+    """(key, ``_seq``) of the newest live table row of each key in a lookup's ``matches``."""
+    return matches.select(["key", SEQ]).group_by("key").aggregate([(SEQ, "max")]).rename_columns(["key", SEQ])
+
+
 @dataclass
 class Plan:
     """What one batch commits: new data files (with their rows count) and deleted positions per data file."""
@@ -257,7 +262,7 @@ def plan(narrow: pa.Table, matches: pa.Table) -> Plan:
     winners = t.filter(pa.array(last))
     losers = t.filter(pa.array(~last))
     if matches.num_rows:
-        tbl_max = matches.group_by("key").aggregate([(SEQ, "max")]).rename_columns(["key", "__tseq"])
+        tbl_max = newest_seq(matches).rename_columns(["key", "__tseq"])
         w = winners.join(tbl_max, "key", join_type="left outer")
     else:
         w = winners.append_column("__tseq", pa.nulls(winners.num_rows, SEQ_TYPE))

@@ -34,6 +34,7 @@ from msgstream_spark.mirror.layout import (
     lookup_file,
     match_schema,
     narrow_schema,
+    newest_seq,
     plan,
     prune,
 )
@@ -120,8 +121,8 @@ def plan_share(narrow: pa.Table, files: list[LiveFile], pk: str, key_type: pa.Da
                   positions=pa.array([v.astype(np.int64) for v in p.deletes.values()] + [None], pa.list_(pa.int64())),
                   rows=pa.array([None] * n + [p.rows], pa.int64()))]
     if existed and matches.num_rows:
-        newest = matches.select(["key", SEQ]).group_by("key").aggregate([(SEQ, "max")])
-        parts.append(_out(out, [EXISTED] * newest.num_rows, key=newest.column("key"), seq=newest.column(f"{SEQ}_max")))
+        newest = newest_seq(matches)
+        parts.append(_out(out, [EXISTED] * newest.num_rows, key=newest.column("key"), seq=newest.column(SEQ)))
     return pa.concat_tables(parts)
 
 

@@ -218,7 +218,8 @@ class MirrorBatch:
         changes = changes_count(written)
         if kill == "executor" and changes:
             self._executor_killed = True
-        self._check_collection(batch_collections(written))
+        collections = batch_collections(written)
+        self._check_collection(collections)
         _failpoint(batch_id, changes > 0, "files")
         offset = checkpoint_offset(self.checkpoint, batch_id) if self.checkpoint else None
         info = {PROP_WATERMARK: json.dumps(offset, sort_keys=True)} if offset else None
@@ -227,7 +228,7 @@ class MirrorBatch:
         t3 = time.perf_counter()
         if self.history is not None:  # before the merge: a re-run batch finds the table as the log saw it
             self._history(df, spec, existed_keys(planned), qid, batch_id)
-        plan = commit_plan(self.table, merge_plans(written, planned), batch_collections(written), query_id=qid,
+        plan = commit_plan(self.table, merge_plans(written, planned), collections, query_id=qid,
                            batch_id=batch_id, commit_info=info)
         remove_changes(changes_at)
         self._timed(write=t1 - t0, plan=t3 - t2, commit=time.perf_counter() - t3)
