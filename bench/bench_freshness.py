@@ -99,9 +99,9 @@ def seed_table(spark, args, rows: int, s: int) -> float:
     from msgstream_spark.cli.data import synthetic_batches
     from msgstream_spark.jobs.mirror import _config, _facts, _stream, rows_arrow_schema
     from msgstream_spark.mirror.common import PROP_SNAPSHOT_TS, conform, table_schema
-    from msgstream_spark.mirror.layout import write_data_file
     from msgstream_spark.mirror.order import snapshot_seq_array
     from msgstream_spark.mirror.table import open_table
+    from msgstream_spark.mirror.write.layout import write_data_file
 
     t0 = time.perf_counter()
     probe = _stream(spark, args, _config(args), None)

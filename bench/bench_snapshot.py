@@ -2,12 +2,12 @@
 
 ``python -m bench.bench_snapshot [--rows8 N] [--rows768 N]``: a collection of ``pk`` Int64 + ``category``
 VarChar + ``vec`` FloatVector (8-d, then 768-d), inserted through pymilvus, flushed and loaded. The driver
-plans the ranges once (mirror/reader.py); then, over the same ranges, in this process:
+plans the ranges once (mirror/snapshot/query/reader.py); then, over the same ranges, in this process:
 
 - baseline, the bare loop: one ``Query`` per answer-sized piece through pymilvus's gRPC stub
   (``MilvusServiceStub.Query``, a ``QueryRequest`` built here), each answer decoded with pyarrow/numpy
   only (what Milvus serves here);
-- the snapshot's read: :class:`msgstream_spark.mirror.reader.RangeReader` (its own queries, several in
+- the snapshot's read: :class:`msgstream_spark.mirror.snapshot.query.reader.RangeReader` (its own queries, several in
   flight, answers decoded into the table's record batches): goal >= 0.8 of the bare loop;
 - pymilvus ``MilvusClient.query()`` on the same pieces (row dicts; turning them into columns not counted).
 
@@ -94,9 +94,9 @@ def measure(server_uri: str, work: Path, name: str, rows: int, dim: int, answer_
             reps: int = 3) -> dict:
     from msgstream_spark.config.loader import Config
     from msgstream_spark.mirror.common import table_schema
-    from msgstream_spark.mirror.query import Querier, QueryTarget
-    from msgstream_spark.mirror.ranges import cut_by_count, join_small
-    from msgstream_spark.mirror.reader import RangeReader, count_of, plan_ranges, row_bytes
+    from msgstream_spark.mirror.snapshot.query.ranges import cut_by_count, join_small
+    from msgstream_spark.mirror.snapshot.query.reader import RangeReader, count_of, plan_ranges, row_bytes
+    from msgstream_spark.mirror.snapshot.query.rpc import Querier, QueryTarget
     from msgstream_spark.mq.milvus.settings import MilvusSettings
 
     _collection(server_uri, name, rows, dim)

@@ -52,9 +52,9 @@ def _schema(dim: int):
 
 def _query_route(spark, server, name: str, work: Path, dim: int) -> float:
     from msgstream_spark.config.loader import Config
-    from msgstream_spark.mirror.query import Querier
-    from msgstream_spark.mirror.reader import RangeReader, plan_ranges, row_bytes
-    from msgstream_spark.mirror.snapshot import MilvusTarget, describe, query_target
+    from msgstream_spark.mirror.snapshot.handover import MilvusTarget, describe, query_target
+    from msgstream_spark.mirror.snapshot.query.reader import RangeReader, plan_ranges, row_bytes
+    from msgstream_spark.mirror.snapshot.query.rpc import Querier
     from msgstream_spark.spark.snapshot import write_snapshot
 
     address = server.uri.removeprefix("http://")
@@ -79,7 +79,7 @@ def _query_route(spark, server, name: str, work: Path, dim: int) -> float:
 def _storage_route(spark, server, name: str, work: Path, dim: int):
     from pymilvus import MilvusClient
 
-    from msgstream_spark.mirror.storage.snapshot import prepare
+    from msgstream_spark.mirror.snapshot.storage.snapshot import prepare
     from msgstream_spark.spark.storage_snapshot import write_storage_snapshot
 
     t0 = time.perf_counter()
@@ -100,7 +100,7 @@ def _storage_route(spark, server, name: str, work: Path, dim: int):
 def _in_process(prep, packing, work: Path) -> float:
     """The Spark tasks' own work (read, keep, convert, write each task's Parquet file) run one after another in
     this process: the part of the Spark time that is not Spark's fixed cost."""
-    from msgstream_spark.mirror.storage.reader import write_units
+    from msgstream_spark.mirror.snapshot.storage.reader import write_units
 
     out = work / "s-local"
     out.mkdir(parents=True)
@@ -115,7 +115,7 @@ def _bare(server, prep) -> float:
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from msgstream_spark.mirror.storage.binlog import EVENT_TS, HEADER
+    from msgstream_spark.mirror.snapshot.storage.binlog import EVENT_TS, HEADER
 
     blobs = []
     for task in prep.plan.tasks:

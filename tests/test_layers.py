@@ -201,7 +201,7 @@ def test_modules_and_functions_are_small():
 # Methods only Spark calls (the Python data source API), by name.
 SPARK_CALLBACKS = {"streamReader", "streamWriter", "initialOffset", "getDefaultReadLimit",
                    "prepareForTriggerAvailableNow", "reportLatestOffset",
-                   # pyiceberg's snapshot producer calls these on mirror/icebergcommit.py's subclass
+                   # pyiceberg's snapshot producer calls these on mirror/formats/iceberg/commit.py's subclass
                    "_validate_concurrency", "_deleted_entries", "_existing_manifests", "_manifests"}
 
 

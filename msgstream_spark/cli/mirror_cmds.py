@@ -15,13 +15,13 @@ from typing import Any
 
 from msgstream_spark.cli.common import UsageError, load_config, overrides
 from msgstream_spark.errors import MirrorError
-from msgstream_spark.mirror.milvus_side import SdkMilvusSide
-from msgstream_spark.mirror.pinned import PinnedTable, table_identity
-from msgstream_spark.mirror.snapshot import milvus_target
-from msgstream_spark.mirror.status import table_status
+from msgstream_spark.mirror.snapshot.handover import milvus_target
 from msgstream_spark.mirror.table import open_table
-from msgstream_spark.mirror.verify_run import Log, repair, run_verify, write_report
-from msgstream_spark.mirror.watermark import checkpoint_query_id, table_watermark
+from msgstream_spark.mirror.trust.milvus_side import SdkMilvusSide
+from msgstream_spark.mirror.trust.pinned import PinnedTable, table_identity
+from msgstream_spark.mirror.trust.status import table_status
+from msgstream_spark.mirror.trust.verify_run import Log, repair, run_verify, write_report
+from msgstream_spark.mirror.trust.watermark import checkpoint_query_id, table_watermark
 from msgstream_spark.stream.factory import Factory
 
 EXIT_DIFFERENT = 3

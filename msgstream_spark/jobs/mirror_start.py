@@ -195,9 +195,9 @@ def _committed(args, pk: str, s: int) -> bool:
 
 def _plan(cfg, args, info, s: int, tasks: int):
     """(where the tasks query, pinned at S when the server pins iterator reads; the ranges; bytes per row)."""
-    from msgstream_spark.mirror.query import Querier
-    from msgstream_spark.mirror.reader import plan_ranges, row_bytes
-    from msgstream_spark.mirror.snapshot import collection_partitions, probe_pin, query_target
+    from msgstream_spark.mirror.snapshot.handover import collection_partitions, probe_pin, query_target
+    from msgstream_spark.mirror.snapshot.query.reader import plan_ranges, row_bytes
+    from msgstream_spark.mirror.snapshot.query.rpc import Querier
 
     parts = collection_partitions(cfg, info, args.collection)
     qt = query_target(cfg, info, args.collection)
@@ -215,8 +215,7 @@ def _plan(cfg, args, info, s: int, tasks: int):
 def _snapshot(spark, args, cfg, table, schema, pk: str, replace: bool = False) -> Start:
     if getattr(args, "snapshot_source", "query") == "storage":  # no loaded collection needed
         return _from_storage(spark, args, cfg, table, schema, pk, replace)
-    from msgstream_spark.mirror.reader import RangeReader
-    from msgstream_spark.mirror.snapshot import (
+    from msgstream_spark.mirror.snapshot.handover import (
         check_same_collection,
         describe,
         milvus_target,
@@ -224,6 +223,7 @@ def _snapshot(spark, args, cfg, table, schema, pk: str, replace: bool = False) -
         starting_positions,
         take_positions,
     )
+    from msgstream_spark.mirror.snapshot.query.reader import RangeReader
     from msgstream_spark.mirror.table import table_schema
     from msgstream_spark.spark.snapshot import remove_dir, write_snapshot
     from msgstream_spark.stream.factory import Factory

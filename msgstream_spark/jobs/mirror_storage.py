@@ -24,8 +24,8 @@ log = logging.getLogger("msgstream_spark.jobs.mirror")
 
 def storage_snapshot(spark, args, cfg, table, schema, pk: str, channels: list[str], replace: bool = False):
     """(files, starting positions JSON, summary) of a snapshot read from storage into ``table``'s location."""
-    from msgstream_spark.mirror.snapshot import milvus_target
-    from msgstream_spark.mirror.storage.snapshot import prepare, with_replans
+    from msgstream_spark.mirror.snapshot.handover import milvus_target
+    from msgstream_spark.mirror.snapshot.storage.snapshot import prepare, with_replans
     from msgstream_spark.mirror.table import table_schema
     from msgstream_spark.spark.storage_snapshot import write_storage_snapshot
 

@@ -7,8 +7,8 @@ import pyarrow.compute as pc
 
 from msgstream_spark.mirror.collapse import collapse
 from msgstream_spark.mirror.common import PROP_COLLECTION_ID, PROP_SNAPSHOT_TS, TS
-from msgstream_spark.mirror.layout import COLLECTION, check_narrow_collection
 from msgstream_spark.mirror.table import MirrorTable
+from msgstream_spark.mirror.write.layout import COLLECTION, check_narrow_collection
 
 
 def apply_batch(table: MirrorTable, changes: pa.Table, pk: str, query_id: str, batch_id: int,

@@ -25,10 +25,10 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from msgstream_spark.mirror.common import conform
-from msgstream_spark.mirror.deltalog import fsync_path
-from msgstream_spark.mirror.keyindex import remove_side_file
-from msgstream_spark.mirror.layout import DATA_DIR, LiveFile
-from msgstream_spark.mirror.lock import writer_lock
+from msgstream_spark.mirror.formats.delta.log import fsync_path
+from msgstream_spark.mirror.formats.lock import writer_lock
+from msgstream_spark.mirror.write.keyindex import remove_side_file
+from msgstream_spark.mirror.write.layout import DATA_DIR, LiveFile
 
 TARGET_BYTES = 256 << 20
 # tests: kill-in-compaction-write (a new file half written), kill-in-compaction (the new files written, before

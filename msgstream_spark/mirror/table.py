@@ -14,8 +14,8 @@ import pyarrow as pa
 
 from msgstream_spark.errors import MirrorError
 from msgstream_spark.mirror.common import PROP_COLLECTION, PROP_PK, table_schema
-from msgstream_spark.mirror.delta import DeltaMirrorTable
-from msgstream_spark.mirror.iceberg import IcebergMirrorTable
+from msgstream_spark.mirror.formats.delta.table import DeltaMirrorTable
+from msgstream_spark.mirror.formats.iceberg.table import IcebergMirrorTable
 
 FORMATS = ("delta", "iceberg")
 __all__ = ["FORMATS", "MirrorTable", "open_existing", "open_table", "table_schema"]

@@ -12,7 +12,7 @@ import os
 import signal
 
 from msgstream_spark.errors import MirrorError
-from msgstream_spark.mirror.layout import TaskWriter
+from msgstream_spark.mirror.write.layout import TaskWriter
 
 
 def worker_failpoint(w: TaskWriter, kill: str) -> None:

@@ -3,8 +3,8 @@
     q = (spark.readStream.format("msgstream").option(...).load().writeStream
          .foreachBatch(MirrorBatch(table, pk="pk", checkpoint=chk)).option("checkpointLocation", chk).start())
 
-Each micro-batch goes through the merge-on-read write path (msgstream_spark.mirror.layout,
-msgstream_spark.mirror.taskplan) in two Spark stages: writing tasks collapse their share of the changes,
+Each micro-batch goes through the merge-on-read write path (msgstream_spark.mirror.write.layout,
+msgstream_spark.mirror.write.taskplan) in two Spark stages: writing tasks collapse their share of the changes,
 write the inserted rows as data files under the table's location and their narrow rows (key, ``_seq``, op,
 file, row) as changes files beside them; planning tasks read the changes files shuffled by key, look their
 keys up in the table's live files and return the positions to delete per file. The driver receives only
@@ -28,11 +28,13 @@ import pyarrow.parquet as pq
 
 from msgstream_spark.errors import MirrorError
 from msgstream_spark.mirror.common import PROP_BATCH, PROP_QUERY
-from msgstream_spark.mirror.delta import DeltaMirrorTable
-from msgstream_spark.mirror.historywrite import existed_from_matches
-from msgstream_spark.mirror.layout import TaskWriter, WriteSpec, narrow_schema
+from msgstream_spark.mirror.formats.delta.table import DeltaMirrorTable
 from msgstream_spark.mirror.maintenance import compact
-from msgstream_spark.mirror.taskplan import (
+from msgstream_spark.mirror.trust.historywrite import existed_from_matches
+from msgstream_spark.mirror.trust.watermark import PROP_WATERMARK, checkpoint_offset, freshness_ms
+from msgstream_spark.mirror.write.batch import commit_plan
+from msgstream_spark.mirror.write.layout import TaskWriter, WriteSpec, narrow_schema
+from msgstream_spark.mirror.write.taskplan import (
     ChangesFile,
     batch_collections,
     changes_count,
@@ -45,8 +47,6 @@ from msgstream_spark.mirror.taskplan import (
     remove_changes,
     written_schema,
 )
-from msgstream_spark.mirror.watermark import PROP_WATERMARK, checkpoint_offset, freshness_ms
-from msgstream_spark.mirror.writepath import commit_plan
 from msgstream_spark.spark.failpoints import worker_failpoint
 from msgstream_spark.spark.history import history_in_tasks, seed_in_tasks
 

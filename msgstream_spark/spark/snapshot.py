@@ -1,8 +1,8 @@
 """The snapshot of a collection as a Spark batch read, written as Parquet data files by the tasks.
 
-One task per primary-key range (:func:`msgstream_spark.mirror.reader.plan_ranges`); each task sends
+One task per primary-key range (:func:`msgstream_spark.mirror.snapshot.query.reader.plan_ranges`); each task sends
 ``Query`` itself for answer-sized pieces of its range and yields Arrow batches of the table's columns
-(:class:`msgstream_spark.mirror.reader.RangeReader`). Spark writes them as Parquet files; the driver
+(:class:`msgstream_spark.mirror.snapshot.query.reader.RangeReader`). Spark writes them as Parquet files; the driver
 only lists the files and hands their paths to the table (never the rows). The row count of the summary
 is read from the files' Parquet footers (an accumulator inside a transformation counts a retried task
 twice); accumulators only feed the progress log (rows and answer bytes per second).
@@ -22,8 +22,8 @@ from pyspark.sql import SparkSession
 
 from msgstream_spark.errors import MirrorError
 from msgstream_spark.mirror.common import PARTITION
-from msgstream_spark.mirror.ranges import PkRange
-from msgstream_spark.mirror.reader import RangeReader, ReadStats
+from msgstream_spark.mirror.snapshot.query.ranges import PkRange
+from msgstream_spark.mirror.snapshot.query.reader import RangeReader, ReadStats
 
 log = logging.getLogger(__name__)
 

@@ -1,6 +1,6 @@
 """The snapshot from Milvus's storage as Spark tasks: one job, each task writes one Parquet file.
 
-The plan's binlog groups are packed into units and tasks (:func:`msgstream_spark.mirror.storage.units.pack`:
+The plan's binlog groups are packed into units and tasks (:func:`msgstream_spark.mirror.snapshot.storage.units.pack`:
 units hold disjoint key sets, about as many tasks as cores unless the binlogs are large). Each task reads
 its units column-wise and writes them as one Parquet file with pyarrow (no rows through the JVM); it
 answers only the file's path and row count, which the driver collects and hands to the table, as the
@@ -20,10 +20,10 @@ import pyarrow as pa
 from pyspark.sql import SparkSession
 
 from msgstream_spark.mirror.order import SEQ
-from msgstream_spark.mirror.storage.access import SegmentGoneError
-from msgstream_spark.mirror.storage.plan import ReadTask
-from msgstream_spark.mirror.storage.reader import StorageReader, duplicate_winners, write_units
-from msgstream_spark.mirror.storage.units import Packing, Unit
+from msgstream_spark.mirror.snapshot.storage.access import SegmentGoneError
+from msgstream_spark.mirror.snapshot.storage.plan import ReadTask
+from msgstream_spark.mirror.snapshot.storage.reader import StorageReader, duplicate_winners, write_units
+from msgstream_spark.mirror.snapshot.storage.units import Packing, Unit
 from msgstream_spark.spark.snapshot import SnapshotFiles, _local, _Progress, parquet_rows, spark_schema
 
 FILES_SCHEMA = "path string, rows long"

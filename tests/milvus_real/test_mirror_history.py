@@ -16,7 +16,7 @@ cfg = test_mirror.cfg  # the job's config (the cluster's MQ, milvus.address), a 
 
 
 def test_as_of_equals_query_at_the_recorded_times(spark, milvus_stack, pymilvus_orm, cfg, tmp_path):
-    from msgstream_spark.mirror.history import HistoryTable, as_of, scd2
+    from msgstream_spark.mirror.trust.history import HistoryTable, as_of, scd2
 
     w = Workload("mir_hist", create_all_types(pymilvus_orm, "mir_hist"))
     w.insert(range(0, 200))

@@ -82,8 +82,8 @@ def _read_all(stack, name: str, root: str | None = None, s3: dict | None = None)
     """The storage route's rows of ``name`` (Spark-free: plan, deletes, units, a key pass where planned, read)."""
     from pymilvus import MilvusClient
 
-    from msgstream_spark.mirror.storage.reader import duplicate_winners
-    from msgstream_spark.mirror.storage.snapshot import prepare
+    from msgstream_spark.mirror.snapshot.storage.reader import duplicate_winners
+    from msgstream_spark.mirror.snapshot.storage.snapshot import prepare
 
     mc = MilvusClient(uri=stack.uri)
     try:
@@ -105,8 +105,8 @@ def test_binlog_reader_on_the_files_milvus_wrote(milvus_stack, pymilvus_orm):
     from pymilvus import Collection
 
     from msgstream_spark.errors import MirrorError
-    from msgstream_spark.mirror.storage.binlog import parse
-    from msgstream_spark.mirror.storage.units import Bounds, Unit
+    from msgstream_spark.mirror.snapshot.storage.binlog import parse
+    from msgstream_spark.mirror.snapshot.storage.units import Bounds, Unit
 
     w = Workload("st_types", create_all_types(pymilvus_orm, "st_types"))
     w.insert(range(0, 120))
@@ -150,8 +150,8 @@ def test_a_file_gone_mid_read_names_the_segment_and_the_gc_setting(milvus_stack,
     """Garbage collection after a compaction, modelled on a copy of Milvus's files: the read fails naming the
     segment and dataCoord.gc.dropTolerance; a re-plan (the files back) reads it."""
     from msgstream_spark.errors import MirrorError
-    from msgstream_spark.mirror.storage.access import SegmentGoneError
-    from msgstream_spark.mirror.storage.snapshot import with_replans
+    from msgstream_spark.mirror.snapshot.storage.access import SegmentGoneError
+    from msgstream_spark.mirror.snapshot.storage.snapshot import with_replans
 
     w = Workload("st_gone", create_all_types(pymilvus_orm, "st_gone"))
     w.insert(range(0, 50))
@@ -235,7 +235,7 @@ def test_the_same_files_read_from_s3_compatible_storage(milvus_stack, pymilvus_o
     from moto.server import ThreadedMotoServer
     from pyarrow import fs
 
-    from msgstream_spark.mirror.storage.access import SegmentGoneError
+    from msgstream_spark.mirror.snapshot.storage.access import SegmentGoneError
     from tests.fixtures.ports import free_port
 
     w = Workload("st_s3", create_all_types(pymilvus_orm, "st_s3"))
@@ -281,7 +281,7 @@ def test_etcd_reads_are_pinned_to_one_revision(milvus_stack):
     import json
     import urllib.request
 
-    from msgstream_spark.mirror.storage.etcdmeta import EtcdGateway
+    from msgstream_spark.mirror.snapshot.storage.etcdmeta import EtcdGateway
 
     prefix = f"msgstream-test/{os.getpid()}/"
     gw = EtcdGateway(milvus_stack.server.etcd)

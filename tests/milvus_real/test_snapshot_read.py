@@ -14,9 +14,9 @@ import pytest
 
 from msgstream_spark.config.loader import Config
 from msgstream_spark.mirror.common import table_schema
-from msgstream_spark.mirror.query import Querier, QueryTarget
-from msgstream_spark.mirror.reader import RangeReader, plan_ranges
-from msgstream_spark.mirror.snapshot import probe_pin
+from msgstream_spark.mirror.snapshot.handover import probe_pin
+from msgstream_spark.mirror.snapshot.query.reader import RangeReader, plan_ranges
+from msgstream_spark.mirror.snapshot.query.rpc import Querier, QueryTarget
 from msgstream_spark.mq.milvus.settings import MilvusSettings
 from tests.milvus_real.stack import ALIAS
 from tests.milvus_real.test_milvus_oracle import source

@@ -6,8 +6,8 @@ from __future__ import annotations
 import numpy as np
 import pyarrow as pa
 
-from msgstream_spark.mirror.digest import Digest, column_hash, key_hashes, row_hashes
-from msgstream_spark.mirror.verify import compare, hashed_columns, reduce_side, split_flux
+from msgstream_spark.mirror.trust.digest import Digest, column_hash, key_hashes, row_hashes
+from msgstream_spark.mirror.trust.verify import compare, hashed_columns, reduce_side, split_flux
 
 
 def _table(pks, ints=None, lists=pa.list_, strings=None) -> pa.Table:

@@ -1,4 +1,4 @@
-"""The lookup's key index (mirror/keyindex.py): the same live rows as reading the file's columns, a side file
+"""The lookup's key index (mirror/write/keyindex.py): the same live rows as reading the file's columns, a side file
 that is missing, short or foreign rebuilt, one that cannot be written only logged, readers that never see it,
 and vacuum removing it with its data file."""
 
@@ -13,11 +13,11 @@ import pyarrow.parquet as pq
 import pytest
 
 from msgstream_spark.mirror import open_table
-from msgstream_spark.mirror.keyindex import KEYS_DIR, side_path
-from msgstream_spark.mirror.layout import LiveFile, lookup_file, match_schema, write_changes
 from msgstream_spark.mirror.maintenance import compact, vacuum
 from msgstream_spark.mirror.order import SEQ, SEQ_TYPE
-from msgstream_spark.mirror.writepath import finish, lookup_local
+from msgstream_spark.mirror.write.batch import finish, lookup_local
+from msgstream_spark.mirror.write.keyindex import KEYS_DIR, side_path
+from msgstream_spark.mirror.write.layout import LiveFile, lookup_file, match_schema, write_changes
 from tests.mirror.changes import FIELDS, insert, table_state, to_arrow
 
 

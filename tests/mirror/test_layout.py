@@ -7,8 +7,8 @@ import pyarrow as pa
 import pytest
 
 from msgstream_spark.mirror import open_table
-from msgstream_spark.mirror.layout import TaskWriter
-from msgstream_spark.mirror.writepath import finish, lookup_local
+from msgstream_spark.mirror.write.batch import finish, lookup_local
+from msgstream_spark.mirror.write.layout import TaskWriter
 from tests.mirror.changes import FIELDS, delete, insert, model, table_state, to_arrow, upsert
 
 

@@ -12,8 +12,8 @@ import pyarrow.parquet as pq
 import pytest
 
 from msgstream_spark.mirror import apply_batch, open_table
-from msgstream_spark.mirror.layout import write_changes
 from msgstream_spark.mirror.maintenance import compact, orphans, vacuum
+from msgstream_spark.mirror.write.layout import write_changes
 from tests.mirror.changes import FIELDS, delete, insert, model, table_state, to_arrow, upsert
 
 FORMATS = ["delta", "iceberg"]
@@ -111,7 +111,7 @@ def test_a_compaction_killed_before_its_commit_changes_nothing(fmt, tmp_path):
 def test_the_maintenance_entry_point_compacts_once_and_is_refused_beside_a_writer(fmt, tmp_path):
     import json
 
-    from msgstream_spark.mirror.lock import writer_lock
+    from msgstream_spark.mirror.formats.lock import writer_lock
 
     t = _open(fmt, tmp_path / "t")
     seen = _fill(t, _batches(3))
@@ -157,7 +157,7 @@ def test_msgstream_mirror_compact_sigkilled_then_rerun(fmt, step, tmp_path):
     import json
     from types import SimpleNamespace
 
-    from msgstream_spark.mirror.lock import LOCK_FILE
+    from msgstream_spark.mirror.formats.lock import LOCK_FILE
     from msgstream_spark.mirror.maintenance import FAILPOINT_ENV
 
     loc = str(tmp_path / "t")

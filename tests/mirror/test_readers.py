@@ -67,7 +67,8 @@ def test_a_second_writer_is_refused_with_the_holder_named(fmt, tmp_path):
 
     loc = str(tmp_path / "t")
     t = open_table(fmt, loc, collection="coll", pk="pk", arrow_schema=FIELDS)
-    holder = subprocess.Popen([sys.executable, "-c", "import sys, time\nfrom msgstream_spark.mirror.lock import "
+    holder = subprocess.Popen([sys.executable, "-c", "import sys, time\n"
+                               "from msgstream_spark.mirror.formats.lock import "
                                "writer_lock\nwith writer_lock(sys.argv[1], 'test'):\n    print('held', flush=True)\n"
                                "    sys.stdin.read()", loc], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
     try:

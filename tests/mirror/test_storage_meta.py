@@ -11,9 +11,9 @@ import pytest
 from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
 
 from msgstream_spark.errors import ConfigError, MirrorError
-from msgstream_spark.mirror.storage.access import StorageSettings, storage_settings
-from msgstream_spark.mirror.storage.etcdmeta import FLUSHED, CollectionMeta, field_binlog, segment_info
-from msgstream_spark.mirror.storage.plan import build_plan
+from msgstream_spark.mirror.snapshot.storage.access import StorageSettings, storage_settings
+from msgstream_spark.mirror.snapshot.storage.etcdmeta import FLUSHED, CollectionMeta, field_binlog, segment_info
+from msgstream_spark.mirror.snapshot.storage.plan import build_plan
 from msgstream_spark.msg.pb import msg_pb2
 
 F = descriptor_pb2.FieldDescriptorProto

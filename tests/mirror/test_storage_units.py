@@ -15,9 +15,9 @@ import pytest
 
 from msgstream_spark.errors import MirrorError
 from msgstream_spark.mirror.order import seq_array
-from msgstream_spark.mirror.storage.plan import ReadTask, StoragePlan
-from msgstream_spark.mirror.storage.reader import _Kept, _one_per_key
-from msgstream_spark.mirror.storage.units import Bounds, _stats_bounds, pack
+from msgstream_spark.mirror.snapshot.storage.plan import ReadTask, StoragePlan
+from msgstream_spark.mirror.snapshot.storage.reader import _Kept, _one_per_key
+from msgstream_spark.mirror.snapshot.storage.units import Bounds, _stats_bounds, pack
 
 
 def _task(seg: int, ch: str, rows: int = 10, index: int = 0) -> ReadTask:

@@ -301,7 +301,7 @@ def test_iceberg_table_partitioned_by_the_user(tmp_path):
     from pyiceberg.transforms import IdentityTransform
 
     from msgstream_spark.mirror.common import identity_properties, table_schema
-    from msgstream_spark.mirror.iceberg import _catalog, _identifier
+    from msgstream_spark.mirror.formats.iceberg.table import _catalog, _identifier
 
     loc = str(tmp_path / "t")
     cat = _catalog(loc, None)
@@ -461,7 +461,7 @@ def test_iceberg_catalog_is_next_to_the_table_and_made_with_it(tmp_path):
 def test_delta_log_state_reads_a_checkpoint_with_deletion_vectors(tmp_path, monkeypatch):
     """A checkpoint (written by delta-rs, every CHECKPOINT_EVERY commits) keeps the deletion vectors and the
     batch ids: a new process starting from it removes the right vectors and skips committed batches."""
-    from msgstream_spark.mirror import delta
+    from msgstream_spark.mirror.formats.delta import table as delta
 
     monkeypatch.setattr(delta, "CHECKPOINT_EVERY", 4)  # after the last batch below
     t = _open("delta", tmp_path / "t")

@@ -11,8 +11,9 @@ import pyarrow.parquet as pq
 import pytest
 
 from msgstream_spark.mirror import open_table
-from msgstream_spark.mirror.layout import TaskWriter
-from msgstream_spark.mirror.taskplan import (
+from msgstream_spark.mirror.write.batch import commit_plan
+from msgstream_spark.mirror.write.layout import TaskWriter
+from msgstream_spark.mirror.write.taskplan import (
     ChangesFile,
     changes_count,
     changes_dir,
@@ -21,7 +22,6 @@ from msgstream_spark.mirror.taskplan import (
     merge_plans,
     plan_share,
 )
-from msgstream_spark.mirror.writepath import commit_plan
 from tests.mirror.changes import FIELDS, delete, insert, model, table_state, to_arrow, upsert
 
 

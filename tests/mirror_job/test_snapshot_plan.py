@@ -9,8 +9,8 @@ import json
 import pytest
 
 from msgstream_spark.errors import MirrorError
-from msgstream_spark.mirror.ranges import PkRange
-from msgstream_spark.mirror.snapshot import milvus_target, starting_positions
+from msgstream_spark.mirror.snapshot.handover import milvus_target, starting_positions
+from msgstream_spark.mirror.snapshot.query.ranges import PkRange
 from msgstream_spark.msg.position import MsgPosition
 
 

@@ -8,10 +8,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from msgstream_spark.mirror.query import Querier
-from msgstream_spark.mirror.ranges import PkRange
-from msgstream_spark.mirror.reader import plan_ranges
-from msgstream_spark.mirror.snapshot import MilvusTarget, collection_partitions, describe, query_target
+from msgstream_spark.mirror.snapshot.handover import MilvusTarget, collection_partitions, describe, query_target
+from msgstream_spark.mirror.snapshot.query.ranges import PkRange
+from msgstream_spark.mirror.snapshot.query.reader import plan_ranges
+from msgstream_spark.mirror.snapshot.query.rpc import Querier
 from tests.fixtures.milvus_env import milvus_config
 from tests.milvus_proxy.query import CollectionModel
 from tests.mq_milvus.collection_log import CID, NAME, PARTITIONS, collection_schema, key, row

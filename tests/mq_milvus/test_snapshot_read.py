@@ -1,4 +1,4 @@
-"""The snapshot's read (mirror/reader.py, query.py, answer.py) against the suite's proxy, without Spark.
+"""The snapshot's read (mirror/snapshot/query/reader.py, query.py, answer.py) against the suite's proxy, without Spark.
 
 The proxy's ``Query`` answers from a model of the collection (tests/milvus_proxy/query.py) that follows
 Milvus where the reader's behaviour depends on it: a ``limit`` query answers the smallest keys, the
@@ -16,10 +16,10 @@ import pyarrow as pa
 import pytest
 
 from msgstream_spark.mirror.common import table_schema
-from msgstream_spark.mirror.query import CollectionChanged, Querier, QueryTarget
-from msgstream_spark.mirror.ranges import PkRange, cut_by_count
-from msgstream_spark.mirror.reader import RangeReader, plan_ranges
-from msgstream_spark.mirror.snapshot import probe_pin
+from msgstream_spark.mirror.snapshot.handover import probe_pin
+from msgstream_spark.mirror.snapshot.query.ranges import PkRange, cut_by_count
+from msgstream_spark.mirror.snapshot.query.reader import RangeReader, plan_ranges
+from msgstream_spark.mirror.snapshot.query.rpc import CollectionChanged, Querier, QueryTarget
 from msgstream_spark.mq.milvus.settings import MilvusSettings
 from msgstream_spark.msg.schema import collection_arrow_schema
 from tests.fixtures.milvus_env import milvus_config

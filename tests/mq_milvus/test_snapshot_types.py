@@ -13,9 +13,9 @@ import pyarrow as pa
 import pytest
 
 from msgstream_spark.mirror.common import table_schema
-from msgstream_spark.mirror.query import QueryTarget
-from msgstream_spark.mirror.ranges import PkRange
-from msgstream_spark.mirror.reader import RangeReader
+from msgstream_spark.mirror.snapshot.query.ranges import PkRange
+from msgstream_spark.mirror.snapshot.query.reader import RangeReader
+from msgstream_spark.mirror.snapshot.query.rpc import QueryTarget
 from msgstream_spark.mq.milvus.settings import MilvusSettings
 from msgstream_spark.msg.pb import schema_pb2
 from msgstream_spark.msg.schema import collection_arrow_schema

@@ -35,9 +35,14 @@ from msgstream_spark.mirror.common import (
     schema_difference,
     table_schema,
 )
-from msgstream_spark.mirror.icebergcommit import commit_files, data_data_file, delete_data_file, write_position_deletes
-from msgstream_spark.mirror.layout import DATA_DIR, LiveFile, Plan, WriteSpec
-from msgstream_spark.mirror.writepath import apply_local
+from msgstream_spark.mirror.formats.iceberg.commit import (
+    commit_files,
+    data_data_file,
+    delete_data_file,
+    write_position_deletes,
+)
+from msgstream_spark.mirror.write.batch import apply_local
+from msgstream_spark.mirror.write.layout import DATA_DIR, LiveFile, Plan, WriteSpec
 
 NAMESPACE = "msgstream"
 PROP_BATCH_OF = "msgstream.batch."

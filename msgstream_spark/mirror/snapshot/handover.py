@@ -10,7 +10,8 @@ the README for the argument.
 Where Milvus pins iterator reads (:func:`probe_pin`: late 2.4, 2.5+), every range is read at exactly
 S instead (``iterator``, ``collection_id``, ``guarantee_timestamp=S``): the rows are the collection at S.
 Milvus 2.3.5 does not pin: each range is read at its own time >= S, and the handover's argument covers
-it. The ranges and their reading are mirror/reader.py's; the answers' decoding mirror/answer.py's.
+it. The ranges and their reading are mirror/snapshot/query/reader.py's; the answers' decoding
+mirror/snapshot/query/answer.py's.
 """
 
 from __future__ import annotations
@@ -26,8 +27,8 @@ import yaml
 from pymilvus import DataType, MilvusClient
 
 from msgstream_spark.errors import MirrorError
-from msgstream_spark.mirror.query import CollectionChanged, Querier, QueryTarget
-from msgstream_spark.mirror.ranges import PkRange
+from msgstream_spark.mirror.snapshot.query.ranges import PkRange
+from msgstream_spark.mirror.snapshot.query.rpc import CollectionChanged, Querier, QueryTarget
 from msgstream_spark.mq.milvus.channels import partitions
 from msgstream_spark.mq.milvus.connection import ProxyConnection
 from msgstream_spark.mq.milvus.settings import MilvusSettings

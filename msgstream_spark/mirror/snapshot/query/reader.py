@@ -5,7 +5,7 @@ holds at most a task's share, and joins adjacent pieces into about ``tasks`` ran
 (:func:`plan_ranges`). A task cuts its range the same way into pieces of about ``answer_bytes`` (the
 row width measured on a first answer), reads each with one ``Query`` without ``limit`` (Milvus bounds
 such a query by ``maxOutputSize`` and the gRPC send size, not by the 16,384-row window), several in
-flight, and decodes each answer into a record batch (mirror/answer.py). A piece Milvus refuses as too
+flight, and decodes each answer into a record batch (mirror/snapshot/query/answer.py). A piece Milvus refuses as too
 large is halved and read again; a piece that shrank or grew meanwhile is simply read as it is now.
 
 Pinned reads (``QueryTarget.pin_ts``): Milvus answers an iterator query in key order and stops merging
@@ -26,9 +26,9 @@ from typing import Any
 import pyarrow as pa
 
 from msgstream_spark.errors import MirrorError
-from msgstream_spark.mirror.answer import answer_batch
-from msgstream_spark.mirror.query import AnswerTooLarge, Querier, QueryTarget
-from msgstream_spark.mirror.ranges import PkRange, cut_by_count, group, halves, join_small
+from msgstream_spark.mirror.snapshot.query.answer import answer_batch
+from msgstream_spark.mirror.snapshot.query.ranges import PkRange, cut_by_count, group, halves, join_small
+from msgstream_spark.mirror.snapshot.query.rpc import AnswerTooLarge, Querier, QueryTarget
 
 log = logging.getLogger(__name__)
 

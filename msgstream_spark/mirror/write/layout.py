@@ -25,9 +25,9 @@ import pyarrow.parquet as pq
 from msgstream_spark.errors import MirrorError
 from msgstream_spark.mirror.collapse import OP, collapse
 from msgstream_spark.mirror.common import TS, conform
-from msgstream_spark.mirror.deltalog import fsync_path
-from msgstream_spark.mirror.keyindex import indexable, key_index
+from msgstream_spark.mirror.formats.delta.log import fsync_path
 from msgstream_spark.mirror.order import SEQ, SEQ_TYPE
+from msgstream_spark.mirror.write.keyindex import indexable, key_index
 
 FILE = "_file"
 POS = "_pos"

@@ -15,7 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from msgstream_spark.errors import MirrorError
-from msgstream_spark.mirror.storage.etcdmeta import DROPPED, LEVEL_L0, CollectionMeta, LogFile, Segment
+from msgstream_spark.mirror.snapshot.storage.etcdmeta import DROPPED, LEVEL_L0, CollectionMeta, LogFile, Segment
 from msgstream_spark.msg.position import MsgPosition
 from msgstream_spark.stream.names import to_physical_channel
 

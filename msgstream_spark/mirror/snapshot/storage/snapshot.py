@@ -17,11 +17,11 @@ from typing import Any, TypeVar
 import pyarrow as pa
 
 from msgstream_spark.errors import MirrorError
-from msgstream_spark.mirror.storage.access import SegmentGoneError, etcd_settings, storage_settings
-from msgstream_spark.mirror.storage.etcdmeta import EtcdGateway, read_collection
-from msgstream_spark.mirror.storage.plan import StoragePlan, build_plan
-from msgstream_spark.mirror.storage.reader import StorageReader, collection_fields
-from msgstream_spark.mirror.storage.units import Bounds, Packing, pack, read_bounds
+from msgstream_spark.mirror.snapshot.storage.access import SegmentGoneError, etcd_settings, storage_settings
+from msgstream_spark.mirror.snapshot.storage.etcdmeta import EtcdGateway, read_collection
+from msgstream_spark.mirror.snapshot.storage.plan import StoragePlan, build_plan
+from msgstream_spark.mirror.snapshot.storage.reader import StorageReader, collection_fields
+from msgstream_spark.mirror.snapshot.storage.units import Bounds, Packing, pack, read_bounds
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")

@@ -22,8 +22,8 @@ import math
 from dataclasses import dataclass, field
 
 from msgstream_spark.errors import MirrorError
-from msgstream_spark.mirror.storage.access import StorageSettings, read_bytes
-from msgstream_spark.mirror.storage.plan import ReadTask, StoragePlan
+from msgstream_spark.mirror.snapshot.storage.access import StorageSettings, read_bytes
+from msgstream_spark.mirror.snapshot.storage.plan import ReadTask, StoragePlan
 
 TASK_BYTES = 256 << 20  # binlog bytes per Spark task before more tasks than cores are planned
 MAX_UNIT_ROWS = 20_000_000  # above it a unit's key sets are reconciled by a key pass (keys + _seq in memory)

@@ -17,7 +17,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from msgstream_spark.mirror.layout import write_data_file
+from msgstream_spark.mirror.write.layout import write_data_file
 
 FILE_PATH_ID = 2147483546
 POS_ID = 2147483545

@@ -1,5 +1,5 @@
 """``msgstream mirror verify``: the library call behind it (:func:`run_verify`), the report table and
-``--repair``. See :mod:`msgstream_spark.mirror.verify` for the method and docs/mirror.md for its use."""
+``--repair``. See :mod:`msgstream_spark.mirror.trust.verify` for the method and docs/mirror.md for its use."""
 
 from __future__ import annotations
 
@@ -15,11 +15,11 @@ import pyarrow.compute as pc
 from msgstream_spark.mirror.apply import apply_batch
 from msgstream_spark.mirror.collapse import OP
 from msgstream_spark.mirror.common import TS
-from msgstream_spark.mirror.milvus_side import MilvusSide
 from msgstream_spark.mirror.order import SEQ, snapshot_seq, snapshot_seq_array
-from msgstream_spark.mirror.pinned import PinnedTable
-from msgstream_spark.mirror.snapshot import snapshot_ts, take_positions
-from msgstream_spark.mirror.verify import (
+from msgstream_spark.mirror.snapshot.handover import snapshot_ts, take_positions
+from msgstream_spark.mirror.trust.milvus_side import MilvusSide
+from msgstream_spark.mirror.trust.pinned import PinnedTable
+from msgstream_spark.mirror.trust.verify import (
     DEFAULT_BUCKETS,
     Result,
     compare,
@@ -28,7 +28,7 @@ from msgstream_spark.mirror.verify import (
     split_flux,
     summarize,
 )
-from msgstream_spark.mirror.watermark import Watermark, checkpoint_query_id, table_watermark
+from msgstream_spark.mirror.trust.watermark import Watermark, checkpoint_query_id, table_watermark
 from msgstream_spark.source.arrow import output_schema, read_options, schema_json
 from msgstream_spark.source.offsets import Offset, resolve_end
 from msgstream_spark.source.read import collection_filter, plan_reads, read_range

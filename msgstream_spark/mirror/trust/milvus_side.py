@@ -1,8 +1,9 @@
 """Verify's view of the collection: every row, or named keys, as record batches of the table's schema.
 
-The narrow interface :class:`MilvusSide` is all :mod:`msgstream_spark.mirror.verify` needs, so the reader
-behind it can change (today the snapshot's own ``Query`` calls per primary-key range, decoded column-wise by
-:class:`~msgstream_spark.mirror.reader.RangeReader`: Strong, "at least S"; verify does not pin its reads).
+The narrow interface :class:`MilvusSide` is all :mod:`msgstream_spark.mirror.trust.verify` needs, so the reader
+behind it can change (today the snapshot's own ``Query`` calls per primary-key range, decoded column-wise
+by :class:`~msgstream_spark.mirror.snapshot.query.reader.RangeReader`:
+Strong, "at least S"; verify does not pin its reads).
 """
 
 from __future__ import annotations
@@ -13,17 +14,17 @@ from typing import Protocol
 import pyarrow as pa
 from pymilvus import DataType
 
-from msgstream_spark.mirror.answer import answer_batch
-from msgstream_spark.mirror.query import Querier
-from msgstream_spark.mirror.ranges import string_literal
-from msgstream_spark.mirror.reader import RangeReader, plan_ranges, row_bytes
-from msgstream_spark.mirror.snapshot import (
+from msgstream_spark.mirror.snapshot.handover import (
     CollectionInfo,
     MilvusTarget,
     collection_partitions,
     describe,
     query_target,
 )
+from msgstream_spark.mirror.snapshot.query.answer import answer_batch
+from msgstream_spark.mirror.snapshot.query.ranges import string_literal
+from msgstream_spark.mirror.snapshot.query.reader import RangeReader, plan_ranges, row_bytes
+from msgstream_spark.mirror.snapshot.query.rpc import Querier
 
 META = "$meta"  # Milvus's dynamic field
 KEYS_PER_QUERY = 1000

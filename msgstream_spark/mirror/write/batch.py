@@ -12,7 +12,8 @@ from typing import Any
 import pyarrow as pa
 
 from msgstream_spark.mirror.common import PROP_COLLECTION_ID
-from msgstream_spark.mirror.layout import (
+from msgstream_spark.mirror.formats.lock import writer_lock
+from msgstream_spark.mirror.write.layout import (
     Plan,
     check_collections,
     check_narrow_collection,
@@ -22,7 +23,6 @@ from msgstream_spark.mirror.layout import (
     prune,
     write_changes,
 )
-from msgstream_spark.mirror.lock import writer_lock
 
 
 def lookup_local(table: Any, keys: pa.Array) -> pa.Table:

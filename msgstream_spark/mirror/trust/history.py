@@ -26,9 +26,10 @@ import pyarrow.compute as pc
 from msgstream_spark.errors import MirrorError
 from msgstream_spark.mirror.collapse import OP, collapse
 from msgstream_spark.mirror.common import PROP_BATCH, PROP_QUERY, TS
-from msgstream_spark.mirror.delta import CHECKPOINT_EVERY
-from msgstream_spark.mirror.deltalog import new_add, write_commit
-from msgstream_spark.mirror.historywrite import (
+from msgstream_spark.mirror.formats.delta.log import new_add, write_commit
+from msgstream_spark.mirror.formats.delta.table import CHECKPOINT_EVERY
+from msgstream_spark.mirror.order import SEQ
+from msgstream_spark.mirror.trust.historywrite import (
     MAX_TS,
     ROWS,
     TIME,
@@ -39,9 +40,8 @@ from msgstream_spark.mirror.historywrite import (
     history_schema,
     seed_local,
 )
-from msgstream_spark.mirror.layout import DATA_DIR, FILE
-from msgstream_spark.mirror.order import SEQ
-from msgstream_spark.mirror.watermark import physical_ms
+from msgstream_spark.mirror.trust.watermark import physical_ms
+from msgstream_spark.mirror.write.layout import DATA_DIR, FILE
 
 VALID_FROM, VALID_TO, IS_CURRENT = "_valid_from", "_valid_to", "_is_current"
 SEED_APP = "msgstream.history.seed"  # the app id of the seed commit: the mirrored rows when the history began

@@ -23,9 +23,9 @@ import pyarrow.parquet as pq
 
 from msgstream_spark.mirror.collapse import OP
 from msgstream_spark.mirror.common import TS, conform
-from msgstream_spark.mirror.deltalog import fsync_path
-from msgstream_spark.mirror.layout import FILE, LiveFile, newest_seq, write_data_file
+from msgstream_spark.mirror.formats.delta.log import fsync_path
 from msgstream_spark.mirror.order import SEQ
+from msgstream_spark.mirror.write.layout import FILE, LiveFile, newest_seq, write_data_file
 
 TIME = "_time"  # the change's time: _ts >> 18 as a UTC timestamp
 TIME_TYPE = pa.timestamp("us", tz="UTC")  # Delta's timestamp (microseconds)

@@ -1,6 +1,6 @@
 """Reads a storage plan's units into record batches and Parquet files of the table's columns (Spark-free).
 
-A unit (:mod:`msgstream_spark.mirror.storage.units`) is read binlog group by group: the timestamps (field 1)
+A unit (:mod:`msgstream_spark.mirror.snapshot.storage.units`) is read binlog group by group: the timestamps (field 1)
 and the primary keys of every group first, the rows the plan's rules keep (at or before the channel's
 checkpoint, not deleted, one row per key: the newest ``_seq`` across the unit, and a key pass's winner
 where one ran), then the other fields' binlogs of each group, taking those rows. Everything is
@@ -25,13 +25,13 @@ import pyarrow.parquet as pq
 
 from msgstream_spark.errors import MirrorError
 from msgstream_spark.mirror.common import PARTITION, TS
-from msgstream_spark.mirror.deltalog import fsync_path
+from msgstream_spark.mirror.formats.delta.log import fsync_path
 from msgstream_spark.mirror.order import SEQ, seq_array
-from msgstream_spark.mirror.storage.access import StorageSettings, read_bytes
-from msgstream_spark.mirror.storage.binlog import read_column, read_deletes
-from msgstream_spark.mirror.storage.convert import to_table_column
-from msgstream_spark.mirror.storage.plan import TIMESTAMP, ReadTask, StoragePlan
-from msgstream_spark.mirror.storage.units import Bounds, Unit
+from msgstream_spark.mirror.snapshot.storage.access import StorageSettings, read_bytes
+from msgstream_spark.mirror.snapshot.storage.binlog import read_column, read_deletes
+from msgstream_spark.mirror.snapshot.storage.convert import to_table_column
+from msgstream_spark.mirror.snapshot.storage.plan import TIMESTAMP, ReadTask, StoragePlan
+from msgstream_spark.mirror.snapshot.storage.units import Bounds, Unit
 from msgstream_spark.msg.dtypes import JSON
 
 META = "$meta"

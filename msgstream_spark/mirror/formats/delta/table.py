@@ -29,7 +29,8 @@ from msgstream_spark.mirror.common import (
     schema_difference,
     table_schema,
 )
-from msgstream_spark.mirror.deltalog import (
+from msgstream_spark.mirror.formats.delta.dv import dv_file_path, read_dv, write_dv_file
+from msgstream_spark.mirror.formats.delta.log import (
     LEGACY_WRITER_FEATURES,
     LogState,
     data_files,
@@ -40,9 +41,8 @@ from msgstream_spark.mirror.deltalog import (
     write_first_version,
     write_replace_version,
 )
-from msgstream_spark.mirror.dv import dv_file_path, read_dv, write_dv_file
-from msgstream_spark.mirror.layout import DATA_DIR, LiveFile, Plan, WriteSpec
-from msgstream_spark.mirror.writepath import apply_local
+from msgstream_spark.mirror.write.batch import apply_local
+from msgstream_spark.mirror.write.layout import DATA_DIR, LiveFile, Plan, WriteSpec
 
 
 def _deltalake():

@@ -26,8 +26,9 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from msgstream_spark.mirror.deltalog import fsync_path
-from msgstream_spark.mirror.layout import (
+from msgstream_spark.mirror.formats.delta.log import fsync_path
+from msgstream_spark.mirror.order import SEQ, SEQ_TYPE
+from msgstream_spark.mirror.write.layout import (
     COLLECTION,
     LiveFile,
     Plan,
@@ -38,7 +39,6 @@ from msgstream_spark.mirror.layout import (
     plan,
     prune,
 )
-from msgstream_spark.mirror.order import SEQ, SEQ_TYPE
 
 CHANGES_DIR = "_changes"
 DATA, CHANGES = "data", "changes"

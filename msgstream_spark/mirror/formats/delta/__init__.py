@@ -1,0 +1,1 @@
+"""The mirror's table as Delta Lake: the log, its commits, deletion vectors."""

@@ -1,0 +1,1 @@
+"""Trusting the mirror: verify against Milvus, freshness (watermarks, status), the change history."""
