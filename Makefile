@@ -57,7 +57,7 @@ BENCH_SCRIPTS ?=
 bench: check-java $(STAMP)
 	$(VPY) -m bench.run_all $(BENCH_SCRIPTS)
 
-# The Python environment to ship to a Spark cluster's executors (spark-submit --archives; README "Running on a cluster").
+# The Python environment to ship to a Spark cluster's executors (spark-submit --archives; docs/deploy.md "Running on a cluster").
 CLUSTER_ENV ?= dist/msgstream-env.tar.gz
 CLUSTER_EXTRAS ?= kafka,pulsar,mirror
 cluster-env: $(STAMP)

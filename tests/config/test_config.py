@@ -194,11 +194,11 @@ def test_own_keys_take_the_msgstream_prefix(tmp_path):
 
 
 def _readme_table() -> dict[str, str]:
-    """key -> default of README's config table (rows naming several keys: ``a`` / ``b`` | ``x / y``)."""
+    """key -> default of docs/configuration.md's key table (rows naming several keys: ``a`` / ``b`` | ``x / y``)."""
     from pathlib import Path
 
     rows = {}
-    text = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    text = (Path(__file__).resolve().parents[2] / "docs" / "configuration.md").read_text()
     table = text.split("| key | default | meaning |", 1)[1].split("\n\n", 1)[0]
     for line in table.splitlines():
         cells = [c.strip() for c in line.strip().strip("|").split("|")]
@@ -214,7 +214,7 @@ def _readme_table() -> dict[str, str]:
     return rows
 
 
-def test_the_readme_config_table_lists_every_key_with_its_default():
+def test_the_config_doc_table_lists_every_key_with_its_default():
     from msgstream_spark.config.loader import DEFAULTS
 
     table = _readme_table()
