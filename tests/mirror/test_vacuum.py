@@ -187,3 +187,28 @@ def test_iceberg_metadata_expires_with_its_snapshots(tmp_path):
     assert {os.path.join(meta_dir, n) for n in os.listdir(meta_dir)} == {p.removeprefix("file://") for p in want}
     assert len(tbl.metadata.metadata_log) == 3 and len(before) > len(want) + 10
     assert table_state(_catalog(t.root).load_table(("msgstream", "coll")).scan().to_arrow()) == model(seen)
+
+
+@pytest.mark.parametrize("tombstones", [None, "interval 0 seconds"])
+def test_delta_removes_are_found_in_a_checkpoint_and_before_it(tombstones, tmp_path):
+    """A checkpoint after the compaction holds its removes (delta-rs keeps them for the table's
+    ``delta.deletedFileRetentionDuration``); with a table retention shorter than vacuum's, the checkpoint has
+    dropped them and the commits before it are read."""
+    t = _open("delta", tmp_path / "t")
+    if tombstones:
+        t._table().alter.set_table_properties({"delta.deletedFileRetentionDuration": tombstones},
+                                              raise_if_not_exists=False)
+    seen = _fill(t, _batches(0, 3), 0)
+    _age(_files(t.root), 8 * DAY)
+    before = set(_files(t.root))
+    compact(t)
+    t._table().create_checkpoint()
+    seen += _fill(t, _batches(3, 1), 3)  # a commit after the checkpoint
+    import pyarrow.parquet as pq
+
+    ck = [n for n in os.listdir(os.path.join(t.root, "_delta_log")) if n.endswith(".checkpoint.parquet")]
+    removes = [r for r in pq.read_table(os.path.join(t.root, "_delta_log", ck[0])).column("remove").to_pylist() if r]
+    assert len(ck) == 1 and (not removes) == bool(tombstones)
+    assert not set(vacuum(t)) & before and all(os.path.exists(p) for p in before)
+    assert before - {f.path for f in t.live_files()} <= set(vacuum(t, retain_s=0))
+    assert table_state(t.to_arrow()) == model(seen)
