@@ -39,6 +39,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from msgstream_spark.mirror.formats.delta.log import fsync_path
 from msgstream_spark.mirror.order import SEQ, SEQ_TYPE
 
 log = logging.getLogger(__name__)
@@ -93,7 +94,7 @@ class KeyIndex:
             if os.path.exists(tmp):
                 os.unlink(tmp)
             raise
-        _fsync_dir(os.path.dirname(path))
+        fsync_path(os.path.dirname(path))
 
     @classmethod
     def load(cls, path: str, data_file: str, num_rows: int, data_size: int) -> KeyIndex | None:
@@ -145,14 +146,6 @@ def _encode(rows: int, data_name: str, data_size: int, arrays: list[np.ndarray])
         start = -(-(_PREFIX.size + len(raw)) // 64) * 64
     head = _PREFIX.pack(MAGIC, len(raw), zlib.crc32(raw)) + raw
     return head + b"\0" * (start - len(head)), payload
-
-
-def _fsync_dir(path: str) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 _VERIFIED: OrderedDict[tuple, None] = OrderedDict()  # side files whose blocks matched, by identity
