@@ -158,7 +158,9 @@ def _open_checked(path: str, data_name: str, num_rows: int, data_size: int) -> t
     with open(path, "rb") as f:
         prefix = f.read(_PREFIX.size)
         if len(prefix) < _PREFIX.size or prefix[:8] != MAGIC:
-            return "not a key index of this format"
+            if prefix[:7] == MAGIC[:7]:
+                return f"written by an earlier release ({prefix[:8]!r}: no checksums)"
+            return "not a key index"
         _, n, crc = _PREFIX.unpack(prefix)
         raw = f.read(n)
     if len(raw) != n or zlib.crc32(raw) != crc:
