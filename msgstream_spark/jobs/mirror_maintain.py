@@ -3,7 +3,9 @@
 ``msgstream mirror compact --table lake/products --table-format delta`` rewrites the files
 with deleted rows and the small ones (one commit, exactly once); ``orphans`` lists files no current
 version references (a batch or compaction killed before its commit); ``vacuum --retain-hours H`` deletes
-them and the files older versions alone used. Each holds the table's writer lock: it is refused while a
+the files no version committed within H hours reads (a file removed at time T stays until T is H hours
+old; a file nothing references, once written H hours ago; Iceberg: the older snapshots expired first, and
+its metadata files with them). Each holds the table's writer lock: it is refused while a
 mirror job runs on the table (use ``msgstream mirror run --compact-every N`` there). See docs/mirror.md.
 """
 
@@ -24,8 +26,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--catalog-uri", help="Iceberg: the SQL catalog (default <table>_catalog.sqlite next to the table)")
     p.add_argument("--target-mb", type=int, default=256, help="compact: size of the files written (default 256)")
     p.add_argument("--retain-hours", type=float, default=168.0,
-                   help="vacuum: keep files younger than this and what versions this young use (default 168)")
-    p.add_argument("--dry-run", action="store_true", help="vacuum: list, do not delete")
+                   help="vacuum: keep every file a version committed within this many hours reads, and "
+                        "unreferenced files written within it (default 168)")
+    p.add_argument("--dry-run", action="store_true", help="vacuum: list, delete and expire nothing")
     return p
 
 

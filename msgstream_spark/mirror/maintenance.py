@@ -7,9 +7,13 @@
   files (``orphans``), after it there is nothing left to compact. It holds the table's writer lock.
 - ``orphans``: files under the table's data directories that no current version references (a batch or a
   compaction killed before its commit) and that are older than ``min_age_s``.
-- ``vacuum``: deletes the orphans and the files removed by commits older than ``retain_s`` (Iceberg: after
-  expiring the snapshots older than that; Delta: time travel to versions before it then fails, as with
-  Delta's own VACUUM).
+- ``vacuum``: keeps every file a version committed within ``retain_s`` reads, as Delta's VACUUM does: a file
+  removed at time R (Delta: the ``remove``'s ``deletionTimestamp``, deletion vector files alike; Iceberg:
+  the snapshot that replaced the one reading it) goes once R is older than ``retain_s``, whenever it was
+  written; files no version references (a killed writer's) go once written more than ``retain_s`` ago.
+  Iceberg: the snapshots not current within ``retain_s`` are expired first, and the metadata files beyond
+  the metadata log, the expired snapshots' manifest lists and unlisted manifests go too. Time travel to a
+  moment before ``now - retain_s`` then fails.
 """
 
 from __future__ import annotations
@@ -120,10 +124,17 @@ def orphans(table, min_age_s: float = 0.0) -> list[str]:
 
 
 def vacuum(table, retain_s: float = 7 * 86400, dry_run: bool = False) -> list[str]:
-    """Delete the files no version younger than ``retain_s`` references (orphans included); their paths."""
+    """Delete the files no version committed within ``retain_s`` reads; their paths. A file a commit removed
+    at time R stays until R is older than ``retain_s`` (Delta: its ``remove``'s ``deletionTimestamp``;
+    Iceberg: the snapshots current within it are kept, the others expired first); a file no version ever
+    referenced (a killed writer's) goes once it was written more than ``retain_s`` ago."""
     with writer_lock(table.location, "the vacuum"):
-        table.expire(retain_s)
-        gone = orphans(table, min_age_s=retain_s)
+        now = time.time()
+        if not dry_run:  # Iceberg: one commit expires the snapshots not current within the retention
+            table.expire(retain_s, now)
+        keep = table.retained_files(retain_s, now)
+        gone = sorted(p for p in _candidates(table.root) + table.metadata_files()
+                      if p not in keep and now - os.path.getmtime(p) >= retain_s)
         if not dry_run:
             for p in gone:
                 os.unlink(p)

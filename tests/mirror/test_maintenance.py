@@ -79,7 +79,8 @@ def test_files_of_a_batch_killed_before_its_commit_are_orphans(fmt, tmp_path):
     assert apply_batch(t, lost, "pk", "q", 2)
     assert table_state(t.to_arrow()) == model(seen + [insert(99, (1, "lost"), (77, "new"))])
     assert orphans(t) == written
-    assert vacuum(t, retain_s=0) == written
+    # (and Iceberg's manifest lists and manifests of the snapshots it expired)
+    assert [p for p in vacuum(t, retain_s=0) if os.sep + "metadata" + os.sep not in p] == written
     assert orphans(t) == [] and table_state(t.to_arrow()) == model(seen + [insert(99, (1, "lost"), (77, "new"))])
 
 

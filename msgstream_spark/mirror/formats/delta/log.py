@@ -157,15 +157,9 @@ class LogState:
                 del self.files[unquote(r["path"])]
 
     def _from_checkpoint(self, log: str) -> None:
-        try:
-            with open(os.path.join(log, "_last_checkpoint")) as f:
-                last = json.load(f)
-        except FileNotFoundError:
+        v, names = checkpoint_parts(log)
+        if v < 0:
             return
-        v = int(last["version"])
-        parts = int(last.get("parts") or 1)
-        names = ([f"{v:020d}.checkpoint.parquet"] if parts == 1 else
-                 [f"{v:020d}.checkpoint.{i:010d}.{parts:010d}.parquet" for i in range(1, parts + 1)])
         for name in names:
             t = pq.read_table(os.path.join(log, name))
             for a in t.column("add").to_pylist() if "add" in t.column_names else []:
@@ -176,6 +170,19 @@ class LogState:
                 if x is not None:
                     self.txns[x["appId"]] = int(x["version"])
         self.version = v
+
+
+def checkpoint_parts(log: str) -> tuple[int, list[str]]:
+    """(version, file names) of the last checkpoint in the ``_delta_log`` directory ``log``; (-1, []): none."""
+    try:
+        with open(os.path.join(log, "_last_checkpoint")) as f:
+            last = json.load(f)
+    except FileNotFoundError:
+        return -1, []
+    v = int(last["version"])
+    parts = int(last.get("parts") or 1)
+    return v, ([f"{v:020d}.checkpoint.parquet"] if parts == 1 else
+               [f"{v:020d}.checkpoint.{i:010d}.{parts:010d}.parquet" for i in range(1, parts + 1)])
 
 
 _ADD_KEYS = ("path", "partitionValues", "size", "modificationTime", "dataChange", "stats", "tags", "deletionVector",

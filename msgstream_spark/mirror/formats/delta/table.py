@@ -41,6 +41,7 @@ from msgstream_spark.mirror.formats.delta.log import (
     write_first_version,
     write_replace_version,
 )
+from msgstream_spark.mirror.formats.delta.retention import TOMBSTONE_RETENTION_KEY, interval_ms, removed_after
 from msgstream_spark.mirror.write.batch import apply_local
 from msgstream_spark.mirror.write.layout import DATA_DIR, LiveFile, Plan, WriteSpec
 
@@ -232,8 +233,25 @@ class DeltaMirrorTable:
                 out.add(dv_file_path(self.root, add["deletionVector"]))
         return out
 
-    def expire(self, retain_s: float) -> None:
+    def retained_files(self, retain_s: float, now: float) -> set[str]:
+        """Every data and deletion vector file a version committed within ``retain_s`` of ``now`` reads: the
+        current version's, and those a ``remove`` later than ``now - retain_s`` took out (``delta/retention``)."""
+        keep = self.referenced_files()
+        conf = self._table().metadata().configuration
+        for r in removed_after(self.root, int((now - retain_s) * 1000), interval_ms(conf.get(TOMBSTONE_RETENTION_KEY)),
+                               int(now * 1000)):
+            keep.add(os.path.join(self.root, r["path"]))
+            dv = r.get("deletionVector")
+            if dv and dv["storageType"] != "i":
+                keep.add(dv_file_path(self.root, dv))
+        return keep
+
+    def expire(self, retain_s: float, now: float) -> None:
         """Nothing to expire in Delta's log itself (vacuum removes the files older versions alone used)."""
+
+    def metadata_files(self) -> list[str]:
+        """The log is not vacuumed (Delta's log cleanup keeps it; time travel reads it)."""
+        return []
 
     def _enable_dvs(self) -> list[dict]:
         """The protocol and metadata actions that turn deletion vectors on (once per table)."""

@@ -13,7 +13,6 @@ summary; a batch whose id is not above the stored one is skipped. A merge reads 
 
 from __future__ import annotations
 
-import datetime
 import os
 import re
 
@@ -40,6 +39,12 @@ from msgstream_spark.mirror.formats.iceberg.commit import (
     data_data_file,
     delete_data_file,
     write_position_deletes,
+)
+from msgstream_spark.mirror.formats.iceberg.expiry import (
+    metadata_dir_files,
+    metadata_json_files,
+    snapshot_files,
+    split_snapshots,
 )
 from msgstream_spark.mirror.write.batch import apply_local
 from msgstream_spark.mirror.write.layout import DATA_DIR, LiveFile, Plan, WriteSpec
@@ -285,26 +290,34 @@ class IcebergMirrorTable:
                          properties={"msgstream.operation": "compaction"})
 
     def referenced_files(self) -> set[str]:
-        """The data and delete files any snapshot the table keeps references (absolute paths)."""
+        """The data and delete files any snapshot the table keeps references, with the manifests and manifest
+        lists (absolute paths)."""
         tbl = self._table()
         tbl.refresh()
-        out = set()
-        for snap in tbl.snapshots():
-            for m in snap.manifests(io=tbl.io):
-                out.update(e.data_file.file_path.removeprefix("file://")
-                           for e in m.fetch_manifest_entry(io=tbl.io, discard_deleted=True))
-        return out
+        return snapshot_files(tbl, tbl.snapshots())
 
-    def expire(self, retain_s: float) -> None:
-        """Expire the snapshots older than ``retain_s`` (never the current one)."""
+    def retained_files(self, retain_s: float, now: float) -> set[str]:
+        """Every file a snapshot current at some moment within ``retain_s`` of ``now`` reads (``expiry``), and
+        the metadata files the table keeps."""
         tbl = self._table()
         tbl.refresh()
-        cutoff = datetime.datetime.now(datetime.timezone.utc) - datetime.timedelta(seconds=retain_s)
-        cur = tbl.current_snapshot()
-        old = [s.snapshot_id for s in tbl.snapshots()
-               if cur is not None and s.snapshot_id != cur.snapshot_id and s.timestamp_ms < cutoff.timestamp() * 1000]
-        if old:
-            tbl.maintenance.expire_snapshots().by_ids(old).commit()
+        kept, _ = split_snapshots(tbl.metadata, int((now - retain_s) * 1000))
+        return snapshot_files(tbl, kept) | metadata_json_files(tbl)
+
+    def expire(self, retain_s: float, now: float) -> None:
+        """Expire (one commit) the snapshots not current at any moment within ``retain_s`` of ``now``: those
+        ``retained_files`` leaves out (before and after this commit alike)."""
+        tbl = self._table()
+        tbl.refresh()
+        _, expired = split_snapshots(tbl.metadata, int((now - retain_s) * 1000))
+        if expired:
+            tbl.maintenance.expire_snapshots().by_ids([s.snapshot_id for s in expired]).commit()
+
+    def metadata_files(self) -> list[str]:
+        """The metadata files, manifest lists and manifests on disk (what vacuum may delete of them)."""
+        tbl = self._table()
+        tbl.refresh()
+        return metadata_dir_files(tbl)
 
     def add_files(self, paths: list[str], *, properties: dict[str, str]) -> None:
         """Register the Parquet files (written elsewhere, e.g. by Spark tasks) with ``properties``."""
