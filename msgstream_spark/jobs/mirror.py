@@ -171,11 +171,11 @@ def run(args: argparse.Namespace, spark=None) -> dict[str, Any]:
     probe = _stream(spark, args, cfg, None)
     pk, cid = _facts(probe)
     checkpoint = args.checkpoint or args.table.rstrip("/") + "_checkpoint"
-    with writer_lock(args.table, "the mirror job"):  # the table's one writer while the job runs
+    with writer_lock(args.table, "the mirror job") as hold:  # the table's one writer while the job runs
         start = decide_start(spark, args, cfg, rows_arrow_schema(probe), pk, cid, checkpoint)
         history = HistoryTable(args.history_table, pk) if args.history_table else None
         sink = MirrorBatch(start.table, pk, checkpoint=checkpoint, collection_id=start.collection_id,
-                           compact_every=args.compact_every, history=history)
+                           compact_every=args.compact_every, history=history, lock=hold)
         t0 = time.perf_counter()
         rows, restarts = _stream_all(spark, args, cfg, start, sink, checkpoint, trig)
     secs = time.perf_counter() - t0

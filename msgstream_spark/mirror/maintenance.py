@@ -6,7 +6,9 @@
   files). Exactly once: the swap is one commit; a compaction killed before it leaves only unreferenced new
   files (``orphans``), after it there is nothing left to compact. It holds the table's writer lock.
 - ``orphans``: files under the table's data directories that no current version references (a batch or a
-  compaction killed before its commit) and that are older than ``min_age_s``.
+  compaction killed before its commit) and that are older than ``min_age_s``; and the temporary files a writer
+  killed mid-write left (a Delta commit's ``_delta_log/.N.json.*.tmp``, a key index's ``_keys/*.tmp``), once
+  older than ``TMP_MIN_AGE_S`` too.
 - ``vacuum``: keeps every file a version committed within ``retain_s`` reads, as Delta's VACUUM does: a file
   removed at time R (Delta: the ``remove``'s ``deletionTimestamp``, deletion vector files alike; Iceberg:
   the snapshot that replaced the one reading it) goes once R is older than ``retain_s``, whenever it was
@@ -64,63 +66,101 @@ def _live_rows(f: LiveFile) -> pa.Table:
 
 def pick(files: list[LiveFile], target_bytes: int) -> list[LiveFile]:
     """The files a compaction rewrites: every file with deleted rows, and the files under half the target
-    size when there are at least two of them."""
-    small = [f for f in files if not len(f.deleted) and os.path.getsize(f.path) < target_bytes // 2]
-    return [f for f in files if len(f.deleted)] + (small if len(small) > 1 else [])
+    size when there are at least two of them in one partition (files of two partitions never merge)."""
+    small: dict = {}
+    for f in files:
+        if not len(f.deleted) and os.path.getsize(f.path) < target_bytes // 2:
+            small.setdefault(f.partition, []).append(f)
+    return [f for f in files if len(f.deleted)] + [f for g in small.values() if len(g) > 1 for f in g]
 
 
 def compact(table, target_bytes: int = TARGET_BYTES) -> Compaction:
-    """Rewrite the files with deletes and the small files of ``table`` into files of about ``target_bytes``."""
+    """Rewrite the files with deletes and the small files of ``table`` into files of about ``target_bytes``,
+    each of one partition (an Iceberg table's identity partition: its files each hold one value)."""
     with writer_lock(table.location, "the compaction"):
-        picked = pick(table.live_files(), target_bytes)
+        files = table.live_files()
+        picked = pick(files, target_bytes)
         if not picked:
             return Compaction(0, 0, 0, 0)
         spec = table.write_spec()
-        out, writer, size, rows = [], None, 0, 0
+        groups: dict = {}
         for f in picked:
-            t = conform(_live_rows(f), spec.schema)
-            if t.num_rows == 0:
-                continue
-            if writer is None or size >= target_bytes:
-                if writer is not None:
-                    writer.close()
-                out.append(os.path.join(spec.data_dir, f"{uuid.uuid4().hex}.parquet"))
-                os.makedirs(spec.data_dir, exist_ok=True)
-                writer, size = pq.ParquetWriter(out[-1], spec.schema, compression="zstd"), 0
-            writer.write_table(t, row_group_size=128 * 1024)
-            _failpoint("kill-in-compaction-write")
-            size += os.path.getsize(f.path)
-            rows += t.num_rows
-        if writer is not None:
-            writer.close()
+            groups.setdefault(f.partition, []).append(f)
+        out, rows = [], 0
+        for group in groups.values():
+            rows += _rewrite(group, spec, target_bytes, out)
         for p in out:
             fsync_path(p)
         _failpoint("kill-in-compaction")
-        table.swap_files(picked, out)
+        table.swap_files(picked, out, base=files.version)
         _failpoint("kill-after-compaction-commit")
         deleted = sum(len(f.deleted) for f in picked)
         return Compaction(len(picked), len(out), rows, deleted)
 
 
-def _candidates(root: str) -> list[str]:
-    """Files the write path and the snapshot put under the table: data/, snapshot-*/, deletion vectors."""
-    out = []
+def _rewrite(files: list[LiveFile], spec, target_bytes: int, out: list[str]) -> int:
+    """The live rows of ``files`` (one partition) written into new files of about ``target_bytes`` (their paths
+    appended to ``out``); the rows written."""
+    writer, size, rows = None, 0, 0
+    for f in files:
+        t = conform(_live_rows(f), spec.schema)
+        if t.num_rows == 0:
+            continue
+        if writer is None or size >= target_bytes:
+            if writer is not None:
+                writer.close()
+            out.append(os.path.join(spec.data_dir, f"{uuid.uuid4().hex}.parquet"))
+            os.makedirs(spec.data_dir, exist_ok=True)
+            writer, size = pq.ParquetWriter(out[-1], spec.schema, compression="zstd"), 0
+        writer.write_table(t, row_group_size=128 * 1024)
+        _failpoint("kill-in-compaction-write")
+        size += os.path.getsize(f.path)
+        rows += t.num_rows
+    if writer is not None:
+        writer.close()
+    return rows
+
+
+# a temporary file lives while one file is written (a Delta commit, a key index, a snapshot file) and is then
+# renamed or unlinked; one older than this was left by a killed writer (never a live writer's in-flight file)
+TMP_MIN_AGE_S = 3600.0
+
+
+def _candidates(root: str) -> tuple[list[str], list[str]]:
+    """Files the write path and the snapshot put under the table (data/, snapshot-*/, deletion vectors), and
+    the temporary files a killed writer leaves (``*.tmp`` there, e.g. ``_keys/*.tmp``, and Delta's
+    ``_delta_log/.N.json.*.tmp``)."""
+    out, tmps = [], []
     for name in os.listdir(root):
         full = os.path.join(root, name)
         if name.startswith("deletion_vector_") and name.endswith(".bin"):
             out.append(full)
+        elif name == "_delta_log" and os.path.isdir(full):
+            tmps += [os.path.join(full, f) for f in os.listdir(full) if f.startswith(".") and f.endswith(".tmp")
+                     and ".json." in f]
         elif os.path.isdir(full) and (name == DATA_DIR or name.startswith("snapshot-")):
             for dirpath, _, files in os.walk(full):
                 out += [os.path.join(dirpath, f) for f in files if f.endswith((".parquet", ".bin"))]
-    return out
+                tmps += [os.path.join(dirpath, f) for f in files if f.endswith(".tmp")]
+    return out, tmps
 
 
 def orphans(table, min_age_s: float = 0.0) -> list[str]:
-    """Files under the table's data directories that no current version references, older than ``min_age_s``."""
+    """Files under the table's data directories that no current version references, older than ``min_age_s``,
+    and the temporary files killed writers left, older than that and than ``TMP_MIN_AGE_S``."""
     live = table.referenced_files()
     now = time.time()
-    return sorted(p for p in _candidates(table.root)
-                  if p not in live and now - os.path.getmtime(p) >= min_age_s)
+    files, tmps = _candidates(table.root)
+    return sorted([p for p in files if p not in live and _age(p, now) >= min_age_s]
+                  + [p for p in tmps if _age(p, now) >= max(min_age_s, TMP_MIN_AGE_S)])
+
+
+def _age(path: str, now: float) -> float:
+    """Seconds since ``path`` was last written; -1 if it is gone (a live writer renamed its temporary file)."""
+    try:
+        return now - os.path.getmtime(path)
+    except FileNotFoundError:
+        return -1.0
 
 
 def vacuum(table, retain_s: float = 7 * 86400, dry_run: bool = False) -> list[str]:

@@ -29,6 +29,7 @@ import pyarrow.parquet as pq
 from msgstream_spark.errors import MirrorError
 from msgstream_spark.mirror.common import PROP_BATCH, PROP_QUERY
 from msgstream_spark.mirror.formats.delta.table import DeltaMirrorTable
+from msgstream_spark.mirror.formats.lock import writer_lock
 from msgstream_spark.mirror.maintenance import compact
 from msgstream_spark.mirror.trust.historywrite import existed_from_matches
 from msgstream_spark.mirror.trust.watermark import PROP_WATERMARK, checkpoint_offset, freshness_ms
@@ -125,17 +126,19 @@ def _plan_all_fn(paths: list[str], files_bc, pk: str, key_type, existed: bool):
     return plan_task
 
 
-def plan_in_tasks(spark, table, written: pa.Table, existed: bool = False) -> pa.Table:
+def plan_in_tasks(spark, table, written: pa.Table, existed: bool = False) -> tuple[pa.Table, int | None]:
     """The batch planned by Spark tasks, each its keys' changes (every change of a key in one task) looked up in
-    the table's live files (``taskplan.plan_share``); the tasks' rows (deleted positions per file, rows applied)."""
+    the table's live files (``taskplan.plan_share``); the tasks' rows (deleted positions per file, rows applied)
+    and the table version those files were read at (the commit's fence; None: nothing to plan)."""
     from pyspark.sql.pandas.types import from_arrow_schema
 
     key_type = table.schema.field(table.pk).type
     out = from_arrow_schema(plan_out_schema(key_type))
     paths = changes_files(written)
     if not paths:
-        return plan_out_schema(key_type).empty_table()
-    files_bc = spark.sparkContext.broadcast(table.live_files())
+        return plan_out_schema(key_type).empty_table(), None
+    files = table.live_files()
+    files_bc = spark.sparkContext.broadcast(files)
     try:
         if changes_count(written) <= ONE_TASK_PLAN_ROWS:
             one = spark.range(0, 1, 1, numPartitions=1)
@@ -146,7 +149,7 @@ def plan_in_tasks(spark, table, written: pa.Table, existed: bool = False) -> pa.
             got = shares.mapInArrow(_plan_fn(files_bc, table.pk, key_type, existed), out).toArrow()
     finally:
         files_bc.unpersist()
-    return got.cast(plan_out_schema(key_type))
+    return got.cast(plan_out_schema(key_type)), files.version
 
 
 def _failpoint(batch_id: int, committed: bool, step: str = "commit") -> None:
@@ -167,11 +170,13 @@ class MirrorBatch:
     ``query_id``: the identity recorded with every commit (default: Spark's query id read from
     ``checkpoint``). ``collection_id``: when set, a batch holding rows of another collection id (the
     collection was dropped and re-created under its name) fails instead of mixing the two.
-    ``compact_every``: compact the table after every N committed batches (0: never).
+    ``compact_every``: compact the table after every N committed batches (0: never). ``lock``: the table's writer
+    lock held by the caller for the whole query (a ``formats.lock.Hold``, e.g. the mirror job's): each batch runs
+    inside it (Spark calls the function on threads of its own); without it each commit takes the lock.
     """
 
     def __init__(self, table, pk: str, *, query_id: str | None = None, checkpoint: str | None = None,
-                 collection_id: int | None = None, compact_every: int = 0, history=None) -> None:
+                 collection_id: int | None = None, compact_every: int = 0, history=None, lock=None) -> None:
         if query_id is None and checkpoint is None:
             raise MirrorError("MirrorBatch needs query_id or checkpoint (to read Spark's query id)")
         self.table, self.pk, self.checkpoint = table, pk, checkpoint
@@ -191,6 +196,7 @@ class MirrorBatch:
         self.last_timings: dict[str, float] = {}
         self.freshness_ms: int | None = None  # wall clock minus the last committed watermark's Milvus time
         self._executor_killed = False  # kill-executor-in-files:first: armed until a batch has written rows
+        self.lock = lock
 
     @property
     def query_id(self) -> str:
@@ -199,10 +205,17 @@ class MirrorBatch:
         return self._query_id
 
     def __call__(self, df, batch_id: int) -> None:
+        if self.lock is None:
+            return self._batch(df, batch_id)
+        with writer_lock(self.table.location, f"batch {batch_id}", share=self.lock):
+            return self._batch(df, batch_id)
+
+    def _batch(self, df, batch_id: int) -> None:
         qid = self.query_id
         last = self.table.last_batch(qid)
-        if last is not None and last >= batch_id:
+        if last is not None and last >= batch_id:  # its commit survived a kill: so may its changes files
             log.info("batch %d of query %s is already in the table (last %d): skipped", batch_id, qid, last)
+            remove_changes(changes_dir(self.table.write_spec().data_dir, qid, batch_id))
             self.skipped += 1
             return
         from pyspark.sql.pandas.types import to_arrow_schema
@@ -224,11 +237,11 @@ class MirrorBatch:
         offset = checkpoint_offset(self.checkpoint, batch_id) if self.checkpoint else None
         info = {PROP_WATERMARK: json.dumps(offset, sort_keys=True)} if offset else None
         t2 = time.perf_counter()
-        planned = plan_in_tasks(df.sparkSession, self.table, written, existed=self.history is not None)
+        planned, base = plan_in_tasks(df.sparkSession, self.table, written, existed=self.history is not None)
         t3 = time.perf_counter()
         if self.history is not None:  # before the merge: a re-run batch finds the table as the log saw it
             self._history(df, spec, existed_keys(planned), qid, batch_id)
-        plan = commit_plan(self.table, merge_plans(written, planned), collections, query_id=qid,
+        plan = commit_plan(self.table, merge_plans(written, planned, base), collections, query_id=qid,
                            batch_id=batch_id, commit_info=info)
         remove_changes(changes_at)
         self._timed(write=t1 - t0, plan=t3 - t2, commit=time.perf_counter() - t3)

@@ -166,6 +166,27 @@ class LiveFile:
     partition: object = None  # Iceberg: the file's partition record
 
 
+NO_SNAPSHOT = -1  # the version of an Iceberg table without a snapshot (snapshot ids are never negative)
+
+
+class LiveFiles(list):
+    """A table's live data files (``LiveFile``) and the version they were read at (Delta: the log version;
+    Iceberg: the snapshot id, ``NO_SNAPSHOT`` for none): the version a plan made from them is fenced at."""
+
+    def __init__(self, files=(), version: int | None = None) -> None:
+        super().__init__(files)
+        self.version = version
+
+
+def fence_message(location: str, unit: str, base: int, current: int, what: str) -> str:
+    """The refusal of a commit planned on ``base`` of a table now at ``current`` (``unit``: version, snapshot)."""
+    again = ("compact again" if what == "the compaction" else
+             "the batch runs again against the table as it is now (on restart; or apply it again)")
+    return (f"table {location} moved from {unit} {base}, which {what} was planned on, to {unit} {current} "
+            f"(another writer committed meanwhile: a compaction, a repair, another query?): nothing committed; "
+            f"{again}")
+
+
 def prune(files: list[LiveFile], keys: pa.Array) -> list[LiveFile]:
     """The files whose key bounds hold at least one of ``keys`` (files without bounds are kept)."""
     if len(keys) == 0:
@@ -232,26 +253,30 @@ def newest_seq(matches: pa.Table) -> pa.Table:
 
 @dataclass
 class Plan:
-    """What one batch commits: new data files (with their rows count) and deleted positions per data file."""
+    """What one batch commits: new data files (with their rows count) and deleted positions per data file,
+    and the table version its lookup read (``LiveFiles.version``): the commit is refused when the table moved
+    since (None: a plan made without a lookup, committed on whatever version is current)."""
 
     adds: list[str]
     deletes: dict[str, np.ndarray]
     rows: int  # changes applied
+    base: int | None = None
 
     @property
     def empty(self) -> bool:
         return not self.adds and not self.deletes
 
 
-def plan(narrow: pa.Table, matches: pa.Table) -> Plan:
+def plan(narrow: pa.Table, matches: pa.Table, base: int | None = None) -> Plan:
     """Join the batch's narrow changes with the table's live rows of their keys.
 
     Per key the newest change wins (largest ``_seq``; equal ones: the later file and row). A table row is
     deleted when the winner is newer than it; a row a task wrote is kept only if it is the winner and newer
-    than every table row of the key, else its position is deleted in the same commit.
+    than every table row of the key, else its position is deleted in the same commit. ``base``: the table
+    version ``matches`` were read at (``LiveFiles.version``), which the commit is fenced at.
     """
     if narrow.num_rows == 0:
-        return Plan([], {}, 0)
+        return Plan([], {}, 0, base)
     t = narrow.append_column("__i", pa.array(np.arange(narrow.num_rows, dtype=np.int64)))
     t = t.sort_by([("key", "ascending"), (SEQ, "ascending"), ("__i", "ascending")])
     keys = t.column("key")
@@ -286,7 +311,7 @@ def plan(narrow: pa.Table, matches: pa.Table) -> Plan:
         _add(old.column(FILE), old.column(POS))
     adds = sorted(pc.unique(narrow.column(FILE).drop_null()).to_pylist())  # a few files, not a list per row
     return Plan(adds, {p: np.unique(np.asarray(v, dtype=np.uint64)) for p, v in deletes.items()},
-                int(pc.sum(newer).as_py() or 0))
+                int(pc.sum(newer).as_py() or 0), base)
 
 
 def check_narrow_collection(narrow: pa.Table, want: int | None, location: str, collection: str) -> None:

@@ -136,9 +136,10 @@ def _out(schema: pa.Schema, kinds: list[str], **cols) -> pa.Table:
     return pa.Table.from_arrays(arrays, schema=schema)
 
 
-def merge_plans(written: pa.Table, planned: pa.Table) -> Plan:
+def merge_plans(written: pa.Table, planned: pa.Table, base: int | None = None) -> Plan:
     """One ``Plan`` from the writing tasks' files and the planning tasks' rows (a data file's positions may
-    come from several planning tasks: united)."""
+    come from several planning tasks: united); ``base``: the version of the live files the tasks looked up
+    (``LiveFiles.version``), which the commit is fenced at."""
     kinds = written.column("kind").to_pylist()
     paths = written.column("path").to_pylist()
     rows = written.column("rows").to_pylist()
@@ -150,7 +151,8 @@ def merge_plans(written: pa.Table, planned: pa.Table) -> Plan:
         deletes.setdefault(f, []).append(pos)
     got = planned.filter(pc.equal(planned.column("kind"), APPLIED)).column("rows")
     applied = int(pc.sum(got).as_py() or 0) if len(got) else 0
-    return Plan(adds, {f: np.unique(np.concatenate(v)).astype(np.uint64) for f, v in deletes.items()}, applied)
+    return Plan(adds, {f: np.unique(np.concatenate(v)).astype(np.uint64) for f, v in deletes.items()}, applied,
+                base)
 
 
 def _lists(chunk: pa.ListArray) -> list[np.ndarray]:

@@ -222,9 +222,21 @@ def write_commit(location: str, version: int, actions: list[dict], operation: st
              "(one writer per table: see docs/mirror.md)")
 
 
-# writer features implied by writer versions 1..6 (PROTOCOL.md "Table Features"), listed when upgrading to 7
-LEGACY_WRITER_FEATURES = ["appendOnly", "invariants", "checkConstraints", "changeDataFeed", "generatedColumns",
-                          "columnMapping"]
+# the features a legacy protocol supports (Delta PROTOCOL.md, "Table Features": the features and the legacy
+# versions that support them), listed when a table moves to reader 3 / writer 7: writer features by the writer
+# version that brought them; columnMapping, a reader-writer feature, needs reader 2 and writer 5
+_WRITER_ONLY = {2: ["appendOnly", "invariants"], 3: ["checkConstraints"], 4: ["changeDataFeed", "generatedColumns"],
+                6: ["identityColumns"]}
+_READER_WRITER = {"columnMapping": (2, 5)}
+
+
+def legacy_features(reader: int, writer: int, listed: list[str] | None = None) -> tuple[list[str], list[str]]:
+    """(reader features, writer features) a legacy protocol supports; a version already at reader 3 / writer 7
+    lists its own (``listed``: a writer 7's features; nothing implied)."""
+    writes = [f for v, fs in sorted(_WRITER_ONLY.items()) if v <= writer for f in fs] if writer < 7 else []
+    both = [f for f, (r, w) in _READER_WRITER.items()
+            if reader >= r and (writer >= w if writer < 7 else f in (listed or []))]
+    return ([] if reader >= 3 else both), ([] if writer >= 7 else writes + both)
 
 
 def _plain(v: object) -> object:

@@ -31,9 +31,9 @@ from msgstream_spark.mirror.common import (
 )
 from msgstream_spark.mirror.formats.delta.dv import dv_file_path, read_dv, write_dv_file
 from msgstream_spark.mirror.formats.delta.log import (
-    LEGACY_WRITER_FEATURES,
     LogState,
     data_files,
+    legacy_features,
     loose_stats,
     new_add,
     removal,
@@ -43,7 +43,7 @@ from msgstream_spark.mirror.formats.delta.log import (
 )
 from msgstream_spark.mirror.formats.delta.retention import TOMBSTONE_RETENTION_KEY, interval_ms, removed_after
 from msgstream_spark.mirror.write.batch import apply_local
-from msgstream_spark.mirror.write.layout import DATA_DIR, LiveFile, Plan, WriteSpec
+from msgstream_spark.mirror.write.layout import DATA_DIR, LiveFile, LiveFiles, Plan, WriteSpec, fence_message
 
 
 def _deltalake():
@@ -142,11 +142,13 @@ class DeltaMirrorTable:
         return WriteSpec(schema, self.pk, os.path.join(self.root, DATA_DIR), None if snap is None else int(snap),
                          schema.field(self.pk).type)
 
-    def live_files(self) -> list[LiveFile]:
-        """The live data files with key bounds and deleted positions. Parsed stats and read vectors are kept
-        for the files still live only: a batch costs O(files), and a long-running job's memory stays that."""
+    def live_files(self) -> LiveFiles:
+        """The live data files with key bounds and deleted positions, and the log version they are of. Parsed
+        stats and read vectors are kept for the files still live only: a batch costs O(files), and a
+        long-running job's memory stays that."""
         out, dvs, stats = [], {}, {}
-        for rel, add in self._state().files.items():
+        state = self._state()
+        for rel, add in state.files.items():
             raw = add.get("stats") or "{}"
             got = stats[raw] = self._stats.get(raw) or _bounds(raw, self.pk)
             dv = add.get("deletionVector")
@@ -155,7 +157,7 @@ class DeltaMirrorTable:
                 dvs[_dv_key(dv)] = deleted
             out.append(LiveFile(os.path.join(self.root, rel), got[0], got[1], deleted, got[2]))
         self._dvs, self._stats = dvs, stats
-        return out
+        return LiveFiles(out, state.version)
 
     def _deleted(self, dv: dict | None) -> np.ndarray:
         """A deletion vector's positions, cached (a vector never changes; a new one has a new offset or file)."""
@@ -168,11 +170,14 @@ class DeltaMirrorTable:
         return got
 
     def commit(self, plan: Plan, *, query_id: str, batch_id: int, commit_info: dict[str, str] | None = None) -> bool:
-        """One Delta version: the new files, a deletion vector per file that loses rows, the batch's ``txn``."""
+        """One Delta version: the new files, a deletion vector per file that loses rows, the batch's ``txn``.
+        Fenced: published as version ``plan.base + 1`` (a put that fails if another writer took it), refused
+        when the table moved since the plan's lookup."""
         state = self._state()
         done = state.txns.get(query_id)
         if done is not None and done >= batch_id:
             return False
+        self._fence(plan.base, state.version, f"batch {batch_id} of query {query_id}")
         now = int(time.time() * 1000)
         # every vector of the commit (a touched file's old deletes merged in) in one DV file: one write and
         # one fsync per batch, not one per touched file (random keys touch every file of a large table)
@@ -205,13 +210,20 @@ class DeltaMirrorTable:
             self._dt.create_checkpoint()
         return True
 
+    def _fence(self, base: int | None, current: int, what: str) -> None:
+        """MirrorError if the table is no longer at version ``base`` (None: not fenced), the one planned on."""
+        if base is not None and base != current:
+            raise MirrorError(fence_message(self.location, "version", base, current, what))
+
     def merged_queries(self) -> set[str]:
         """The query ids whose batches were merged into the table (the log's ``txn`` actions)."""
         return set(self._state().txns)
 
-    def swap_files(self, old: list[LiveFile], new: list[str]) -> None:
-        """One version (a compaction): the ``old`` files removed, the ``new`` ones added; no data change."""
+    def swap_files(self, old: list[LiveFile], new: list[str], base: int | None = None) -> None:
+        """One version (a compaction): the ``old`` files removed, the ``new`` ones added; no data change.
+        ``base``: the version ``old`` was read at (refused if the table moved since)."""
         state = self._state()
+        self._fence(base, state.version, "the compaction")
         now = int(time.time() * 1000)
         actions = []
         for f in old:
@@ -254,19 +266,21 @@ class DeltaMirrorTable:
         return []
 
     def _enable_dvs(self) -> list[dict]:
-        """The protocol and metadata actions that turn deletion vectors on (once per table)."""
+        """The protocol and metadata actions that turn deletion vectors on (once per table): reader 3 / writer 7,
+        listing the features the table's legacy versions supported (the protocol's table) and deletion vectors."""
         proto = self._table().protocol()
         if proto.reader_features and "deletionVectors" in proto.reader_features:
             return []
-        writer = sorted({*(proto.writer_features or []), "deletionVectors",
-                         *(LEGACY_WRITER_FEATURES[:proto.min_writer_version] if proto.min_writer_version < 7 else [])})
+        implied_reader, implied_writer = legacy_features(proto.min_reader_version, proto.min_writer_version,
+                                                         proto.writer_features)
+        writer = sorted({*(proto.writer_features or []), "deletionVectors", *implied_writer})
+        reader = sorted({*(proto.reader_features or []), "deletionVectors", *implied_reader})
         md = self._table().metadata()
         meta = {"id": md.id, "name": md.name, "description": md.description,
                 "format": {"provider": "parquet", "options": {}}, "partitionColumns": list(md.partition_columns),
                 "configuration": {**md.configuration, "delta.enableDeletionVectors": "true"},
                 "createdTime": md.created_time, "schemaString": self._table().schema().to_json()}
-        return [{"protocol": {"minReaderVersion": 3, "minWriterVersion": 7,
-                              "readerFeatures": sorted({*(proto.reader_features or []), "deletionVectors"}),
+        return [{"protocol": {"minReaderVersion": 3, "minWriterVersion": 7, "readerFeatures": reader,
                               "writerFeatures": writer}},
                 {"metaData": meta}]
 

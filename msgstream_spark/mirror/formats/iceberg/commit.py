@@ -6,18 +6,25 @@ its snapshot producer (``pyiceberg.table.update.snapshot._SnapshotProducer``: ma
 catalog commit) and adds a delete manifest (``content = deletes``) next to the data manifest. A position
 delete file is a Parquet file of ``file_path`` (field id 2147483546) and ``pos`` (2147483545) sorted by
 both (Iceberg spec, "Position Delete Files"). The private API is pinned by ``pyiceberg>=0.12,<0.13``.
+
+Every snapshot made here is fenced at the snapshot it was planned on (``base``, by default the head when the
+transaction began): pyiceberg retries a commit the catalog refused by rebasing the snapshot onto the new head,
+which for a merge-on-read commit means position deletes naming files another writer (a compaction) removed.
+Our producer refuses instead (``_validate_concurrency``, which pyiceberg calls on every retry).
 """
 
 from __future__ import annotations
 
 import os
 import uuid
+from contextlib import contextmanager
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from msgstream_spark.mirror.write.layout import write_data_file
+from msgstream_spark.errors import MirrorError
+from msgstream_spark.mirror.write.layout import NO_SNAPSHOT, fence_message, write_data_file
 
 FILE_PATH_ID = 2147483546
 POS_ID = 2147483545
@@ -63,24 +70,80 @@ def data_data_file(tbl, path: str):
     return parquet_file_to_data_file(tbl.io, tbl.metadata, path)
 
 
-def commit_files(tx, tbl, *, adds: list, removes: set[str], properties: dict[str, str]) -> None:
+def head_id(metadata) -> int:
+    """The snapshot id at the head of the main branch of table ``metadata`` (``NO_SNAPSHOT``: none)."""
+    snap = metadata.current_snapshot()
+    return NO_SNAPSHOT if snap is None else snap.snapshot_id
+
+
+@contextmanager
+def fenced(location: str, what: str):
+    """Run an Iceberg transaction's commit: MirrorError (nothing committed) when the table moved since it was
+    planned or the catalog refused it."""
+    from pyiceberg.exceptions import CommitFailedException, ValidationException
+
+    try:
+        yield
+    except ValidationException as e:
+        raise MirrorError(str(e) if "moved from snapshot" in str(e) else
+                          f"table {location}: {what} conflicts with another writer's commit ({e}); nothing committed"
+                          ) from e
+    except CommitFailedException as e:
+        raise MirrorError(f"table {location}: the catalog refused {what} ({e}): another writer committed meanwhile; "
+                          "nothing committed") from e
+
+
+def commit_files(tx, tbl, *, adds: list, removes: set[str], properties: dict[str, str], base: int | None = None,
+                 operation=None, what: str = "the commit") -> None:
     """One snapshot in transaction ``tx``: the DataFiles ``adds`` (data and position-delete files) added, the
-    files whose paths are in ``removes`` (data or delete files) removed."""
-    from pyiceberg.manifest import ManifestContent, ManifestEntry, ManifestEntryStatus, ManifestWriterV2
+    files whose paths are in ``removes`` (data or delete files) removed; based on snapshot ``base`` (default:
+    the transaction's head now), refused if the table is not there or moves before the catalog commit.
+    ``operation``: the snapshot's (default: append, or overwrite when it removes or deletes rows)."""
     from pyiceberg.table.snapshots import Operation
+
+    if operation is None:
+        operation = Operation.OVERWRITE if removes or any(f.content != 0 for f in adds) else Operation.APPEND
+    p = _producer_type()(operation, tx, tbl.io, snapshot_properties=dict(properties))
+    p.adds, p.removes, p.what = adds, removes, what
+    p.want = head_id(tx.table_metadata) if base is None else base
+    p.location = tbl.location().removeprefix("file://")
+    p._validate_concurrency()  # the transaction's head is the planned snapshot: else refused before writing
+    for f in adds:
+        p.append_data_file(f)
+    with p:
+        pass
+
+
+_TYPES: dict[str, type] = {}
+
+
+def _producer_type() -> type:
+    """Our snapshot producer (pyiceberg's, imported when first needed): its new manifests (data and deletes),
+    the parent's manifests carried (``_carried``), fenced at ``want``, a ``replace`` summed up."""
+    if "producer" in _TYPES:
+        return _TYPES["producer"]
+    from pyiceberg.exceptions import ValidationException
+    from pyiceberg.manifest import ManifestContent, ManifestEntry, ManifestEntryStatus
+    from pyiceberg.table.snapshots import Operation, Summary
     from pyiceberg.table.update.snapshot import _SnapshotProducer
 
-    class DeleteManifestWriter(ManifestWriterV2):
-        def content(self) -> ManifestContent:
-            return ManifestContent.DELETES
-
-        @property
-        def _meta(self) -> dict[str, str]:
-            return {**super()._meta, "content": "deletes"}
-
-    class Producer(_SnapshotProducer):
+    class Producer(_SnapshotProducer):  # commit_files sets adds, removes, want, what, location
         def _validate_concurrency(self) -> None:
-            """One writer per table (the writer lock); nothing to validate."""
+            """Based on ``want`` or refused (never rebased onto another writer's snapshot by a retry)."""
+            got = NO_SNAPSHOT if self._parent_snapshot_id is None else self._parent_snapshot_id
+            if got != self.want:
+                raise ValidationException(fence_message(self.location, "snapshot", self.want, got, self.what))
+
+        def _summary(self, snapshot_properties=None):
+            """pyiceberg sums up append, overwrite and delete only: a replace's totals are an overwrite's."""
+            if self._operation != Operation.REPLACE:
+                return super()._summary(snapshot_properties or {})
+            self._operation = Operation.OVERWRITE
+            try:
+                s = super()._summary(snapshot_properties or {})
+            finally:
+                self._operation = Operation.REPLACE
+            return Summary(Operation.REPLACE, **s.additional_properties)
 
         def _deleted_entries(self) -> list:
             return []
@@ -91,14 +154,14 @@ def commit_files(tx, tbl, *, adds: list, removes: set[str], properties: dict[str
         def _writer(self, content):
             spec = self._transaction.table_metadata.spec()
             if content == ManifestContent.DELETES:
-                return DeleteManifestWriter(spec, self.schema(), self.new_manifest_output(), self._snapshot_id,
-                                            self._compression)
+                return _delete_writer_type()(spec, self.schema(), self.new_manifest_output(), self._snapshot_id,
+                                             self._compression)
             return self.new_manifest_writer(spec)
 
         def _manifests(self) -> list:
             out = []
             for content in (ManifestContent.DATA, ManifestContent.DELETES):
-                new = [f for f in adds if (f.content == 0) == (content == ManifestContent.DATA)]
+                new = [f for f in self.adds if (f.content == 0) == (content == ManifestContent.DATA)]
                 if new:
                     with self._writer(content) as w:
                         for f in new:
@@ -106,14 +169,28 @@ def commit_files(tx, tbl, *, adds: list, removes: set[str], properties: dict[str
                                 status=ManifestEntryStatus.ADDED, snapshot_id=self._snapshot_id,
                                 sequence_number=None, file_sequence_number=None, data_file=f))
                     out.append(w.to_manifest_file())
-            return out + _carried(self, removes)
+            return out + _carried(self, self.removes)
 
-    p = Producer(Operation.OVERWRITE if removes or any(f.content != 0 for f in adds) else Operation.APPEND,
-                 tx, tbl.io, snapshot_properties=dict(properties))
-    for f in adds:
-        p.append_data_file(f)
-    with p:
-        pass
+    _TYPES["producer"] = Producer
+    return Producer
+
+
+def _delete_writer_type() -> type:
+    """A manifest writer of ``content = deletes`` (pyiceberg writes data manifests only)."""
+    if "deletes" in _TYPES:
+        return _TYPES["deletes"]
+    from pyiceberg.manifest import ManifestContent, ManifestWriterV2
+
+    class DeleteManifestWriter(ManifestWriterV2):
+        def content(self) -> ManifestContent:
+            return ManifestContent.DELETES
+
+        @property
+        def _meta(self) -> dict[str, str]:
+            return {**super()._meta, "content": "deletes"}
+
+    _TYPES["deletes"] = DeleteManifestWriter
+    return DeleteManifestWriter
 
 
 def _carried(producer, removes: set[str]) -> list:

@@ -38,6 +38,8 @@ from msgstream_spark.mirror.formats.iceberg.commit import (
     commit_files,
     data_data_file,
     delete_data_file,
+    fenced,
+    head_id,
     write_position_deletes,
 )
 from msgstream_spark.mirror.formats.iceberg.expiry import (
@@ -47,7 +49,15 @@ from msgstream_spark.mirror.formats.iceberg.expiry import (
     split_snapshots,
 )
 from msgstream_spark.mirror.write.batch import apply_local
-from msgstream_spark.mirror.write.layout import DATA_DIR, LiveFile, Plan, WriteSpec
+from msgstream_spark.mirror.write.layout import (
+    DATA_DIR,
+    NO_SNAPSHOT,
+    LiveFile,
+    LiveFiles,
+    Plan,
+    WriteSpec,
+    fence_message,
+)
 
 NAMESPACE = "msgstream"
 PROP_BATCH_OF = "msgstream.batch."
@@ -194,8 +204,9 @@ class IcebergMirrorTable:
         return WriteSpec(schema, self.pk, os.path.join(self.root, DATA_DIR), None if snap is None else int(snap),
                          self.schema.field(self.pk).type, split)
 
-    def live_files(self) -> list[LiveFile]:
-        """The live data files with key bounds and deleted positions, from the current snapshot's manifests.
+    def live_files(self) -> LiveFiles:
+        """The live data files with key bounds and deleted positions, from the current snapshot's manifests
+        (whose id they carry).
         A manifest never changes, so its entries are read once (pyiceberg's ``plan_files`` reads every
         manifest again at each call: a cost growing with the table's commits); position deletes are matched
         to data files by path, which is what a position delete names."""
@@ -206,7 +217,7 @@ class IcebergMirrorTable:
         tbl.refresh()
         snap = tbl.current_snapshot()
         if snap is None:
-            return []
+            return LiveFiles([], NO_SNAPSHOT)
         field = tbl.schema().find_field(self.pk)
         data, deletes, entries = [], [], {}
         for m in snap.manifests(tbl.io):
@@ -234,7 +245,7 @@ class IcebergMirrorTable:
         self._live = out
         used = {d.file_path for d in deletes}
         self._deletes = {k: v for k, v in self._deletes.items() if k in used}  # expired delete files: forgotten
-        return out
+        return LiveFiles(out, snap.snapshot_id)
 
     def _positions(self, delete_file: str) -> dict[str, np.ndarray]:
         """Data file path -> positions of one position-delete file (cached: delete files never change)."""
@@ -248,11 +259,15 @@ class IcebergMirrorTable:
         return got
 
     def commit(self, plan: Plan, *, query_id: str, batch_id: int, commit_info: dict[str, str] | None = None) -> bool:
-        """One Iceberg snapshot: the new data files, one position-delete file, the batch's id in the properties."""
+        """One Iceberg snapshot: the new data files, one position-delete file, the batch's id in the properties.
+        Fenced: based on the snapshot the plan's lookup read (``plan.base``), refused if the table moved."""
         done = self.last_batch(query_id)
         if done is not None and done >= batch_id:
             return False
         tbl = self._table()
+        what = f"batch {batch_id} of query {query_id}"
+        if plan.base is not None and head_id(tbl.metadata) != plan.base:
+            raise MirrorError(fence_message(self.location, "snapshot", plan.base, head_id(tbl.metadata), what))
         adds = [data_data_file(tbl, p) for p in plan.adds]
         if plan.deletes:  # one position-delete file per partition of the data files it names
             part = {f.path: f.partition for f in self._live}
@@ -263,18 +278,23 @@ class IcebergMirrorTable:
             for record, deletes in groups.items():
                 dfile = write_position_deletes(os.path.join(self.root, DATA_DIR), deletes)
                 adds.append(delete_data_file(dfile, tbl.metadata.default_spec_id, record))
-        with tbl.transaction() as tx:
+        with fenced(self.location, what), tbl.transaction() as tx:
             if adds:
-                commit_files(tx, tbl, adds=adds, removes=set(),
+                commit_files(tx, tbl, adds=adds, removes=set(), base=plan.base, what=what,
                              properties={**(commit_info or {}), PROP_QUERY: query_id, PROP_BATCH: str(batch_id)})
             tx.set_properties({PROP_BATCH_OF + query_id: str(int(batch_id))})
         return True
 
-    def swap_files(self, old: list[LiveFile], new: list[str]) -> None:
-        """One snapshot (a compaction): the ``old`` data files and every position-delete file removed (each names
-        only files with deletes, which a compaction always takes), the ``new`` files added."""
+    def swap_files(self, old: list[LiveFile], new: list[str], base: int | None = None) -> None:
+        """One ``replace`` snapshot (a compaction): the ``old`` data files and every position-delete file removed
+        (each names only files with deletes, which a compaction always takes), the ``new`` files added.
+        ``base``: the snapshot ``old`` was read at (refused if the table moved since)."""
+        from pyiceberg.table.snapshots import Operation
+
         tbl = self._table()
         tbl.refresh()
+        if base is not None and head_id(tbl.metadata) != base:
+            raise MirrorError(fence_message(self.location, "snapshot", base, head_id(tbl.metadata), "the compaction"))
         want = {f.path for f in old}
         removes: set[str] = set()
         for task in tbl.scan().plan_files():
@@ -285,8 +305,9 @@ class IcebergMirrorTable:
         if missing:
             raise MirrorError(f"{sorted(missing)[:3]} are no longer in table {self.location}: another writer changed "
                               "it; nothing compacted")
-        with tbl.transaction() as tx:
-            commit_files(tx, tbl, adds=[data_data_file(tbl, p) for p in new], removes=removes,
+        with fenced(self.location, "the compaction"), tbl.transaction() as tx:
+            commit_files(tx, tbl, adds=[data_data_file(tbl, p) for p in new], removes=removes, base=base,
+                         operation=Operation.REPLACE, what="the compaction",
                          properties={"msgstream.operation": "compaction"})
 
     def referenced_files(self) -> set[str]:
@@ -340,17 +361,22 @@ class IcebergMirrorTable:
             tx.set_properties(dict(properties))
 
     def replace_files(self, paths: list[str], *, properties: dict[str, str]) -> None:
-        """One transaction: every row deleted, the Parquet files (a new snapshot) added, ``properties`` set."""
-        from pyiceberg.expressions import AlwaysTrue
+        """One transaction: every data and delete file removed, the Parquet files (a new snapshot) added,
+        ``properties`` set."""
+        from pyiceberg.table.snapshots import Operation
 
         check_prefix(properties)
         if not paths:
             raise MirrorError("replace_files needs at least one data file")
         tbl = self._table()
         tbl.refresh()
-        with tbl.transaction() as tx:
-            if tbl.current_snapshot() is not None:
-                tx.delete(AlwaysTrue(), snapshot_properties=dict(properties))
+        snap = tbl.current_snapshot()
+        old = {e.data_file.file_path for m in (snap.manifests(tbl.io) if snap is not None else [])
+               for e in m.fetch_manifest_entry(tbl.io, discard_deleted=True)}
+        with fenced(self.location, "the snapshot's replace"), tbl.transaction() as tx:
+            if old:  # every data file and every position-delete file (which name only the old data files)
+                commit_files(tx, tbl, adds=[], removes=old, operation=Operation.DELETE, what="the snapshot's replace",
+                             properties=dict(properties))
             tx.add_files(list(paths), snapshot_properties=dict(properties))
             tx.set_properties(dict(properties))
 
