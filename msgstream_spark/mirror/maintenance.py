@@ -173,8 +173,9 @@ def vacuum(table, retain_s: float = 7 * 86400, dry_run: bool = False) -> list[st
         if not dry_run:  # Iceberg: one commit expires the snapshots not current within the retention
             table.expire(retain_s, now)
         keep = table.retained_files(retain_s, now)
-        gone = sorted(p for p in _candidates(table.root) + table.metadata_files()
-                      if p not in keep and now - os.path.getmtime(p) >= retain_s)
+        files, tmps = _candidates(table.root)
+        gone = sorted([p for p in files + table.metadata_files() if p not in keep and _age(p, now) >= retain_s]
+                      + [p for p in tmps if _age(p, now) >= max(retain_s, TMP_MIN_AGE_S)])
         if not dry_run:
             for p in gone:
                 os.unlink(p)
