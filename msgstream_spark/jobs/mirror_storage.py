@@ -17,7 +17,6 @@ import os
 import uuid
 
 from msgstream_spark.errors import MirrorError
-from msgstream_spark.jobs._common import parse_kv
 
 log = logging.getLogger("msgstream_spark.jobs.mirror")
 
@@ -29,7 +28,7 @@ def storage_snapshot(spark, args, cfg, table, schema, pk: str, channels: list[st
     from msgstream_spark.mirror.table import table_schema
     from msgstream_spark.spark.storage_snapshot import write_storage_snapshot
 
-    target = milvus_target(cfg, args.config, parse_kv(args.option), args.collection)
+    target = milvus_target(cfg, args.collection)
 
     def attempt():
         mc = target.client()

@@ -231,3 +231,16 @@ def test_the_config_doc_table_lists_every_key_with_its_default():
         if not same:
             wrong[key] = (shown, want)
     assert wrong == {}
+
+
+def test_is_set_names_the_keys_a_file_a_variable_or_an_override_gave(tmp_path):
+    """What the snapshot's "milvus.address set?" check reads: the given keys, never a default (issue #38)."""
+    p = write(tmp_path, "mq: {type: local}\nlocal: {path: x.db}\n")
+    env = {"MSGSTREAM_MILVUS_TOKEN": "t", "KAFKA_BROKERLIST": "k:1", "MILVUS_ADDRESS": "ignored:1", "ADDRESS": "x"}
+    cfg = Config.load(p, env=env)
+    assert {k for k in cfg.to_dict() if cfg.is_set(k)} == {"mq.type", "local.path", "milvus.token",
+                                                            "kafka.brokerlist"}
+    assert cfg.with_overrides({"milvus.address": "h:1"}).is_set("MILVUS.Address")
+    assert not Config.load(env={}).is_set("milvus.address")  # the packaged file's keys are defaults
+    assert Config.load(env={"MSGSTREAM_MILVUS_ADDRESS": "m:1"}).is_set("milvus.address")
+    assert Config.from_dict({"milvus": {"address": "d:1"}}).is_set("milvus.address")
