@@ -35,6 +35,8 @@ pytest_plugins = [
     "tests.fixtures.spark_connect",
     "tests.fixtures.wheel_env",
     "tests.fixtures.spark_cluster",
+    "tests.fixtures.s3_env",
+    "tests.fixtures.postgres_env",
 ]
 
 BACKENDS = ["local", "kafka", "pulsar", "pulsar-lite"]

@@ -113,7 +113,9 @@ class ObjectStore(Store):
                     raise AlreadyExists(f"{target} already exists: another writer created it first") from e
                 raise Conflict(f"{target} changed or is gone since etag {mode['e_tag']} was read") from e
             except FileNotFoundError as e:
-                raise Conflict(f"{target} is gone: it was deleted since etag {mode['e_tag']} was read") from e
+                if isinstance(mode, dict):
+                    raise Conflict(f"{target} is gone: it was deleted since etag {mode['e_tag']} was read") from e
+                raise StoreError(self._error(what, target, e)) from e
             except Exception as e:  # noqa: BLE001
                 if "ConditionalRequestConflict" not in str(e) and "409 Conflict" not in str(e):
                     raise self._fail(what, target, e) from e
