@@ -13,6 +13,7 @@ from typing import Any
 from msgstream_spark.mirror.store import uri
 from msgstream_spark.mirror.store.base import ObjectMeta, Store
 from msgstream_spark.mirror.store.errors import AlreadyExists, Conflict, NotFound, StoreError
+from msgstream_spark.mirror.store.lease import Lease, LeaseHeld, LeaseLost
 from msgstream_spark.mirror.store.local import LocalStore
 from msgstream_spark.mirror.store.objstore import ObjectStore
 from msgstream_spark.mirror.store.settings import mask, resolve_options
@@ -28,5 +29,5 @@ def open_store(location: str, storage_options: Mapping[str, Any] | None = None,
     return ObjectStore(str(location), resolve_options(loc.kind, storage_options, env))
 
 
-__all__ = ["AlreadyExists", "Conflict", "LocalStore", "NotFound", "ObjectMeta", "ObjectStore", "Store",
-           "StoreError", "mask", "open_store", "resolve_options"]
+__all__ = ["AlreadyExists", "Conflict", "Lease", "LeaseHeld", "LeaseLost", "LocalStore", "NotFound", "ObjectMeta",
+           "ObjectStore", "Store", "StoreError", "mask", "open_store", "resolve_options"]

@@ -66,6 +66,10 @@ class Store(ABC):
         """The whole object (NotFound if there is none)."""
 
     @abstractmethod
+    def get(self, target: str) -> tuple[bytes, ObjectMeta]:
+        """The whole object and its metadata, read together (the etag is that of these bytes)."""
+
+    @abstractmethod
     def read_range(self, target: str, offset: int, length: int) -> bytes:
         """``length`` bytes from ``offset`` (fewer at the end of the object)."""
 

@@ -49,6 +49,13 @@ class LocalStore(Store):
         except FileNotFoundError as e:
             raise NotFound(f"{target}: no such object") from e
 
+    def get(self, target: str) -> tuple[bytes, ObjectMeta]:
+        try:
+            with open(self._path(target), "rb") as f:
+                return f.read(), self._meta(target, os.fstat(f.fileno()))
+        except FileNotFoundError as e:
+            raise NotFound(f"{target}: no such object") from e
+
     def read_range(self, target: str, offset: int, length: int) -> bytes:
         try:
             with open(self._path(target), "rb") as f:

@@ -82,6 +82,16 @@ class ObjectStore(Store):
         except Exception as e:  # noqa: BLE001
             raise self._fail("reading", target, e) from e
 
+    def get(self, target: str) -> tuple[bytes, ObjectMeta]:
+        ob = _obstore()
+        try:
+            r = ob.get(self.client(), self._key(target))
+            return r.bytes().to_bytes(), self._meta(target, r.meta)
+        except StoreError:
+            raise
+        except Exception as e:  # noqa: BLE001
+            raise self._fail("reading", target, e) from e
+
     def read_range(self, target: str, offset: int, length: int) -> bytes:
         ob = _obstore()
         try:
