@@ -12,6 +12,7 @@ reader takes (pyiceberg's FileIO properties, pyarrow's S3FileSystem).
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Mapping
 from typing import Any, overload
 
@@ -60,6 +61,7 @@ _AZURE = {"azure_storage_account_name": ("account_name",),
 # keys delta-rs reads for its own S3 log store (not object_store's): passed to deltalake only
 DELTA_ONLY = ("aws_s3_allow_unsafe_rename", "aws_s3_locking_provider", "delta_dynamo_table_name")
 _KINDS = {"s3": ("aws_", _S3), "gcs": ("google_", _GCS), "azure": ("azure_", _AZURE)}
+_USERINFO = re.compile(r"://([^:/@\s]+):([^@/\s]+)@")  # a password in a URL (postgresql://user:pw@host/db)
 _SECRETS = {"aws_secret_access_key", "aws_session_token", "google_service_account_key", "azure_storage_account_key",
             "azure_client_secret", "azure_storage_sas_key", "azure_storage_token"}
 
@@ -114,7 +116,7 @@ def _text(value: Any) -> str:
 def is_secret(key: str) -> bool:
     """Whether a storage setting (any spelling) holds a secret."""
     k = key.lower()
-    return k in _SECRETS or is_secret_key(k) or k.endswith(("_key", "sas_token")) or "secret-" in k
+    return k in _SECRETS or is_secret_key(k) or k.endswith(("_key", "sas_token")) or "credential" in k
 
 
 @overload
@@ -126,7 +128,7 @@ def mask(value, options=None):
     text (a log line, an error message) gets every secret value of ``options`` replaced wherever it appears."""
     if isinstance(value, Mapping):
         return {k: (MASK if is_secret(str(k)) and v not in ("", None) else v) for k, v in value.items()}
-    text = str(value)
+    text = _USERINFO.sub(r"://\1:" + MASK + "@", str(value))
     for k, v in (options or {}).items():
         secret = _text(v) if v is not None else ""
         if is_secret(str(k)) and len(secret) >= 4:
