@@ -5,7 +5,8 @@ moto's S3 server on loopback and a local directory, in one run; ratios against o
 Candidates: obstore (Rust object_store: conditional puts), pyarrow.fs.S3FileSystem (C++, multipart; no
 conditional headers), boto3 (conditional puts via IfNoneMatch), and the store itself (obstore behind the
 mirror's interface) and the local store. moto is a Python server: its own cost is in every figure, so the
-ratios compare clients on one server, not S3's throughput.
+ratios compare clients on one server, not S3's throughput. The bench runs moto's stock (threaded) server, not the
+tests' serialised one, so that a client uploading parts in parallel is not held back by the test double.
 
     python -m bench.bench_store [--mib 64] [--small 300]
 """
@@ -150,9 +151,10 @@ def _small(n: int, store, server, bucket: str, local: Path) -> dict[str, tuple[f
 
 def _print(title: str, res: dict[str, tuple[float, float]], base: str, unit: str, amount: float) -> dict:
     bw, br = res[base]
-    print(f"-- {title}")
+    print(f"-- {title}", flush=True)
     print(table([(f"{n} write", amount / w, None if n == base else bw / w) for n, (w, _) in res.items()], unit))
-    print(table([(f"{n} read", amount / r, None if n == base else br / r) for n, (_, r) in res.items()], unit))
+    reads = [(f"{n} read", amount / r, None if n == base else br / r) for n, (_, r) in res.items()]
+    print(table(reads, unit), flush=True)
     return {n: {"write_s": w, "read_s": r, "write_ratio": bw / w, "read_ratio": br / r} for n, (w, r) in res.items()}
 
 
@@ -161,7 +163,7 @@ def run(mib: int = 64, small: int = 300) -> dict:
     from tests.fixtures.s3_server import S3Server
 
     tmp = Path(tempfile.mkdtemp(prefix="bench-store-"))
-    server = S3Server(tmp).start()
+    server = S3Server(tmp, serial=False).start()  # moto's stock threaded server: parts upload in parallel
     try:
         bucket = server.new_bucket("bench")
         store = open_store(f"s3://{bucket}/t", server.options(), env={})
