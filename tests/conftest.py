@@ -37,6 +37,7 @@ pytest_plugins = [
     "tests.fixtures.spark_cluster",
     "tests.fixtures.s3_env",
     "tests.fixtures.postgres_env",
+    "tests.fixtures.rest_catalog_env",
 ]
 
 BACKENDS = ["local", "kafka", "pulsar", "pulsar-lite"]

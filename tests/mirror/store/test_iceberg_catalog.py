@@ -11,7 +11,12 @@ import pyarrow as pa
 import pytest
 
 from msgstream_spark.errors import ConfigError
-from msgstream_spark.mirror.formats.iceberg.catalog import catalog_properties, resolve_catalog, table_identifier
+from msgstream_spark.mirror.formats.iceberg.catalog import (
+    catalog_properties,
+    ensure_namespace,
+    resolve_catalog,
+    table_identifier,
+)
 from msgstream_spark.mirror.formats.iceberg.table import _catalog_uri
 from tests.fixtures.s3_server import SECRET_KEY
 
@@ -30,6 +35,7 @@ def test_sql_catalog_on_postgresql_with_its_warehouse_on_s3(s3, postgres_db, mon
     cat = resolve_catalog(location, name="lake", storage_options=s3.options())
     ident = table_identifier(location)
     assert ident == ("msgstream", "books")
+    ensure_namespace(cat, ident)
     tbl = cat.create_table(ident, schema=ROWS.schema, location=location)
     tbl.append(ROWS)
     tbl.append(ROWS.slice(0, 1))
@@ -72,7 +78,10 @@ def test_a_catalog_from_pyiceberg_yaml_with_catalog_options_over_it(s3, monkeypa
     location = s3.uri("t", "books")
     cat = resolve_catalog(location, name="lake", options={"uri": f"sqlite:///{tmp_path / 'cat.db'}"},
                           storage_options=s3.options())
-    cat.create_table(table_identifier(location, "msgstream.books"), schema=ROWS.schema, location=location).append(ROWS)
+    ident = table_identifier(location, "lake.shelf.books")
+    ensure_namespace(cat, ident)
+    cat.create_table(ident, schema=ROWS.schema, location=location).append(ROWS)
+    assert cat.load_table(ident).scan().to_arrow().num_rows == 3
     assert (tmp_path / "cat.db").exists() and not (tmp_path / "wrong.db").exists()
 
 

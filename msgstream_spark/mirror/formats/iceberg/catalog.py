@@ -55,7 +55,8 @@ def resolve_catalog(location: str, *, name: str | None = None, options: Mapping[
                     catalog_uri: str | None = None, storage_options: Mapping[str, Any] | None = None,
                     create: bool = True):
     """The pyiceberg catalog of the table at ``location`` (None: the default SQLite catalog does not exist and
-    ``create`` is False). Errors name the catalog and never show a secret."""
+    ``create`` is False; a named catalog creates no namespace: :func:`ensure_namespace`). Errors name the catalog
+    and never show a secret."""
     store = open_store(location, storage_options)
     if name is None and store.kind == "local":
         return _catalog(location, catalog_uri, create)  # today's default: SQLite beside the table
@@ -73,10 +74,13 @@ def resolve_catalog(location: str, *, name: str | None = None, options: Mapping[
     else:
         props = catalog_properties(name, options, file_io)
     try:
-        cat = load_catalog(name, **props)
-        if create:
-            cat.create_namespace_if_not_exists(NAMESPACE)
-        return cat
+        return load_catalog(name, **props)
     except Exception as e:  # noqa: BLE001 - pyiceberg's errors quote the properties, secrets included
         shown = {**store.options, **{k: v for k, v in props.items() if isinstance(v, str)}}
         raise ConfigError(mask(f"Iceberg catalog {name!r} for {location}: {type(e).__name__}: {e}", shown)) from None
+
+
+def ensure_namespace(catalog, identifier: tuple[str, ...]) -> None:
+    """Create the identifier's namespace if the catalog does not have it (catalogs may refuse names: a REST
+    catalog's own rules come back as its error)."""
+    catalog.create_namespace_if_not_exists(identifier[:-1])
