@@ -9,13 +9,13 @@ import json
 import signal
 import subprocess
 import sys
-import threading
 import time
 
 import pytest
 
 from msgstream_spark.mirror.store import Lease, LeaseHeld, LeaseLost, open_store
 from tests.fixtures.s3_server import SECRET_KEY
+from tests.mirror.store.racing import race
 
 
 class Clock:
@@ -40,21 +40,7 @@ def test_one_holder_at_a_time_and_release(store):
 
 def test_racing_writers_have_one_winner(store):
     leases = [Lease(store, store.root, f"writer {i}", auto_renew=False) for i in range(6)]
-    barrier = threading.Barrier(6)
-    won, refused = [], []
-
-    def race(lease: Lease) -> None:
-        barrier.wait(timeout=30)
-        try:
-            won.append(lease.acquire())
-        except LeaseHeld as e:
-            refused.append(e)
-
-    threads = [threading.Thread(target=race, args=(x,)) for x in leases]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(timeout=60)
+    won, refused = race([x.acquire for x in leases], LeaseHeld)
     assert len(won) == 1 and len(refused) == 5
     won[0].check()
     assert json.loads(store.read(won[0].uri))["holder"] == won[0].token
@@ -68,21 +54,7 @@ def test_an_expired_lease_is_taken_over_once_and_the_old_holder_stops(store):
         Lease(store, store.root, "compact", clock=clock, auto_renew=False).acquire()
     clock.now += 2  # the holder stalled past its expiry: two writers find it expired, one takes it
     takers = [Lease(store, store.root, f"taker {i}", clock=clock, auto_renew=False) for i in range(4)]
-    won, refused = [], []
-    barrier = threading.Barrier(4)
-
-    def take(lease):
-        barrier.wait(timeout=30)
-        try:
-            won.append(lease.acquire())
-        except LeaseHeld:
-            refused.append(lease)
-
-    threads = [threading.Thread(target=take, args=(t,)) for t in takers]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(timeout=60)
+    won, refused = race([t.acquire for t in takers], LeaseHeld)
     assert len(won) == 1 and len(refused) == 3
     with pytest.raises(LeaseLost, match="no longer this writer's"):
         old.check()  # before its commit, the stalled holder learns it lost the lease

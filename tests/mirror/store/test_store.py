@@ -8,13 +8,13 @@ from __future__ import annotations
 import pickle
 import subprocess
 import sys
-import threading
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
 from msgstream_spark.mirror.store import AlreadyExists, Conflict, NotFound, open_store
+from tests.mirror.store.racing import race
 
 
 def test_put_read_range_head_list_delete(store):
@@ -50,28 +50,13 @@ def test_put_replaces_whole_and_changes_the_etag(store):
 
 def test_create_if_absent_has_one_winner(store):
     u = store.join("_delta_log", "00000000000000000001.json")
-    results: list[object] = []
-    barrier = threading.Barrier(8)
-
-    def racer(i: int) -> None:
-        barrier.wait(timeout=30)
-        try:
-            store.put_if_absent(u, f"writer {i}".encode())
-            results.append(i)
-        except AlreadyExists as e:
-            results.append(e)
-
-    threads = [threading.Thread(target=racer, args=(i,)) for i in range(8)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(timeout=60)
-    winners = [r for r in results if isinstance(r, int)]
-    assert len(results) == 8 and len(winners) == 1
-    assert store.read(u) == f"writer {winners[0]}".encode()
+    won, lost = race([lambda i=i: (store.put_if_absent(u, f"writer {i}".encode()), i)[1] for i in range(8)],
+                     AlreadyExists)
+    assert len(won) == 1 and len(lost) == 7
+    assert store.read(u) == f"writer {won[0]}".encode()
     with pytest.raises(AlreadyExists, match="already exists"):
         store.put_if_absent(u, b"late")
-    assert store.read(u) == f"writer {winners[0]}".encode()
+    assert store.read(u) == f"writer {won[0]}".encode()
 
 
 def test_compare_and_swap_refuses_a_stale_etag(store):
@@ -90,22 +75,7 @@ def test_compare_and_swap_refuses_a_stale_etag(store):
 def test_compare_and_swap_race_has_one_winner(store):
     u = store.join("lease")
     m = store.put(u, b"0")
-    wins: list[int] = []
-    barrier = threading.Barrier(6)
-
-    def racer(i: int) -> None:
-        barrier.wait(timeout=30)
-        try:
-            store.put_if_match(u, str(i).encode(), m.etag)
-            wins.append(i)
-        except Conflict:
-            pass
-
-    threads = [threading.Thread(target=racer, args=(i,)) for i in range(6)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(timeout=60)
+    wins, _ = race([lambda i=i: (store.put_if_match(u, str(i).encode(), m.etag), i)[1] for i in range(6)], Conflict)
     assert len(wins) == 1 and store.read(u) == str(wins[0]).encode()
 
 
