@@ -48,9 +48,9 @@ class ObjectStore(Store):
     def client(self) -> Any:
         """This process's obstore client for the bucket (made on first use)."""
         if self._client is None:
+            _obstore()
             from obstore.store import from_url
 
-            _obstore()
             try:
                 config, client = settings.for_obstore(self.options)
                 self._client = from_url(self.bucket_root, config=config, client_options=client)

@@ -99,6 +99,8 @@ def resolve_options(kind: str, options: Mapping[str, Any] | None = None,
         if low.startswith(prefix) and low in aliases and value != "":
             out[aliases[low]] = value
     for name, value in (options or {}).items():
+        if value is None:
+            continue
         canon = aliases.get(str(name).strip().lower())
         if canon is None:
             raise ConfigError(f"storage option {name!r} is not a setting of {kind} storage (object_store's keys, "

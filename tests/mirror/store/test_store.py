@@ -131,3 +131,12 @@ def test_a_uri_outside_the_store_is_refused(s3):
     st = open_store(s3.uri("t"), s3.options(), env={})
     with pytest.raises(StoreError, match="not in the store"):
         st.read("s3://another-bucket/t/x")
+
+
+def test_without_obstore_the_error_names_the_extra(monkeypatch):
+    from msgstream_spark.errors import MirrorError
+
+    monkeypatch.setitem(sys.modules, "obstore", None)  # as if not installed
+    st = open_store("s3://bucket/t", {"aws_region": "us-east-1"}, env={})
+    with pytest.raises(MirrorError, match=r"msgstream-spark\[mirror\]"):
+        st.read(st.join("x"))
