@@ -35,13 +35,14 @@ def test_if_match_replaces_only_an_unchanged_object(s3):
 
 
 def test_racing_conditional_puts_have_one_winner(s3):
-    """S3 applies a conditional put atomically; moto's stock server does not under concurrent requests (its
-    check and its write are not under one lock), so the fixture serialises requests (tests/fixtures/moto_serial.py).
-    Eight clients swap the same etag and create the same key at once: one of each wins."""
+    """S3 applies a conditional put atomically; moto checks and writes without a lock between the two, so the
+    fixture serialises its requests (tests/fixtures/moto_serial.py). Eight clients swap the same etag and create
+    the same key at once: one of each wins. (An S3 etag is the MD5 of the bytes: a racer writing the bytes the
+    etag was taken from would pass ``If-Match`` too, on S3 as here; so no racer writes them.)"""
     import threading
 
     clients = [s3.server.boto3() for _ in range(8)]
-    etag = clients[0].put_object(Bucket=s3.bucket, Key="lease", Body=b"0")["ETag"]
+    etag = clients[0].put_object(Bucket=s3.bucket, Key="lease", Body=b"initial")["ETag"]  # no racer writes these bytes
     barrier = threading.Barrier(8)
     swapped, created = [], []
 
