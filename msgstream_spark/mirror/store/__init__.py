@@ -11,7 +11,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from msgstream_spark.mirror.store import uri
-from msgstream_spark.mirror.store.base import COUNTS, ObjectMeta, Store, io_since
+from msgstream_spark.mirror.store.base import COUNTS, ObjectMeta, Store, io_since, io_totals
 from msgstream_spark.mirror.store.errors import AlreadyExists, Conflict, NotFound, StoreError
 from msgstream_spark.mirror.store.lease import Lease, LeaseHeld, LeaseLost
 from msgstream_spark.mirror.store.local import LocalStore
@@ -38,5 +38,5 @@ def store_for(location: str, resolved: Mapping[str, str] | None = None) -> Store
 
 
 __all__ = ["COUNTS", "AlreadyExists", "Conflict", "Lease", "LeaseHeld", "LeaseLost", "LocalStore", "NotFound",
-           "ObjectMeta", "ObjectStore", "Store", "StoreError", "io_since", "mask", "open_store", "resolve_options",
-           "store_for"]
+           "ObjectMeta", "ObjectStore", "Store", "StoreError", "io_since", "io_totals", "mask", "open_store",
+           "resolve_options", "store_for"]

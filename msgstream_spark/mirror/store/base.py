@@ -51,6 +51,12 @@ class IOCount:
 COUNTS = IOCount()
 
 
+def io_totals() -> dict[str, int]:
+    """What this process moved through its stores so far (``COUNTS.totals()``; a function, so that a Spark
+    task's closure pickles a reference to it, not the counter)."""
+    return COUNTS.totals()
+
+
 def io_since(before: dict[str, int]) -> dict[str, int]:
     """What this process moved through its stores since ``before`` (an earlier ``COUNTS.totals()``)."""
     now = COUNTS.totals()

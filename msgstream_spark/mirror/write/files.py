@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import json
 import logging
+import os
+import shutil
 from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Any
@@ -19,32 +21,36 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from msgstream_spark.mirror.store import Store
+from msgstream_spark.mirror.store import NotFound, Store, uri
 
 log = logging.getLogger(__name__)
 
-_FOOTERS: OrderedDict[str, tuple[int, Any]] = OrderedDict()  # uri -> (size, FileMetaData), newest last
+_FOOTERS: OrderedDict[tuple[str, int], Any] = OrderedDict()  # (uri, size) -> FileMetaData, newest last
 _FOOTERS_MAX = 4096
 
 
 def _remember(target: str, size: int, meta: Any) -> None:
-    _FOOTERS[target] = (size, meta)
-    _FOOTERS.move_to_end(target)
+    _FOOTERS[(target, size)] = meta
+    _FOOTERS.move_to_end((target, size))
     while len(_FOOTERS) > _FOOTERS_MAX:
         _FOOTERS.popitem(last=False)
 
 
-def footer(store: Store, target: str) -> tuple[int, Any]:
-    """(size in bytes, Parquet ``FileMetaData``) of a data file: kept from its writing in this process, else
-    read from its footer by range (two small reads, not the file)."""
-    got = _FOOTERS.get(target)
+def footer(store: Store, target: str, size: int = 0) -> tuple[int, Any]:
+    """(size in bytes, Parquet ``FileMetaData``) of a data file (``size``: its size, when the table's metadata
+    knows it; else asked of the store): kept from its writing in this process, else read from its footer by
+    range (two small reads, not the file)."""
+    if size <= 0:
+        meta = store.head(target)
+        if meta is None:
+            raise NotFound(f"{target}: no such object (a data file the table names is gone)")
+        size = meta.size
+    got = _FOOTERS.get((target, size))
     if got is None:
         with store.open_input(target) as f:
-            size = f.size()
-            meta = pq.ParquetFile(f).metadata
-        _remember(target, size, meta)
-        got = (size, meta)
-    return got
+            got = pq.ParquetFile(f).metadata
+        _remember(target, size, got)
+    return size, got
 
 
 def read_parquet(store: Store, target: str, columns: list[str] | None = None) -> pa.Table:
@@ -149,3 +155,12 @@ def write_table(store: Store, target: str, table: pa.Table, key: str | None = No
     with ParquetOut(store, target, table.schema, key, **kw) as out:
         out.write_table(table, row_group_size=rg)
         return out.close()
+
+
+def remove_tree(store: Store, directory: str) -> None:
+    """Delete every object under ``directory`` (and, on a local store, the emptied directories)."""
+    for m in list(store.list(directory)):
+        store.delete(m.uri)
+    local = uri.parse(directory)
+    if local.kind == "local" and os.path.isdir(local.key):
+        shutil.rmtree(local.key)

@@ -203,9 +203,13 @@ def key_index(store: Store, path: str, pk: str, num_rows: int = 0, size: int = 0
     """The index of data file ``path``: its side file (when it matches the file's rows and size; mapped on a
     local store, read by range on an object store), else built from the file's key and ``_seq`` columns (and
     its side file written)."""
-    if num_rows <= 0 or size <= 0:
-        size, meta = footer(store, path)
-        num_rows = num_rows if num_rows > 0 else meta.num_rows
+    if size <= 0:
+        meta = store.head(path)
+        if meta is None:
+            raise StoreError(f"data file {path} is gone from the table's store (removed by another writer?)")
+        size = meta.size
+    if num_rows <= 0:
+        num_rows = footer(store, path, size)[1].num_rows
     got = _OPEN.get((path, num_rows))
     if got is not None:
         _OPEN.move_to_end((path, num_rows))

@@ -97,7 +97,7 @@ class TaskWriter:
             changes = changes.filter(pc.greater(changes.column(TS), ts))
         if changes.num_rows == 0:
             return self.out_schema.empty_table()
-        changes = collapse(changes, spec.pk, f"table {os.path.dirname(spec.data_dir)}")
+        changes = collapse(changes, spec.pk, f"table {spec.data_dir.rstrip('/').rsplit('/', 1)[0]}")
         ins = pc.is_in(changes.column(OP), value_set=pa.array(WRITES, changes.schema.field(OP).type))
         rows = changes.filter(ins)
         n = changes.num_rows

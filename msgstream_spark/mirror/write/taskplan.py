@@ -17,8 +17,6 @@ a killed job left is removed when the batch runs again, else listed by ``msgstre
 
 from __future__ import annotations
 
-import os
-import shutil
 import uuid
 
 import numpy as np
@@ -27,7 +25,7 @@ import pyarrow.compute as pc
 
 from msgstream_spark.mirror.order import SEQ, SEQ_TYPE
 from msgstream_spark.mirror.store import Store, uri
-from msgstream_spark.mirror.write.files import ParquetOut, Written
+from msgstream_spark.mirror.write.files import ParquetOut, Written, remove_tree
 from msgstream_spark.mirror.write.layout import (
     COLLECTION,
     LiveFile,
@@ -53,11 +51,7 @@ def changes_dir(data_dir: str, query_id: str, batch_id: int) -> str:
 
 def remove_changes(store: Store, directory: str) -> None:
     """Drop a batch's changes files (committed, skipped, or left by a killed attempt of the batch)."""
-    for m in list(store.list(directory)):
-        store.delete(m.uri)
-    local = uri.parse(directory)
-    if local.kind == "local" and os.path.isdir(local.key):  # the emptied directories too (object stores have none)
-        shutil.rmtree(local.key)
+    remove_tree(store, directory)
 
 
 def written_schema() -> pa.Schema:
