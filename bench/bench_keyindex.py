@@ -29,8 +29,8 @@ import pyarrow.parquet as pq
 
 from bench._util import best_of, table
 from msgstream_spark.mirror.order import SEQ, SEQ_TYPE
-from msgstream_spark.mirror.write import keyindex
 from msgstream_spark.mirror.store import open_store
+from msgstream_spark.mirror.write import keyindex
 from msgstream_spark.mirror.write.keyindex import key_index, side_path
 
 

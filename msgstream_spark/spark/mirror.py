@@ -63,8 +63,12 @@ SEQ = "_seq"
 # tests: kill-after-commit:<batch id> | kill-after-commit:first | kill-after-files:first (the driver);
 # kill-worker-in-files:<batch id> (the first attempt of the batch's first writing task, mid-file);
 # kill-executor-in-files:<batch id>|first (the same task SIGKILLs its executor JVM; first: the first batch this
-# run writes rows in)
+# run writes rows in); several, comma-separated
 FAILPOINT_ENV = "MSGSTREAM_MIRROR_FAILPOINT"
+
+
+def _failpoints() -> set[str]:
+    return {p.strip() for p in os.environ.get(FAILPOINT_ENV, "").split(",") if p.strip()}
 
 
 def checkpoint_query_id(checkpoint: str) -> str:
@@ -209,9 +213,9 @@ def _failpoint(batch_id: int, committed: bool, step: str = "commit") -> None:
     """Tests: ``kill-after-commit:<batch id>``, or ``kill-after-commit:first`` (the first batch that
     committed changes), SIGKILLs the driver after the table commit and before Spark's own;
     ``kill-after-files:first`` after the tasks wrote a batch's files, before the table commit."""
-    spec = os.environ.get(FAILPOINT_ENV, "")
-    if spec == f"kill-after-{step}:{batch_id}" or (committed and spec == f"kill-after-{step}:first"):
-        log.warning("failpoint %s: SIGKILL after the table commit of batch %d", spec, batch_id)
+    specs = _failpoints()
+    if f"kill-after-{step}:{batch_id}" in specs or (committed and f"kill-after-{step}:first" in specs):
+        log.warning("failpoint kill-after-%s: SIGKILL after the table commit of batch %d", step, batch_id)
         if os.getpgrp() == os.getpid():  # the test started the job as a group of its own: JVM too
             os.killpg(os.getpgrp(), signal.SIGKILL)
         os.kill(os.getpid(), signal.SIGKILL)
@@ -328,11 +332,11 @@ class MirrorBatch:
     def _task_failpoint(self, batch_id: int) -> str | None:
         """Tests: the process a writing task of this batch kills (``kill-worker-in-files:<batch id>``,
         ``kill-executor-in-files:<batch id>|first``): "worker", "executor" or None."""
-        spec = os.environ.get(FAILPOINT_ENV, "")
-        if spec == f"kill-worker-in-files:{batch_id}":
+        specs = _failpoints()
+        if f"kill-worker-in-files:{batch_id}" in specs:
             return "worker"
-        if spec == f"kill-executor-in-files:{batch_id}" or (spec == "kill-executor-in-files:first"
-                                                            and not self._executor_killed):
+        if f"kill-executor-in-files:{batch_id}" in specs or ("kill-executor-in-files:first" in specs
+                                                             and not self._executor_killed):
             return "executor"
         return None
 

@@ -254,12 +254,6 @@ class _Input:
     def size(self) -> int:
         return self._size
 
-    def seekable(self) -> bool:
-        return True
-
-    def readable(self) -> bool:
-        return True
-
     def close(self) -> None:
         self.closed = True
 
