@@ -253,3 +253,122 @@ def test_what_a_batch_moves_through_the_store_is_counted(where):
     store = where.store("t")
     v3 = store.head(store.join("_delta_log", f"{3:020d}.json"))
     assert moved["written"] >= v3.size and moved["read"] > 0 and moved["requests"] > 3
+
+
+def _big_file(where: Where, n: int, monkeypatch):
+    """A table with one data file of ``n`` random keys, its key index in blocks of 4 KiB (so that a small file
+    has many blocks: the ranged reads are what is measured, not the size)."""
+    import numpy as np
+
+    from msgstream_spark.mirror.write import keyindex
+
+    monkeypatch.setattr(keyindex, "BLOCK_BYTES", 4096)
+    rng = np.random.default_rng(n)
+    keys = rng.choice(10 * n, n, replace=False)
+    t = _open(where, f"t{n}")
+    assert apply_batch(t, to_arrow([insert(10, *[(int(k), f"v{k}") for k in keys])]), "pk", "q", 0)
+    return t, keys
+
+
+def _forget(cache_dir=None, monkeypatch=None) -> None:
+    """A new worker process: nothing of the indexes kept in memory (and an empty local block cache)."""
+    from msgstream_spark.mirror.write import files, keycache, keyindex
+
+    keyindex._OPEN.clear()
+    keyindex._VERIFIED.clear()
+    files._FOOTERS.clear()
+    keycache._CACHE.clear()
+    if cache_dir is not None:
+        monkeypatch.setenv(keycache.CACHE_DIR_ENV, str(cache_dir))
+
+
+def test_a_lookup_on_s3_fetches_the_blocks_its_keys_touch_not_the_index(s3, tmp_path, monkeypatch):
+    """A key index on the S3 server is read by range: a lookup of a few keys fetches its header and the blocks
+    of those keys (the same bytes for a file ten times larger), an executor's next lookup of them fetches no
+    block (its local block cache, bounded in bytes), and the answer is the file's own rows."""
+    import pyarrow.parquet as pq
+
+    from msgstream_spark.mirror.write.keycache import HEAD_BYTES
+    from msgstream_spark.mirror.write.keyindex import side_path
+    from msgstream_spark.mirror.write.layout import lookup_file
+
+    where = Where("s3", tmp_path, s3)
+    moved = {}
+    for n in (2_000, 20_000):
+        t, keys = _big_file(where, n, monkeypatch)
+        [f] = t.live_files()
+        side = where.store(f"t{n}").head(side_path(f.path))
+        assert side is not None and side.size >= 32 * n  # written with the data file
+        want = pa.array(sorted(int(k) for k in keys[:3]), pa.int64())
+        _forget(tmp_path / f"cache{n}", monkeypatch)
+        before = io_totals()
+        got = lookup_file(f, "pk", want, pa.int64(), t.store)
+        moved[n] = io_since(before)["read"]
+        rows = pq.read_table(pa.BufferReader(t.store.read(f.path)), columns=["pk"]).column("pk").to_pylist()
+        assert sorted(zip(got.column("key").to_pylist(), got.column("_pos").to_pylist())) == \
+            sorted((k, rows.index(k)) for k in want.to_pylist())
+        _forget()  # a new process on the same executor: the disk cache stays
+        before = io_totals()
+        assert lookup_file(f, "pk", want, pa.int64(), t.store).num_rows == 3
+        assert io_since(before)["read"] <= HEAD_BYTES  # the header only: every block from the local cache
+    # 3 keys: at most 3 blocks of keys, 3 of positions, 6 of _seq, and the header, whatever the file's size
+    assert moved[20_000] <= HEAD_BYTES + 12 * 4096 < side.size / 5, moved
+
+
+def test_a_damaged_block_on_s3_is_rebuilt_and_the_lookup_right(s3, tmp_path, monkeypatch, caplog):
+    import logging
+
+    from msgstream_spark.mirror.write.keyindex import side_path
+    from msgstream_spark.mirror.write.layout import lookup_file
+
+    where = Where("s3", tmp_path, s3)
+    t, keys = _big_file(where, 5_000, monkeypatch)
+    [f] = t.live_files()
+    side = side_path(f.path)
+    raw = bytearray(t.store.read(side))
+    for i in range(len(raw) - 32 * 5_000, len(raw), 4096):  # a byte of every block of the arrays, length kept
+        raw[i] ^= 0xFF
+    t.store.put(side, bytes(raw))
+    _forget(tmp_path / "cache", monkeypatch)
+    want = pa.array(sorted(int(k) for k in keys[-50:]), pa.int64())
+    with caplog.at_level(logging.WARNING):
+        got = lookup_file(f, "pk", want, pa.int64(), t.store)
+    assert got.num_rows == 50 and "does not match its data file" in caplog.text
+    _forget(tmp_path / "cache2", monkeypatch)
+    assert lookup_file(f, "pk", want, pa.int64(), t.store).num_rows == 50  # the rebuilt side file
+
+
+def test_a_compaction_beside_a_running_job_is_refused_on_the_store(where):
+    """The job holds the table's lease on its store for its run: ``msgstream mirror compact`` (another process)
+    is refused naming it, with no secret in its output; after the job, it compacts. A bad storage option is an
+    error naming the option."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from msgstream_spark.mirror.formats.lock import writer_lock
+    from tests.fixtures.s3_server import SECRET_KEY
+
+    t = _open(where)
+    _fill(t, _batches(3))
+    root = Path(__file__).resolve().parents[2]
+    opts = [f"--storage-option={k}={v}" for k, v in (where.opts or {}).items()]
+
+    def compact_cli(*more: str) -> subprocess.CompletedProcess:
+        proc = subprocess.run([sys.executable, "-m", "msgstream_spark", "mirror", "compact", "--table",
+                               where.uri("t"), *opts, *more], env=dict(os.environ, PYTHONPATH=str(root)), cwd=root,
+                              timeout=300, capture_output=True, text=True)
+        assert SECRET_KEY not in proc.stdout + proc.stderr
+        return proc
+
+    with writer_lock(t.store, t.location, "the mirror job"):
+        proc = compact_cli()
+    assert proc.returncode == 1, proc.stderr[-2000:]
+    assert f"being written by another writer (pid {os.getpid()} on " in proc.stderr
+    assert "the mirror job); the compaction refused" in proc.stderr
+    assert len(t.live_files()) > 1
+    assert compact_cli().returncode == 0 and len(_open(where, create=False).live_files()) == 1
+    if where.s3 is not None:
+        bad = compact_cli("--storage-option", "aws_no_such_key=1")
+        assert bad.returncode != 0 and "'aws_no_such_key' is not a setting of s3 storage" in bad.stderr

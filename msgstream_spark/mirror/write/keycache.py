@@ -36,7 +36,7 @@ log = logging.getLogger(__name__)
 CACHE_DIR_ENV = "MSGSTREAM_KEY_CACHE_DIR"
 CACHE_MB_ENV = "MSGSTREAM_KEY_CACHE_MB"
 DEFAULT_CACHE_MB = 1024
-HEAD_BYTES = 64 * 1024  # the first read of a side file: its descriptor (a larger one costs a second read)
+HEAD_BYTES = 16 * 1024  # the first read of a side file: its descriptor (a larger one costs a second read)
 FETCHERS = 8  # blocks fetched at once (object stores answer ranged GETs in parallel)
 _PREFIX = struct.Struct("<8sII")
 
