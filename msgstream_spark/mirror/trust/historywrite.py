@@ -119,7 +119,7 @@ class HistorySpec:
     pk: str
     data_dir: str
     snapshot_ts: int | None = None
-    storage: dict[str, str] = field(default_factory=dict)  # the history's store settings, resolved on the driver
+    storage: dict[str, str] = field(default_factory=dict, repr=False)  # the history's store settings (secrets)
 
     def new_path(self) -> str:
         return uri.join(self.data_dir, f"{uuid.uuid4().hex}.parquet")

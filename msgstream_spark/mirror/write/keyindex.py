@@ -196,7 +196,8 @@ def _open_checked(path: str, data_name: str, num_rows: int, data_size: int) -> t
 
 
 _OPEN: OrderedDict[tuple[str, int], KeyIndex | RemoteIndex] = OrderedDict()  # this process's, newest last
-_OPEN_MAX = 512  # indexes kept (a data file never changes: a kept one stays right); a lookup task is reused
+_OPEN_MAX = 512  # mapped indexes kept (a data file never changes: a kept one stays right); a lookup task is reused
+_REMOTE_MAX = 16384  # headers of indexes read by range kept (a few KB each: a table's files, not its rows)
 
 
 def key_index(store: Store, path: str, pk: str, num_rows: int = 0, size: int = 0) -> KeyIndex | RemoteIndex:
@@ -222,7 +223,7 @@ def key_index(store: Store, path: str, pk: str, num_rows: int = 0, size: int = 0
         if store.kind != "local":
             return got  # held for this lookup only: later ones read the side file by range
     _OPEN[(path, num_rows)] = got
-    while len(_OPEN) > _OPEN_MAX:
+    while len(_OPEN) > (_REMOTE_MAX if isinstance(got, RemoteIndex) else _OPEN_MAX):
         _OPEN.popitem(last=False)
     return got
 

@@ -60,7 +60,7 @@ class WriteSpec:
     snapshot_ts: int | None = None
     key_type: pa.DataType = field(default_factory=pa.int64)
     split_by: list[str] = field(default_factory=list)  # one file per value of these (a user's identity partition)
-    storage: dict[str, str] = field(default_factory=dict)
+    storage: dict[str, str] = field(default_factory=dict, repr=False)  # (secrets: never printed)
 
     def store(self) -> Store:
         """The store the files go to, built from the shipped settings."""
