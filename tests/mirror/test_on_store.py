@@ -372,3 +372,20 @@ def test_a_compaction_beside_a_running_job_is_refused_on_the_store(where):
     if where.s3 is not None:
         bad = compact_cli("--storage-option", "aws_no_such_key=1")
         assert bad.returncode != 0 and "'aws_no_such_key' is not a setting of s3 storage" in bad.stderr
+
+
+def test_sparks_checkpoint_stays_on_the_drivers_disk():
+    """A table in object storage takes --checkpoint DIR (Spark's checkpoint and the mirror's reads of it are the
+    driver's local file system); a checkpoint URI is refused naming the flag; a local table keeps its default."""
+    from argparse import Namespace
+
+    from msgstream_spark.cli.table_args import checkpoint_of
+    from msgstream_spark.cli.vocab import UsageError
+
+    with pytest.raises(UsageError, match=r"--table s3://b/t is in object storage: pass --checkpoint DIR"):
+        checkpoint_of(Namespace(table="s3://b/t", checkpoint=None), required=True)
+    assert checkpoint_of(Namespace(table="s3://b/t", checkpoint=None)) is None  # status, verify: none needed
+    assert checkpoint_of(Namespace(table="s3://b/t", checkpoint="ck/t"), required=True) == "ck/t"
+    with pytest.raises(UsageError, match=r"--checkpoint s3a://b/ck: Spark's checkpoint is a directory on the driver"):
+        checkpoint_of(Namespace(table="s3://b/t", checkpoint="s3a://b/ck"), required=True)
+    assert checkpoint_of(Namespace(table="lake/t/", checkpoint=None), required=True) == "lake/t_checkpoint"
