@@ -48,6 +48,7 @@ from msgstream_spark.mirror.formats.iceberg.expiry import (
     snapshot_files,
     split_snapshots,
 )
+from msgstream_spark.mirror.store import open_store
 from msgstream_spark.mirror.write.batch import apply_local
 from msgstream_spark.mirror.write.layout import (
     DATA_DIR,
@@ -104,6 +105,7 @@ class IcebergMirrorTable:
         self._catalog_uri = catalog_uri
         self._tbl = None
         self.root = os.path.abspath(location)
+        self.store = open_store(location)  # (store-write: the shared write path's store; store-iceberg owns this)
         self._deletes: dict[str, dict[str, np.ndarray]] = {}
         self._live: list[LiveFile] = []
         self._entries: dict[str, list] = {}  # manifest path -> its live entries' data files (read once)
