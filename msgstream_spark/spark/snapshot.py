@@ -32,6 +32,7 @@ log = logging.getLogger(__name__)
 class SnapshotFiles:
     files: list[str]
     rows: int
+    calls: int = 0  # the tasks' Query calls (from an accumulator: a retried task's calls count again)
 
 
 def spark_schema(schema: pa.Schema):
@@ -41,7 +42,9 @@ def spark_schema(schema: pa.Schema):
     return from_arrow_schema(schema)
 
 
-def _reader_fn(reader: RangeReader, ranges: list[PkRange], rows_acc, bytes_acc):
+def _reader_fn(reader: RangeReader, ranges: list[PkRange], accs):
+    rows_acc, bytes_acc, calls_acc = accs
+
     def read(batches):
         stats = ReadStats()
         done_rows = done_bytes = 0
@@ -52,6 +55,7 @@ def _reader_fn(reader: RangeReader, ranges: list[PkRange], rows_acc, bytes_acc):
                     bytes_acc.add(stats.bytes - done_bytes)
                     done_rows, done_bytes = stats.rows, stats.bytes
                     yield out
+        calls_acc.add(stats.calls)
 
     return read
 
@@ -115,11 +119,10 @@ def write_snapshot(spark: SparkSession, reader: RangeReader, ranges: list[PkRang
 
     sschema = spark_schema(reader.schema)
     reader = replace(reader, schema=to_arrow_schema(sschema, timezone="UTC"))
-    rows_acc = spark.sparkContext.accumulator(0)
-    bytes_acc = spark.sparkContext.accumulator(0)
+    rows_acc, bytes_acc, calls_acc = (spark.sparkContext.accumulator(0) for _ in range(3))
     n = max(1, len(ranges))
     ids = spark.range(0, len(ranges), 1, numPartitions=n).toDF("i")
-    df = ids.mapInArrow(_reader_fn(reader, ranges, rows_acc, bytes_acc), sschema)
+    df = ids.mapInArrow(_reader_fn(reader, ranges, (rows_acc, bytes_acc, calls_acc)), sschema)
     with _Progress(rows_acc, bytes_acc, total, progress_interval):
         try:
             df.write.mode("errorifexists").parquet(out_dir)
@@ -132,7 +135,7 @@ def write_snapshot(spark: SparkSession, reader: RangeReader, ranges: list[PkRang
         remove_dir(spark, out_dir)
         raise
     files = sorted(_local(f) for f in spark.read.parquet(out_dir).inputFiles())
-    return SnapshotFiles(files, parquet_rows(files))
+    return SnapshotFiles(files, parquet_rows(files), calls_acc.value)
 
 
 def one_row_per_key(spark: SparkSession, out_dir: str, pk: str) -> int:
