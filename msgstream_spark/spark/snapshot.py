@@ -1,16 +1,19 @@
-"""The snapshot of a collection as a Spark batch read, written as Parquet data files by the tasks.
+"""The snapshot of a collection as a Spark job whose tasks write the table's first Parquet files.
 
-One task per primary-key range (:func:`msgstream_spark.mirror.snapshot.query.reader.plan_ranges`); each task sends
-``Query`` itself for answer-sized pieces of its range and yields Arrow batches of the table's columns
-(:class:`msgstream_spark.mirror.snapshot.query.reader.RangeReader`). Spark writes them as Parquet files; the driver
-only lists the files and hands their paths to the table (never the rows). The row count of the summary
-is read from the files' Parquet footers (an accumulator inside a transformation counts a retried task
-twice); accumulators only feed the progress log (rows and answer bytes per second).
+One task per primary-key range (:func:`msgstream_spark.mirror.snapshot.query.reader.plan_ranges`); each task
+sends ``Query`` itself for answer-sized pieces of its range (``RangeReader``, several in flight) and writes
+their Arrow batches with pyarrow as one Parquet file
+(:func:`msgstream_spark.mirror.snapshot.files.write_batches`), as the storage route's tasks do: no row goes
+through the JVM (Spark's own writer converted every vector to rows, slower than Milvus serves them, and the
+reads waited for it). The driver collects only each file's path and row count and hands the paths to the
+table. The row count of the summary is read from the files' Parquet footers (an accumulator inside a
+transformation counts a retried task twice); accumulators only feed the progress log and the call count.
 """
 
 from __future__ import annotations
 
 import logging
+import os
 import threading
 import time
 from dataclasses import dataclass, replace
@@ -22,6 +25,7 @@ from pyspark.sql import SparkSession
 
 from msgstream_spark.errors import MirrorError
 from msgstream_spark.mirror.common import PARTITION
+from msgstream_spark.mirror.snapshot.files import write_batches
 from msgstream_spark.mirror.snapshot.query.ranges import PkRange
 from msgstream_spark.mirror.snapshot.query.reader import RangeReader, ReadStats
 
@@ -42,22 +46,33 @@ def spark_schema(schema: pa.Schema):
     return from_arrow_schema(schema)
 
 
-def _reader_fn(reader: RangeReader, ranges: list[PkRange], accs):
-    rows_acc, bytes_acc, calls_acc = accs
+FILES_SCHEMA = "path string, rows long"
 
-    def read(batches):
-        stats = ReadStats()
-        done_rows = done_bytes = 0
+
+def _write_range(reader: RangeReader, rng: PkRange, path: str, accs) -> int:
+    """One range's rows as the Parquet file ``path``; progress and calls into the accumulators."""
+    rows_acc, bytes_acc, calls_acc = accs
+    stats, sent = ReadStats(), [0]
+
+    def progress(rows: int) -> None:
+        rows_acc.add(rows)
+        bytes_acc.add(stats.bytes - sent[0])
+        sent[0] = stats.bytes
+
+    rows = write_batches(reader.schema, reader.read([rng], stats), path, progress)
+    calls_acc.add(stats.calls)
+    return rows
+
+
+def _writer_fn(reader: RangeReader, ranges: list[PkRange], out_dir: str, accs):
+    def write(batches):
         for b in batches:
             for i in b.column(0).to_pylist():
-                for out in reader.read([ranges[i]], stats):
-                    rows_acc.add(stats.rows - done_rows)
-                    bytes_acc.add(stats.bytes - done_bytes)
-                    done_rows, done_bytes = stats.rows, stats.bytes
-                    yield out
-        calls_acc.add(stats.calls)
+                path = os.path.join(out_dir, f"part-{i:05d}.parquet")
+                rows = _write_range(reader, ranges[i], path, accs)
+                yield pa.RecordBatch.from_pydict({"path": [path], "rows": [rows]})
 
-    return read
+    return write
 
 
 class _Progress:
@@ -114,28 +129,25 @@ def parquet_rows(files: list[str]) -> int:
 
 def write_snapshot(spark: SparkSession, reader: RangeReader, ranges: list[PkRange], out_dir: str,
                    total: int, progress_interval: float = 5.0) -> SnapshotFiles:
-    """Read ``ranges`` in Spark tasks (one range each) and write them as Parquet files under ``out_dir``."""
+    """Read ``ranges`` in Spark tasks (one range each), each writing one Parquet file under ``out_dir``."""
     from pyspark.sql.pandas.types import to_arrow_schema
 
-    sschema = spark_schema(reader.schema)
-    reader = replace(reader, schema=to_arrow_schema(sschema, timezone="UTC"))
-    rows_acc, bytes_acc, calls_acc = (spark.sparkContext.accumulator(0) for _ in range(3))
-    n = max(1, len(ranges))
-    ids = spark.range(0, len(ranges), 1, numPartitions=n).toDF("i")
-    df = ids.mapInArrow(_reader_fn(reader, ranges, (rows_acc, bytes_acc, calls_acc)), sschema)
-    with _Progress(rows_acc, bytes_acc, total, progress_interval):
-        try:
-            df.write.mode("errorifexists").parquet(out_dir)
-        except BaseException:
-            remove_dir(spark, out_dir)  # a failed write leaves no directory behind (one per retry otherwise)
-            raise
+    reader = replace(reader, schema=to_arrow_schema(spark_schema(reader.schema), timezone="UTC"))
+    accs = tuple(spark.sparkContext.accumulator(0) for _ in range(3))
+    out = _local(out_dir)
+    os.makedirs(out)
+    ids = spark.range(0, len(ranges), 1, numPartitions=max(1, len(ranges))).toDF("i")
+    df = ids.mapInArrow(_writer_fn(reader, ranges, out, accs), FILES_SCHEMA)
     try:
-        one_row_per_key(spark, out_dir, reader.pk)
+        with _Progress(accs[0], accs[1], total, progress_interval):
+            written = df.collect()
+        rewritten = one_row_per_key(spark, out_dir, reader.pk)
     except BaseException:
-        remove_dir(spark, out_dir)
+        remove_dir(spark, out_dir)  # a failed snapshot leaves no directory behind (one per retry otherwise)
         raise
-    files = sorted(_local(f) for f in spark.read.parquet(out_dir).inputFiles())
-    return SnapshotFiles(files, parquet_rows(files), calls_acc.value)
+    files = sorted(_local(f) for f in spark.read.parquet(out_dir).inputFiles()) if rewritten else \
+        sorted(r[0] for r in written)
+    return SnapshotFiles(files, parquet_rows(files), accs[2].value)
 
 
 def one_row_per_key(spark: SparkSession, out_dir: str, pk: str) -> int:

@@ -13,20 +13,17 @@ earlier row wins, as
 
 from __future__ import annotations
 
-import os
-import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.parquet as pq
 
 from msgstream_spark.errors import MirrorError
 from msgstream_spark.mirror.common import PARTITION, TS
-from msgstream_spark.mirror.formats.delta.log import fsync_path
 from msgstream_spark.mirror.order import SEQ, seq_array
+from msgstream_spark.mirror.snapshot.files import write_batches
 from msgstream_spark.mirror.snapshot.storage.access import StorageSettings, read_bytes
 from msgstream_spark.mirror.snapshot.storage.binlog import read_column, read_deletes
 from msgstream_spark.mirror.snapshot.storage.convert import to_table_column
@@ -215,29 +212,10 @@ def _one_per_key(kept: list[_Kept]) -> list[_Kept]:
 
 
 def write_units(reader: StorageReader, units: list[Unit], path: str, filesystem=None, acc=None) -> int:
-    """The units' rows as one Parquet file at ``path`` (a local path; written under a temporary name, synced,
-    then renamed: a retried task replaces it whole); the rows written (the file is written even when empty)."""
-    writer, tmp, rows = None, f"{path}.{uuid.uuid4().hex[:8]}.tmp", 0
-    dictionary = [f.name for f in reader.schema if pa.types.is_string(f.type) or pa.types.is_binary(f.type)]
-    try:
-        writer = pq.ParquetWriter(tmp, reader.schema, compression="snappy", use_dictionary=dictionary)
-        for unit in units:
-            for batch in reader.read_unit(unit, filesystem):
-                if batch.num_rows:
-                    writer.write_batch(batch, row_group_size=128 * 1024)
-                    rows += batch.num_rows
-                    if acc is not None:
-                        acc.add(batch.num_rows)
-        writer.close()
-        writer = None
-        fsync_path(tmp)
-        os.replace(tmp, path)
-    finally:
-        if writer is not None:
-            writer.close()
-        if os.path.exists(tmp):
-            os.remove(tmp)
-    return rows
+    """The units' rows as one Parquet file at ``path`` (a local path, written whole or not at all:
+    :func:`msgstream_spark.mirror.snapshot.files.write_batches`); the rows written."""
+    batches = (b for unit in units for b in reader.read_unit(unit, filesystem))
+    return write_batches(reader.schema, batches, path, acc.add if acc is not None else None)
 
 
 def duplicate_winners(keys: pa.Table, pk: str) -> pa.Table:
