@@ -10,9 +10,10 @@ the window runs from the first call the proxy received to the last it answered):
   Strong consistency, one after another through pymilvus's gRPC stub, each answer decoded with
   pyarrow/numpy only (what Milvus serves); beside it the same loop reading at S (``guarantee_timestamp``,
   consistency Customized), as the job reads;
-- the job: ``msgstream mirror run --snapshot initial`` into a new Delta table (local[2] Spark): its window
-  covers the plan, the Spark job's start and every task's calls. Goal: >= 0.8 of the bare loop, and at most
-  ranges + 10 calls for the plan (from the job's summary);
+- the job: ``msgstream mirror run --snapshot initial`` into a new Delta table, each time in a process of its own
+  (``--master local[2]``, a new Spark session, as users run it): its window covers the plan, the Spark job's
+  start and every task's calls. Goal: >= 0.8 of the bare loop, and at most ranges + 10 calls for the plan
+  (from the job's summary);
 - the reader alone: :class:`RangeReader` in this process over the plan's ranges (the figure issue #28
   measured; no Spark, no table).
 
@@ -24,8 +25,11 @@ repetitions' ratios, each repetition's subject against the same repetition's bas
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import re
+import subprocess
+import sys
 import tempfile
 import threading
 import time
@@ -145,15 +149,22 @@ def _bare_loop(address: str, name: str, rows: int, dim: int, at: int = 0) -> int
     return got
 
 
-def _job(spark, cfg: Path, channels: str, work: Path, name: str, run: int) -> tuple[int, dict]:
-    from msgstream_spark.jobs import mirror
-
+def _job(cfg: Path, channels: str, work: Path, name: str, run: int) -> tuple[int, dict]:
+    """``msgstream mirror run --snapshot initial`` in a process of its own (a new Spark session, as users run it:
+    the snapshot's tasks start their Python workers cold); its summary's snapshot part."""
     table = work / f"{name}-job-{run}"
-    args = mirror.build_parser().parse_args([
-        "--config", str(cfg), "--channels", channels, "--collection", name, "--table", str(table),
-        "--table-format", "delta", "--progress-interval", "60"])
-    snap = mirror.run(args, spark)["snapshot"]
-    return snap["rows"], snap
+    cmd = [sys.executable, "-m", "msgstream_spark", "mirror", "run", "--config", str(cfg), "--channels", channels,
+           "--collection", name, "--table", str(table), "--table-format", "delta", "--progress-interval", "60",
+           "--master", "local[2]"]
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=1800, cwd=work)
+    if done.returncode:
+        raise RuntimeError(f"mirror run failed ({done.returncode}): {done.stderr[-3000:]}")
+    summary = json.loads(done.stdout[done.stdout.index("\n{") + 1:] if not done.stdout.startswith("{")
+                         else done.stdout)
+    for line in done.stderr.splitlines():
+        if "snapshot of" in line and "planned with" in line:
+            print(f"  {line.strip()[:200]}")
+    return summary["snapshot"]["rows"], summary["snapshot"]
 
 
 def _reader(address: str, work: Path, name: str, dim: int, at: int) -> tuple[int, dict]:
@@ -193,14 +204,14 @@ def _now_ts() -> int:
     return (int(time.time() * 1000) - 1000) << 18
 
 
-def measure(spark, server, kafka: str, work: Path, name: str, rows: int, dim: int, reps: int = 3) -> dict:
+def measure(server, kafka: str, work: Path, name: str, rows: int, dim: int, reps: int = 3) -> dict:
     channels = _collection(server.uri, name, rows, dim)
     address = server.uri.removeprefix("http://")
     cfg = work / f"{name}.yaml"
     cfg.write_text(yaml.safe_dump({"mq.type": "kafka", "kafka.brokerList": kafka, "milvus.address": address}))
     runs = {"bare": lambda r: (_bare_loop(address, name, rows, dim), {}),
             "bare_at_s": lambda r: (_bare_loop(address, name, rows, dim, _now_ts()), {}),
-            "job": lambda r: _job(spark, cfg, channels, work, name, r),
+            "job": lambda r: _job(cfg, channels, work, name, r),
             "reader": lambda r: _reader(address, work, name, dim, _now_ts())}
     runs["bare"](0)  # warm-up: the first read of a collection loads what later ones find ready
     secs: dict[str, list[float]] = {k: [] for k in runs}
@@ -233,14 +244,12 @@ def measure(spark, server, kafka: str, work: Path, name: str, rows: int, dim: in
 
 def run(rows128: int = 200_000, rows768: int = 20_000, reps: int = 3) -> dict:
     from bench.bench_mirror import _milvus_stack
-    from msgstream_spark.jobs._common import spark_session
 
-    spark = spark_session("bench-snapshot", "local[2]")
     broker, shim, server, kafka = _milvus_stack()
     try:
         with tempfile.TemporaryDirectory() as tmp:
-            result = {"d128": measure(spark, server, kafka, Path(tmp), "bench_snap128", rows128, 128, reps),
-                      "d768": measure(spark, server, kafka, Path(tmp), "bench_snap768", rows768, 768, reps)}
+            result = {"d128": measure(server, kafka, Path(tmp), "bench_snap128", rows128, 128, reps),
+                      "d768": measure(server, kafka, Path(tmp), "bench_snap768", rows768, 768, reps)}
     finally:
         server.stop()
         server.cleanup()

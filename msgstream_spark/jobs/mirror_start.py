@@ -214,23 +214,11 @@ def _plan(cfg, args, info, s: int, tasks: int):
     return qt, ranges, width, q.calls
 
 
-def _snapshot(spark, args, cfg, table, schema, pk: str, replace: bool = False) -> Start:
-    if getattr(args, "snapshot_source", "query") == "storage":  # no loaded collection needed
-        return _from_storage(spark, args, cfg, table, schema, pk, replace)
-    from msgstream_spark.mirror.snapshot.handover import (
-        check_same_collection,
-        describe,
-        milvus_target,
-        snapshot_ts,
-        starting_positions,
-        take_positions,
-    )
-    from msgstream_spark.mirror.snapshot.query.reader import RangeReader
-    from msgstream_spark.mirror.table import table_schema
-    from msgstream_spark.spark.snapshot import remove_dir, write_snapshot
+def _positions(args, cfg, table, target, pk: str):
+    """The collection checked against the stream, then the positions and S: (info, positions, S)."""
+    from msgstream_spark.mirror.snapshot.handover import describe, snapshot_ts, take_positions
     from msgstream_spark.stream.factory import Factory
 
-    target = milvus_target(cfg, args.config, parse_kv(args.option), args.collection)
     info = describe(target, count=False)  # the plan counts the rows (at S, not at the proxy's "now")
     if info.pk != pk:
         raise MirrorError(f"collection {args.collection!r}: Milvus names primary key {info.pk!r}, the stream's schema "
@@ -242,8 +230,21 @@ def _snapshot(spark, args, cfg, table, schema, pk: str, replace: bool = False) -
     table.collection_id = info.collection_id
     with Factory(cfg).client() as client:  # 1. positions, 2. S: before any row is read
         positions = take_positions(client, _channels(client, args, cfg))
-    s = snapshot_ts(positions)
-    t0 = time.monotonic()
+    return info, positions, snapshot_ts(positions)
+
+
+def _snapshot(spark, args, cfg, table, schema, pk: str, replace: bool = False) -> Start:
+    if getattr(args, "snapshot_source", "query") == "storage":  # no loaded collection needed
+        return _from_storage(spark, args, cfg, table, schema, pk, replace)
+    from msgstream_spark.mirror.snapshot.handover import check_same_collection, milvus_target, starting_positions
+    from msgstream_spark.mirror.snapshot.query.reader import RangeReader
+    from msgstream_spark.mirror.table import table_schema
+    from msgstream_spark.spark.snapshot import WarmWorkers, remove_dir, write_snapshot
+
+    target = milvus_target(cfg, args.config, parse_kv(args.option), args.collection)
+    with WarmWorkers(spark):  # the read's Python workers start while the driver takes the positions
+        info, positions, s = _positions(args, cfg, table, target, pk)
+    t0 = time.monotonic()  # then Milvus's work, plan and read, with nothing of Spark's start between
     qt, ranges, width, calls = _plan(cfg, args, info, s, args.snapshot_tasks or spark.sparkContext.defaultParallelism)
     plan_s = time.monotonic() - t0
     pinned = qt.pin_ts > 0

@@ -75,6 +75,47 @@ def _writer_fn(reader: RangeReader, ranges: list[PkRange], out_dir: str, accs):
     return write
 
 
+def _warm(batches):
+    """Import what a snapshot task imports (pyarrow, grpc, Milvus's protobufs, the reader)."""
+    from msgstream_spark.mirror.snapshot.query.reader import RangeReader as _Reader
+    from msgstream_spark.mq.milvus.connection import pb_modules
+
+    pb_modules()
+    for b in batches:
+        yield pa.RecordBatch.from_pydict({"ok": [_Reader.__name__ == "RangeReader"] * b.num_rows})
+
+
+class WarmWorkers:
+    """A Spark job of one task per core, run in the background while the driver takes the positions, that
+    starts the Python workers the snapshot's tasks will be given and does their imports: Spark reuses idle
+    workers (``spark.python.worker.reuse``), so the read's tasks start querying at once instead of after a
+    worker start (11 s in a new session on a loaded 2-core machine, in the middle of Milvus's work: after the
+    plan's calls, before the reads'). Use as a context: leaving it waits for the job (bounded), so the plan
+    and the read follow each other and the warm-up never competes with the read for task slots; a failure is
+    logged, not raised (the read starts its own workers)."""
+
+    def __init__(self, spark: SparkSession, timeout: float = 120.0) -> None:
+        self.spark, self.timeout = spark, timeout
+        self._thread = threading.Thread(target=self._run, name="snapshot-warm-workers", daemon=True)
+
+    def _run(self) -> None:
+        n = max(1, self.spark.sparkContext.defaultParallelism)
+        try:
+            self.spark.range(0, n, 1, numPartitions=n).mapInArrow(_warm, "ok boolean").collect()
+        except Exception as exc:  # noqa: BLE001 - only a head start for the read, which starts workers itself
+            log.warning("snapshot: starting the Python workers ahead of the read failed (the read starts them): %s",
+                        exc)
+
+    def __enter__(self) -> WarmWorkers:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._thread.join(self.timeout)
+        if self._thread.is_alive():
+            log.warning("snapshot: the Python workers were not started within %.0f s; reading anyway", self.timeout)
+
+
 class _Progress:
     """Logs ``snapshot: rows done of total, rows/s, MB/s`` every ``interval`` seconds while the write runs
     (from accumulators: a retried task's rows count again here, never in the summary)."""
