@@ -28,6 +28,8 @@ from msgstream_spark.mirror.common import PARTITION
 from msgstream_spark.mirror.snapshot.files import write_batches
 from msgstream_spark.mirror.snapshot.query.ranges import PkRange
 from msgstream_spark.mirror.snapshot.query.reader import RangeReader, ReadStats
+from msgstream_spark.mirror.snapshot.storage.reader import StorageReader
+from msgstream_spark.mq.milvus.connection import pb_modules
 
 log = logging.getLogger(__name__)
 
@@ -76,13 +78,12 @@ def _writer_fn(reader: RangeReader, ranges: list[PkRange], out_dir: str, accs):
 
 
 def _warm(batches):
-    """Import what a snapshot task imports (pyarrow, grpc, Milvus's protobufs, the reader)."""
-    from msgstream_spark.mirror.snapshot.query.reader import RangeReader as _Reader
-    from msgstream_spark.mq.milvus.connection import pb_modules
-
+    """Import what a snapshot task imports: this module's imports (pyarrow, grpc, either route's reader) come
+    with the function; Milvus's protobuf modules load on first use."""
     pb_modules()
+    ok = {RangeReader.__name__, StorageReader.__name__} == {"RangeReader", "StorageReader"}
     for b in batches:
-        yield pa.RecordBatch.from_pydict({"ok": [_Reader.__name__ == "RangeReader"] * b.num_rows})
+        yield pa.RecordBatch.from_pydict({"ok": [ok] * b.num_rows})
 
 
 class WarmWorkers:

