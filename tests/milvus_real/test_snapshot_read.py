@@ -70,12 +70,10 @@ def test_the_calls_the_plan_relies_on(milvus_stack, pymilvus_orm, tmp_path):
     col = Collection("snap_probes", schema, using=ALIAS, shards_num=2)
     col.create_partition("p1")
     keys = (np.arange(1, 6001) * 7919 % 1_000_003).tolist()  # scrambled: insert order is not key order
-    for i in range(3):  # two flushed (sealed) batches, then one still growing when loaded
-        part = keys[i * 2000:(i + 1) * 2000]
-        col.insert([part, np.zeros((len(part), 4), np.float32)], partition_name="p1" if i == 1 else None)
-        if i < 2:
-            col.flush()
-    load_for_query(col)
+    col.insert([keys[:2000], np.zeros((2000, 4), np.float32)])
+    col.insert([keys[2000:4000], np.zeros((2000, 4), np.float32)], partition_name="p1")
+    load_for_query(col)  # flushed: sealed segments in both shards
+    col.insert([keys[4000:], np.zeros((2000, 4), np.float32)])  # growing, among the sealed keys
     settings = MilvusSettings(Config.from_dict({"mq": {"type": "milvus"}, "milvus": {
         "address": milvus_stack.uri.removeprefix("http://"), "requestTimeout": 60,
         "metadataPath": str(tmp_path / "meta.json")}}))
