@@ -100,8 +100,8 @@ class WarmWorkers:
         self._thread = threading.Thread(target=self._run, name="snapshot-warm-workers", daemon=True)
 
     def _run(self) -> None:
-        n = max(1, self.spark.sparkContext.defaultParallelism)
         try:
+            n = max(1, self.spark.sparkContext.defaultParallelism)
             self.spark.range(0, n, 1, numPartitions=n).mapInArrow(_warm, "ok boolean").collect()
         except Exception as exc:  # noqa: BLE001 - only a head start for the read, which starts workers itself
             log.warning("snapshot: starting the Python workers ahead of the read failed (the read starts them): %s",

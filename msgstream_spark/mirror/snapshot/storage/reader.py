@@ -195,7 +195,9 @@ def _one_per_key(kept: list[_Kept]) -> list[_Kept]:
         return kept
     keys = pa.concat_arrays([k.pks for k in kept])
     n = len(keys)
-    if n == 0 or pc.count_distinct(keys).as_py() == n:
+    if n < 2 or pc.all(pc.greater(keys.slice(1), keys.slice(0, n - 1))).as_py():
+        return kept  # keys in increasing order (auto ids, keys inserted in order): no key twice, no hash table
+    if pc.count_distinct(keys).as_py() == n:
         return kept
     t = pa.table({"k": keys, "s": pa.concat_arrays([k.seq for k in kept])})
     order = pc.sort_indices(t, [("k", "ascending"), ("s", "descending")])
