@@ -19,7 +19,8 @@ the window runs from the first call the proxy received to the last it answered):
 
 Ratios are bare loop seconds / subject seconds (1.0 = as fast as the bare loop): the median of the
 repetitions' ratios, each repetition's subject against the same repetition's baseline. Full size (200k x
-128-d, 20k x 768-d, 3 repetitions): about 6 minutes on 2 quiet cores, of which ~2 filling the collections.
+128-d, 20k x 768-d, 3 repetitions): 6 minutes on 2 loaded cores, of which ~1 filling the collections and
+~4 the six job runs (each a new JVM and Spark session).
 """
 
 from __future__ import annotations

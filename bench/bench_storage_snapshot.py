@@ -12,8 +12,8 @@ through pymilvus to each size in turn, flushed and loaded. At each size, in one 
 - bare read: every insert binlog payload of the plan read with ``pyarrow.parquet`` alone in this process
   (the files' bytes already in memory): the storage's limit.
 Rows/s each; ratios storage / query and storage / bare. Which part grows with the collection: the parts'
-seconds at each size. Full size (200k and 2M rows of 128-d): about 9 minutes on 2 quiet cores, of which ~4
-filling the collection through pymilvus.
+seconds at each size. Full size (200k and 2M rows of 128-d): 6 minutes on 2 loaded cores, of which ~3
+filling the collection through pymilvus and ~1.5 the query route's 2M rows.
 """
 
 from __future__ import annotations

@@ -37,8 +37,8 @@ SCRIPTS = [
     "bench.bench_freshness",
 ]
 
-# Sizes per script: "full" is what the README's figures come from (about 15-20 minutes on 2 cores, of them
-# ~6 for bench_mirror_scale and ~5 for bench_mirror_driver).
+# Sizes per script: "full" is what the README's figures come from (about 25-30 minutes on 2 cores, of them
+# ~6 for bench_mirror_scale, ~5 for bench_mirror_driver, ~6 each for bench_snapshot and bench_storage_snapshot).
 SIZES = {
     "full": {"bench.bench_spark_read": {"rows": 300_000, "mem_rows": 0, "kafka": True},
              "bench.bench_spark_write": {"rows": 50_000},
