@@ -35,11 +35,11 @@ limit" and "partition name %s not found"; not against ``task_query.go`` line by 
   ``GRACEFUL_MS`` before now (``common.gracefulTime``; checked on the real 2.3.5: a Bounded query right
   after an insert returned does not see it, a Customized one with the insert's timestamp does).
 
-Simplified: the model has no other lag; expressions are what the
-mirror's snapshot sends: comparisons ``field op literal`` (``<``, ``<=``, ``>``, ``>=``, ``==``,
-``!=``; integer or double-quoted string literals) joined by ``and`` / ``or`` (``and`` binding
-tighter), anything else fails with Milvus's "cannot parse expression" text; results come sorted by
-primary key (Milvus's order is by segment); a row's partition is set by the test (no partition-key
+Simplified: the model has no other lag; expressions are what the mirror's snapshot sends: comparisons
+``field op literal`` (``<``, ``<=``, ``>``, ``>=``, ``==``, ``!=``; integer or double-quoted string
+literals) joined by ``and`` / ``or`` (``and`` binding tighter), anything else fails with Milvus's "cannot
+parse expression" text; answers without a limit come sorted by primary key too (Milvus's order is then by
+segment; the snapshot does not depend on it); a row's partition is set by the test (no partition-key
 routing); no output of single dynamic keys.
 """
 
