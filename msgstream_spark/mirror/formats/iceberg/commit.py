@@ -3,9 +3,8 @@ snapshot (merge-on-read), and data files with their delete files replaced (compa
 
 pyiceberg 0.12 reads position deletes but writes only data manifests (mirror-scale-notes.md); this builds on
 its snapshot producer (``pyiceberg.table.update.snapshot._SnapshotProducer``: manifest list, summary, the
-catalog commit) and adds a delete manifest (``content = deletes``) next to the data manifest. A position
-delete file is a Parquet file of ``file_path`` (field id 2147483546) and ``pos`` (2147483545) sorted by
-both (Iceberg spec, "Position Delete Files"). The private API is pinned by ``pyiceberg>=0.12,<0.13``.
+catalog commit) and adds a delete manifest (``content = deletes``) next to the data manifest (the entries
+themselves: ``files.py``). The private API is pinned by ``pyiceberg>=0.12,<0.13``.
 
 Every snapshot made here is fenced at the snapshot it was planned on (``base``, by default the head when the
 transaction began): pyiceberg retries a commit the catalog refused by rebasing the snapshot onto the new head,
@@ -15,59 +14,10 @@ Our producer refuses instead (``_validate_concurrency``, which pyiceberg calls o
 
 from __future__ import annotations
 
-import os
-import uuid
 from contextlib import contextmanager
 
-import numpy as np
-import pyarrow as pa
-import pyarrow.parquet as pq
-
 from msgstream_spark.errors import MirrorError
-from msgstream_spark.mirror.write.layout import NO_SNAPSHOT, fence_message, write_data_file
-
-FILE_PATH_ID = 2147483546
-POS_ID = 2147483545
-DELETE_SCHEMA = pa.schema([
-    pa.field("file_path", pa.string(), False, metadata={b"PARQUET:field_id": str(FILE_PATH_ID).encode()}),
-    pa.field("pos", pa.int64(), False, metadata={b"PARQUET:field_id": str(POS_ID).encode()}),
-])
-
-
-def write_position_deletes(data_dir: str, deletes: dict[str, np.ndarray]) -> str:
-    """One position-delete file holding ``deletes`` (data file path -> positions), sorted by path and position."""
-    paths, pos = [], []
-    for p in sorted(deletes):
-        v = np.sort(np.asarray(deletes[p], dtype=np.int64))
-        paths += [p] * len(v)
-        pos.append(v)
-    out = os.path.join(data_dir, f"delete-{uuid.uuid4().hex}.parquet")
-    os.makedirs(data_dir, exist_ok=True)
-    write_data_file(pa.Table.from_arrays([pa.array(paths, pa.string()), pa.array(np.concatenate(pos))],
-                                         schema=DELETE_SCHEMA), out)
-    return out
-
-
-def delete_data_file(path: str, spec_id: int, partition):
-    """The manifest's DataFile of a position-delete file (row count, size, the bounds of the paths it names)."""
-    from pyiceberg.manifest import DataFile, DataFileContent, FileFormat
-
-    meta = pq.read_metadata(path)
-    col = pq.read_table(path, columns=["file_path"]).column(0)
-    lo, hi = min(col.to_pylist()), max(col.to_pylist())
-    return DataFile.from_args(
-        content=DataFileContent.POSITION_DELETES, file_path=path, file_format=FileFormat.PARQUET, partition=partition,
-        record_count=meta.num_rows, file_size_in_bytes=os.path.getsize(path), spec_id=spec_id,
-        lower_bounds={FILE_PATH_ID: lo.encode()}, upper_bounds={FILE_PATH_ID: hi.encode()},
-        column_sizes={}, value_counts={}, null_value_counts={}, nan_value_counts={}, split_offsets=None,
-        sort_order_id=None, equality_ids=None, key_metadata=None)
-
-
-def data_data_file(tbl, path: str):
-    """The manifest's DataFile of a data file a task wrote with the table's field ids (stats from its footer)."""
-    from pyiceberg.io.pyarrow import parquet_file_to_data_file
-
-    return parquet_file_to_data_file(tbl.io, tbl.metadata, path)
+from msgstream_spark.mirror.write.layout import NO_SNAPSHOT, fence_message
 
 
 def head_id(metadata) -> int:
@@ -93,12 +43,21 @@ def fenced(location: str, what: str):
                           "nothing committed") from e
 
 
+def assert_head(tx, base: int) -> None:
+    """The catalog takes transaction ``tx`` only while the table's main branch is at snapshot ``base`` (a commit
+    that makes no snapshot, e.g. properties only: the check a snapshot's commit carries anyway)."""
+    from pyiceberg.table.update import AssertRefSnapshotId
+
+    tx._apply((), (AssertRefSnapshotId(snapshot_id=None if base == NO_SNAPSHOT else base, ref="main"),))
+
+
 def commit_files(tx, tbl, *, adds: list, removes: set[str], properties: dict[str, str], base: int | None = None,
-                 operation=None, what: str = "the commit") -> None:
+                 operation=None, what: str = "the commit", location: str | None = None) -> None:
     """One snapshot in transaction ``tx``: the DataFiles ``adds`` (data and position-delete files) added, the
     files whose paths are in ``removes`` (data or delete files) removed; based on snapshot ``base`` (default:
     the transaction's head now), refused if the table is not there or moves before the catalog commit.
-    ``operation``: the snapshot's (default: append, or overwrite when it removes or deletes rows)."""
+    ``operation``: the snapshot's (default: append, or overwrite when it removes or deletes rows); ``location``:
+    the table's, for messages (default: the catalog's)."""
     from pyiceberg.table.snapshots import Operation
 
     if operation is None:
@@ -106,7 +65,7 @@ def commit_files(tx, tbl, *, adds: list, removes: set[str], properties: dict[str
     p = _producer_type()(operation, tx, tbl.io, snapshot_properties=dict(properties))
     p.adds, p.removes, p.what = adds, removes, what
     p.want = head_id(tx.table_metadata) if base is None else base
-    p.location = tbl.location().removeprefix("file://")
+    p.location = location or tbl.location()
     p._validate_concurrency()  # the transaction's head is the planned snapshot: else refused before writing
     for f in adds:
         p.append_data_file(f)
