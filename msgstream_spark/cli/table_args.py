@@ -62,6 +62,8 @@ def resolve_table_format(args: argparse.Namespace, *, create: bool = False) -> s
             raise UsageError(f"--table {args.table} with --catalog {args.catalog} names an Iceberg table, but "
                              "--table-format is delta: leave --table-format out (or give a Delta table's location "
                              "without --catalog)")
+        if hasattr(args, "checkpoint"):
+            checkpoint_of(args)  # a job's checkpoint has no default beside a table named so: asked for at once
         args.table_format = "iceberg"
         return "iceberg"
     found = formats_at(args.table)

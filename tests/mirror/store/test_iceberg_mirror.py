@@ -212,3 +212,23 @@ def test_catalog_arguments_refused_or_masked(s3, postgres_db, monkeypatch, tmp_p
     with pytest.raises(MirrorError, match=r"has table msgstream.books at s3://.*/a/books, not at .*/b/books: give "
                                           r"--table msgstream.books"):
         open_table("iceberg", s3.uri("b", "books"), **kw)
+
+
+def test_a_writers_record_hides_catalog_secrets_from_its_command_line(tmp_path, monkeypatch):
+    """The lease names its holder's command (for the refusal another writer gets): the catalog's password, token
+    and REST credential given as --catalog-option never appear in it."""
+    from msgstream_spark.mirror.store import Lease, LeaseHeld, open_store
+
+    monkeypatch.setattr("sys.argv", ["msgstream", "mirror", "run", "--catalog", "lake", "--catalog-option",
+                                     f"uri=postgresql+psycopg2://me:{PW}@db/lake", "--catalog-option",
+                                     f"token={PW}1", "--catalog-option", f"credential=client:{PW}2"])
+    store = open_store(str(tmp_path / "t"))
+    held = Lease(store, store.root, "mirror run", auto_renew=False).acquire()
+    try:
+        with pytest.raises(LeaseHeld) as e:
+            Lease(store, store.root, "compact", auto_renew=False).acquire()
+        record = store.read(held.uri).decode()
+        for text in (str(e.value), record):
+            assert "--catalog lake" in text and PW not in text
+    finally:
+        held.release()

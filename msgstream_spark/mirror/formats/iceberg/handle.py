@@ -70,7 +70,7 @@ class CatalogTable:
                 return None
         name = ".".join(self._where.ident)
         if self._where.create_at is None:  # named by identifier: the table lives where the catalog says
-            self._bind(tbl.location())
+            self._bind(_plain(tbl.location()))
         elif not same_location(tbl.location(), self.location):
             raise MirrorError(f"catalog {self._where.name!r} has table {name} at {tbl.location()}, not at "
                               f"{self.location}: give --table {name} to mirror into that table, or another location")
@@ -91,7 +91,7 @@ class CatalogTable:
         with guarded(f"creating table {'.'.join(ident)} in {self._where.name} catalog", self._where.secrets):
             self._tbl = self._catalog.create_table(ident, schema=schema, properties=props, **at)
         if self._where.create_at is None:
-            self._bind(self._tbl.location())
+            self._bind(_plain(self._tbl.location()))
 
     def _creating(self) -> tuple[str, ...]:
         """The identifier of the table about to be created (its namespace made in a named catalog)."""
@@ -107,3 +107,10 @@ class CatalogTable:
         if self._tbl is None:
             raise MirrorError(f"no Iceberg table for {self.collection!r} at {self.location}")
         return self._tbl
+
+
+def _plain(location: str) -> str:
+    """A catalog's table location as the mirror names it: a local one as a plain path (as a local table given by
+    its path is), a URI as it is."""
+    loc = uri.parse(location)
+    return loc.key if loc.kind == "local" else location
