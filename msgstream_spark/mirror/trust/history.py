@@ -1,11 +1,12 @@
 """The mirror's change log: one row per change of a key (``insert`` / ``update`` / ``delete``), append-only,
 written exactly once beside the mirror's commits; "as of T" reads and SCD2 columns computed from it.
 
-A Milvus upsert is an Insert and a Delete of the key at one timestamp: one ``update`` (or ``insert`` when the
-key did not exist). Changes are grouped per (key, ``_ts``): the group's last change by ``_seq`` decides
-(an insert if it holds one: at one timestamp deletes order before inserts), and whether the key existed
-before the group (the previous group's outcome, else the mirrored table's row before the batch) makes an
-insert an ``update`` and a delete of an absent key no change at all (``historywrite.history_rows``).
+A Milvus upsert is an Insert and a Delete of the key at one timestamp (or one ``update`` row, read with the
+source option ``upsertAs=update``): one ``update`` (or ``insert`` when the key did not exist). Changes are
+grouped per (key, ``_ts``): the group's last change by ``_seq`` decides (an insert or update if it holds one:
+at one timestamp deletes order before inserts), and whether the key existed before the group (the previous
+group's outcome, else the mirrored table's row before the batch) makes an insert an ``update`` and a delete
+of an absent key no change at all (``historywrite.history_rows``).
 
 The rows are written as Parquet files by tasks (``historywrite``; Spark's tasks in the job) and committed
 here: the file list, one Delta version with an application transaction (query id, batch id), skipped when

@@ -21,7 +21,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from msgstream_spark.mirror.collapse import OP
+from msgstream_spark.mirror.collapse import OP, WRITES, check_ops
 from msgstream_spark.mirror.common import TS, conform
 from msgstream_spark.mirror.formats.delta.log import fsync_path
 from msgstream_spark.mirror.order import SEQ
@@ -73,12 +73,15 @@ def existed_from_matches(matches: pa.Table, pk: str) -> pa.Table:
 
 
 def history_rows(changes: pa.Table, pk: str, existed: pa.Table) -> pa.Table:
-    """The change-log rows of one batch's ``changes`` (every change: ``op``, fields, ``_ts``, ``_seq``);
-    ``existed``: the table's rows (``pk``, ``_ts``) of these keys before the batch. Column-wise.
+    """The change-log rows of one batch's ``changes`` (every change: ``op`` insert, update or delete, fields,
+    ``_ts``, ``_seq``); ``existed``: the table's rows (``pk``, ``_ts``) of these keys before the batch.
+    Column-wise. An ``update`` (an upsert read with the source option upsertAs=update) is the key's new row, as
+    an insert is: logged ``update`` if the key existed, else ``insert``; another op is a MirrorError.
 
     A delete at T of a key whose table row is at T or later changes nothing (a delete hides older rows
     only): the Delete half of an upsert whose Insert an earlier batch already applied (Milvus 2.3.5
     writes the Insert message first, and a batch may end between the two)."""
+    check_ops(changes, pk, "the change log")
     changes = changes.drop_columns([c for c in _DROP if c in changes.column_names])
     n = changes.num_rows
     if n == 0:
@@ -90,7 +93,8 @@ def history_rows(changes: pa.Table, pk: str, existed: pa.Table) -> pa.Table:
     g = t.filter(pa.array(~same_next))  # the last change of each (key, _ts) group
     m = g.num_rows
     gkeys = g.column(pk).combine_chunks()
-    is_insert = pc.equal(g.column(OP), "insert").to_numpy(zero_copy_only=False)
+    is_insert = pc.is_in(g.column(OP), value_set=pa.array(WRITES, g.schema.field(OP).type)).to_numpy(
+        zero_copy_only=False)  # the key has this row after the change: an insert, or an upsert read as one update
     idx = pc.index_in(gkeys, value_set=existed.column(pk).combine_chunks().cast(gkeys.type))
     before = pc.is_valid(idx).to_numpy(zero_copy_only=False)
     table_ts = pc.take(existed.column(TS).combine_chunks(), idx).fill_null(-1).to_numpy(zero_copy_only=False)

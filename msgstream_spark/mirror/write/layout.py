@@ -1,13 +1,13 @@
 """The merge-on-read write path, Spark-free: what a task does and what the driver decides.
 
 A micro-batch never passes through one process. Each task (a Spark task, or the caller's process for
-``apply_batch``) collapses its share of the changes, writes its inserted rows as one new Parquet data
-file under the table's location and returns only the *narrow* columns of its changes (key, ``_seq``,
-op, file, row position). Other tasks read the key and ``_seq`` columns of the table's live data files
-(those whose key bounds can hold a key of the batch), minus their deleted positions, and return the rows
-whose key the batch carries. The driver joins the two narrow results (:func:`plan`): the positions to
-delete (an older row of a changed key, and a row a task wrote that lost to a newer change) and the
-files to add; the table format commits them (Delta: deletion vectors; Iceberg: position-delete files).
+``apply_batch``) collapses its share of the changes, writes its inserted and updated rows (the keys' new
+versions) as one new Parquet data file under the table's location and returns only the *narrow* columns of
+its changes (key, ``_seq``, op, file, row position). Other tasks read the key and ``_seq`` columns of the
+table's live data files (those whose key bounds can hold a key of the batch), minus their deleted positions,
+and return the rows whose key the batch carries. The driver joins the two narrow results (:func:`plan`): the
+positions to delete (an older row of a changed key, and a row a task wrote that lost to a newer change) and
+the files to add; the table format commits them (Delta: deletion vectors; Iceberg: position-delete files).
 See docs/mirror.md "The write path".
 """
 
@@ -23,7 +23,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from msgstream_spark.errors import MirrorError
-from msgstream_spark.mirror.collapse import OP, collapse
+from msgstream_spark.mirror.collapse import OP, WRITES, check_ops, collapse
 from msgstream_spark.mirror.common import TS, conform
 from msgstream_spark.mirror.formats.delta.log import fsync_path
 from msgstream_spark.mirror.order import SEQ, SEQ_TYPE
@@ -71,9 +71,10 @@ def write_changes(changes: pa.Table, spec: WriteSpec) -> pa.Table:
 
 class TaskWriter:
     """A task's share of a micro-batch, chunk by chunk (memory: one chunk): the newest change per key of each
-    chunk is kept; its inserted rows are appended to this task's data file (one per value of ``split_by``)
-    under ``spec.data_dir``; ``add`` returns the narrow rows (``narrow_schema``) of every change kept. A key
-    in two chunks leaves two rows; the driver's ``plan`` deletes the older one in the same commit."""
+    chunk is kept; its rows of ``insert`` and ``update`` changes (the key's new version) are appended to this
+    task's data file (one per value of ``split_by``) under ``spec.data_dir``; ``add`` returns the narrow rows
+    (``narrow_schema``) of every change kept. A key in two chunks leaves two rows; the driver's ``plan`` deletes
+    the older one in the same commit."""
 
     def __init__(self, spec: WriteSpec) -> None:
         self.spec = spec
@@ -87,8 +88,8 @@ class TaskWriter:
             changes = changes.filter(pc.greater(changes.column(TS), ts))
         if changes.num_rows == 0:
             return self.out_schema.empty_table()
-        changes = collapse(changes, spec.pk)
-        ins = pc.equal(changes.column(OP), "insert")
+        changes = collapse(changes, spec.pk, f"table {os.path.dirname(spec.data_dir)}")
+        ins = pc.is_in(changes.column(OP), value_set=pa.array(WRITES, changes.schema.field(OP).type))
         rows = changes.filter(ins)
         n = changes.num_rows
         file_arr = np.full(n, None, dtype=object)
@@ -272,11 +273,20 @@ def plan(narrow: pa.Table, matches: pa.Table, base: int | None = None) -> Plan:
 
     Per key the newest change wins (largest ``_seq``; equal ones: the later file and row). A table row is
     deleted when the winner is newer than it; a row a task wrote is kept only if it is the winner and newer
-    than every table row of the key, else its position is deleted in the same commit. ``base``: the table
-    version ``matches`` were read at (``LiveFiles.version``), which the commit is fenced at.
+    than every table row of the key, else its position is deleted in the same commit. An ``insert`` or
+    ``update`` change names the row its task wrote; one that names none, or an op outside ``collapse.OPS``, is
+    a MirrorError (a winner with no row would delete the key's row and leave nothing in its place). ``base``:
+    the table version ``matches`` were read at (``LiveFiles.version``), which the commit is fenced at.
     """
     if narrow.num_rows == 0:
         return Plan([], {}, 0, base)
+    check_ops(narrow, "key", "narrow changes")
+    rowless = pc.and_(pc.is_in(narrow.column(OP), value_set=pa.array(WRITES, narrow.schema.field(OP).type)),
+                      pc.is_null(narrow.column(FILE)))
+    if pc.any(rowless).as_py():
+        k = narrow.filter(rowless).slice(0, 1).to_pylist()[0]
+        raise MirrorError(f"the batch's {k[OP]!r} change of key {k['key']!r} (_seq {k[SEQ]}) names no row its task "
+                          "wrote: applied, it would delete the key's row and write none; nothing committed")
     t = narrow.append_column("__i", pa.array(np.arange(narrow.num_rows, dtype=np.int64)))
     t = t.sort_by([("key", "ascending"), (SEQ, "ascending"), ("__i", "ascending")])
     keys = t.column("key")
