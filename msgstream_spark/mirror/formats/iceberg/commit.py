@@ -29,11 +29,17 @@ def head_id(metadata) -> int:
 @contextmanager
 def fenced(location: str, what: str):
     """Run an Iceberg transaction's commit: MirrorError (nothing committed) when the table moved since it was
-    planned or the catalog refused it."""
-    from pyiceberg.exceptions import CommitFailedException, ValidationException
+    planned or the catalog refused it (a lost answer says so: the commit may have landed)."""
+    from pyiceberg.exceptions import CommitFailedException, CommitStateUnknownException, RESTError, ValidationException
 
     try:
         yield
+    except CommitStateUnknownException as e:
+        raise MirrorError(f"table {location}: the catalog's answer to {what} was lost ({e}): it may or may not have "
+                          "landed; the next run reads the table as it is (a batch already in it is skipped)") from e
+    except RESTError as e:  # a REST catalog's own rules (e.g. no snapshot expiry by commit)
+        raise MirrorError(f"table {location}: the catalog refused {what}: {type(e).__name__}: {e}; nothing "
+                          "committed") from e
     except ValidationException as e:
         raise MirrorError(str(e) if "moved from snapshot" in str(e) else
                           f"table {location}: {what} conflicts with another writer's commit ({e}); nothing committed"

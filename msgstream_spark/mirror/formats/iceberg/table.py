@@ -121,7 +121,7 @@ class IcebergMirrorTable(CatalogTable):
 
     def set_properties(self, properties: dict[str, str]) -> None:
         check_prefix(properties)
-        with self._table().transaction() as tx:
+        with fenced(self.location, "setting properties"), self._table().transaction() as tx:
             tx.set_properties(dict(properties))
 
     def last_batch(self, query_id: str) -> int | None:
@@ -290,7 +290,8 @@ class IcebergMirrorTable(CatalogTable):
         tbl.refresh()
         _, expired = split_snapshots(tbl.metadata, int((now - retain_s) * 1000))
         if expired:
-            tbl.maintenance.expire_snapshots().by_ids([s.snapshot_id for s in expired]).commit()
+            with fenced(self.location, f"expiring {len(expired)} snapshot(s) (vacuum: nothing deleted)"):
+                tbl.maintenance.expire_snapshots().by_ids([s.snapshot_id for s in expired]).commit()
 
     def metadata_files(self) -> list[str]:
         """The metadata files, manifest lists and manifests in the store (what vacuum may delete of them)."""
@@ -359,7 +360,7 @@ class IcebergMirrorTable(CatalogTable):
 
     def _add_columns(self, fields: list[pa.Field]) -> None:
         tbl = self._table()
-        with tbl.update_schema() as u:
+        with fenced(self.location, "adding columns"), tbl.update_schema() as u:
             u.union_by_name(pa.schema([f.with_nullable(True) for f in fields]))
 
     def to_arrow(self) -> pa.Table:
