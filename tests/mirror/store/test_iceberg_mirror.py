@@ -159,6 +159,16 @@ def test_rest_catalog_assigns_the_location_the_mirror_takes_it(rest_catalog, s3,
                         **for_pyiceberg(s3.options()))
     assert all(got == want for got in _readers(plain.load_table(("bronze", "books")), s3.options(), monkeypatch))
 
+    # a snapshot's files (written before the catalog placed the table) become a new table named by identifier
+    staged = uri.join(s3.uri("staging"), "snap.parquet")
+    with t.store.open_output(staged) as out:  # (the same bucket: the store of a file outside the table's)
+        pq.write_table(conform(to_arrow(upsert(5, (9, "s"))[1:]), table_schema(FIELDS, "pk")), out)
+    snap = open_table("iceberg", "gold.snap", collection="coll", pk="pk", catalog="rest", create=False,
+                      storage_options=s3.options())
+    snap.add_files([staged], properties={"msgstream.snapshot": "5"})
+    assert snap.location.startswith(f"s3://{s3.bucket}/wh/managed/gold/snap-")
+    assert table_state(snap.to_arrow()) == {9: ("s", 5)} and snap.properties()["msgstream.snapshot"] == "5"
+
     with pytest.raises(ConfigError) as e:  # the server's own rules come back as its error, the token masked
         open_table("iceberg", "msgstream.books", collection="coll", pk="pk", arrow_schema=FIELDS, catalog="rest",
                    storage_options=s3.options())

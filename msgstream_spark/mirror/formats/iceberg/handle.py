@@ -21,7 +21,7 @@ from msgstream_spark.mirror.formats.iceberg.catalog import (
     guarded,
     same_location,
 )
-from msgstream_spark.mirror.store import open_store, uri
+from msgstream_spark.mirror.store import Store, open_store, uri
 from msgstream_spark.mirror.write.layout import LiveFile
 
 
@@ -44,6 +44,12 @@ class CatalogTable:
         self._live: list[LiveFile] = []
         self._names: dict[str, str] = {}  # live data file (the store's spelling) -> as its manifest names it
         self._entries: dict[str, list] = {}  # manifest path -> its live entries' data files (read once)
+
+    def _store_for(self, path: str) -> Store:
+        """The store a file is read through: the table's, or for a file outside it (the snapshot's files of a
+        table the catalog has not placed yet, another bucket) one opened on the file with the table's settings."""
+        a, b = uri.parse(path), uri.parse(self.store.root)
+        return self.store if (a.kind, a.root) == (b.kind, b.root) else open_store(path, self._storage)
 
     def _bind(self, location: str) -> None:
         """Point the table at ``location`` (as given, or the catalog's): its store and root."""

@@ -207,7 +207,7 @@ class IcebergMirrorTable(CatalogTable):
         """Data file path -> positions of one position-delete file (cached: delete files never change)."""
         got = self._deletes.get(delete_file)
         if got is None:
-            got = self._deletes[delete_file] = read_position_deletes(self.store, delete_file)
+            got = self._deletes[delete_file] = read_position_deletes(self._store_for(delete_file), delete_file)
         return got
 
     def _named(self, path: str) -> str:
@@ -224,7 +224,7 @@ class IcebergMirrorTable(CatalogTable):
         what = f"batch {batch_id} of query {query_id}"
         if plan.base is not None and head_id(tbl.metadata) != plan.base:
             raise MirrorError(fence_message(self.location, "snapshot", plan.base, head_id(tbl.metadata), what))
-        adds = [data_file(self.store, tbl.metadata, p) for p in plan.adds]
+        adds = [data_file(self._store_for(p), tbl.metadata, p) for p in plan.adds]
         if plan.deletes:  # one position-delete file per partition of the data files it names
             part = {f.path: f.partition for f in self._live}
             part.update({p: d.partition for p, d in zip(plan.adds, adds)})
@@ -264,7 +264,7 @@ class IcebergMirrorTable(CatalogTable):
             raise MirrorError(f"{sorted(missing)[:3]} are no longer in table {self.location}: another writer changed "
                               "it; nothing compacted")
         with fenced(self.location, "the compaction"), tbl.transaction() as tx:
-            commit_files(tx, tbl, adds=[data_file(self.store, tbl.metadata, p) for p in new], removes=removes,
+            commit_files(tx, tbl, adds=[data_file(self._store_for(p), tbl.metadata, p) for p in new], removes=removes,
                          base=base, operation=Operation.REPLACE, what="the compaction", location=self.location,
                          properties={"msgstream.operation": "compaction"})
 
@@ -305,17 +305,19 @@ class IcebergMirrorTable(CatalogTable):
         check_prefix(properties)
         if not paths:
             raise MirrorError("add_files needs at least one data file")
+        schema = file_schema(self._store_for(paths[0]), paths[0]) if self._tbl is None else None
+        if self._tbl is None and self._where.create_at is None:  # a catalog that places the table itself: made
+            self._create(schema, {})  # first (REST catalogs need not implement staged creation; lakana does not)
         if self._tbl is None:  # one transaction creates the table with its files and properties: a failure
             # (a footer that does not read, a kill) before its commit leaves no table, not an empty one
             ident = self._creating()
             props = {**identity_properties(self.collection, self.pk, self.collection_id), **properties}
-            at = {} if self._where.create_at is None else {"location": self._where.create_at}
-            tx = self._catalog.create_table_transaction(ident, schema=file_schema(self.store, paths[0]),
-                                                        properties=props, **at)
+            tx = self._catalog.create_table_transaction(ident, schema=schema, properties=props,
+                                                        location=self._where.create_at)
             self._append(tx, tx._table, paths, properties)
             with fenced(self.location, "the table's creation"):
                 tx.commit_transaction()
-            self._tbl = self._catalog.load_table(ident)
+            self._tbl = self._find()
             return
         tbl = self._table()
         with fenced(self.location, "adding files"), tbl.transaction() as tx:
@@ -330,7 +332,7 @@ class IcebergMirrorTable(CatalogTable):
         if tx.table_metadata.name_mapping() is None:
             tx.set_properties(**{TableProperties.DEFAULT_NAME_MAPPING:
                                  tx.table_metadata.schema().name_mapping.model_dump_json()})
-        commit_files(tx, tbl, adds=[data_file(self.store, tx.table_metadata, p) for p in paths], removes=set(),
+        commit_files(tx, tbl, adds=[data_file(self._store_for(p), tx.table_metadata, p) for p in paths], removes=set(),
                      properties=dict(properties), what="adding files", location=self.location)
 
     def replace_files(self, paths: list[str], *, properties: dict[str, str]) -> None:
