@@ -94,8 +94,15 @@ class CatalogTable:
         props = {**identity_properties(self.collection, self.pk, self.collection_id), **properties}
         ident = self._creating()
         at = {} if self._where.create_at is None else {"location": self._where.create_at}
-        with guarded(f"creating table {'.'.join(ident)} in {self._where.name} catalog", self._where.secrets):
-            self._tbl = self._catalog.create_table(ident, schema=schema, properties=props, **at)
+        from pyiceberg.exceptions import TableAlreadyExistsError
+
+        name = ".".join(ident)
+        with guarded(f"creating table {name} in {self._where.name} catalog", self._where.secrets):
+            try:
+                self._tbl = self._catalog.create_table(ident, schema=schema, properties=props, **at)
+            except TableAlreadyExistsError as e:
+                raise MirrorError(f"table {name} was created by another writer at the same time (in "
+                                  f"{self._where.name} catalog): nothing written; run again to use it") from e
         if self._where.create_at is None:
             self._bind(_plain(self._tbl.location()))
 
