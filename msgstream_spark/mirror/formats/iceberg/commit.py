@@ -88,11 +88,25 @@ def _producer_type() -> type:
     if "producer" in _TYPES:
         return _TYPES["producer"]
     from pyiceberg.exceptions import ValidationException
-    from pyiceberg.manifest import ManifestContent, ManifestEntry, ManifestEntryStatus
+    from pyiceberg.manifest import ManifestContent, ManifestEntry, ManifestEntryStatus, write_manifest
     from pyiceberg.table.snapshots import Operation, Summary
     from pyiceberg.table.update.snapshot import _SnapshotProducer
 
     class Producer(_SnapshotProducer):  # commit_files sets adds, removes, want, what, location
+        def _meta(self):
+            """The transaction's metadata, read once per attempt: pyiceberg rebuilds it at every access (a deep
+            copy, growing with the table's snapshots)."""
+            if getattr(self, "_cached", None) is None:
+                self._cached = self._transaction.table_metadata
+            return self._cached
+
+        def _refresh_for_retry(self) -> None:
+            super()._refresh_for_retry()
+            self._cached = None
+
+        def schema(self):
+            return self._meta().schema()
+
         def _validate_concurrency(self) -> None:
             """Based on ``want`` or refused (never rebased onto another writer's snapshot by a retry)."""
             got = NO_SNAPSHOT if self._parent_snapshot_id is None else self._parent_snapshot_id
@@ -117,11 +131,13 @@ def _producer_type() -> type:
             return []
 
         def _writer(self, content):
-            spec = self._transaction.table_metadata.spec()
+            meta = self._meta()
             if content == ManifestContent.DELETES:
-                return _delete_writer_type()(spec, self.schema(), self.new_manifest_output(), self._snapshot_id,
+                return _delete_writer_type()(meta.spec(), meta.schema(), self.new_manifest_output(), self._snapshot_id,
                                              self._compression)
-            return self.new_manifest_writer(spec)
+            return write_manifest(format_version=meta.format_version, spec=meta.spec(), schema=meta.schema(),
+                                  output_file=self.new_manifest_output(), snapshot_id=self._snapshot_id,
+                                  avro_compression=self._compression)
 
         def _manifests(self) -> list:
             out = []
@@ -165,7 +181,7 @@ def _carried(producer, removes: set[str]) -> list:
 
     self = producer
     out: list = []
-    parent = self._transaction.table_metadata.snapshot_by_id(self._parent_snapshot_id) \
+    parent = self._meta().snapshot_by_id(self._parent_snapshot_id) \
         if self._parent_snapshot_id is not None else None
     for m in parent.manifests(io=self._io) if parent is not None else []:
         if not removes:
