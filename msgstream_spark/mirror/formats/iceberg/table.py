@@ -148,7 +148,7 @@ class IcebergMirrorTable(CatalogTable):
 
         tbl = self._table()
         tbl.refresh()
-        snap = self.properties().get(PROP_SNAPSHOT_TS)
+        snap = tbl.properties.get(PROP_SNAPSHOT_TS)
         schema = schema_to_pyarrow(tbl.schema(), include_field_ids=True)
         split = [tbl.schema().find_column_name(f.source_id) for f in tbl.spec().fields]
         if any(str(f.transform) != "identity" for f in tbl.spec().fields):
