@@ -29,6 +29,7 @@ import pyarrow.parquet as pq
 
 from bench._util import best_of, table
 from msgstream_spark.mirror.order import SEQ, SEQ_TYPE
+from msgstream_spark.mirror.store import open_store
 from msgstream_spark.mirror.write import keyindex
 from msgstream_spark.mirror.write.keyindex import key_index, side_path
 
@@ -56,21 +57,21 @@ def _one_size(d: str, rows: int, reps: int) -> dict:
         _forget(True)
         if os.path.exists(side_path(path)):
             os.unlink(side_path(path))
-        key_index(path, "pk", rows)
+        key_index(open_store(path), path, "pk", rows)
 
     def open_new() -> None:
         _forget(True)
-        key_index(path, "pk", rows)
+        key_index(open_store(path), path, "pk", rows)
 
     def open_again() -> None:
         _forget(False)
-        key_index(path, "pk", rows)
+        key_index(open_store(path), path, "pk", rows)
 
     base = best_of(lambda: pq.read_table(path, columns=["pk", SEQ]), reps)
     built = best_of(build, reps)
     verify = best_of(open_new, reps)
     again = best_of(open_again, reps)
-    idx = key_index(path, "pk", rows)
+    idx = key_index(open_store(path), path, "pk", rows)
     find = best_of(lambda: idx.find(want), reps)
     raw = open(side_path(path), "rb").read()
     crc = best_of(lambda: zlib.crc32(raw), reps)

@@ -40,7 +40,8 @@ def add_mirror_commands(mirror_sub: Any, common: Any) -> None:
     p.add_argument("--wait", type=float, default=0.0,
                    help="seconds to wait for a running job to commit past the collection's current time "
                         "before the table is read (default 0: the table as it is)")
-    p.add_argument("--report-table", metavar="PATH", help="also append the report's keys to a Delta table here")
+    p.add_argument("--report-table", metavar="LOCATION",
+                   help="also append the report's keys to a Delta table here (a path or URI; --storage-option applies)")
     p.add_argument("--repair", action="store_true",
                    help="re-read the differing keys from Milvus and write them through the mirror's exactly-once "
                         "merge, then verify again (stop the mirror job first: one writer per table)")
@@ -70,7 +71,7 @@ def cmd_mirror_verify(args) -> int:
     for line in result.lines():
         _print(line)
     if args.report_table:
-        write_report(result, args.report_table, uuid.uuid4().hex)
+        write_report(result, args.report_table, uuid.uuid4().hex, table_options(args)["storage_options"])
     if args.repair and not result.equal:
         wm = result.summary.get("watermark")
         channels = sorted(_channels(table, checkpoint_of(args))) if wm else []

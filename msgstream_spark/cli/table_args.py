@@ -2,6 +2,11 @@
 ``vacuum``, ``verify`` and ``status`` (a new table setting, e.g. a catalog or storage options, is added here
 and reaches them all through :func:`table_options`).
 
+``--storage-option KEY=VALUE`` (repeatable) sets the object store's settings (object_store's keys, over the
+``AWS_*`` / ``GOOGLE_*`` / ``AZURE_*`` environment: docs/mirror.md "Where the table lives"); they are resolved
+on the driver and shipped to the tasks. Spark's checkpoint stays on the driver's disk (it goes through Hadoop's
+file system, and the mirror reads it locally): a table in object storage takes ``--checkpoint DIR``.
+
 ``--table-format`` has one rule: by default the format is what the location holds (a ``_delta_log/`` is
 Delta, Iceberg ``metadata/*.metadata.json`` is Iceberg); it is needed only to create a table (``mirror run``
 on an empty location); an explicit format the location contradicts is refused naming both. ``--catalog NAME``
@@ -14,10 +19,11 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from msgstream_spark.cli.vocab import UsageError
+from msgstream_spark.cli.vocab import UsageError, parse_kv
 from msgstream_spark.errors import MirrorError
 from msgstream_spark.mirror.formats.detect import evidence, formats_at
 from msgstream_spark.mirror.formats.iceberg.catalog import is_identifier
+from msgstream_spark.mirror.store import uri
 from msgstream_spark.mirror.table import FORMATS
 
 NAMES = {"delta": "a Delta", "iceberg": "an Iceberg"}
@@ -45,9 +51,14 @@ def add_table_args(p: argparse.ArgumentParser, *, creates: bool = False, checkpo
     p.add_argument("--catalog-uri", metavar="URI", help=CATALOG_URI_HELP)
     p.add_argument("--catalog", metavar="NAME", help=CATALOG_HELP)
     p.add_argument("--catalog-option", action="append", default=[], metavar="KEY=VALUE", help=CATALOG_OPTION_HELP)
+    p.add_argument("--storage-option", action="append", default=[], metavar="KEY=VALUE",
+                   help="an object store setting of the table (repeatable; object_store's keys, e.g. aws_endpoint, "
+                        "aws_region, aws_allow_http; over the AWS_*/GOOGLE_*/AZURE_* environment; secrets are masked "
+                        "in every log line and error)")
     if checkpoint:
-        p.add_argument("--checkpoint", metavar="LOCATION",
-                       help="the mirror job's checkpoint (default: <table>_checkpoint)")
+        p.add_argument("--checkpoint", metavar="DIR",
+                       help="the mirror job's checkpoint, a directory on the driver's disk (default for a local "
+                            "table: <table>_checkpoint; required for a table in object storage)")
 
 
 def resolve_table_format(args: argparse.Namespace, *, create: bool = False) -> str:
@@ -62,11 +73,11 @@ def resolve_table_format(args: argparse.Namespace, *, create: bool = False) -> s
             raise UsageError(f"--table {args.table} with --catalog {args.catalog} names an Iceberg table, but "
                              "--table-format is delta: leave --table-format out (or give a Delta table's location "
                              "without --catalog)")
-        if hasattr(args, "checkpoint"):
-            checkpoint_of(args)  # a job's checkpoint has no default beside a table named so: asked for at once
+        if create:
+            checkpoint_of(args, required=True)  # the job's checkpoint: no default beside a table named so
         args.table_format = "iceberg"
         return "iceberg"
-    found = formats_at(args.table)
+    found = formats_at(args.table, storage_options(args))
     if given and found and given not in found:
         raise UsageError(f"--table-format {given}, but {args.table} holds {NAMES[found[0]]} table "
                          f"({evidence(found[0])}): pass --table-format {found[0]}, or leave the flag out")
@@ -93,11 +104,15 @@ def _catalog_args(args: argparse.Namespace) -> list[str]:
     """The catalog flags given (each Iceberg's only)."""
     return [flag for flag, dest in (("--catalog-uri", "catalog_uri"), ("--catalog", "catalog"),
                                     ("--catalog-option", "catalog_option")) if getattr(args, dest, None)]
+def storage_options(args: argparse.Namespace) -> dict[str, str] | None:
+    """The ``--storage-option`` pairs (None: none given)."""
+    return parse_kv(getattr(args, "storage_option", None), "--storage-option") or None
 
 
 def table_options(args: argparse.Namespace) -> dict[str, Any]:
     """The keyword arguments of ``open_table`` / ``open_existing`` / ``table_identity`` the flags give."""
-    return {"catalog_uri": getattr(args, "catalog_uri", None), "catalog": getattr(args, "catalog", None),
+    return {"catalog_uri": getattr(args, "catalog_uri", None), "storage_options": storage_options(args),
+            "catalog": getattr(args, "catalog", None),
             "catalog_options": catalog_options(getattr(args, "catalog_option", None) or [])}
 
 
@@ -113,11 +128,28 @@ def catalog_options(pairs: list[str]) -> dict[str, str] | None:
     return out or None
 
 
-def checkpoint_of(args: argparse.Namespace) -> str:
-    """``--checkpoint``, default ``<table>_checkpoint`` (a table named ``namespace.table`` has no directory to
-    put it beside: UsageError asking for it)."""
+def checkpoint_of(args: argparse.Namespace, required: bool = False) -> str | None:
+    """``--checkpoint`` (a directory on the driver's disk), default ``<table>_checkpoint`` for a local table; for
+    a table in object storage or named ``namespace.table`` in a catalog None, or (``required``: the job) a
+    UsageError saying to pass one."""
     given = getattr(args, "checkpoint", None)
-    if not given and is_identifier(args.table, getattr(args, "catalog", None)):
-        raise UsageError(f"--table {args.table} names a table in catalog {args.catalog}, which has no directory "
-                         "beside it for the job's checkpoint: give --checkpoint LOCATION")
-    return given or args.table.rstrip("/") + "_checkpoint"
+    if given:
+        loc = uri.parse(given)
+        if loc.kind != "local":
+            raise UsageError(f"--checkpoint {given}: Spark's checkpoint is a directory on the driver's disk (the "
+                             "mirror reads it there; Spark writes it through Hadoop's file system): pass a local "
+                             "directory")
+        return loc.key if "://" in given else given
+    if is_identifier(args.table, getattr(args, "catalog", None)):
+        if required:
+            raise UsageError(f"--table {args.table} names a table in catalog {args.catalog}, which has no directory "
+                             "beside it for the job's checkpoint: pass --checkpoint DIR, a directory on the driver's "
+                             "disk")
+        return None
+    table = uri.parse(args.table)
+    if table.kind == "local":
+        return (table.key if "://" in args.table else args.table.rstrip("/")) + "_checkpoint"
+    if required:
+        raise UsageError(f"--table {args.table} is in object storage: pass --checkpoint DIR, a directory on the "
+                         "driver's disk for Spark's checkpoint (docs/mirror.md, \"Where the table lives\")")
+    return None

@@ -18,7 +18,13 @@ import time
 import uuid
 from typing import Any
 
-from msgstream_spark.cli.table_args import add_table_args, checkpoint_of, resolve_table_format
+from msgstream_spark.cli.table_args import (
+    add_table_args,
+    checkpoint_of,
+    resolve_table_format,
+    storage_options,
+    table_options,
+)
 from msgstream_spark.cli.vocab import add_channels_arg, add_flag, at_file
 from msgstream_spark.errors import MirrorError
 from msgstream_spark.jobs._common import (
@@ -72,7 +78,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--history-table", help="also keep a change log here (Delta, append-only: op insert/update/"
                                            "delete, the fields after the change, _ts, _time, _seq), written once "
                                            "per batch by tasks beside the mirror's commits; --table-format delta "
-                                           "only (docs/mirror.md, History)")
+                                           "only; a path or URI, --storage-option applies (docs/mirror.md, "
+                                           "History)")
     p.add_argument("--progress-interval", type=float, default=5.0, help="seconds between progress lines")
     return p
 
@@ -164,6 +171,10 @@ def run(args: argparse.Namespace, spark=None) -> dict[str, Any]:
         raise MirrorError(f"--history-table {args.history_table}: the change log is kept beside a Delta mirror only "
                           f"(--table-format delta), not --table-format {args.table_format}; nothing written")
     trig = trigger_kwargs(args.trigger)
+    checkpoint = checkpoint_of(args, required=True)
+    from msgstream_spark.mirror.store import open_store
+
+    store = open_store(args.table, table_options(args)["storage_options"])  # settings resolved here, on the driver
     cfg = _config(args)
     spark = spark or spark_session("msgstream-mirror", args.master)  # Spark first, then pymilvus clients
     from msgstream_spark.jobs.mirror_start import decide_start
@@ -173,10 +184,9 @@ def run(args: argparse.Namespace, spark=None) -> dict[str, Any]:
 
     probe = _stream(spark, args, cfg, None)
     pk, cid = _facts(probe)
-    checkpoint = checkpoint_of(args)
-    with writer_lock(args.table, "the mirror job") as hold:  # the table's one writer while the job runs
+    with writer_lock(store, args.table, "the mirror job") as hold:  # the table's one writer while the job runs
         start = decide_start(spark, args, cfg, rows_arrow_schema(probe), pk, cid, checkpoint)
-        history = HistoryTable(args.history_table, pk) if args.history_table else None
+        history = HistoryTable(args.history_table, pk, storage_options(args)) if args.history_table else None
         sink = MirrorBatch(start.table, pk, checkpoint=checkpoint, collection_id=start.collection_id,
                            compact_every=args.compact_every, history=history, lock=hold)
         t0 = time.perf_counter()
@@ -187,7 +197,7 @@ def run(args: argparse.Namespace, spark=None) -> dict[str, Any]:
             "merged_batches": sink.batches, "skipped_batches": sink.skipped, "merged_changes": sink.rows,
             "compactions": sink.compactions,
             "schema_restarts": restarts, "stream_seconds": round(secs, 3),
-            "freshness_ms": sink.freshness_ms, "step_seconds": sink.timings}
+            "freshness_ms": sink.freshness_ms, "step_seconds": sink.timings, "step_bytes": sink.bytes}
 
 
 def main(argv=None, prog: str | None = None) -> int:

@@ -246,10 +246,10 @@ def _snapshot(spark, args, cfg, table, schema, pk: str, replace: bool = False) -
     read = "exactly at S (pinned iterator reads)" if pinned else "at least at S (this Milvus does not pin reads)"
     log.info("snapshot of %s: S=%d, %d rows, %d range(s), rows read %s, positions %s", args.collection, s,
              info.row_count, len(ranges), read, {ch: (p.timestamp if p else None) for ch, p in positions.items()})
-    out = os.path.join(args.table, f"snapshot-{s}-{uuid.uuid4().hex[:8]}")
+    out = table.store.join(f"snapshot-{s}-{uuid.uuid4().hex[:8]}")
     reader = RangeReader(qt, info.pk, info.pk_is_string, table_schema(schema, pk), s,
                          answer_bytes=int(args.snapshot_answer_mb * (1 << 20)), row_bytes=width or 1024)
-    files = write_snapshot(spark, reader, ranges, out, info.row_count, args.progress_interval)
+    files = write_snapshot(spark, reader, ranges, out, info.row_count, args.progress_interval, table.store)
     check_same_collection(target, info)
     starting = starting_positions(positions)
     props = {START_PROPERTY: starting, S_PROPERTY: str(s)}
@@ -260,7 +260,7 @@ def _snapshot(spark, args, cfg, table, schema, pk: str, replace: bool = False) -
             table.add_files(files.files, properties=props)
     except BaseException:
         if not _committed(args, pk, s):  # the files are no version's: remove them with their directory
-            remove_dir(spark, out)
+            remove_dir(table.store, out)
         raise
     return Start(table, starting, info.collection_id,
                  {"mode": "replaced" if replace else "initial", "S": s, "rows": files.rows, "read": read,

@@ -138,13 +138,16 @@ def test_a_compaction_is_fenced_at_the_version_it_read(fmt, tmp_path, monkeypatc
 def test_the_writer_lock_is_held_by_a_thread_not_by_its_process(tmp_path):
     """Two threads of one process (two queries in one driver): the second is refused; the holder's own nested
     holds pass, and so does a thread handed the hold (a job's foreachBatch on Spark's callback thread)."""
+    from msgstream_spark.mirror.store import open_store
+
     loc = str(tmp_path / "t")
+    store = open_store(loc)
     got: dict = {}
 
     def in_thread(key, **kw):
         def run():
             try:
-                with writer_lock(loc, f"{key}'s commit", **kw), writer_lock(loc, f"{key}'s nested hold"):
+                with writer_lock(store, loc, f"{key}'s commit", **kw), writer_lock(store, loc, f"{key}'s nested hold"):
                     got[key] = "in"
             except MirrorError as e:
                 got[key] = str(e)
@@ -153,8 +156,8 @@ def test_the_writer_lock_is_held_by_a_thread_not_by_its_process(tmp_path):
         th.join(timeout=60)
         assert not th.is_alive()
 
-    with writer_lock(loc, "the first query's commit") as hold:
-        with writer_lock(loc, "a compaction inside it"):  # the same call stack: nested
+    with writer_lock(store, loc, "the first query's commit") as hold:
+        with writer_lock(store, loc, "a compaction inside it"):  # the same call stack: nested
             pass
         in_thread("second")
         in_thread("handed", share=hold)

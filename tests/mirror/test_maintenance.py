@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pyarrow.parquet as pq
@@ -119,7 +120,7 @@ def test_the_maintenance_entry_point_compacts_once_and_is_refused_beside_a_write
     argv = [sys.executable, "-m", "msgstream_spark", "mirror", "compact", "--table", str(tmp_path / "t"),
             "--table-format", fmt]
     env = dict(os.environ, PYTHONPATH=str(ROOT))
-    with writer_lock(str(tmp_path / "t"), "a test's mirror job"):
+    with writer_lock(t.store, str(tmp_path / "t"), "a test's mirror job"):
         proc = subprocess.run(argv, env=env, cwd=ROOT, timeout=300, capture_output=True, text=True)
     assert proc.returncode == 1 and "being written by another writer (pid" in proc.stderr, proc.stderr[-2000:]
     assert len(t.live_files()) > 1
@@ -152,14 +153,15 @@ def _plain_read(fmt, loc) -> dict:
     ("iceberg", "kill-after-compaction-commit")])
 def test_msgstream_mirror_compact_sigkilled_then_rerun(fmt, step, tmp_path):
     """``msgstream mirror compact`` SIGKILLed while writing its files, before its commit, after it: the killed
-    process's writer lock does not hold up the re-run (the kernel drops a dead holder's flock; the lock file is
-    left with the dead pid in it), the re-run compacts once, the table equals the model before and after, no
-    file is referenced twice, the killed run's files are listed as orphans and removed by vacuum."""
+    process's writer lease does not hold up the re-run (its holder is seen dead on this machine and the lease is
+    taken over at once; the lease is left with the dead pid in it), the re-run compacts once, the table equals
+    the model before and after, no file is referenced twice, the killed run's half-written file was never
+    published (a temporary file, listed as an orphan once old, removed by vacuum)."""
     import json
     from types import SimpleNamespace
 
-    from msgstream_spark.mirror.formats.lock import LOCK_FILE
     from msgstream_spark.mirror.maintenance import FAILPOINT_ENV
+    from msgstream_spark.mirror.store.lease import LEASE_NAME
 
     loc = str(tmp_path / "t")
     seen = _fill(_open(fmt, loc), _batches(4))
@@ -176,16 +178,19 @@ def test_msgstream_mirror_compact_sigkilled_then_rerun(fmt, step, tmp_path):
 
     proc = compact_cli(**{FAILPOINT_ENV: step})
     assert proc.returncode == -9, proc.stderr[-2000:]
-    lock = (tmp_path / "t" / LOCK_FILE).read_text()
-    assert lock.startswith(f"pid {proc.pid} ") and "mirror compact" in lock  # the dead holder's record stays
+    lease = json.loads((tmp_path / "t" / LEASE_NAME).read_text())
+    assert lease["pid"] == proc.pid and "mirror compact" in lease["command"]  # the dead holder's record stays
+    assert lease["expires"] > time.time()  # unexpired: only its holder's death lets the re-run in
     committed = step == "kill-after-compaction-commit"
     t = _open(fmt, loc)
     live = [f.path for f in t.live_files()]
     assert (sorted(live) == files) is not committed and _plain_read(fmt, loc) == want
-    killed = [p for p in orphans(t) if p.endswith(".parquet")]
-    assert not set(killed) & set(live)
-    if not committed:  # the killed run's new file (half written: no footer; or complete), in no version
-        assert len(killed) == 1 and killed[0] not in files
+    assert not [p for p in orphans(t) if p.endswith(".parquet")]  # a killed writer publishes no data file
+    killed = [os.path.join(d, n) for d, _, ns in os.walk(os.path.join(loc, "data")) for n in ns if n.endswith(".tmp")]
+    assert len(killed) == (0 if committed else 1)  # its half-written file stayed a temporary one (local store)
+    for p in killed:  # an hour later it is listed as an orphan (never a live writer's in-flight file)
+        os.utime(p, (time.time() - 7200, time.time() - 7200))
+    assert sorted(p for p in orphans(t) if p.endswith(".tmp")) == sorted(killed)
 
     proc = compact_cli()  # the re-run: not refused by the dead process's lock; compacts once
     assert proc.returncode == 0, proc.stderr[-2000:]

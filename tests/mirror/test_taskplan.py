@@ -27,12 +27,10 @@ from tests.mirror.changes import FIELDS, delete, insert, model, table_state, to_
 
 def _write(spec, at: str, chunks: list) -> pa.Table:
     """One writing task: its chunks through a TaskWriter, narrow rows into its changes file; its output rows."""
-    w, ch = TaskWriter(spec), ChangesFile(at, spec.key_type)
+    w, ch = TaskWriter(spec), ChangesFile(spec.store(), at, spec.key_type)
     for c in chunks:
         ch.add(w.add(to_arrow(c)))
-    data = w.written()
-    w.close()
-    return ch.close(data)
+    return ch.close(w.close())
 
 
 def _plan_by_key_parity(t, written: pa.Table, existed: bool = False) -> pa.Table:

@@ -44,13 +44,12 @@ def _table(fmt, tmp_path):
 def test_update_rows_through_the_spark_paths_stages(fmt, tmp_path):
     t = _table(fmt, tmp_path)
     spec = t.write_spec()
-    w, changes = TaskWriter(spec), ChangesFile(changes_dir(spec.data_dir, "q", 1), spec.key_type)
+    w, changes = TaskWriter(spec), ChangesFile(t.store, changes_dir(spec.data_dir, "q", 1), spec.key_type)
     updates = _updates()
     narrow = w.add(updates.slice(0, 3))
     narrow = pa.concat_tables([narrow, w.add(updates.slice(3))])  # two chunks: key 1 in both
     changes.add(narrow)
-    written = changes.close(w.written())
-    w.close()
+    written = changes.close(w.close())
     ups = narrow.filter(pc.equal(narrow.column("op"), "update"))
     assert ups.num_rows == 4 and ups.column("_file").null_count == 0  # every update names the row it wrote
     planned = plan_share(narrow, t.live_files(), "pk", pa.int64())

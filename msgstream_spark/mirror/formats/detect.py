@@ -1,44 +1,32 @@
 """Which table format a location holds, from what each format writes there (no table library needed).
 
 A Delta table keeps its log in ``<location>/_delta_log/``; an Iceberg table (pyiceberg's, Spark's, any
-catalog's) its metadata files in ``<location>/metadata/*.metadata.json``. A location is a path or a URI
-that pyarrow's file systems read (``s3://``, ``gs://``, ``abfs://``, ``file://``).
+catalog's) its metadata files in ``<location>/metadata/*.metadata.json``. A location is a path or a URI the
+table's store reads (``s3://``, ``gs://``, ``az://``, ``abfss://``, ``file://``), with its storage settings.
 """
 
 from __future__ import annotations
 
-import os
-
-from pyarrow import fs as pafs
+from collections.abc import Mapping
 
 from msgstream_spark.errors import MirrorError
+from msgstream_spark.mirror.store import StoreError, open_store, uri
 
 DELTA_MARK = "_delta_log"
 ICEBERG_MARK = "metadata"
 
 
-def _filesystem(location: str):
-    """(file system, path) of ``location``; a plain path is the local disk."""
-    if "://" not in location:
-        return pafs.LocalFileSystem(), os.path.abspath(location)
-    try:
-        return pafs.FileSystem.from_uri(location)
-    except Exception as exc:  # noqa: BLE001 - pyarrow raises ArrowInvalid/OSError; name the location
-        raise MirrorError(f"cannot read table location {location}: {exc}") from exc
-
-
-def formats_at(location: str) -> list[str]:
+def formats_at(location: str, storage_options: Mapping[str, str] | None = None) -> list[str]:
     """The formats whose files are at ``location`` (sorted; empty: no table there yet)."""
-    fs, root = _filesystem(location)
-    root = root.rstrip("/")
+    store = open_store(location, storage_options)
     found = []
-    if fs.get_file_info(f"{root}/{DELTA_MARK}").type == pafs.FileType.Directory:
-        found.append("delta")
-    meta = f"{root}/{ICEBERG_MARK}"
-    if fs.get_file_info(meta).type == pafs.FileType.Directory:
-        files = fs.get_file_info(pafs.FileSelector(meta))
-        if any(f.base_name.endswith(".metadata.json") for f in files):
+    try:
+        if any(True for _ in store.list(uri.join(location, DELTA_MARK))):
+            found.append("delta")
+        if any(m.uri.endswith(".metadata.json") for m in store.list(uri.join(location, ICEBERG_MARK))):
             found.append("iceberg")
+    except StoreError as exc:
+        raise MirrorError(f"cannot read table location {location}: {exc}") from exc
     return found
 
 

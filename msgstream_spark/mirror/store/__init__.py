@@ -11,7 +11,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from msgstream_spark.mirror.store import uri
-from msgstream_spark.mirror.store.base import ObjectMeta, Store
+from msgstream_spark.mirror.store.base import COUNTS, ObjectMeta, Store, io_since, io_totals
 from msgstream_spark.mirror.store.errors import AlreadyExists, Conflict, NotFound, StoreError
 from msgstream_spark.mirror.store.lease import Lease, LeaseHeld, LeaseLost
 from msgstream_spark.mirror.store.local import LocalStore
@@ -29,5 +29,14 @@ def open_store(location: str, storage_options: Mapping[str, Any] | None = None,
     return ObjectStore(str(location), resolve_options(loc.kind, storage_options, env))
 
 
-__all__ = ["AlreadyExists", "Conflict", "Lease", "LeaseHeld", "LeaseLost", "LocalStore", "NotFound", "ObjectMeta",
-           "ObjectStore", "Store", "StoreError", "mask", "open_store", "resolve_options"]
+def store_for(location: str, resolved: Mapping[str, str] | None = None) -> Store:
+    """The store of ``location`` from settings already resolved (``Store.options`` of the driver's store): what
+    a Spark task builds, never reading its own environment (executors lack the driver's)."""
+    if uri.parse(location).kind == "local":
+        return LocalStore(str(location), {})
+    return ObjectStore(str(location), dict(resolved or {}))
+
+
+__all__ = ["COUNTS", "AlreadyExists", "Conflict", "Lease", "LeaseHeld", "LeaseLost", "LocalStore", "NotFound",
+           "ObjectMeta", "ObjectStore", "Store", "StoreError", "io_since", "io_totals", "mask", "open_store",
+           "resolve_options", "store_for"]

@@ -9,6 +9,7 @@ client lazily in each process. Conditional puts are what the commit protocols an
 
 from __future__ import annotations
 
+import threading
 from abc import ABC, abstractmethod
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -26,6 +27,40 @@ class ObjectMeta:
     size: int
     etag: str | None
     mtime: float
+
+
+class IOCount:
+    """What this process moved through its stores (every store, every thread): bytes read, bytes written,
+    requests. A step's cost is the difference of two :meth:`totals` (a Spark task's is shipped to the driver)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.read = self.written = self.requests = 0
+
+    def add(self, read: int = 0, written: int = 0, requests: int = 1) -> None:
+        with self._lock:
+            self.read += read
+            self.written += written
+            self.requests += requests
+
+    def totals(self) -> dict[str, int]:
+        with self._lock:
+            return {"read": self.read, "written": self.written, "requests": self.requests}
+
+
+COUNTS = IOCount()
+
+
+def io_totals() -> dict[str, int]:
+    """What this process moved through its stores so far (``COUNTS.totals()``; a function, so that a Spark
+    task's closure pickles a reference to it, not the counter)."""
+    return COUNTS.totals()
+
+
+def io_since(before: dict[str, int]) -> dict[str, int]:
+    """What this process moved through its stores since ``before`` (an earlier ``COUNTS.totals()``)."""
+    now = COUNTS.totals()
+    return {k: now[k] - before.get(k, 0) for k in now}
 
 
 class Store(ABC):

@@ -15,6 +15,11 @@ the holder, not the process: two ``Lease`` objects in one process are two writer
 
 Expiry is judged on the writers' clocks (the holder's clock writes it, the next writer's clock reads it): they
 must agree to well within ``expiry_s / 3`` (NTP does).
+
+A holder on this very machine that is gone (the record names this host, boot and pid namespace, and its pid is
+not running, or runs a process started at another time: a SIGKILLed job, a crashed compaction) does not make the
+next writer wait: its lease is taken over at once, by the same compare-and-swap. Only a holder elsewhere (another
+host or container) blocks the next writer for up to the expiry.
 """
 
 from __future__ import annotations
@@ -75,9 +80,9 @@ class Lease:
         self._thread: threading.Thread | None = None
 
     def _record(self, expires: float) -> bytes:
-        return json.dumps({"holder": self.token, "host": socket.gethostname(), "pid": os.getpid(),
-                           "command": _command(self.store), "what": self.what, "expires": expires,
-                           "expiry_s": self.expiry_s, "written": self.clock()}).encode()
+        return json.dumps({"holder": self.token, **_identity(os.getpid()), "command": _command(self.store),
+                           "what": self.what, "expires": expires, "expiry_s": self.expiry_s,
+                           "written": self.clock()}).encode()
 
     def acquire(self) -> Lease:
         """Take the lease (create it, or take an expired one over); LeaseHeld naming the holder if it is live."""
@@ -93,7 +98,7 @@ class Lease:
             except NotFound:
                 continue  # released by deletion meanwhile: create it again
             current = _parse(data)
-            if current.get("expires", 0) > self.clock():
+            if current.get("expires", 0) > self.clock() and not holder_gone(current):
                 raise LeaseHeld(self._refusal(current))
             expires = self.clock() + self.expiry_s
             try:
@@ -178,6 +183,41 @@ class Lease:
 
     def __exit__(self, *exc) -> None:
         self.release()
+
+
+def _read(path: str) -> str:
+    try:
+        with open(path) as f:
+            return f.read().strip()
+    except OSError:
+        return ""
+
+
+def _started(pid: int) -> str:
+    """The start time of process ``pid`` (clock ticks since boot, /proc), "" if there is no such process."""
+    stat = _read(f"/proc/{pid}/stat")
+    return stat.rsplit(")", 1)[1].split()[19] if ")" in stat else ""
+
+
+def _identity(pid: int) -> dict:
+    """Who a lease record names: the host, its boot, the pid namespace, the pid and the process's start time."""
+    try:
+        ns = os.readlink("/proc/self/ns/pid")
+    except OSError:
+        ns = ""
+    return {"host": socket.gethostname(), "boot": _read("/proc/sys/kernel/random/boot_id"), "pidns": ns,
+            "pid": pid, "started": _started(pid)}
+
+
+def holder_gone(rec: dict) -> bool:
+    """Whether the record's holder is a process of this machine (same host, boot, pid namespace) that is no
+    longer running (its pid is free, or now another process's). False whenever that cannot be known."""
+    here = _identity(os.getpid())
+    if not here["boot"] or not here["pidns"] or not rec.get("started"):
+        return False
+    if any(rec.get(k) != here[k] for k in ("host", "boot", "pidns")):
+        return False
+    return _started(int(rec.get("pid") or 0)) != rec["started"]
 
 
 def _parse(data: bytes) -> dict:

@@ -13,10 +13,8 @@ import os
 import uuid
 from collections.abc import Iterator
 
-import pyarrow as pa
-
 from msgstream_spark.mirror.store import uri
-from msgstream_spark.mirror.store.base import ObjectMeta, Store
+from msgstream_spark.mirror.store.base import COUNTS, ObjectMeta, Store
 from msgstream_spark.mirror.store.errors import AlreadyExists, Conflict, NotFound, StoreError
 
 
@@ -45,25 +43,32 @@ class LocalStore(Store):
     def read(self, target: str) -> bytes:
         try:
             with open(self._path(target), "rb") as f:
-                return f.read()
+                data = f.read()
+            COUNTS.add(read=len(data))
+            return data
         except FileNotFoundError as e:
             raise NotFound(f"{target}: no such object") from e
 
     def get(self, target: str) -> tuple[bytes, ObjectMeta]:
         try:
             with open(self._path(target), "rb") as f:
-                return f.read(), self._meta(target, os.fstat(f.fileno()))
+                data = f.read()
+                COUNTS.add(read=len(data))
+                return data, self._meta(target, os.fstat(f.fileno()))
         except FileNotFoundError as e:
             raise NotFound(f"{target}: no such object") from e
 
     def read_range(self, target: str, offset: int, length: int) -> bytes:
         try:
             with open(self._path(target), "rb") as f:
-                return os.pread(f.fileno(), length, offset)
+                data = os.pread(f.fileno(), length, offset)
+            COUNTS.add(read=len(data))
+            return data
         except FileNotFoundError as e:
             raise NotFound(f"{target}: no such object") from e
 
     def head(self, target: str) -> ObjectMeta | None:
+        COUNTS.add()
         try:
             st = os.stat(self._path(target))
         except FileNotFoundError:
@@ -71,6 +76,7 @@ class LocalStore(Store):
         return self._meta(target, st)
 
     def _temp(self, path: str, data: bytes) -> str:
+        COUNTS.add(written=len(data))
         os.makedirs(os.path.dirname(path), exist_ok=True)
         tmp = os.path.join(os.path.dirname(path), f".{os.path.basename(path)}.{uuid.uuid4().hex}.tmp")
         with open(tmp, "wb") as f:
@@ -126,6 +132,7 @@ class LocalStore(Store):
 
     def list(self, prefix: str) -> Iterator[ObjectMeta]:
         base = self._path(prefix)
+        COUNTS.add()
         for dirpath, _dirs, files in os.walk(base):
             for name in files:
                 path = os.path.join(dirpath, name)
@@ -133,6 +140,7 @@ class LocalStore(Store):
                     yield self._meta(uri.join(prefix, os.path.relpath(path, base)), os.stat(path))
 
     def delete(self, target: str) -> None:
+        COUNTS.add()
         with contextlib.suppress(FileNotFoundError):
             os.unlink(self._path(target))
 
@@ -141,11 +149,32 @@ class LocalStore(Store):
         os.makedirs(os.path.dirname(path), exist_ok=True)
         return _AtomicFile(path)
 
-    def open_input(self, target: str) -> pa.NativeFile:
+    def open_input(self, target: str) -> _Input:
         try:
-            return pa.OSFile(self._path(target), "rb")
+            return _Input(self._path(target))
         except FileNotFoundError as e:
             raise NotFound(f"{target}: no such object") from e
+
+
+class _Input(io.FileIO):
+    """A local file read by range (what pyarrow's Parquet reader takes), its bytes counted."""
+
+    def __init__(self, path: str) -> None:
+        super().__init__(path, "rb")
+        COUNTS.add()
+
+    def read(self, size: int = -1) -> bytes:
+        data = super().read(size)
+        COUNTS.add(read=len(data), requests=0)
+        return data
+
+    def readinto(self, buffer) -> int:
+        n = super().readinto(buffer)
+        COUNTS.add(read=n or 0, requests=0)
+        return n
+
+    def size(self) -> int:
+        return os.fstat(self.fileno()).st_size
 
 
 class _AtomicFile(io.FileIO):
@@ -156,6 +185,12 @@ class _AtomicFile(io.FileIO):
         self.final = path
         self.tmp = os.path.join(os.path.dirname(path), f".{os.path.basename(path)}.{uuid.uuid4().hex}.tmp")
         super().__init__(self.tmp, "wb")
+        COUNTS.add()
+
+    def write(self, data) -> int:
+        n = super().write(data)
+        COUNTS.add(written=n or 0, requests=0)
+        return n
 
     def close(self) -> None:
         if self.closed:

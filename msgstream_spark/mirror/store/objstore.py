@@ -15,7 +15,7 @@ from typing import Any
 
 from msgstream_spark.errors import MirrorError
 from msgstream_spark.mirror.store import settings, uri
-from msgstream_spark.mirror.store.base import ObjectMeta, Store
+from msgstream_spark.mirror.store.base import COUNTS, ObjectMeta, Store
 from msgstream_spark.mirror.store.errors import AlreadyExists, Conflict, NotFound, StoreError
 
 CONFLICT_RETRIES = 8  # S3 answers 409 ConditionalRequestConflict to a conditional put racing another: retried
@@ -76,7 +76,9 @@ class ObjectStore(Store):
     def read(self, target: str) -> bytes:
         ob = _obstore()
         try:
-            return ob.get(self.client(), self._key(target)).bytes().to_bytes()
+            data = ob.get(self.client(), self._key(target)).bytes().to_bytes()
+            COUNTS.add(read=len(data))
+            return data
         except StoreError:
             raise
         except Exception as e:  # noqa: BLE001
@@ -86,7 +88,9 @@ class ObjectStore(Store):
         ob = _obstore()
         try:
             r = ob.get(self.client(), self._key(target))
-            return r.bytes().to_bytes(), self._meta(target, r.meta)
+            data = r.bytes().to_bytes()
+            COUNTS.add(read=len(data))
+            return data, self._meta(target, r.meta)
         except StoreError:
             raise
         except Exception as e:  # noqa: BLE001
@@ -95,12 +99,15 @@ class ObjectStore(Store):
     def read_range(self, target: str, offset: int, length: int) -> bytes:
         ob = _obstore()
         try:
-            return ob.get_range(self.client(), self._key(target), start=offset, length=length).to_bytes()
+            data = ob.get_range(self.client(), self._key(target), start=offset, length=length).to_bytes()
+            COUNTS.add(read=len(data))
+            return data
         except Exception as e:  # noqa: BLE001
             raise self._fail("reading a range of", target, e) from e
 
     def head(self, target: str) -> ObjectMeta | None:
         ob = _obstore()
+        COUNTS.add()
         try:
             return self._meta(target, ob.head(self.client(), self._key(target)))
         except FileNotFoundError:
@@ -112,6 +119,7 @@ class ObjectStore(Store):
         ob = _obstore()
         exc = ob.exceptions
         for attempt in range(CONFLICT_RETRIES):
+            COUNTS.add(written=len(data))
             try:
                 r = ob.put(self.client(), self._key(target), data, mode=mode)
                 return ObjectMeta(target, len(data), r.get("e_tag"), time.time())
@@ -146,6 +154,7 @@ class ObjectStore(Store):
         key = self._key(prefix)
         try:
             for chunk in ob.list(self.client(), prefix=key or None):
+                COUNTS.add()
                 for m in chunk:
                     yield self._meta(uri.Location(self.kind, "", self.bucket_root, m["path"]).uri(), m)
         except Exception as e:  # noqa: BLE001
@@ -153,6 +162,7 @@ class ObjectStore(Store):
 
     def delete(self, target: str) -> None:
         ob = _obstore()
+        COUNTS.add()
         try:
             ob.delete(self.client(), self._key(target))
         except FileNotFoundError:
@@ -164,10 +174,10 @@ class ObjectStore(Store):
         return _Output(_obstore().open_writer(self.client(), self._key(target), buffer_size=PART_SIZE), target)
 
     def open_input(self, target: str) -> _Input:
-        try:
-            return _Input(_obstore().open_reader(self.client(), self._key(target)))
-        except Exception as e:  # noqa: BLE001
-            raise self._fail("opening", target, e) from e
+        meta = self.head(target)
+        if meta is None:
+            raise NotFound(settings.mask(f"{target}: no such object", self.options))
+        return _Input(self, target, meta.size)
 
 
 class _Output:
@@ -182,7 +192,9 @@ class _Output:
 
     def write(self, data: Any) -> int:
         n = self._w.write(data)
-        self._pos += len(memoryview(data).cast("B")) if not isinstance(data, bytes) else len(data)
+        size = len(memoryview(data).cast("B")) if not isinstance(data, bytes) else len(data)
+        self._pos += size
+        COUNTS.add(written=size, requests=0)
         return n
 
     def tell(self) -> int:
@@ -199,6 +211,7 @@ class _Output:
         if not self._done:
             self._done = True
             self._w.close()
+            COUNTS.add(requests=max(1, -(-self._pos // PART_SIZE)))
 
     def abort(self) -> None:
         self._done = True
@@ -215,27 +228,34 @@ class _Output:
 
 
 class _Input:
-    """obstore's ranged reader with the ``closed`` attribute pyarrow's file wrapper asks for."""
+    """A seekable stream over an object, each read one ranged GET of exactly what was asked (pyarrow's Parquet
+    reader asks for the footer, then for whole column chunks): what it fetches is what it counts."""
 
-    def __init__(self, reader: Any) -> None:
-        self._r = reader
+    def __init__(self, store: ObjectStore, target: str, size: int) -> None:
+        self._store, self._target, self._size = store, target, size
+        self._pos = 0
         self.closed = False
 
     def read(self, size: int = -1) -> bytes:
-        return self._r.read(None if size is None or size < 0 else size).to_bytes()
+        n = self._size - self._pos if size is None or size < 0 else min(size, self._size - self._pos)
+        if n <= 0:
+            return b""
+        data = self._store.read_range(self._target, self._pos, n)
+        self._pos += len(data)
+        return data
 
     def seek(self, offset: int, whence: int = 0) -> int:
-        return self._r.seek(offset, whence)
+        self._pos = offset if whence == 0 else (self._pos + offset if whence == 1 else self._size + offset)
+        return self._pos
 
     def tell(self) -> int:
-        return self._r.tell()
+        return self._pos
 
     def size(self) -> int:
-        return self._r.size
+        return self._size
 
     def close(self) -> None:
         self.closed = True
-        self._r.close()
 
     def __enter__(self) -> _Input:
         return self

@@ -59,3 +59,30 @@ def join(base: str, *parts: str) -> str:
         out = os.path.join(loc.key, *clean)
         return "file://" + out if os.fspath(base).startswith("file:") else out
     return loc.uri("/".join([loc.key, *clean]).strip("/"))
+
+
+def relative(root: str, target: str) -> str | None:
+    """``target``'s path under ``root`` (``/``-separated, as a Delta log names its files), None if it is not
+    under it."""
+    a, b = parse(root), parse(target)
+    if a.kind != b.kind or a.root != b.root:
+        return None
+    base = a.key.rstrip("/")
+    if a.kind == "local":
+        if os.path.commonpath([base, b.key]) != base:
+            return None
+        return os.path.relpath(b.key, base).replace(os.sep, "/")
+    if base and not b.key.startswith(base + "/"):
+        return None
+    return b.key[len(base) + 1:] if base else b.key
+
+
+def resolve(root: str, path: str) -> str:
+    """A path a table's metadata names (relative to ``root``, or absolute: a URI or an absolute local path) as
+    a full URI (a local path for a local root)."""
+    if "://" in path:
+        loc = parse(path)
+        return loc.uri() if loc.kind != "local" else loc.key
+    if os.path.isabs(path):
+        return path
+    return join(root, path)

@@ -17,6 +17,7 @@ from msgstream_spark.mirror.collapse import OP
 from msgstream_spark.mirror.formats.lock import writer_lock
 from msgstream_spark.mirror.order import SEQ, snapshot_seq_array
 from msgstream_spark.mirror.snapshot.handover import snapshot_ts, take_positions
+from msgstream_spark.mirror.store import open_store, uri
 from msgstream_spark.mirror.trust.milvus_side import MilvusSide
 from msgstream_spark.mirror.trust.pinned import PinnedTable
 from msgstream_spark.mirror.trust.verify import (
@@ -125,8 +126,9 @@ def run_verify(table, milvus: MilvusSide, log_: Log, *, checkpoint: str | None, 
     return Result(errors, flux, summary)
 
 
-def write_report(result: Result, location: str, run_id: str) -> None:
-    """Append the report's keys (kind, pk as text, run id, time) to a Delta table at ``location``."""
+def write_report(result: Result, location: str, run_id: str, storage_options: dict | None = None) -> None:
+    """Append the report's keys (kind, pk as text, run id, time) to a Delta table at ``location`` (a path or a
+    URI; ``storage_options`` over the environment's settings, as for the mirrored table)."""
     import deltalake
 
     rows = [*result.problems, *result.in_flux]
@@ -139,7 +141,8 @@ def write_report(result: Result, location: str, run_id: str) -> None:
     if not rows:  # a clean run is recorded too: one row of kind "none"
         t = pa.table({"run_id": [run_id], "kind": ["none"], "pk": pa.array([None], pa.string()),
                       "equal": [True], "checked_at_ms": pa.array([now], pa.int64())})
-    deltalake.write_deltalake(location, t, mode="append")
+    store = open_store(location, storage_options)
+    deltalake.write_deltalake(uri.parse(location).uri(), t, mode="append", storage_options=store.storage_options())
 
 
 def _changes(rows: pa.Table, op: str) -> pa.Table:
@@ -175,7 +178,7 @@ def replace_rows(table, keys: pa.Array, rows: pa.Table, *, query_id: str, batch_
     ``_seq``, and ``rows`` written as a new data file, kept whatever their ``_ts`` (no snapshot-time filter). Under
     the table's writer lock from the lookup to the commit, so no other commit of this library comes between."""
     spec = dataclasses.replace(table.write_spec(), snapshot_ts=None)
-    with writer_lock(table.location, f"the repair's commit (batch {batch_id})"):
+    with writer_lock(table.store, table.location, f"the repair's commit (batch {batch_id})") as hold:
         done = table.last_batch(query_id)
         if done is not None and done >= batch_id:
             return None
@@ -184,12 +187,14 @@ def replace_rows(table, keys: pa.Array, rows: pa.Table, *, query_id: str, batch_
         try:
             if rows.num_rows:
                 w.add(_changes(rows, "insert"))
-            adds = sorted(p for p, n in w.written().items() if n)
-        finally:
-            w.close()
+        except BaseException:
+            w.abort()
+            raise
+        adds = sorted(f.path for f in w.close() if f.rows)
         deletes: dict[str, np.ndarray] = {}
         for path in pc.unique(matches.column(FILE)).to_pylist():
             pos = matches.filter(pc.equal(matches.column(FILE), path)).column(POS)
             deletes[path] = np.unique(pos.to_numpy().astype(np.uint64))
         plan = Plan(adds, deletes, len(keys))
+        hold.check()
         return plan if table.commit(plan, query_id=query_id, batch_id=batch_id) else None

@@ -31,7 +31,7 @@ def lookup_local(table: Any, keys: pa.Array, files: LiveFiles | None = None) -> 
     ``files`` (default: the table's live files now)."""
     spec_type = table.schema.field(table.pk).type
     files = prune(table.live_files() if files is None else files, keys)
-    parts = [lookup_file(f, table.pk, keys, spec_type) for f in files]
+    parts = [lookup_file(f, table.pk, keys, spec_type, table.store) for f in files]
     return pa.concat_tables(parts) if parts else match_schema(spec_type).empty_table()
 
 
@@ -41,9 +41,7 @@ def finish(table: Any, narrow: pa.Table, matches: pa.Table, *, query_id: str, ba
     with the commit, e.g. the batch's watermark; ``base``: the table version ``matches`` were read at, the
     commit is refused if the table moved since); None if the batch is already in the table."""
     check_narrow_collection(narrow, _collection_id(table), table.location, table.collection)
-    p = plan(narrow, matches, base)
-    with writer_lock(table.location, f"the commit of batch {batch_id}"):
-        return p if table.commit(p, query_id=query_id, batch_id=batch_id, commit_info=commit_info) else None
+    return _commit(table, plan(narrow, matches, base), query_id, batch_id, commit_info)
 
 
 def commit_plan(table: Any, p: Plan, collections: set[int], *, query_id: str, batch_id: int,
@@ -52,7 +50,14 @@ def commit_plan(table: Any, p: Plan, collections: set[int], *, query_id: str, ba
     table's); None if the batch is already in the table. MirrorError, nothing committed, if the table moved
     since the plan's lookup read it (``p.base``)."""
     check_collections(collections, _collection_id(table), table.location, table.collection)
-    with writer_lock(table.location, f"the commit of batch {batch_id}"):
+    return _commit(table, p, query_id, batch_id, commit_info)
+
+
+def _commit(table: Any, p: Plan, query_id: str, batch_id: int, commit_info: dict[str, str] | None) -> Plan | None:
+    """The plan committed under the table's writer lease, checked right before the commit publishes (a writer
+    that lost its lease commits nothing)."""
+    with writer_lock(table.store, table.location, f"the commit of batch {batch_id}") as hold:
+        hold.check()
         return p if table.commit(p, query_id=query_id, batch_id=batch_id, commit_info=commit_info) else None
 
 

@@ -23,6 +23,14 @@ more); anything else is logged at warning level naming the file and the index is
 from. It is written whole to a temporary file, fsync'd, renamed into place, and the directory fsync'd: a
 crash leaves the old state or the whole new file, and a file that came back with stale pages (a crash
 before an fsync of an earlier release's side file) fails its checksum.
+
+Side files live in the table's store beside their data files. A writing task writes one with each data file
+it closes (it has the keys in hand); a data file written by someone else (the snapshot, delta-rs's optimize)
+gets one at its first lookup. On a local store a side file is memory-mapped; on an object store a lookup
+fetches the header once per process, then only the blocks that hold the keys it searches (the descriptor
+lists each keys block's first key), then the blocks of their positions and ``_seq``: a batch's bytes grow
+with the blocks its keys touch, not with the table. Fetched blocks are verified and kept in a local disk
+cache of the executor (:mod:`.keycache`, bounded in bytes, valid across batches: a side file never changes).
 """
 
 from __future__ import annotations
@@ -31,16 +39,16 @@ import json
 import logging
 import os
 import struct
-import uuid
 import zlib
 from collections import OrderedDict
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.parquet as pq
 
-from msgstream_spark.mirror.formats.delta.log import fsync_path
 from msgstream_spark.mirror.order import SEQ, SEQ_TYPE
+from msgstream_spark.mirror.store import Store, StoreError, store_for, uri
+from msgstream_spark.mirror.write.files import footer, read_parquet
+from msgstream_spark.mirror.write.keycache import DamagedIndex, RemoteIndex
 
 log = logging.getLogger(__name__)
 
@@ -52,9 +60,9 @@ _ARRAYS = (("keys", "<i8", 1), ("pos", "<i8", 1), ("seq", "<u8", 2))  # name, dt
 
 
 def side_path(data_path: str) -> str:
-    """Where the side file of data file ``data_path`` lives."""
-    d, name = os.path.split(data_path)
-    return os.path.join(d, KEYS_DIR, name + ".keys")
+    """Where the side file of data file ``data_path`` (a URI or a local path) lives."""
+    d, name = data_path.rsplit("/", 1) if "://" in data_path else os.path.split(data_path)
+    return uri.join(d, KEYS_DIR, name + ".keys")
 
 
 def indexable(key_type: pa.DataType) -> bool:
@@ -76,32 +84,18 @@ class KeyIndex:
         order = np.argsort(keys, kind="stable")
         return cls(keys[order], order.astype(np.int64), raw.reshape(-1, 2)[order])
 
-    def save(self, path: str, data_file: str, data_size: int) -> None:
-        """Written whole to a temporary name, fsync'd, renamed, the directory fsync'd: a reader sees the old
-        state or the whole new file, also after a crash."""
-        os.makedirs(os.path.dirname(path), exist_ok=True)
-        head, payload = _encode(len(self.keys), os.path.basename(data_file), data_size,
+    def encode(self, data_file: str, data_size: int) -> bytes:
+        """The side file's bytes for data file ``data_file`` of ``data_size`` bytes."""
+        head, payload = _encode(len(self.keys), _name(data_file), data_size,
                                 [np.ascontiguousarray(a) for a in (self.keys, self.pos, self.seq)])
-        tmp = f"{path}.{uuid.uuid4().hex}.tmp"
-        try:
-            with open(tmp, "wb") as f:
-                f.write(head)
-                f.write(payload)
-                f.flush()
-                os.fsync(f.fileno())
-            os.replace(tmp, path)
-        except BaseException:
-            if os.path.exists(tmp):
-                os.unlink(tmp)
-            raise
-        fsync_path(os.path.dirname(path))
+        return head + payload
 
     @classmethod
     def load(cls, path: str, data_file: str, num_rows: int, data_size: int) -> KeyIndex | None:
         """The side file memory-mapped, or None when it is missing or does not match the data file (``num_rows``
         rows, ``data_size`` bytes) or its checksums (logged: the caller rebuilds it)."""
         try:
-            got = _open_checked(path, os.path.basename(data_file), num_rows, data_size)
+            got = _open_checked(path, _name(data_file), num_rows, data_size)
         except (FileNotFoundError, NotADirectoryError):
             return None
         except (OSError, ValueError, KeyError, TypeError) as e:  # unreadable, or not what it says
@@ -127,11 +121,18 @@ class KeyIndex:
                 pa.Array.from_buffers(SEQ_TYPE, total, [None, pa.py_buffer(seq.tobytes())]))
 
 
+def _name(path: str) -> str:
+    return path.rsplit("/", 1)[-1] if "://" in path else os.path.basename(path)
+
+
 def _encode(rows: int, data_name: str, data_size: int, arrays: list[np.ndarray]) -> tuple[bytes, bytes]:
-    """(header with its padding, the arrays' bytes) of a side file."""
+    """(header with its padding, the arrays' bytes) of a side file. ``block_first_key``: the first key of each
+    block of the keys array (the arrays start at a block boundary): a ranged reader finds a key's block by it."""
     payload = b"".join(a.tobytes() for a in arrays)
+    per_block = BLOCK_BYTES // 8
     desc: dict = {"rows": rows, "data_file": data_name, "data_file_size": data_size, "block_bytes": BLOCK_BYTES,
-                  "block_crc32": [zlib.crc32(payload[i:i + BLOCK_BYTES]) for i in range(0, len(payload), BLOCK_BYTES)]}
+                  "block_crc32": [zlib.crc32(payload[i:i + BLOCK_BYTES]) for i in range(0, len(payload), BLOCK_BYTES)],
+                  "block_first_key": [int(k) for k in arrays[0][::per_block]]}
     start = 64
     while True:  # the arrays' offsets depend on the descriptor's length: grow the room until it fits
         at, desc["arrays"] = start, []
@@ -194,42 +195,79 @@ def _open_checked(path: str, data_name: str, num_rows: int, data_size: int) -> t
     return tuple(out)
 
 
-_OPEN: OrderedDict[tuple[str, int], KeyIndex] = OrderedDict()  # mapped side files of this process, newest last
-_OPEN_MAX = 512  # mappings kept (a data file never changes: a kept one stays right); a lookup task is reused
+_OPEN: OrderedDict[tuple[str, int], KeyIndex | RemoteIndex] = OrderedDict()  # this process's, newest last
+_OPEN_MAX = 512  # mapped indexes kept (a data file never changes: a kept one stays right); a lookup task is reused
+_REMOTE_MAX = 16384  # headers of indexes read by range kept (a few KB each: a table's files, not its rows)
 
 
-def key_index(path: str, pk: str, num_rows: int = 0) -> KeyIndex:
-    """The index of data file ``path``: its side file (when it matches the file's rows and size), else built
-    from the file (and its side file written)."""
-    pf = None
+def key_index(store: Store, path: str, pk: str, num_rows: int = 0, size: int = 0) -> KeyIndex | RemoteIndex:
+    """The index of data file ``path``: its side file (when it matches the file's rows and size; mapped on a
+    local store, read by range on an object store), else built from the file's key and ``_seq`` columns (and
+    its side file written)."""
+    if size <= 0:
+        meta = store.head(path)
+        if meta is None:
+            raise StoreError(f"data file {path} is gone from the table's store (removed by another writer?)")
+        size = meta.size
     if num_rows <= 0:
-        pf = pq.ParquetFile(path)
-        num_rows = pf.metadata.num_rows
+        num_rows = footer(store, path, size)[1].num_rows
     got = _OPEN.get((path, num_rows))
     if got is not None:
         _OPEN.move_to_end((path, num_rows))
         return got
-    size = os.path.getsize(path)
-    got = KeyIndex.load(side_path(path), path, num_rows, size)
+    got = _load(store, path, num_rows, size)
     if got is None:
-        pf = pf or pq.ParquetFile(path)
-        t = pf.read(columns=[pk, SEQ])
+        t = read_parquet(store, path, [pk, SEQ])
         got = KeyIndex.build(t.column(pk), t.column(SEQ).cast(SEQ_TYPE))
-        try:
-            got.save(side_path(path), path, size)
-        except OSError as e:  # a cache: the lookup is right without it, only slower next time
-            log.warning("could not write the key index of %s (%s): the next lookup reads the file again", path, e)
+        save_index(store, path, size, got)
+        if store.kind != "local":
+            return got  # held for this lookup only: later ones read the side file by range
     _OPEN[(path, num_rows)] = got
-    while len(_OPEN) > _OPEN_MAX:
+    while len(_OPEN) > (_REMOTE_MAX if isinstance(got, RemoteIndex) else _OPEN_MAX):
         _OPEN.popitem(last=False)
     return got
 
 
-def remove_side_file(data_path: str) -> None:
+def find_keys(store: Store, path: str, pk: str, num_rows: int, size: int,
+              want: np.ndarray) -> tuple[np.ndarray, np.ndarray, pa.Array]:
+    """``key_index(...).find(want)``; a side file found damaged while it is read by range is logged, rebuilt
+    from the data file and searched again."""
+    idx = key_index(store, path, pk, num_rows, size)
+    try:
+        return idx.find(want)
+    except DamagedIndex as e:
+        log.warning("the key index %s does not match its data file %s (%s): rebuilding it from the data file",
+                    side_path(path), path, e)
+        _OPEN.pop((path, idx.rows), None)
+        t = read_parquet(store, path, [pk, SEQ])
+        built = KeyIndex.build(t.column(pk), t.column(SEQ).cast(SEQ_TYPE))
+        save_index(store, path, idx.desc["data_file_size"], built)
+        return built.find(want)
+
+
+def _load(store: Store, path: str, num_rows: int, size: int) -> KeyIndex | RemoteIndex | None:
+    side = side_path(path)
+    if store.kind == "local":
+        return KeyIndex.load(uri.parse(side).key, path, num_rows, size)
+    try:
+        return RemoteIndex.open(store, side, _name(path), num_rows, size, _ARRAYS)
+    except ValueError as e:
+        log.warning("the key index %s does not match its data file %s (%s): rebuilding it from the data file",
+                    side, path, e)
+        return None
+
+
+def save_index(store: Store, data_path: str, data_size: int, index: KeyIndex) -> None:
+    """Write the side file of ``data_path`` (one put: readers see none or all of it); a failure is logged (a
+    cache: the lookup is right without it, only slower next time)."""
+    try:
+        store.put(side_path(data_path), index.encode(data_path, data_size))
+    except (OSError, StoreError) as e:
+        log.warning("could not write the key index of %s (%s): the next lookup reads the file again", data_path, e)
+
+
+def remove_side_file(data_path: str, store: Store | None = None) -> None:
     """Delete the side file of a data file being removed (none: nothing to do)."""
     for k in [k for k in _OPEN if k[0] == data_path]:
         del _OPEN[k]
-    try:
-        os.unlink(side_path(data_path))
-    except FileNotFoundError:
-        pass
+    (store if store is not None else store_for(data_path)).delete(side_path(data_path))

@@ -18,13 +18,14 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import re
 from urllib.parse import unquote
 
+import pyarrow as pa
 import pyarrow.parquet as pq
 
-from msgstream_spark.mirror.formats.delta.log import checkpoint_parts
+from msgstream_spark.mirror.formats.delta.log import checkpoint_parts, log_uri
+from msgstream_spark.mirror.store import NotFound, Store
 
 log = logging.getLogger(__name__)
 
@@ -43,27 +44,27 @@ def interval_ms(text: str | None) -> int:
     return int(int(m.group(1)) * _UNIT_MS[m.group(2)])
 
 
-def _commit(log_dir: str, version: int) -> tuple[int, list[dict]] | None:
+def _commit(store: Store, root: str, version: int) -> tuple[int, list[dict]] | None:
     """(commit time in ms, remove actions) of the commit file ``version``; None when it is not there."""
-    path = os.path.join(log_dir, f"{version:020d}.json")
     try:
-        with open(path) as f:
-            actions = [json.loads(line) for line in f.read().splitlines() if line.strip()]
-        mtime = int(os.path.getmtime(path) * 1000)
-    except FileNotFoundError:
+        data, meta = store.get(log_uri(root, f"{version:020d}.json"))
+    except NotFound:
         return None
+    actions = [json.loads(line) for line in data.decode().splitlines() if line.strip()]
+    mtime = int(meta.mtime * 1000)
     ts = next((int(a["commitInfo"]["timestamp"]) for a in actions
                if "commitInfo" in a and a["commitInfo"].get("timestamp") is not None), mtime)
     return ts, [{**a["remove"], "deletionTimestamp": a["remove"].get("deletionTimestamp") or ts}
                 for a in actions if "remove" in a]
 
 
-def _checkpoint_removes(log_dir: str, names: list[str]) -> list[dict]:
+def _checkpoint_removes(store: Store, root: str, names: list[str]) -> list[dict]:
     out = []
     for name in names:
-        path = os.path.join(log_dir, name)
-        t = pq.read_table(path, columns=["remove"]) if "remove" in pq.read_schema(path).names else None
-        mtime = int(os.path.getmtime(path) * 1000)
+        data, meta = store.get(log_uri(root, name))
+        pf = pq.ParquetFile(pa.BufferReader(data))
+        t = pf.read(columns=["remove"]) if "remove" in pf.schema_arrow.names else None
+        mtime = int(meta.mtime * 1000)
         for r in t.column("remove").to_pylist() if t is not None else []:
             if r is not None:
                 dv = {k: v for k, v in (r.get("deletionVector") or {}).items() if v is not None}
@@ -72,20 +73,20 @@ def _checkpoint_removes(log_dir: str, names: list[str]) -> list[dict]:
     return out
 
 
-def removed_after(location: str, cutoff_ms: int, tombstone_retention_ms: int, now_ms: int) -> list[dict]:
+def removed_after(store: Store, location: str, cutoff_ms: int, tombstone_retention_ms: int,
+                  now_ms: int) -> list[dict]:
     """The ``remove`` actions of the Delta table at ``location`` whose removal is later than ``cutoff_ms``
     (paths unquoted; ``deletionTimestamp`` filled from the commit's time when a writer left it out)."""
-    log_dir = os.path.join(location, "_delta_log")
-    version, names = checkpoint_parts(log_dir)
-    found = _checkpoint_removes(log_dir, names)
+    version, names = checkpoint_parts(store, location)
+    found = _checkpoint_removes(store, location, names)
     v = version + 1
-    while (got := _commit(log_dir, v)) is not None:
+    while (got := _commit(store, location, v)) is not None:
         found += got[1]
         v += 1
     if version >= 0 and now_ms - cutoff_ms > tombstone_retention_ms:
         v = version  # the checkpoint may have dropped tombstones the retention still covers
         while v >= 0:
-            got = _commit(log_dir, v)
+            got = _commit(store, location, v)
             if got is None:
                 log.warning("%s: Delta commit %d is gone (log cleanup), so vacuum cannot see what it removed; a "
                             "retention longer than %s keeps only what the checkpoint records", location, v,
