@@ -200,7 +200,7 @@ def test_catalog_flags_name_an_iceberg_catalog_for_every_command(tables, local_e
                       "--table-format", "delta"], capsys)
     assert code == 2 and "names an Iceberg table, but --table-format is delta" in err
     code, err = _run(["--config", cfg, "--collection", "c", "--table", "shelf.books", "--catalog", "lake"], capsys)
-    assert code == 2 and "give --checkpoint LOCATION" in err
+    assert code == 2 and "pass --checkpoint DIR" in err
     code, _, err = _cli(capsys, "mirror", "vacuum", "--table", "shelf.books", "--catalog", "lake", "--dry-run",
                         "--catalog-option", "uri=postgresql+psycopg2://me:pw-Secret-42@127.0.0.1:1/db")
     assert code == 1 and "Iceberg catalog 'lake'" in err and "pw-Secret-42" not in err

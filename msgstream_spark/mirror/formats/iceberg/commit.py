@@ -82,31 +82,45 @@ def commit_files(tx, tbl, *, adds: list, removes: set[str], properties: dict[str
 _TYPES: dict[str, type] = {}
 
 
+class _Manifests:
+    """What our producer adds to pyiceberg's: the transaction's metadata read once per attempt (pyiceberg rebuilds
+    it at every access: a deep copy, growing with the table's snapshots), and manifest writers of both kinds."""
+
+    def _meta(self):
+        if getattr(self, "_cached", None) is None:
+            self._cached = self._transaction.table_metadata
+        return self._cached
+
+    def _refresh_for_retry(self) -> None:
+        super()._refresh_for_retry()
+        self._cached = None
+
+    def schema(self):
+        return self._meta().schema()
+
+    def _writer(self, content):
+        from pyiceberg.manifest import ManifestContent, write_manifest
+
+        meta = self._meta()
+        if content == ManifestContent.DELETES:
+            return _delete_writer_type()(meta.spec(), meta.schema(), self.new_manifest_output(), self._snapshot_id,
+                                         self._compression)
+        return write_manifest(format_version=meta.format_version, spec=meta.spec(), schema=meta.schema(),
+                              output_file=self.new_manifest_output(), snapshot_id=self._snapshot_id,
+                              avro_compression=self._compression)
+
+
 def _producer_type() -> type:
     """Our snapshot producer (pyiceberg's, imported when first needed): its new manifests (data and deletes),
     the parent's manifests carried (``_carried``), fenced at ``want``, a ``replace`` summed up."""
     if "producer" in _TYPES:
         return _TYPES["producer"]
     from pyiceberg.exceptions import ValidationException
-    from pyiceberg.manifest import ManifestContent, ManifestEntry, ManifestEntryStatus, write_manifest
+    from pyiceberg.manifest import ManifestContent, ManifestEntry, ManifestEntryStatus
     from pyiceberg.table.snapshots import Operation, Summary
     from pyiceberg.table.update.snapshot import _SnapshotProducer
 
-    class Producer(_SnapshotProducer):  # commit_files sets adds, removes, want, what, location
-        def _meta(self):
-            """The transaction's metadata, read once per attempt: pyiceberg rebuilds it at every access (a deep
-            copy, growing with the table's snapshots)."""
-            if getattr(self, "_cached", None) is None:
-                self._cached = self._transaction.table_metadata
-            return self._cached
-
-        def _refresh_for_retry(self) -> None:
-            super()._refresh_for_retry()
-            self._cached = None
-
-        def schema(self):
-            return self._meta().schema()
-
+    class Producer(_Manifests, _SnapshotProducer):  # commit_files sets adds, removes, want, what, location
         def _validate_concurrency(self) -> None:
             """Based on ``want`` or refused (never rebased onto another writer's snapshot by a retry)."""
             got = NO_SNAPSHOT if self._parent_snapshot_id is None else self._parent_snapshot_id
@@ -129,15 +143,6 @@ def _producer_type() -> type:
 
         def _existing_manifests(self) -> list:
             return []
-
-        def _writer(self, content):
-            meta = self._meta()
-            if content == ManifestContent.DELETES:
-                return _delete_writer_type()(meta.spec(), meta.schema(), self.new_manifest_output(), self._snapshot_id,
-                                             self._compression)
-            return write_manifest(format_version=meta.format_version, spec=meta.spec(), schema=meta.schema(),
-                                  output_file=self.new_manifest_output(), snapshot_id=self._snapshot_id,
-                                  avro_compression=self._compression)
 
         def _manifests(self) -> list:
             out = []

@@ -24,6 +24,7 @@ import pyarrow.parquet as pq
 
 from msgstream_spark.mirror.formats.iceberg.catalog import manifest_uri
 from msgstream_spark.mirror.store import Store, uri
+from msgstream_spark.mirror.write.files import footer as parquet_footer
 
 FILE_PATH_ID = 2147483546
 POS_ID = 2147483545
@@ -75,7 +76,8 @@ def read_position_deletes(store: Store, path: str) -> dict[str, np.ndarray]:
 
 def data_file(store: Store, metadata, path: str):
     """The manifest entry of a Parquet data file at ``path`` (a task's, a compaction's, a snapshot's): its
-    statistics from the footer (read by range through the store), its size from the store, the table's field
+    statistics from the footer (kept by this process's writer, else read by range through the store) and its
+    size, the table's field
     ids matched by id or (files written without them) by the table's name mapping."""
     from pyiceberg.io.pyarrow import (
         _check_pyarrow_schema_compatible,
@@ -85,9 +87,7 @@ def data_file(store: Store, metadata, path: str):
     )
     from pyiceberg.manifest import DataFile, DataFileContent, FileFormat
 
-    with store.open_input(path) as f:
-        size = f.size()
-        footer = pq.read_metadata(f)
+    size, footer = parquet_footer(store, path)
     schema = metadata.schema()
     _check_pyarrow_schema_compatible(schema, footer.schema.to_arrow_schema(), format_version=metadata.format_version)
     stats = data_file_statistics_from_parquet_metadata(

@@ -155,7 +155,7 @@ class IcebergMirrorTable(CatalogTable):
             raise MirrorError(f"table {self.location} is partitioned by {tbl.spec()}: the mirror writes tables "
                               "unpartitioned or with identity partitions only")
         return WriteSpec(schema, self.pk, uri.join(self.root, DATA_DIR), None if snap is None else int(snap),
-                         self.schema.field(self.pk).type, split)
+                         self.schema.field(self.pk).type, split, storage=dict(self.store.options))
 
     def live_files(self) -> LiveFiles:
         """The live data files with key bounds and deleted positions, from the current snapshot's manifests
@@ -194,8 +194,7 @@ class IcebergMirrorTable(CatalogTable):
                             None if lo is None else from_bytes(field.field_type, lo),
                             None if hi is None else from_bytes(field.field_type, hi),
                             np.unique(np.concatenate(gone)).astype(np.uint64) if gone else
-                            np.zeros(0, np.uint64), f.record_count, f.partition)
-            live.size = f.file_size_in_bytes
+                            np.zeros(0, np.uint64), f.record_count, f.partition, f.file_size_in_bytes)
             self._names[live.path] = f.file_path
             out.append(live)
         self._live = out
