@@ -58,7 +58,8 @@ def add_table_args(p: argparse.ArgumentParser, *, creates: bool = False, checkpo
     if checkpoint:
         p.add_argument("--checkpoint", metavar="DIR",
                        help="the mirror job's checkpoint, a directory on the driver's disk (default for a local "
-                            "table: <table>_checkpoint; required for a table in object storage)")
+                            "table: <table>_checkpoint; required for a table in object storage or named "
+                            "namespace.table)")
 
 
 def resolve_table_format(args: argparse.Namespace, *, create: bool = False) -> str:
@@ -104,6 +105,8 @@ def _catalog_args(args: argparse.Namespace) -> list[str]:
     """The catalog flags given (each Iceberg's only)."""
     return [flag for flag, dest in (("--catalog-uri", "catalog_uri"), ("--catalog", "catalog"),
                                     ("--catalog-option", "catalog_option")) if getattr(args, dest, None)]
+
+
 def storage_options(args: argparse.Namespace) -> dict[str, str] | None:
     """The ``--storage-option`` pairs (None: none given)."""
     return parse_kv(getattr(args, "storage_option", None), "--storage-option") or None
