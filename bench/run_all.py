@@ -40,8 +40,8 @@ SCRIPTS = [
     "bench.bench_iceberg_catalog",
 ]
 
-# Sizes per script: "full" is what the README's figures come from (about 15-20 minutes on 2 cores, of them
-# ~6 for bench_mirror_scale and ~5 for bench_mirror_driver).
+# Sizes per script: "full" is what the README's figures come from (about 25-30 minutes on 2 cores, of them
+# ~6 for bench_mirror_scale, ~5 for bench_mirror_driver, ~6 each for bench_snapshot and bench_storage_snapshot).
 SIZES = {
     "full": {"bench.bench_spark_read": {"rows": 300_000, "mem_rows": 0, "kafka": True},
              "bench.bench_spark_write": {"rows": 50_000},
@@ -51,8 +51,8 @@ SIZES = {
              "bench.bench_read_shape": {"plan_rows": [100_000, 1_000_000, 10_000_000], "rows": 1_000_000,
                                         "split_rows": 2_000_000},
              "bench.bench_mirror": {"rows": 1_000_000, "snapshot_rows": 200_000},
-             "bench.bench_storage_snapshot": {"sizes": (20_000, 200_000)},
-             "bench.bench_snapshot": {"rows8": 200_000, "rows768": 20_000},
+             "bench.bench_storage_snapshot": {"sizes": (200_000, 2_000_000)},
+             "bench.bench_snapshot": {"rows128": 200_000, "rows768": 20_000},
              # #27's sizes: a 10k-change batch into 1M vs 8M rows x 64-d (Delta ~2 min on 2 cores)
              "bench.bench_mirror_scale": {"small": 1_000_000},
              "bench.bench_mirror_driver": {"rows": 1_000_000, "dim": 768},
@@ -68,8 +68,8 @@ SIZES = {
               "bench.bench_read_shape": {"plan_rows": [100_000, 1_000_000], "rows": 200_000, "split_rows": 400_000,
                                          "reps": 3},
               "bench.bench_mirror": {"rows": 100_000, "snapshot_rows": 50_000},
-              "bench.bench_storage_snapshot": {"sizes": (5_000, 50_000)},
-              "bench.bench_snapshot": {"rows8": 50_000, "rows768": 5_000},
+              "bench.bench_storage_snapshot": {"sizes": (20_000, 200_000)},
+              "bench.bench_snapshot": {"rows128": 50_000, "rows768": 5_000, "reps": 2},
               "bench.bench_mirror_scale": {"small": 50_000, "updates_table": 50_000, "update_batches": 20},
               "bench.bench_mirror_driver": {"rows": 100_000, "dim": 768},
               "bench.bench_freshness": {"small": 1_000, "large": 400_000, "samples": 8},

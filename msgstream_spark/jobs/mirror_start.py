@@ -23,6 +23,7 @@ import json
 import logging
 import os
 import re
+import time
 import uuid
 from dataclasses import dataclass, field
 from dataclasses import replace as replace_target
@@ -194,13 +195,14 @@ def _committed(args, pk: str, s: int) -> bool:
 
 
 def _plan(cfg, args, info, s: int, tasks: int):
-    """(where the tasks query, pinned at S when the server pins iterator reads; the ranges; bytes per row)."""
+    """(where the tasks query: at least at S, pinned at S when the server pins iterator reads; the ranges;
+    bytes per row; the plan's Query calls)."""
     from msgstream_spark.mirror.snapshot.handover import collection_partitions, probe_pin, query_target
     from msgstream_spark.mirror.snapshot.query.reader import plan_ranges, row_bytes
     from msgstream_spark.mirror.snapshot.query.rpc import Querier
 
     parts = collection_partitions(cfg, info, args.collection)
-    qt = query_target(cfg, info, args.collection)
+    qt = replace_target(query_target(cfg, info, args.collection), floor_ts=s)
     q = Querier(qt)
     try:
         if s > 0 and probe_pin(q, info):
@@ -209,27 +211,15 @@ def _plan(cfg, args, info, s: int, tasks: int):
         width = row_bytes(q, info.pk, info.pk_is_string, ranges[0]) if ranges else 0
     finally:
         q.close()
-    return qt, ranges, width
+    return qt, ranges, width, q.calls
 
 
-def _snapshot(spark, args, cfg, table, schema, pk: str, replace: bool = False) -> Start:
-    if getattr(args, "snapshot_source", "query") == "storage":  # no loaded collection needed
-        return _from_storage(spark, args, cfg, table, schema, pk, replace)
-    from msgstream_spark.mirror.snapshot.handover import (
-        check_same_collection,
-        describe,
-        milvus_target,
-        snapshot_ts,
-        starting_positions,
-        take_positions,
-    )
-    from msgstream_spark.mirror.snapshot.query.reader import RangeReader
-    from msgstream_spark.mirror.table import table_schema
-    from msgstream_spark.spark.snapshot import remove_dir, write_snapshot
+def _positions(args, cfg, table, target, pk: str):
+    """The collection checked against the stream, then the positions and S: (info, positions, S)."""
+    from msgstream_spark.mirror.snapshot.handover import describe, snapshot_ts, take_positions
     from msgstream_spark.stream.factory import Factory
 
-    target = milvus_target(cfg, args.collection)
-    info = describe(target)
+    info = describe(target, count=False)  # the plan counts the rows (at S, not at the proxy's "now")
     if info.pk != pk:
         raise MirrorError(f"collection {args.collection!r}: Milvus names primary key {info.pk!r}, the stream's schema "
                           f"{pk!r} (is the config's log the cluster at milvus.address={target.address}?)")
@@ -240,16 +230,33 @@ def _snapshot(spark, args, cfg, table, schema, pk: str, replace: bool = False) -
     table.collection_id = info.collection_id
     with Factory(cfg).client() as client:  # 1. positions, 2. S: before any row is read
         positions = take_positions(client, _channels(client, args, cfg))
-    s = snapshot_ts(positions)
-    qt, ranges, width = _plan(cfg, args, info, s, args.snapshot_tasks or spark.sparkContext.defaultParallelism)
+    return info, positions, snapshot_ts(positions)
+
+
+def _snapshot(spark, args, cfg, table, schema, pk: str, replace: bool = False) -> Start:
+    if getattr(args, "snapshot_source", "query") == "storage":  # no loaded collection needed
+        return _from_storage(spark, args, cfg, table, schema, pk, replace)
+    from msgstream_spark.mirror.snapshot.handover import check_same_collection, milvus_target, starting_positions
+    from msgstream_spark.mirror.snapshot.query.reader import RangeReader
+    from msgstream_spark.mirror.table import table_schema
+    from msgstream_spark.spark.snapshot import WarmWorkers, remove_dir, write_snapshot
+
+    target = milvus_target(cfg, args.collection)
+    with WarmWorkers(spark):  # the read's Python workers start while the driver takes the positions
+        info, positions, s = _positions(args, cfg, table, target, pk)
+    t0 = time.monotonic()  # then Milvus's work, plan and read, with nothing of Spark's start between
+    qt, ranges, width, calls = _plan(cfg, args, info, s, args.snapshot_tasks or spark.sparkContext.defaultParallelism)
+    plan_s = time.monotonic() - t0
     pinned = qt.pin_ts > 0
     read = "exactly at S (pinned iterator reads)" if pinned else "at least at S (this Milvus does not pin reads)"
-    log.info("snapshot of %s: S=%d, %d rows, %d range(s), rows read %s, positions %s", args.collection, s,
-             info.row_count, len(ranges), read, {ch: (p.timestamp if p else None) for ch, p in positions.items()})
+    total = sum(max(0, r.rows) for r in ranges)
+    log.info("snapshot of %s: S=%d, %d rows, %d range(s) planned with %d Query calls in %.2f s, rows read %s, "
+             "positions %s", args.collection, s, total, len(ranges), calls, plan_s, read,
+             {ch: (p.timestamp if p else None) for ch, p in positions.items()})
     out = table.store.join(f"snapshot-{s}-{uuid.uuid4().hex[:8]}")
     reader = RangeReader(qt, info.pk, info.pk_is_string, table_schema(schema, pk), s,
                          answer_bytes=int(args.snapshot_answer_mb * (1 << 20)), row_bytes=width or 1024)
-    files = write_snapshot(spark, reader, ranges, out, info.row_count, args.progress_interval, table.store)
+    files = write_snapshot(spark, reader, ranges, out, total, args.progress_interval, table.store)
     check_same_collection(target, info)
     starting = starting_positions(positions)
     props = {START_PROPERTY: starting, S_PROPERTY: str(s)}
@@ -264,8 +271,8 @@ def _snapshot(spark, args, cfg, table, schema, pk: str, replace: bool = False) -
         raise
     return Start(table, starting, info.collection_id,
                  {"mode": "replaced" if replace else "initial", "S": s, "rows": files.rows, "read": read,
-                  "pinned": pinned, "files": len(files.files), "ranges": len(ranges),
-                  "positions": json.loads(starting)})
+                  "pinned": pinned, "files": len(files.files), "ranges": len(ranges), "plan_calls": calls,
+                  "plan_seconds": round(plan_s, 3), "read_calls": files.calls, "positions": json.loads(starting)})
 
 
 def _from_storage(spark, args, cfg, table, schema, pk: str, replace: bool) -> Start:

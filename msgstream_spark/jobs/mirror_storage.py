@@ -25,16 +25,18 @@ def storage_snapshot(spark, args, cfg, table, schema, pk: str, channels: list[st
     from msgstream_spark.mirror.snapshot.handover import milvus_target
     from msgstream_spark.mirror.snapshot.storage.snapshot import prepare, with_replans
     from msgstream_spark.mirror.table import table_schema
+    from msgstream_spark.spark.snapshot import WarmWorkers
     from msgstream_spark.spark.storage_snapshot import write_storage_snapshot
 
     target = milvus_target(cfg, args.collection)
 
     def attempt():
         mc = target.client()
-        try:
+        try:  # the tasks' Python workers start while Milvus flushes and the plan reads etcd
             if not mc.has_collection(args.collection):
                 raise MirrorError(f"collection {args.collection!r} does not exist in Milvus at {target.address}")
-            prep = prepare(cfg, mc, args.collection, table_schema(schema, pk), pk)
+            with WarmWorkers(spark):
+                prep = prepare(cfg, mc, args.collection, table_schema(schema, pk), pk)
         finally:
             mc.close()
         if table.collection_id is not None and table.collection_id != prep.collection_id:

@@ -1,11 +1,14 @@
-"""The snapshot of a collection as a Spark batch read, written as Parquet data files by the tasks.
+"""The snapshot of a collection as a Spark job whose tasks write the table's first Parquet files.
 
 One task per primary-key range (:func:`msgstream_spark.mirror.snapshot.query.reader.plan_ranges`); each task sends
-``Query`` itself for answer-sized pieces of its range and writes the Arrow batches of the table's columns
-(:class:`msgstream_spark.mirror.snapshot.query.reader.RangeReader`) as one Parquet file straight into the table's
-store (a local directory or an object store: no shared disk, no Hadoop file system). The driver gets only each
-file's path and row count from the tasks (never the rows); the summary's row count is theirs (a retried task's
-output is the successful attempt's; accumulators only feed the progress log: rows and answer bytes per second).
+``Query`` itself for answer-sized pieces of its range (``RangeReader``, several in flight) and writes their Arrow
+batches with pyarrow as one Parquet file straight into the table's store (a local directory or an object store: no
+shared disk, no Hadoop file system), with the snapshot's write options
+(:func:`msgstream_spark.mirror.write.files.snapshot_options`), as the storage route's tasks do: no row goes through
+the JVM (Spark's own writer converted every vector to rows, slower than Milvus serves them, and the reads waited for
+it). The driver gets only each file's path and row count from the tasks (never the rows); the summary's row count
+is theirs (a retried task's output is the successful attempt's; accumulators only feed the progress log, rows and
+answer bytes per second, and the summary's count of the tasks' ``Query`` calls).
 """
 
 from __future__ import annotations
@@ -23,8 +26,10 @@ from pyspark.sql import SparkSession
 from msgstream_spark.mirror.common import PARTITION
 from msgstream_spark.mirror.snapshot.query.ranges import PkRange
 from msgstream_spark.mirror.snapshot.query.reader import RangeReader, ReadStats
+from msgstream_spark.mirror.snapshot.storage.reader import StorageReader
 from msgstream_spark.mirror.store import Store, store_for, uri
-from msgstream_spark.mirror.write.files import ParquetOut, footer, read_parquet, remove_tree
+from msgstream_spark.mirror.write.files import ParquetOut, footer, read_parquet, remove_tree, snapshot_options
+from msgstream_spark.mq.milvus.connection import pb_modules
 
 log = logging.getLogger(__name__)
 FILES_SCHEMA = "path string, rows long"
@@ -34,6 +39,7 @@ FILES_SCHEMA = "path string, rows long"
 class SnapshotFiles:
     files: list[str]
     rows: int
+    calls: int = 0  # the tasks' Query calls (from an accumulator: a retried task's calls count again)
 
 
 def spark_schema(schema: pa.Schema):
@@ -43,20 +49,22 @@ def spark_schema(schema: pa.Schema):
     return from_arrow_schema(schema)
 
 
-def _writer_fn(reader: RangeReader, ranges: list[PkRange], out_dir: str, store: Store, rows_acc, bytes_acc):
+def _writer_fn(reader: RangeReader, ranges: list[PkRange], out_dir: str, store: Store, accs):
     def write(batches):
         for b in batches:
             for i in b.column(0).to_pylist():
                 got = _write_range(reader, ranges[i], uri.join(out_dir, f"part-{i:05d}-{uuid.uuid4().hex[:8]}.parquet"),
-                                   store, rows_acc, bytes_acc)
+                                   store, accs)
                 if got:
                     yield pa.RecordBatch.from_pydict({"path": [got[0]], "rows": [got[1]]})
 
     return write
 
 
-def _write_range(reader: RangeReader, rng: PkRange, path: str, store: Store, rows_acc, bytes_acc):
-    """One range's rows as the Parquet file ``path`` (none for no rows); (path, rows) or None."""
+def _write_range(reader: RangeReader, rng: PkRange, path: str, store: Store, accs):
+    """One range's rows as the Parquet file ``path`` (none for no rows); (path, rows) or None. Progress and the
+    range's ``Query`` calls go into the accumulators ``accs`` (rows, answer bytes, calls)."""
+    rows_acc, bytes_acc, calls_acc = accs
     stats = ReadStats()
     done_rows = done_bytes = 0
     out = None
@@ -66,13 +74,54 @@ def _write_range(reader: RangeReader, rng: PkRange, path: str, store: Store, row
             bytes_acc.add(stats.bytes - done_bytes)
             done_rows, done_bytes = stats.rows, stats.bytes
             if batch.num_rows:
-                out = out or ParquetOut(store, path, reader.schema, reader.pk, compression="zstd")
+                out = out or ParquetOut(store, path, reader.schema, reader.pk, **snapshot_options(reader.schema))
                 out.write_batch(batch, row_group_size=128 * 1024)
+        calls_acc.add(stats.calls)
         return (path, out.close().rows) if out is not None else None
     except BaseException:
         if out is not None:
             out.abort()
         raise
+
+
+def _warm(batches):
+    """Import what a snapshot task imports: this module's imports (pyarrow, grpc, either route's reader) come
+    with the function; Milvus's protobuf modules load on first use."""
+    pb_modules()
+    ok = {RangeReader.__name__, StorageReader.__name__} == {"RangeReader", "StorageReader"}
+    for b in batches:
+        yield pa.RecordBatch.from_pydict({"ok": [ok] * b.num_rows})
+
+
+class WarmWorkers:
+    """A Spark job of one task per core, run in the background while the driver takes the positions, that
+    starts the Python workers the snapshot's tasks will be given and does their imports: Spark reuses idle
+    workers (``spark.python.worker.reuse``), so the read's tasks start querying at once instead of after a
+    worker start (11 s in a new session on a loaded 2-core machine, in the middle of Milvus's work: after the
+    plan's calls, before the reads'). Use as a context: leaving it waits for the job (bounded), so the plan
+    and the read follow each other and the warm-up never competes with the read for task slots; a failure is
+    logged, not raised (the read starts its own workers)."""
+
+    def __init__(self, spark: SparkSession, timeout: float = 120.0) -> None:
+        self.spark, self.timeout = spark, timeout
+        self._thread = threading.Thread(target=self._run, name="snapshot-warm-workers", daemon=True)
+
+    def _run(self) -> None:
+        try:
+            n = max(1, self.spark.sparkContext.defaultParallelism)
+            self.spark.range(0, n, 1, numPartitions=n).mapInArrow(_warm, "ok boolean").collect()
+        except Exception as exc:  # noqa: BLE001 - only a head start for the read, which starts workers itself
+            log.warning("snapshot: starting the Python workers ahead of the read failed (the read starts them): %s",
+                        exc)
+
+    def __enter__(self) -> WarmWorkers:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._thread.join(self.timeout)
+        if self._thread.is_alive():
+            log.warning("snapshot: the Python workers were not started within %.0f s; reading anyway", self.timeout)
 
 
 class _Progress:
@@ -120,15 +169,12 @@ def write_snapshot(spark: SparkSession, reader: RangeReader, ranges: list[PkRang
     from pyspark.sql.pandas.types import to_arrow_schema
 
     store = store if store is not None else store_for(out_dir)
-    sschema = spark_schema(reader.schema)
-    reader = replace(reader, schema=to_arrow_schema(sschema, timezone="UTC"))
-    rows_acc = spark.sparkContext.accumulator(0)
-    bytes_acc = spark.sparkContext.accumulator(0)
-    n = max(1, len(ranges))
-    ids = spark.range(0, len(ranges), 1, numPartitions=n).toDF("i")
-    df = ids.mapInArrow(_writer_fn(reader, ranges, out_dir, store, rows_acc, bytes_acc), FILES_SCHEMA)
+    reader = replace(reader, schema=to_arrow_schema(spark_schema(reader.schema), timezone="UTC"))
+    accs = tuple(spark.sparkContext.accumulator(0) for _ in range(3))  # rows, answer bytes, Query calls
+    ids = spark.range(0, len(ranges), 1, numPartitions=max(1, len(ranges))).toDF("i")
+    df = ids.mapInArrow(_writer_fn(reader, ranges, out_dir, store, accs), FILES_SCHEMA)
     try:
-        with _Progress(rows_acc, bytes_acc, total, progress_interval):
+        with _Progress(accs[0], accs[1], total, progress_interval):
             written = df.toArrow()
         paths, rows = written.column("path").to_pylist(), written.column("rows").to_pylist()
         # a retried task's lost attempt may have completed a file no result names: not the snapshot's
@@ -141,7 +187,7 @@ def write_snapshot(spark: SparkSession, reader: RangeReader, ranges: list[PkRang
         remove_dir(store, out_dir)  # a failed write leaves no files behind (one directory per retry otherwise)
         raise
     files = sorted(m.uri for m in store.list(out_dir))
-    return SnapshotFiles(files, sum(rows) - dropped)
+    return SnapshotFiles(files, sum(rows) - dropped, accs[2].value)
 
 
 def _keys_fn(files: list[str], store: Store, pk: str):
@@ -174,7 +220,7 @@ def _drop_losers(path: str, store: Store, pk: str, winners: pa.Table) -> int:
     if n:
         d, name = path.rsplit("/", 1)
         with ParquetOut(store, uri.join(d, f"{name.removesuffix('.parquet')}-keys.parquet"), t.schema, pk,
-                        compression="zstd") as out:
+                        **snapshot_options(t.schema)) as out:
             out.write_table(t.filter(pc.invert(lose)), row_group_size=128 * 1024)
             out.close()
         store.delete(path)

@@ -131,13 +131,14 @@ def _iceberg_copy(milvus_proxy, local_env, name: str, location: str) -> None:
     from msgstream_spark.mirror.snapshot.handover import MilvusTarget
     from msgstream_spark.mirror.trust.milvus_side import SdkMilvusSide
     from msgstream_spark.msg.schema import collection_arrow_schema
+    from tests.milvus_proxy.wal import tso_now
     from tests.mq_milvus.collection_log import collection_schema
 
     table = open_table("iceberg", location, collection=name, pk="pk", create=True,
                        arrow_schema=collection_arrow_schema(collection_schema()))
     side = SdkMilvusSide(local_env.config.with_overrides({"milvus.address": milvus_proxy.address}),
                          MilvusTarget(milvus_proxy.address, name))
-    rows = pa.Table.from_batches(list(side.scan(table.schema, 1)), schema=table.schema)
+    rows = pa.Table.from_batches(list(side.scan(table.schema, tso_now())), schema=table.schema)  # at least now
     assert rows.num_rows == 6
     apply_batch(table, rows.append_column("op", pa.array(["insert"] * rows.num_rows)), "pk", "copy", 0)
 

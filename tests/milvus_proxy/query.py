@@ -19,18 +19,27 @@ limit" and "partition name %s not found"; not against ``task_query.go`` line by 
   returned; a name the schema lacks fails ("field ... not exist");
 * ``limit`` and ``offset`` come as ``query_params``; without a limit an expression is required
   (empty expression with no limit and no ``count(*)``: "empty expression should be used with limit");
+  a ``limit`` query answers the smallest matching keys in key order (seen on the real 2.3.5 across sealed
+  and growing segments of two shards, with and without an expression: segcore's ``find_first`` walks the
+  key-ordered offsets, results merged by smallest key);
 * columns are ``FieldData`` of Milvus's types (Bool, Int8/16/32/64, Float, Double, VarChar, JSON,
   FloatVector, BinaryVector; nullable fields with ``valid_data``), ``QueryResults.output_fields``
   naming them;
 * ``partition_names`` limits a query to those partitions (an unknown name: "partition name ... not
   found"); ``ShowPartitions`` lists the model's partitions (name, id);
-* Strong consistency: a query sees every write done before it.
+* the time a query reads at is the oldest its consistency level lets Milvus read at (Milvus reads at the
+  query node's safe time once it has reached the request's guarantee timestamp, which the proxy sets per
+  level: ``parseGuaranteeTsFromConsistency``): Strong (and the collection's default, which the suite's
+  collections keep Strong) now, a write done before the query is seen; Session and Customized at the
+  request's ``guarantee_timestamp``; Bounded, Eventually, and Session or Customized without a timestamp,
+  ``GRACEFUL_MS`` before now (``common.gracefulTime``; checked on the real 2.3.5: a Bounded query right
+  after an insert returned does not see it, a Customized one with the insert's timestamp does).
 
-Simplified: every consistency level is Strong (the model has no lag); expressions are what the
-mirror's snapshot sends: comparisons ``field op literal`` (``<``, ``<=``, ``>``, ``>=``, ``==``,
-``!=``; integer or double-quoted string literals) joined by ``and`` / ``or`` (``and`` binding
-tighter), anything else fails with Milvus's "cannot parse expression" text; results come sorted by
-primary key (Milvus's order is by segment); a row's partition is set by the test (no partition-key
+Simplified: the model has no other lag; expressions are what the mirror's snapshot sends: comparisons
+``field op literal`` (``<``, ``<=``, ``>``, ``>=``, ``==``, ``!=``; integer or double-quoted string
+literals) joined by ``and`` / ``or`` (``and`` binding tighter), anything else fails with Milvus's "cannot
+parse expression" text; answers without a limit come sorted by primary key too (Milvus's order is then by
+segment; the snapshot does not depend on it); a row's partition is set by the test (no partition-key
 routing); no output of single dynamic keys.
 """
 
@@ -59,6 +68,10 @@ _SCALARS = {DT.Bool: "bool_data", DT.Int8: "int_data", DT.Int16: "int_data", DT.
             DT.Int64: "long_data", DT.Float: "float_data", DT.Double: "double_data", DT.VarChar: "string_data"}
 _ZERO = {"bool_data": False, "int_data": 0, "long_data": 0, "float_data": 0.0, "double_data": 0.0,
          "string_data": ""}
+
+
+GRACEFUL_MS = 5000
+STRONG, SESSION, BOUNDED, EVENTUALLY, CUSTOMIZED = 0, 1, 2, 3, 4  # common.ConsistencyLevel
 
 
 class QueryError(Exception):
@@ -298,6 +311,19 @@ def _in_order(hits: list[dict], pk: str, shards: int, limit: int | None) -> list
     return out
 
 
+def read_ts(request, iterator: bool) -> int | None:
+    """The Milvus time a query reads at (None: now, Strong), the oldest its level allows."""
+    g = int(request.guarantee_timestamp)
+    if iterator and g:
+        return g  # pinned: the proxy sets the MVCC time to the guarantee
+    level = STRONG if request.use_default_consistency else int(request.consistency_level)
+    if level == STRONG:
+        return None
+    if level in (SESSION, CUSTOMIZED) and g:
+        return g
+    return tso_now() - (GRACEFUL_MS << 18)
+
+
 def answer(model: CollectionModel, request, max_output_bytes: int = 0) -> Answer:
     """The columns, output field names and model version seen for a ``QueryRequest``, as Milvus answers:
     ``collection_id`` checked (``PreExecute``); with ``iterator`` and a ``guarantee_timestamp`` the rows
@@ -321,13 +347,12 @@ def answer(model: CollectionModel, request, max_output_bytes: int = 0) -> Answer
         raise QueryError(65535, f"partition name {unknown[0]} not found")
     parts = {named[n] for n in request.partition_names} or set(named.values())
     session_ts = 0
-    with model.lock:  # Strong: every write done before this query
+    with model.lock:  # every write done before this query, up to the time its level reads at
         version = model.version
-        if iterator and request.guarantee_timestamp:
-            rows = model.rows_at(int(request.guarantee_timestamp))
-        else:
-            rows = model.rows
-            session_ts = tso_now() if iterator else 0
+        at = read_ts(request, iterator)
+        rows = model.rows if at is None else model.rows_at(at)
+        if iterator and not request.guarantee_timestamp:
+            session_ts = tso_now() if at is None else at
         hits = [dict(r) for _, r in sorted(rows.items()) if r["_partition"] in parts and match(r)]
     if asked == [COUNT]:
         fd = schema_pb2.FieldData(type=DT.Int64, field_name=COUNT)

@@ -84,6 +84,10 @@ def test_one_row_per_key_across_a_unit_keeps_the_largest_seq():
     assert out[0].idx.tolist() == [0, 3] and out[0].ts.tolist() == [10, 11]
     same = [kept(1, [5, 6], [1, 1])]
     assert _one_per_key(same)[0] is same[0]  # no repeated key: nothing copied
+    unordered = [kept(1, [9, 5, 7], [1, 1, 1]), kept(2, [8, 6], [2, 2])]
+    assert [k.pks.to_pylist() for k in _one_per_key(unordered)] == [[9, 5, 7], [8, 6]]
+    again = [kept(1, [5, 6, 7], [1, 1, 1]), kept(2, [7, 8], [2, 2])]  # in order but for the repeated key
+    assert [k.pks.to_pylist() for k in _one_per_key(again)] == [[5, 6], [7, 8]]
 
 
 def test_an_empty_plan_still_has_one_task_for_the_empty_file():

@@ -81,7 +81,9 @@ def mirror_while_writing(spark, state, writer: Writer, cfg: str, table: Path, fm
         writer.stop()
     snap = first["snapshot"]
     assert snap["mode"] == "initial" and snap["rows"] >= 300
-    assert 2 <= snap["ranges"] <= 8  # about 3 tasks' shares, cut per partition (2) at key midpoints
+    assert 2 <= snap["ranges"] <= 8  # about 3 tasks' shares, cut per partition (2) where its keys are
+    assert snap["plan_calls"] <= snap["ranges"] + 10  # the partitions' counts, the probes, about one call a cut
+    assert snap["read_calls"] >= snap["ranges"]
     assert snap["pinned"] is True  # the proxy answers an iterator's session_ts: every range read at exactly S
     seen = [v for _, outs, v in state.queries if outs == ["*"]]  # the range reads' model versions
     assert len(set(seen)) > 1, "no write between the snapshot's range queries"

@@ -1,11 +1,11 @@
 """The initial snapshot of a collection: positions first, then S, then rows through Milvus's ``Query``.
 
 Spark-free. :func:`take_positions` records each channel's last message (id and Milvus time) *before*
-any row is read; S is the newest of those times. Every Strong query issued afterwards sees at least
-every write up to S (Milvus's proxy allocates the guarantee timestamp at the query, later than any
-message already in the log). The stream then starts after the positions, and the merge keeps the
-newest change per primary key with snapshot rows counting as changes at S: see "The handover" in
-the README for the argument.
+any row is read; S is the newest of those times. Every query of the snapshot then carries S as its
+``guarantee_timestamp`` (mirror/snapshot/query/rpc.py): Milvus's query node answers it at its own safe
+time, once that time has reached S, so every write up to S is seen. The stream then starts after the
+positions, and the merge keeps the newest change per primary key with snapshot rows counting as changes
+at S: see "The handover" in the README for the argument.
 
 Where Milvus pins iterator reads (:func:`probe_pin`: late 2.4, 2.5+), every range is read at exactly
 S instead (``iterator``, ``collection_id``, ``guarantee_timestamp=S``): the rows are the collection at S.
@@ -98,8 +98,9 @@ class CollectionInfo:
     partition_key: bool = False  # a partition-key collection: its partitions cannot be named in a query
 
 
-def describe(target: MilvusTarget, mc=None) -> CollectionInfo:
-    """The collection's id, key and fields, and its row count (a Strong ``count(*)``)."""
+def describe(target: MilvusTarget, mc=None, count: bool = True) -> CollectionInfo:
+    """The collection's id, key and fields, and its row count (a Strong ``count(*)``; -1 without ``count``,
+    when the caller counts at its own time)."""
     own = mc is None
     mc = mc or target.client()
     try:
@@ -108,17 +109,22 @@ def describe(target: MilvusTarget, mc=None) -> CollectionInfo:
         d = mc.describe_collection(target.collection)
         pkf = next(f for f in d["fields"] if f.get("is_primary"))
         names = tuple(f["name"] for f in d["fields"] if not f.get("is_dynamic"))
-        try:
-            got = mc.query(target.collection, "", output_fields=["count(*)"], consistency_level="Strong")
-        except Exception as exc:  # noqa: BLE001 - a collection not loaded answers with an error
-            raise MirrorError(f"cannot query collection {target.collection!r} at {target.address} for the "
-                              f"snapshot (is it loaded?): {exc}") from exc
+        rows = _row_count(target, mc) if count else -1
         return CollectionInfo(int(d["collection_id"]), pkf["name"], pkf["type"] == DataType.VARCHAR, names,
-                              bool(d.get("enable_dynamic_field")), int(got[0]["count(*)"]),
+                              bool(d.get("enable_dynamic_field")), rows,
                               any(f.get("is_partition_key") for f in d["fields"]))
     finally:
         if own:
             mc.close()
+
+
+def _row_count(target: MilvusTarget, mc) -> int:
+    try:
+        got = mc.query(target.collection, "", output_fields=["count(*)"], consistency_level="Strong")
+    except Exception as exc:  # noqa: BLE001 - a collection not loaded answers with an error
+        raise MirrorError(f"cannot query collection {target.collection!r} at {target.address} for the "
+                          f"snapshot (is it loaded?): {exc}") from exc
+    return int(got[0]["count(*)"])
 
 
 # -- positions, then S --------------------------------------------------------------------------

@@ -3,12 +3,14 @@
 The narrow interface :class:`MilvusSide` is all :mod:`msgstream_spark.mirror.trust.verify` needs, so the reader
 behind it can change (today the snapshot's own ``Query`` calls per primary-key range, decoded column-wise
 by :class:`~msgstream_spark.mirror.snapshot.query.reader.RangeReader`:
-Strong, "at least S"; verify does not pin its reads).
+"at least S", every call carrying S as its ``guarantee_timestamp`` with consistency Customized as the
+snapshot's do, Strong when there is no S; verify does not pin its reads).
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator
+from dataclasses import replace
 from typing import Protocol
 
 import pyarrow as pa
@@ -24,7 +26,7 @@ from msgstream_spark.mirror.snapshot.handover import (
 from msgstream_spark.mirror.snapshot.query.answer import answer_batch
 from msgstream_spark.mirror.snapshot.query.ranges import string_literal
 from msgstream_spark.mirror.snapshot.query.reader import RangeReader, plan_ranges, row_bytes
-from msgstream_spark.mirror.snapshot.query.rpc import Querier
+from msgstream_spark.mirror.snapshot.query.rpc import Querier, QueryTarget
 
 META = "$meta"  # Milvus's dynamic field
 KEYS_PER_QUERY = 1000
@@ -45,7 +47,8 @@ class MilvusSide(Protocol):
 
 
 class SdkMilvusSide:
-    """:class:`MilvusSide` through the snapshot's queries: Strong, by primary-key range (and per partition)."""
+    """:class:`MilvusSide` through the snapshot's queries: at least at S (Customized, S as the guarantee timestamp;
+    Strong for S = 0), by primary-key range (and per partition)."""
 
     def __init__(self, config, target: MilvusTarget) -> None:
         self.target = target
@@ -62,19 +65,24 @@ class SdkMilvusSide:
         self.by_partition = self.partitions is not None
         self.query = query_target(config, self.info, target.collection)
 
+    def _at(self, s: int) -> QueryTarget:
+        """The queries' target reading at S or later (``floor_ts``; 0: Strong)."""
+        return replace(self.query, floor_ts=max(0, s))
+
     def scan(self, schema: pa.Schema, s: int) -> Iterator[pa.RecordBatch]:
-        q = Querier(self.query)
+        target = self._at(s)
+        q = Querier(target)
         try:
             ranges = plan_ranges(q, self.pk, self.info.pk_is_string, 1, self.partitions)
             width = row_bytes(q, self.pk, self.info.pk_is_string, ranges[0]) if ranges else 0
         finally:
             q.close()
-        yield from RangeReader(self.query, self.pk, self.info.pk_is_string, schema, s, row_bytes=width or 1024,
+        yield from RangeReader(target, self.pk, self.info.pk_is_string, schema, s, row_bytes=width or 1024,
                                in_flight=1).read(ranges)
 
     def rows_of(self, keys: list, schema: pa.Schema, s: int) -> pa.Table:
         lit = string_literal if self.info.pk_is_string else (lambda k: str(int(k)))
-        q = Querier(self.query)
+        q = Querier(self._at(s))
         batches = []
         try:
             parts = self.partitions or [(None, None)]

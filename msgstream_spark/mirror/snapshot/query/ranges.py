@@ -1,17 +1,14 @@
-"""Primary-key ranges of a snapshot: their expressions, their midpoints, and cutting them by row counts.
+"""Primary-key ranges of a snapshot: their expressions and their midpoints.
 
-Spark-free. A range is ``lo <= pk < hi`` (``pk > lo`` when ``after``), None open on that side. Ranges
-are cut by *value*: the midpoint of two Int64 bounds is their integer mean, of two VarChar bounds the
-mean of the strings read as numbers in base 0x10F801 (one digit per Unicode scalar value, 0 for "the
-string ended"), which keeps Milvus's order (UTF-8 bytes compare as code points). A piece whose
-``count(*)`` is above the rows wanted is cut at its midpoint, iteratively (an explicit stack, never
-recursion), so the plan needs no sample of keys: a ``limit`` query would give the smallest keys, not a
-sample (segcore's ``find_first``, merged by ``SelectMinPK``).
+Spark-free. A range is ``lo <= pk < hi`` (``pk > lo`` when ``after``), None open on that side. The
+midpoint of two Int64 bounds is their integer mean, of two VarChar bounds the mean of the strings read as
+numbers in base 0x10F801 (one digit per Unicode scalar value, 0 for "the string ended"), which keeps
+Milvus's order (UTF-8 bytes compare as code points): an answer refused as too large is read in halves, and
+the plan (mirror/snapshot/query/plan.py) bisects where its guesses keep landing on one side.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -127,56 +124,3 @@ def halves(rng: PkRange, is_string: bool) -> tuple[PkRange, PkRange] | None:
     if m is None:
         return None
     return replace(rng, hi=m, rows=-1), replace(rng, lo=m, after=False, rows=-1)
-
-
-# -- cutting by counts -------------------------------------------------------------------------------
-def cut_by_count(rng: PkRange, rows: int, max_rows: int, count: Callable[[PkRange], int],
-                 is_string: bool) -> Iterator[PkRange]:
-    """Pieces of ``rng`` (which held ``rows``) in key order, each holding at most ``max_rows`` (or one key
-    that cannot be cut); together they cover ``rng`` exactly. A cut counts its left half and estimates
-    the right one (the whole's count less the left's); an estimate above ``max_rows`` is counted before
-    it is cut (rows written or deleted meanwhile must not keep a piece cutting: VarChar keys can be cut
-    forever), so every cut is of a piece that really holds two keys or more."""
-    stack = [(replace(rng, rows=rows), True)]
-    while stack:
-        r, exact = stack.pop()
-        if r.rows > max_rows and not exact:
-            r = replace(r, rows=count(r))
-        cut = halves(r, is_string) if r.rows > max_rows else None
-        if cut is None:
-            yield r
-            continue
-        left, right = cut
-        n = count(left)
-        stack.append((replace(right, rows=max(0, r.rows - n)), False))
-        stack.append((replace(left, rows=n), True))
-
-
-def join_small(pieces: Iterator[PkRange], limit: int) -> Iterator[PkRange]:
-    """Adjacent pieces joined while together they hold at most ``limit`` rows: the cuts of an open range
-    leave empty pieces outside its keys, each of which would cost a query of its own."""
-    last = None
-    for p in pieces:
-        if (last is not None and last.partition == p.partition and last.hi == p.lo and not p.after
-                and last.rows + p.rows <= limit):
-            last = replace(last, hi=p.hi, rows=last.rows + p.rows)
-            continue
-        if last is not None:
-            yield last
-        last = p
-    if last is not None:
-        yield last
-
-
-def group(pieces: list[PkRange], want: int) -> list[PkRange]:
-    """Adjacent pieces (of one partition, in key order) joined into ranges of at least ``want`` rows (the
-    last of a partition may hold fewer): pieces of at most a quarter of ``want`` give at most 1.25 ``want``."""
-    out: list[PkRange] = []
-    for p in pieces:
-        last = out[-1] if out else None
-        if (last is not None and last.partition == p.partition and last.hi == p.lo and not p.after
-                and last.rows < want):
-            out[-1] = replace(last, hi=p.hi, rows=last.rows + p.rows)
-        else:
-            out.append(p)
-    return out

@@ -1,11 +1,11 @@
-"""The snapshot's read: ranges planned from counts, answers sized by bytes, decoded column by column.
+"""The snapshot's read: ranges planned where the keys are, answers sized by bytes, decoded column by column.
 
-Spark-free. The driver counts each partition (``count(*)``), cuts it at key midpoints until every piece
-holds at most a task's share, and joins adjacent pieces into about ``tasks`` ranges
-(:func:`plan_ranges`). A task cuts its range the same way into pieces of about ``answer_bytes`` (the
-row width measured on a first answer), reads each with one ``Query`` without ``limit`` (Milvus bounds
-such a query by ``maxOutputSize`` and the gRPC send size, not by the 16,384-row window), several in
-flight, and decodes each answer into a record batch (mirror/snapshot/query/answer.py). A piece Milvus refuses as too
+Spark-free. The driver counts each partition (``count(*)``) and cuts it into ranges of about a task's share
+of the rows (:func:`plan_ranges`, mirror/snapshot/query/plan.py: about one call a cut). A task cuts its range
+the same way into pieces of about ``answer_bytes`` (the row width measured on a first answer), each cut found
+while the pieces before it are read, reads each piece with one ``Query`` without ``limit`` (Milvus bounds such
+a query by ``maxOutputSize`` and the gRPC send size, not by the 16,384-row window), several in flight, and
+decodes each answer into a record batch (mirror/snapshot/query/answer.py). A piece Milvus refuses as too
 large is halved and read again; a piece that shrank or grew meanwhile is simply read as it is now.
 
 Pinned reads (``QueryTarget.pin_ts``): Milvus answers an iterator query in key order and stops merging
@@ -27,18 +27,14 @@ import pyarrow as pa
 
 from msgstream_spark.errors import MirrorError
 from msgstream_spark.mirror.snapshot.query.answer import answer_batch
-from msgstream_spark.mirror.snapshot.query.ranges import PkRange, cut_by_count, group, halves, join_small
+from msgstream_spark.mirror.snapshot.query.plan import KeyProbe, pieces
+from msgstream_spark.mirror.snapshot.query.ranges import PkRange, halves
 from msgstream_spark.mirror.snapshot.query.rpc import AnswerTooLarge, Querier, QueryTarget
 
 log = logging.getLogger(__name__)
 
 DEFAULT_ANSWER_BYTES = 16 << 20  # well under maxOutputSize (100 MiB) and the 2.3 template's 64 MiB send size
 DEFAULT_ROW_BYTES = 1024
-
-
-def count_of(q: Querier, pk: str, is_string: bool):
-    """``count(*)`` of a range, as :func:`cut_by_count` asks it."""
-    return lambda r: q.count(r.expr(pk, is_string), r.partition_names)
 
 
 def row_bytes(q: Querier, pk: str, is_string: bool, whole: PkRange, sample: int = 256) -> int:
@@ -52,13 +48,13 @@ def row_bytes(q: Querier, pk: str, is_string: bool, whole: PkRange, sample: int 
 def plan_ranges(q: Querier, pk: str, is_string: bool, tasks: int,
                 partitions: list[tuple[str, int]] | None = None) -> list[PkRange]:
     """About ``tasks`` ranges of about equal counts covering every key (of each partition when
-    ``partitions`` (name, id) is given: every partition gets at least one range)."""
+    ``partitions`` (name, id) is given: every partition gets at least one range). One ``count(*)`` per
+    partition, then about one call per cut (``q.calls`` counts them)."""
     wholes = [PkRange(partition=n, partition_id=i) for n, i in partitions] if partitions else [PkRange()]
-    counted = [replace(w, rows=q.count(w.expr(pk, is_string), w.partition_names)) for w in wholes]
-    want = max(1, -(-sum(w.rows for w in counted) // max(1, tasks)))
-    count = count_of(q, pk, is_string)
-    pieces = [p for w in counted for p in cut_by_count(w, w.rows, max(1, want // 4), count, is_string)]
-    return group(pieces, want)
+    probe = KeyProbe(q, pk, is_string)
+    counted = [(w, probe.count(w)) for w in wholes]
+    want = max(1, -(-sum(n for _, n in counted) // max(1, tasks)))
+    return [p for w, n in counted for p in pieces(probe, w, want, is_string, n)]
 
 
 def _rows(resp: Any, pk: str) -> int:
@@ -76,16 +72,18 @@ def _last_key(resp: Any, pk: str) -> Any:
 
 @dataclass
 class ReadStats:
-    """Rows and answer bytes read so far (for progress; thread-safe)."""
+    """Rows and answer bytes read so far, and the ``Query`` calls of finished reads (thread-safe)."""
 
     rows: int = 0
     bytes: int = 0
+    calls: int = 0
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
-    def add(self, rows: int, nbytes: int) -> None:
+    def add(self, rows: int, nbytes: int, calls: int = 0) -> None:
         with self._lock:
             self.rows += rows
             self.bytes += nbytes
+            self.calls += calls
 
 
 @dataclass
@@ -117,15 +115,15 @@ class RangeReader:
                 while window:
                     yield from window.popleft().result()
         finally:
+            stats.add(0, 0, q.calls)
             q.close()
 
     def _pieces(self, q: Querier, ranges: list[PkRange]) -> Iterator[PkRange]:
-        """Each range cut into pieces of about ``answer_bytes`` (counted as they are cut)."""
-        count = count_of(q, self.pk, self.pk_is_string)
+        """Each range cut into pieces of about ``answer_bytes``, each cut found as the read reaches it."""
+        probe = KeyProbe(q, self.pk, self.pk_is_string)
         per_answer = max(1, self.answer_bytes // max(1, self.row_bytes))
         for rng in ranges:
-            rows = rng.rows if rng.rows >= 0 else count(rng)
-            yield from join_small(cut_by_count(rng, rows, per_answer, count, self.pk_is_string), per_answer)
+            yield from pieces(probe, rng, per_answer, self.pk_is_string, rng.rows, tolerance=0.25)
 
     def _read_piece(self, q: Querier, piece: PkRange, stats: ReadStats) -> list[pa.RecordBatch]:
         """Every row of ``piece`` as batches: halved while Milvus refuses an answer as too large, read on

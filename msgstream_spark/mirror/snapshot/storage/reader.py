@@ -29,7 +29,7 @@ from msgstream_spark.mirror.snapshot.storage.convert import to_table_column
 from msgstream_spark.mirror.snapshot.storage.plan import TIMESTAMP, ReadTask, StoragePlan
 from msgstream_spark.mirror.snapshot.storage.units import Bounds, Unit
 from msgstream_spark.mirror.store import Store, store_for
-from msgstream_spark.mirror.write.files import ParquetOut
+from msgstream_spark.mirror.write.files import ParquetOut, snapshot_options
 from msgstream_spark.msg.dtypes import JSON
 
 META = "$meta"
@@ -196,7 +196,9 @@ def _one_per_key(kept: list[_Kept]) -> list[_Kept]:
         return kept
     keys = pa.concat_arrays([k.pks for k in kept])
     n = len(keys)
-    if n == 0 or pc.count_distinct(keys).as_py() == n:
+    if n < 2 or pc.all(pc.greater(keys.slice(1), keys.slice(0, n - 1))).as_py():
+        return kept  # keys in increasing order (auto ids, keys inserted in order): no key twice, no hash table
+    if pc.count_distinct(keys).as_py() == n:
         return kept
     t = pa.table({"k": keys, "s": pa.concat_arrays([k.seq for k in kept])})
     order = pc.sort_indices(t, [("k", "ascending"), ("s", "descending")])
@@ -215,11 +217,11 @@ def _one_per_key(kept: list[_Kept]) -> list[_Kept]:
 def write_units(reader: StorageReader, units: list[Unit], path: str, filesystem=None, acc=None,
                 store: Store | None = None) -> int:
     """The units' rows as one Parquet file at ``path`` in ``store`` (default: the local one of ``path``; the file
-    appears whole when complete: a retried task replaces it whole); the rows written (the file is written even
+    appears whole when complete: a retried task replaces it whole) with the snapshot's write options
+    (:func:`msgstream_spark.mirror.write.files.snapshot_options`); the rows written (the file is written even
     when empty)."""
-    dictionary = [f.name for f in reader.schema if pa.types.is_string(f.type) or pa.types.is_binary(f.type)]
     with ParquetOut(store if store is not None else store_for(path), path, reader.schema, reader.pk,
-                    compression="snappy", use_dictionary=dictionary) as out:
+                    **snapshot_options(reader.schema)) as out:
         for unit in units:
             for batch in reader.read_unit(unit, filesystem):
                 if batch.num_rows:
