@@ -35,6 +35,8 @@ pytest_plugins = [
     "tests.fixtures.spark_connect",
     "tests.fixtures.wheel_env",
     "tests.fixtures.spark_cluster",
+    "tests.fixtures.suite_profile",
+    "pytester",
 ]
 
 BACKENDS = ["local", "kafka", "pulsar", "pulsar-lite"]

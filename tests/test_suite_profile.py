@@ -1,0 +1,77 @@
+"""The suite profile (tests/fixtures/suite_profile.py): group wall times, worker busy times, the critical path."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+from tests.fixtures.suite_profile import NO_GROUP, Profile, group_of, render
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_groups_workers_and_the_critical_path_from_reports():
+    p = Profile()
+    # gw0: group a (two tests, 10 s apart), then an ungrouped test; gw1: group b, which ends last
+    p.add("t.py::x@a", "gw0", 100.0, 101.0)
+    p.add("t.py::x@a", "gw0", 101.0, 104.0)  # the same test's next phase
+    p.add("t.py::y@a", "gw0", 110.0, 112.0)
+    p.add("t.py::z", "gw0", 112.0, 113.0)
+    p.add("t.py::w@b", "gw1", 101.0, 130.0)
+    p.add_cpu("gw1", {"b": 55.5})
+    s = p.summary()
+    by = {(g["group"], g["worker"]): g for g in s["groups"]}
+    a, b, none = by["a", "gw0"], by["b", "gw1"], by[NO_GROUP, "gw0"]
+    assert (a["tests"], a["start"], a["end"], a["wall"], a["busy"], a["cpu"]) == (2, 0.0, 12.0, 12.0, 6.0, None)
+    assert (b["tests"], b["wall"], b["busy"], b["cpu"]) == (1, 29.0, 29.0, 55.5)
+    assert none["tests"] == 1 and s["tests_wall"] == 30.0
+    workers = {w["worker"]: w for w in s["workers"]}
+    assert (workers["gw0"]["busy"], workers["gw0"]["end"], workers["gw0"]["idle"]) == (7.0, 13.0, 6.0)
+    assert workers["gw0"]["groups"] == ["a"]  # the ungrouped tests are not a group of the path
+    assert s["critical_path"] == {"worker": "gw1", "end": 30.0, "groups": ["b"]}
+    text = "\n".join(render(s))
+    assert "critical path: gw1, last test ends at 30.0 s: b" in text and "tests' wall time 30.0 s" in text
+
+
+def test_a_group_is_the_xdist_suffix_or_the_mark_seen_in_this_process():
+    assert group_of("tests/a.py::t[x@y]@spark-a", {}) == "spark-a"
+    assert group_of("tests/a.py::t[x@y]", {}) == NO_GROUP  # an @ inside a parameter id is not a group
+    assert group_of("tests/a.py::t", {"tests/a.py::t": "milvus"}) == "milvus"
+
+
+def test_under_xdist_the_controller_prints_what_the_workers_ran(pytester, monkeypatch):
+    """A real ``-n 2 --dist loadgroup`` run of a tiny suite: two groups on two workers, each group's tests, its
+    wall time (a test's sleep is inside it) and its CPU (a test that spins a child process), in the table."""
+    pytester.makepyfile(test_two_groups="""
+        import subprocess, sys, time
+        import pytest
+
+        @pytest.mark.xdist_group("slowgroup")
+        @pytest.mark.parametrize("i", range(2))
+        def test_slow(i):
+            time.sleep(0.6)
+
+        @pytest.mark.xdist_group("cpugroup")
+        def test_cpu():
+            subprocess.run([sys.executable, "-c", "t = __import__('time').process_time() + 0.5\\n"
+                            "while __import__('time').process_time() < t: pass"], check=True)
+
+        def test_free():
+            pass
+    """)
+    out = pytester.path / "profile.json"
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]))
+    result = pytester.runpytest_subprocess("-p", "tests.fixtures.suite_profile", "-p", "xdist", "-n", "2",
+                                           "--dist", "loadgroup", f"--suite-profile-json={out}", "-q",
+                                           timeout=120)
+    result.assert_outcomes(passed=4)
+    for line in ("slowgroup *gw? *2 *", "cpugroup *gw? *1 *"):  # in any order: the longest group first
+        result.stdout.fnmatch_lines(["*suite profile: xdist groups and workers*", line,
+                                     "critical path: gw?, last test ends at *"])
+    s = json.loads(out.read_text())
+    by = {g["group"]: g for g in s["groups"]}
+    assert by["slowgroup"]["worker"] != by["cpugroup"]["worker"]
+    assert by["slowgroup"]["wall"] >= 1.2 and by["slowgroup"]["busy"] >= 1.2
+    assert by["cpugroup"]["cpu"] >= 0.5  # the child's CPU, reaped by the worker
+    assert {w["worker"] for w in s["workers"]} == {"gw0", "gw1"}
