@@ -17,6 +17,7 @@ from msgstream_spark.msg import codec
 from msgstream_spark.msg.columns import arrow_to_field_data
 from msgstream_spark.msg.types import InsertMsg, TimeTickMsg
 from tests.fixtures.login_env import login_env
+from tests.fixtures.waits import finish
 from tests.msg.test_columns import COLUMNS, N, _field_schema
 from tests.spark.helpers import Publisher, spark_options
 
@@ -59,9 +60,10 @@ def test_failed_first_batch_is_retried_from_the_recorded_start(spark, env, pub, 
         q = (_stream(spark, env, pub, "retry", chk, startingPositions="latest").writeStream
              .foreachBatch(sink(fail)).option("checkpointLocation", str(chk)).trigger(availableNow=True).start())
         try:
-            q.awaitTermination(120)
+            ended = q.awaitTermination(120)
         except Exception as exc:  # noqa: BLE001 - the injected failure
             return exc
+        assert ended, "the foreachBatch availableNow run did not end within 120 s"
         return None
 
     assert run(False) is None  # resolves and records "latest"; nothing new yet
@@ -99,7 +101,7 @@ def test_driver_killed_mid_stream_restart_gives_each_row_exactly_once(spark, env
     assert done < 12  # killed mid-stream
     q = (_stream(spark, env, pub, "killed", chk, maxRowsPerTrigger=10).writeStream.format("parquet")
          .option("path", str(out)).option("checkpointLocation", str(chk)).trigger(availableNow=True).start())
-    q.awaitTermination(180)
+    finish(q, 180, "the restart after the kill")
     got = sorted(r.pk for r in spark.read.parquet(str(out)).collect())
     assert got == list(range(240))
 
@@ -199,7 +201,7 @@ def test_channel_pattern_picks_up_new_channels(spark, env, tmp_path):
         q = (spark.readStream.format("msgstream").options(**opts).load().writeStream.format("parquet")
              .option("path", str(tmp_path / "out")).option("checkpointLocation", str(tmp_path / "chk"))
              .trigger(availableNow=True).start())
-        q.awaitTermination(120)
+        finish(q, 120, "the channel-pattern availableNow run")
         return sorted(r._channel for r in spark.read.parquet(str(tmp_path / "out")).collect())
 
     assert run() == [f"{prefix}_0"] * 2
