@@ -54,7 +54,7 @@ def test_under_xdist_the_controller_prints_what_the_workers_ran(pytester, monkey
 
         @pytest.mark.xdist_group("cpugroup")
         def test_cpu():
-            subprocess.run([sys.executable, "-c", "t = __import__('time').process_time() + 0.5\\n"
+            subprocess.run([sys.executable, "-c", "t = __import__('time').process_time() + 1.5\\n"
                             "while __import__('time').process_time() < t: pass"], check=True)
 
         def test_free():
@@ -73,5 +73,5 @@ def test_under_xdist_the_controller_prints_what_the_workers_ran(pytester, monkey
     by = {g["group"]: g for g in s["groups"]}
     assert by["slowgroup"]["worker"] != by["cpugroup"]["worker"]
     assert by["slowgroup"]["wall"] >= 1.2 and by["slowgroup"]["busy"] >= 1.2
-    assert by["cpugroup"]["cpu"] >= 0.5  # the child's CPU, reaped by the worker
+    assert by["cpugroup"]["cpu"] >= 1.0  # the child's CPU, sampled while it ran
     assert {w["worker"] for w in s["workers"]} == {"gw0", "gw1"}
