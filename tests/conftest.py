@@ -57,48 +57,67 @@ def read_backend(request):
     return request.getfixturevalue(f"{request.param.replace('-', '_')}_env")
 
 
-# ``make test`` spreads the suite over pytest-xdist workers with ``--dist loadgroup``; every worker has its own
-# session fixtures, so tests sharing an expensive process are kept in one ``xdist_group`` (one worker starts it
-# once). First match wins: the real Milvus, the standalone cluster and the Spark Connect server each get a worker
-# of their own (module/package-scoped, torn down when their tests end); the SparkSession tests are split by
-# path into two groups of about equal time (the chaos suite and most of tests/spark; the rest), i.e. at most two
-# local SparkSessions (plus those three) run at once.
-EXCLUSIVE_FIXTURES = {"milvus_stack": "milvus-real", "spark_cluster": "spark-cluster",
-                      "spark_connect_url": "spark-connect"}
-# The real-Milvus tests in three groups of about equal time, each on its own worker with its own Milvus (the
-# fixture is package-scoped, so every worker that runs a package's tests starts that package's server once).
-MILVUS_GROUPS = (("tests/milvus_real_pulsar/", "milvus-real-pulsar"),
-                 ("tests/milvus_real/test_mirror.py", "milvus-real-mirror"),
-                 ("tests/milvus_real/test_mirror_storage.py", "milvus-real-mirror"))
-SPARK_GROUP_B = ("tests/stream/", "tests/sink/", "tests/jobs/", "tests/conformance/", "tests/packaging/",
-                 "tests/mq_milvus/", "tests/config/", "tests/spark/test_source")
+# ``make test`` spreads the suite over pytest-xdist workers with ``--dist loadgroup``: the tests of a group run on
+# one worker, one after another, and xdist hands each group, and each test of no group, to a free worker. A test's
+# group follows from its fixtures, so a new test finds its group by itself (docs/testing.md):
+#   1. the users of the built wheel's venv (one directory on disk: one worker at a time): group ``wheel``;
+#   2. a test that starts a process the worker keeps (PROCESS_FIXTURES: a local SparkSession, the real Milvus,
+#      the standalone cluster, the Spark Connect server): its module is its group, so a module's fixtures start
+#      once and whole modules are balanced over the workers. The SparkSession and each Milvus stack are
+#      session-scoped: a worker starts them when it first needs them and its later modules share them, isolated
+#      by names (collections, topics, table paths), never by a fresh server;
+#   3. any other test: no group.
+PROCESS_FIXTURES = ("spark", "milvus_stack", "spark_cluster", "spark_connect_url")
+SHARED_DIRECTORY = {"built_wheel": "wheel", "wheel_python": "wheel"}
 
-
-# The order xdist hands the groups out (``make test`` runs with --no-loadscope-reorder): the longest first,
-# so that no long group starts last on a worker that already ran another (longest-processing-time-first).
-GROUP_ORDER = ("spark-cluster", "milvus-real-mirror", "milvus-real", "spark-a", "spark-b", "milvus-real-pulsar",
-               "spark-connect")
+# Budgets: seconds of wall time of a group on its worker in a full ``make test`` on a quiet 2-core machine
+# (docs/testing.md: the measured profile). xdist hands the groups out in this order, the longest first, then the
+# tests of no group (longest-processing-time first: no long group starts last; ``make test`` runs with
+# --no-loadscope-reorder). A group not listed gets DEFAULT_BUDGET: add yours when it needs more.
+BUDGETS = {
+    "tests/cluster/test_cluster_jobs.py": 300,
+    "tests/milvus_real/test_mirror.py": 240,
+    "tests/chaos/test_driver_kills.py": 120,
+    "tests/milvus_real_pulsar/test_mirror.py": 110,
+    "tests/spark/test_wal26_spark.py": 100,
+    "tests/spark/test_source.py": 100,
+    "tests/jobs/test_jobs.py": 90,
+    "tests/milvus_real/test_mirror_storage.py": 90,
+    "tests/chaos/test_soak.py": 80,
+    "tests/spark_connect/test_connect.py": 80,
+    "tests/spark/test_source_faults.py": 80,
+    "tests/milvus_real/test_milvus_oracle.py": 70,
+    "tests/milvus_real/test_mirror_keys.py": 70,
+    "tests/chaos/test_worker_kills.py": 60,
+    "tests/chaos/test_broker_faults.py": 60,
+    "tests/mq_milvus/test_mirror_snapshot.py": 60,
+    "wheel": 60,
+}
+DEFAULT_BUDGET = 30
 
 
 def xdist_group(item) -> str | None:
     """The worker group of a test (None: any worker)."""
     names = getattr(item, "fixturenames", ())
-    if "milvus_stack" in names:
-        return next((g for prefix, g in MILVUS_GROUPS if item.nodeid.startswith(prefix)), "milvus-real")
-    for fixture, group in EXCLUSIVE_FIXTURES.items():
+    for fixture, group in SHARED_DIRECTORY.items():
         if fixture in names:
             return group
-    if "spark" not in names:
-        return None
-    return "spark-b" if item.nodeid.startswith(SPARK_GROUP_B) else "spark-a"
+    if any(f in names for f in PROCESS_FIXTURES):
+        return item.nodeid.split("::", 1)[0]
+    return None
+
+
+def budget(group: str | None) -> float:
+    """A group's budget in seconds (0: no group)."""
+    return 0.0 if group is None else BUDGETS.get(group, DEFAULT_BUDGET)
 
 
 # tryfirst: xdist's worker reads the ``xdist_group`` marks in its own pytest_collection_modifyitems, which is
 # registered after this conftest and so would otherwise run before this one.
 @pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(items):
-    """Every test that starts Spark is ``slow`` (``make test-fast`` runs the others); groups for xdist."""
-    rank = {g: i for i, g in enumerate(GROUP_ORDER)}
+    """Every test that starts Spark is ``slow`` (``make test-fast`` runs the others); groups for xdist, the
+    longest budget first (a stable sort: each group keeps its order)."""
     order = {}
     for item in items:
         if "spark" in getattr(item, "fixturenames", ()):
@@ -106,8 +125,8 @@ def pytest_collection_modifyitems(items):
         group = xdist_group(item)
         if group is not None:
             item.add_marker(pytest.mark.xdist_group(group))
-        order[item.nodeid] = rank.get(group, len(rank))
-    items.sort(key=lambda it: order[it.nodeid])  # stable: each group keeps its order
+        order[item.nodeid] = -budget(group)
+    items.sort(key=lambda it: order[it.nodeid])
 
 
 class _GroupCheck:
@@ -127,3 +146,6 @@ class _GroupCheck:
 
 def pytest_configure(config):
     config.pluginmanager.register(_GroupCheck(), "msgstream-xdist-group-check")
+    from tests.fixtures.suite_profile import BUDGET_KEY  # a plugin (pytest_plugins): imported once registered
+
+    config.stash[BUDGET_KEY] = budget  # the suite profile prints each group's budget beside its wall time

@@ -20,7 +20,7 @@ def test_groups_workers_and_the_critical_path_from_reports():
     p.add("t.py::z", "gw0", 112.0, 113.0)
     p.add("t.py::w@b", "gw1", 101.0, 130.0)
     p.add_cpu("gw1", {"b": 55.5})
-    s = p.summary()
+    s = p.summary({"a": 10.0, "b": 60.0}.get)
     by = {(g["group"], g["worker"]): g for g in s["groups"]}
     a, b, none = by["a", "gw0"], by["b", "gw1"], by[NO_GROUP, "gw0"]
     assert (a["tests"], a["start"], a["end"], a["wall"], a["busy"], a["cpu"]) == (2, 0.0, 12.0, 12.0, 6.0, None)
@@ -30,12 +30,16 @@ def test_groups_workers_and_the_critical_path_from_reports():
     assert (workers["gw0"]["busy"], workers["gw0"]["end"], workers["gw0"]["idle"]) == (7.0, 13.0, 6.0)
     assert workers["gw0"]["groups"] == ["a"]  # the ungrouped tests are not a group of the path
     assert s["critical_path"] == {"worker": "gw1", "end": 30.0, "groups": ["b"]}
-    text = "\n".join(render(s))
-    assert "critical path: gw1, last test ends at 30.0 s: b" in text and "tests' wall time 30.0 s" in text
+    assert (a["budget"], b["budget"], none["budget"]) == (10.0, 60.0, None)
+    text = render(s)
+    assert "critical path: gw1, its last test ends at 30.0 s; its groups in order:" in text and text[-1] == "  b"
+    assert "tests' wall time 30.0 s" in text[0]
+    assert [ln.split()[0] for ln in text if "!" in ln] == ["a"]  # 12 s of wall: over its 10 s budget
 
 
 def test_a_group_is_the_xdist_suffix_or_the_mark_seen_in_this_process():
     assert group_of("tests/a.py::t[x@y]@spark-a", {}) == "spark-a"
+    assert group_of("tests/a.py::t[1]@tests/a.py", {}) == "tests/a.py"  # a module's group (tests/conftest.py)
     assert group_of("tests/a.py::t[x@y]", {}) == NO_GROUP  # an @ inside a parameter id is not a group
     assert group_of("tests/a.py::t", {"tests/a.py::t": "milvus"}) == "milvus"
 
@@ -68,7 +72,7 @@ def test_under_xdist_the_controller_prints_what_the_workers_ran(pytester, monkey
     result.assert_outcomes(passed=4)
     for line in ("slowgroup *gw? *2 *", "cpugroup *gw? *1 *"):  # in any order: the longest group first
         result.stdout.fnmatch_lines(["*suite profile: xdist groups and workers*", line,
-                                     "critical path: gw?, last test ends at *"])
+                                     "critical path: gw?, its last test ends at *"])
     s = json.loads(out.read_text())
     by = {g["group"]: g for g in s["groups"]}
     assert by["slowgroup"]["worker"] != by["cpugroup"]["worker"]

@@ -200,10 +200,11 @@ class MilvusServer:
         env = dict(base, DEPLOY_MODE="STANDALONE", METRICS_PORT=str(self.metrics_port),
                    MILVUS_RUN_DIR=str(d / "run"),
                    LD_LIBRARY_PATH=f"{home / 'bin'}:{os.environ.get('LD_LIBRARY_PATH', '')}")
-        running = [s for s in _LIVE if s is not self and s.proc is not None and s.proc.poll() is None]
-        if running:  # the suite's Milvus packages must follow one another on their xdist worker
-            raise RuntimeError(f"another Milvus of this process still runs (pid {running[0].proc.pid}, "
-                               f"{running[0].dir}): start one at a time")
+        running = [s for s in _LIVE if s is not self and s.proc is not None and s.proc.poll() is None
+                   and s.mq.type == self.mq.type]
+        if running:  # each xdist worker keeps one server per MQ for all its tests (a session-scoped milvus_stack)
+            raise RuntimeError(f"another Milvus on {self.mq.type} of this process still runs (pid "
+                               f"{running[0].proc.pid}, {running[0].dir}): one per MQ and process")
         _LIVE.add(self)
         with open(d / "logs" / "stdout.log", "wb") as out:
             self.proc = subprocess.Popen([str(home / "bin" / "milvus"), "run", "standalone"], cwd=d, env=env,
