@@ -11,13 +11,16 @@ import os
 
 import pytest
 
+from tests.fixtures.jvm_cds import jvm_options
 from tests.fixtures.login_env import DECOYS
 
 # Every JVM the suite starts (the SparkSession, spark-submit drivers, the Spark Connect server, the standalone
 # cluster's daemons) lives for seconds to minutes and runs little data: the C1 compiler alone (no C2 tier) halves
-# the CPU they take to start and warm up (a SparkSession and 20 small jobs: 15 s instead of 26 s of CPU), which is
-# what the tests wait on with 2 cores. An explicitly set variable is left alone.
-QUICK_JVM = "-XX:TieredStopAtLevel=1"
+# the CPU they take to start and warm up (a SparkSession and 20 small jobs: 15 s instead of 26 s of CPU), the
+# serial collector takes ~8% less than G1's threads on 2 cores, and the class-data-sharing archive ``make install``
+# makes (tests/fixtures/jvm_cds.py) a further ~25% of a JVM's start: that is what the tests wait on with 2 cores.
+# An explicitly set variable is left alone.
+QUICK_JVM = jvm_options()
 for _var in ("SPARK_SUBMIT_OPTS", "SPARK_DAEMON_JAVA_OPTS"):
     os.environ.setdefault(_var, QUICK_JVM)
 
