@@ -64,11 +64,11 @@ def read_backend(request):
 # one worker, one after another, and xdist hands each group, and each test of no group, to a free worker. A test's
 # group follows from its fixtures, so a new test finds its group by itself (docs/testing.md):
 #   1. the users of the built wheel's venv (one directory on disk: one worker at a time): group ``wheel``;
-#   2. a test that starts a process the worker keeps (PROCESS_FIXTURES: a local SparkSession, the real Milvus,
-#      the standalone cluster, the Spark Connect server): its module is its group, so a module's fixtures start
-#      once and whole modules are balanced over the workers. The SparkSession and each Milvus stack are
-#      session-scoped: a worker starts them when it first needs them and its later modules share them, isolated
-#      by names (collections, topics, table paths), never by a fresh server;
+#   2. a test that uses a process started for many tests (PROCESS_FIXTURES: a local SparkSession, the real
+#      Milvus, the standalone cluster, the Spark Connect server): its module is its group, so a module's fixtures
+#      start once and whole modules are balanced over the workers. The SparkSession is session-scoped (a worker
+#      starts it when it first needs one; its later modules share it), the others module-scoped; the tests that
+#      share one are isolated by names (collections, topics, table paths), never by a fresh server;
 #   3. any other test: no group.
 PROCESS_FIXTURES = ("spark", "milvus_stack", "spark_cluster", "spark_connect_url")
 SHARED_DIRECTORY = {"built_wheel": "wheel", "wheel_python": "wheel"}

@@ -1,4 +1,4 @@
-"""A real Milvus 2.3.5 on tansu (through the ApiVersions shim), once per xdist worker for this directory's tests.
+"""A real Milvus 2.3.5 on tansu (through the ApiVersions shim), once for each test module of this directory.
 
 tests/milvus_real_pulsar runs this directory's checks against Milvus on pulsar-lite: its conftest gives
 ``milvus_stack`` the other MQ and imports the fixtures and hook below.
@@ -18,11 +18,13 @@ import pytest
 from tests.milvus_real.stack import ALIAS, kafka_stack
 
 
-# Session-scoped: a worker starts it for the first module of this directory it runs (tests/conftest.py groups the
-# tests by module) and every later one shares it; tests are isolated by collection names, and drop what they
-# create (below). Idle, with no collection loaded, the server and tansu take about 1.5 s of CPU a minute; a start
-# takes about 6 s of wall time and under a second of CPU.
-@pytest.fixture(scope="session")
+# Module-scoped: a module's tests share one server (isolated by collection names; each test drops what it creates,
+# below), and each module is an xdist group of its own (tests/conftest.py), handed to whichever worker is free.
+# A start takes ~3 s of wall time and under a second of CPU, a stop nothing (SIGKILL); a server shared by all a
+# worker's modules cost more: a read of every DML channel (``channelPattern``) also reads every message the
+# earlier modules and 10 minutes of time ticks left there (tests/milvus_real/test_milvus_oracle.py took 76 s of
+# CPU after the mirror modules on one server instead of ~30 s on its own).
+@pytest.fixture(scope="module")
 def milvus_stack():
     if os.environ.get("MSGSTREAM_SKIP_MILVUS"):
         pytest.skip("MSGSTREAM_SKIP_MILVUS is set")
@@ -48,7 +50,7 @@ def pytest_runtest_makereport(item, call):
         item.rep_call = rep
 
 
-@pytest.fixture(scope="package")
+@pytest.fixture(scope="module")
 def pymilvus_orm(milvus_stack):
     """pymilvus's ORM connected to the server (the project's pymilvus drives Milvus 2.3.5)."""
     warnings.filterwarnings("ignore", message=".*ORM-style PyMilvus API.*")
@@ -65,36 +67,19 @@ def _collections(alias: str) -> set[str]:
     return set(utility.list_collections(using=alias))
 
 
-def _drop(alias: str, names: set[str]) -> None:
-    from pymilvus import utility
-
-    for name in sorted(names):
-        utility.drop_collection(name, using=alias)
-
-
 # Every loaded collection costs the server and its MQ about 1 s of CPU a minute (its channels' consumers; measured
-# on tansu: 10 loaded collections 11 s a minute, none 1.4 s), and the suite creates about 20 per server: each test
-# drops the collections it created when it ends, each module those its module-scoped fixtures created. Tests are
-# isolated by collection names, never by a fresh server. It also means a re-run (make test re-runs a test once
-# when Spark timed out on a Python worker) starts without what its failed attempt created (the names are fixed).
-@pytest.fixture(scope="module", autouse=True)
-def _a_module_drops_its_collections(request):
-    mine = [it for it in request.session.items if it.nodeid.startswith(f"{request.node.nodeid}::")]
-    if not any("pymilvus_orm" in getattr(it, "fixturenames", ()) for it in mine):
-        yield
-        return
-    alias = request.getfixturevalue("pymilvus_orm")
-    before = _collections(alias)
-    yield
-    _drop(alias, _collections(alias) - before)
-
-
+# on tansu: 10 loaded collections 11 s a minute, none 1.4 s): each test drops the collections it created when it
+# ends (a module's server goes with its module, and its module-scoped collections with it). A re-run (make test
+# re-runs a test once when Spark timed out on a Python worker) so starts without what its failed attempt created.
 @pytest.fixture(autouse=True)
 def _a_test_drops_its_collections(request):
     if "pymilvus_orm" not in request.fixturenames:
         yield
         return
+    from pymilvus import utility
+
     alias = request.getfixturevalue("pymilvus_orm")
     before = _collections(alias)
     yield
-    _drop(alias, _collections(alias) - before)
+    for name in sorted(_collections(alias) - before):
+        utility.drop_collection(name, using=alias)

@@ -1,10 +1,9 @@
-"""A real Milvus 2.3.5 on pulsar-lite, once per xdist worker for this directory's tests: tests/milvus_real's checks
-on Pulsar.
+"""A real Milvus 2.3.5 on pulsar-lite, once for each test module of this directory: tests/milvus_real's checks on
+Pulsar.
 
 ``milvus_stack`` here is Milvus writing to pulsar-lite through the Pulsar shim (tests/milvus_real/stack.py);
-the tests of tests/milvus_real imported into this directory's modules run against it unchanged. Session-scoped
-like the Kafka one (a worker may keep both: one server per MQ, ``MilvusServer``); the two directories' modules
-never run interleaved, and ``pymilvus_orm`` (package-scoped) connects to the server of the package it serves.
+the tests of tests/milvus_real imported into this directory's modules run against it unchanged. Module-scoped
+like the Kafka one (tests/milvus_real/conftest.py says why), so an xdist worker runs one Milvus at a time.
 ``MSGSTREAM_SKIP_MILVUS=1`` skips it as it skips tests/milvus_real.
 """
 
@@ -15,7 +14,6 @@ import os
 import pytest
 
 from tests.milvus_real.conftest import (  # noqa: F401 - the same fixtures and hook on this directory's server
-    _a_module_drops_its_collections,
     _a_test_drops_its_collections,
     _milvus_log_on_failure,
     pymilvus_orm,
@@ -24,7 +22,7 @@ from tests.milvus_real.conftest import (  # noqa: F401 - the same fixtures and h
 from tests.milvus_real.stack import pulsar_stack
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def milvus_stack():
     if os.environ.get("MSGSTREAM_SKIP_MILVUS"):
         pytest.skip("MSGSTREAM_SKIP_MILVUS is set")
