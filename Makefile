@@ -7,7 +7,7 @@ STAMP := $(VENV)/.installed
 export PYSPARK_PYTHON := $(abspath $(VPY))
 export PYSPARK_DRIVER_PYTHON := $(abspath $(VPY))
 
-.PHONY: test test-fast demo lint bench chaos check-java install clean cluster-env
+.PHONY: test test-fast demo lint bench chaos check-java install clean cluster-env postgres rest-catalog
 
 check-java:
 	@command -v java >/dev/null 2>&1 || { echo "error: Java 17+ is required by Spark but 'java' was not found on PATH (install a JDK 17+, e.g. apt-get install openjdk-17-jre-headless)" >&2; exit 1; }
@@ -36,10 +36,30 @@ lint: $(STAMP)
 # back: Spark waits a fixed 10 s for it (PythonWorkerFactory.createSimpleWorker, not configurable), which a Python
 # start on a loaded 2-core machine can exceed; any other failure fails the run. The summary lists re-runs (R). TEST_WORKERS=0 runs it serially.
 TEST_WORKERS ?= 3
-test: check-java $(STAMP) $(CDS)
+test: check-java postgres rest-catalog $(STAMP) $(CDS)
 	$(VENV)/bin/ruff check .
 	$(VPY) -m pytest -q -n $(TEST_WORKERS) --dist loadgroup --no-loadscope-reorder --durations=25 \
 	  --reruns 1 --only-rerun "Python worker failed to connect back" $(PYTEST_ARGS)
+
+# The SQL-catalog tests start a real PostgreSQL server (tests/fixtures/postgres_env.py): Debian's package, installed
+# here when it is missing and apt-get can run (as root, non-interactively); elsewhere those tests skip, saying why.
+postgres:
+	@ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || { if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+	  echo "installing Debian's postgresql for the SQL-catalog tests"; \
+	  DEBIAN_FRONTEND=noninteractive apt-get update -qq && \
+	  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends postgresql >/dev/null \
+	  || echo "warning: apt-get could not install postgresql: the SQL-catalog tests will skip"; \
+	  else echo "note: no PostgreSQL server (/usr/lib/postgresql/*/bin): the SQL-catalog tests will skip"; fi; }
+
+# The REST-catalog tests run lakana-server (PyPI; tests/fixtures/rest_catalog_env.py), the one Iceberg REST catalog
+# server found that needs no JVM or Docker, in a venv of its own (its botocore pin conflicts with moto's); if it
+# cannot be installed, those tests skip, saying why.
+REST_VENV := .venv-rest
+rest-catalog: $(REST_VENV)/.installed
+$(REST_VENV)/.installed:
+	@test -x $(REST_VENV)/bin/python || $(PYTHON) -m venv $(REST_VENV)
+	@$(REST_VENV)/bin/python -m pip install -q 'lakana-server==0.20.0' && touch $@ \
+	  || echo "warning: lakana-server could not be installed: the REST-catalog tests will skip"
 
 # The Spark-free tests (library, backends, CLI, planners, layer rules) in 3 pytest processes: under a minute.
 test-fast: $(STAMP)
@@ -63,11 +83,11 @@ BENCH_SCRIPTS ?=
 bench: check-java $(STAMP)
 	$(VPY) -m bench.run_all $(BENCH_SCRIPTS)
 
-# The Python environment to ship to a Spark cluster's executors (spark-submit --archives; README "Running on a cluster").
+# The Python environment to ship to a Spark cluster's executors (spark-submit --archives; docs/deploy.md "Running on a cluster").
 CLUSTER_ENV ?= dist/msgstream-env.tar.gz
 CLUSTER_EXTRAS ?= kafka,pulsar,mirror
 cluster-env: $(STAMP)
 	$(VPY) tools/pack_env.py --output $(CLUSTER_ENV) --extras $(CLUSTER_EXTRAS)
 
 clean:
-	rm -rf $(VENV) msgstream-data demo-output .pytest_cache chaos-results dist
+	rm -rf $(VENV) $(REST_VENV) msgstream-data demo-output .pytest_cache chaos-results dist

@@ -28,7 +28,7 @@ import yaml
 def _ingest(spark, cfg: str, channels: str, out: Path, collection: str | None = None) -> float:
     from msgstream_spark.jobs import ingest
 
-    args = ingest.build_parser().parse_args(["--config", cfg, "--channels", channels, "--output", str(out),
+    args = ingest.build_parser().parse_args(["--config", cfg, "--channels", channels, "--table", str(out),
                                              "--subscription", f"bench-{out.name}", "--progress-interval", "60"])
     if collection:
         args.option = [f"collection={collection}"]
@@ -59,7 +59,7 @@ def mirror_part(spark, work: Path, rows: int) -> dict:
         "--delete-fraction", "0.1", "--collection", "bench",
         # one write task per 50k rows: each task ends with a time tick, and a micro-batch ends only at a tick
         # (one task = one tick for 1M rows = a 770k-row first batch, past the driver's default 1 GiB heap)
-        "--partitions", str(max(2, rows // 50_000))]), spark)
+        "--num-tasks", str(max(2, rows // 50_000))]), spark)
     events = rows + rows // 10
     out: dict = {"rows": rows, "events": events}
     base = _ingest(spark, str(cfg), channels, work / "append")

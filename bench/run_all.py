@@ -35,6 +35,9 @@ SCRIPTS = [
     "bench.bench_mirror_scale",
     "bench.bench_mirror_driver",
     "bench.bench_freshness",
+    "bench.bench_keyindex",
+    "bench.bench_store",
+    "bench.bench_iceberg_catalog",
 ]
 
 # Sizes per script: "full" is what the README's figures come from (about 15-20 minutes on 2 cores, of them
@@ -53,7 +56,10 @@ SIZES = {
              # #27's sizes: a 10k-change batch into 1M vs 8M rows x 64-d (Delta ~2 min on 2 cores)
              "bench.bench_mirror_scale": {"small": 1_000_000},
              "bench.bench_mirror_driver": {"rows": 1_000_000, "dim": 768},
-             "bench.bench_freshness": {"small": 1_000, "large": 4_000_000, "samples": 15}},
+             "bench.bench_freshness": {"small": 1_000, "large": 4_000_000, "samples": 15},
+             "bench.bench_keyindex": {"sizes": (100_000, 1_000_000)},
+             "bench.bench_store": {"mib": 64, "small": 300},
+             "bench.bench_iceberg_catalog": {"small": 10, "rows": 1000}},
     "quick": {"bench.bench_spark_read": {"rows": 200_000, "mem_rows": 0, "kafka": True},
               "bench.bench_spark_write": {"rows": 20_000, "reps": 2},
               "bench.profile_read": {"rows": 50_000, "kafka": True},
@@ -66,7 +72,10 @@ SIZES = {
               "bench.bench_snapshot": {"rows8": 50_000, "rows768": 5_000},
               "bench.bench_mirror_scale": {"small": 50_000, "updates_table": 50_000, "update_batches": 20},
               "bench.bench_mirror_driver": {"rows": 100_000, "dim": 768},
-              "bench.bench_freshness": {"small": 1_000, "large": 400_000, "samples": 8}},
+              "bench.bench_freshness": {"small": 1_000, "large": 400_000, "samples": 8},
+              "bench.bench_keyindex": {"sizes": (100_000, 1_000_000), "reps": 3},
+              "bench.bench_store": {"mib": 16, "small": 100},
+              "bench.bench_iceberg_catalog": {"small": 5, "rows": 200, "reps": 3}},
 }
 
 

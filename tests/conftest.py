@@ -38,6 +38,9 @@ pytest_plugins = [
     "tests.fixtures.spark_connect",
     "tests.fixtures.wheel_env",
     "tests.fixtures.spark_cluster",
+    "tests.fixtures.s3_env",
+    "tests.fixtures.postgres_env",
+    "tests.fixtures.rest_catalog_env",
     "tests.fixtures.suite_profile",
     "pytester",
 ]

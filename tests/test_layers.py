@@ -28,7 +28,7 @@ LAZY_LAYERS = ("jobs",)
 
 # Imports allowed inside functions: optional clients and pyspark stay lazy so a missing extra
 # breaks only what needs it, and the Spark-free layers load without the JVM bridge.
-LAZY_ALLOWED = ("confluent_kafka", "pulsar", "pyspark", "grpc", "deltalake", "pyiceberg", "pyroaring")
+LAZY_ALLOWED = ("confluent_kafka", "pulsar", "pyspark", "grpc", "deltalake", "pyiceberg", "pyroaring", "obstore")
 MAX_MODULE_LINES = 400
 MAX_FUNCTION_LINES = 60
 

@@ -13,6 +13,7 @@ from msgstream_spark.cli.mirror_cmds import cmd_mirror
 from msgstream_spark.cli.publish import publish
 from msgstream_spark.cli.render import dumps, message_dict, position_dict
 from msgstream_spark.cli.rows import cmd_rows
+from msgstream_spark.cli.vocab import at_file
 from msgstream_spark.errors import BackendTimeoutError, ChannelNotFoundError, ConfigError, DecodeError
 from msgstream_spark.msg import codec, tso
 from msgstream_spark.msg.position import MsgPosition, parse_positions
@@ -70,7 +71,7 @@ def latest_position(client, channel: str, timeout: float = 10.0):
 # -- channels ----------------------------------------------------------------------------------
 def cmd_channels(args) -> int:
     if getattr(args, "collection", None):  # milvus: the collections' pchannels and vchannels
-        args.set = [*(args.set or []), f"milvus.collections={','.join(args.collection)}"]
+        args.option = [*(args.option or []), f"milvus.collections={','.join(args.collection)}"]
     with open_client(args) as client:
         if getattr(args, "collection", None):
             if not hasattr(client, "collections"):
@@ -221,7 +222,7 @@ def cmd_tail(args) -> int:
     chans = split_channels(args.channels)
     if args.limit is not None and args.limit <= 0:
         raise UsageError("--limit must be > 0")
-    start = (args.start or "earliest").strip()
+    start = (at_file(args.start) or "earliest").strip()
     positions = _tail_positions(start, chans)
     from_ts = _from_timestamp(args)
     with open_client(args) as client:

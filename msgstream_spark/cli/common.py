@@ -1,43 +1,30 @@
-"""What every subcommand shares: usage errors, config overrides, the client, channel lists, progress."""
+"""What every subcommand shares: usage errors, the config, the client, channel lists, progress."""
 
 from __future__ import annotations
 
 import sys
 import time
 
+from msgstream_spark.cli.vocab import UsageError, config_only, config_overrides, split_channels
 from msgstream_spark.config import Config
 from msgstream_spark.mq.base import Client
 from msgstream_spark.mq.registry import build_client
 
-
-class UsageError(Exception):
-    """Bad combination of arguments (exit code 2)."""
-
-
-def overrides(args) -> dict[str, str]:
-    out: dict[str, str] = {}
-    for item in getattr(args, "set", []) or []:
-        key, sep, value = item.partition("=")
-        if not sep or not key.strip():
-            raise UsageError(f"--set expects KEY=VALUE, got {item!r}")
-        out[key.strip()] = value
-    return out
+__all__ = ["UsageError", "load_config", "open_client", "progress_line", "split_channels", "write_progress"]
 
 
 def load_config(args) -> Config:
-    return Config.load(args.config, overrides=overrides(args) or None)
+    """``--config`` with the config keys of ``--option`` (a command whose ``--option`` takes config keys only
+    refuses any other key, naming it)."""
+    if getattr(args, "option_kind", "config") == "config":
+        words = (getattr(args, "command", None), getattr(args, "mirror_command", None))
+        config_only(args, " ".join(w for w in words if w))
+    return Config.load(args.config, overrides=config_overrides(args) or None)
 
 
 def open_client(args) -> Client:
     cfg = load_config(args)
     return build_client(cfg.mq_type, cfg)
-
-
-def split_channels(text: str | None) -> list[str]:
-    chans = [c.strip() for c in (text or "").split(",") if c.strip()]
-    if text is not None and not chans:
-        raise UsageError("--channels is empty")
-    return chans
 
 
 def progress_line(done: int, total: int | None, t0: float) -> str:

@@ -1,7 +1,8 @@
 """``msgstream``: inspect and feed Milvus message streams from the shell.
 
 Subcommands: ``channels``, ``publish``, ``tail``, ``rows``, ``position``, ``inspect``. All accept
-``--config``. Errors print one line on stderr and exit non-zero (2 for usage errors).
+``--config`` and ``--option KEY=VALUE`` (cli/vocab.py: the flags every command shares, old spellings
+deprecated). Errors print one line on stderr and exit non-zero (2 for usage errors).
 The Spark jobs are commands too (``ingest``, ``replay``, ``spark-publish``, ``demo``, ``mirror run``;
 cli/job_commands.py), and ``job-path`` prints a job's file for ``spark-submit``.
 """
@@ -16,6 +17,7 @@ from collections.abc import Sequence
 from msgstream_spark.cli import commands, job_commands, mirror_cmds
 from msgstream_spark.cli.publish_args import add_publish_args
 from msgstream_spark.cli.rows import add_rows_parser
+from msgstream_spark.cli.vocab import add_channels_arg, add_config_args
 from msgstream_spark.errors import MsgStreamError
 
 EXIT_ERROR = 1
@@ -23,16 +25,10 @@ EXIT_USAGE = 2
 EXIT_INTERRUPTED = 130
 
 
-def _common(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--config", help="YAML config (same keys as milvus.yaml); default: the packaged "
-                                    "embedded-log config")
-    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
-                   help="override a config key, e.g. --set kafka.brokerList=127.0.0.1:9092 (repeatable)")
-
-
-def _channels_arg(p: argparse.ArgumentParser, required: bool = True) -> None:
-    p.add_argument("--channels", "-c", required=required,
-                   help="comma-separated channel names (pchannels)")
+def _common(p: argparse.ArgumentParser, options: str = "config") -> None:
+    """``--config`` and ``--option`` (``options``: what ``--option`` takes, cli/vocab.py OPTION_HELP)."""
+    add_config_args(p, options=options)
+    p.set_defaults(option_kind=options)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -43,28 +39,28 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("channels", help="list channels with latest position and message count")
     _common(p)
-    p.add_argument("--channels", "-c", help="only these channels (comma-separated); default: all")
+    add_channels_arg(p, required=False, meaning="only these channels (comma-separated); default: all")
     p.add_argument("--collection", action="append", default=[], metavar="[DB.]NAME",
                    help="mq.type=milvus: list this collection's pchannels and vchannels (repeatable)")
     p.add_argument("--no-count", action="store_true", help="skip counting messages (counting reads the channel)")
     p.add_argument("--timeout", type=float, default=30.0, help="seconds allowed for counting one channel")
 
     p = sub.add_parser("publish", help="publish a file's (or synthetic) rows as inserts, no Spark (see spark-publish)")
-    _common(p)
-    _channels_arg(p)
+    _common(p, "write")
+    add_channels_arg(p)
     add_publish_args(p)
     p.add_argument("--batch-rows", type=int, default=10_000, help="rows encoded per step (default 10000)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
 
     p = sub.add_parser("tail", help="decode and print messages as JSON lines")
     _common(p)
-    _channels_arg(p)
+    add_channels_arg(p)
     where = p.add_mutually_exclusive_group()
-    where.add_argument("--from", dest="start", default="earliest",
-                       help="earliest (default), latest, a position (JSON or base64 MsgPosition), or a Milvus "
-                            "2.6 resume point of the one channel: checkpoint:<base64 WALCheckpoint> or "
-                            "message-id:<JSON {id, wal_name} or base64 MessageID>")
-    where.add_argument("--from-timestamp", dest="from_timestamp",
+    where.add_argument("--from", dest="start", default="earliest", metavar="POSITIONS",
+                       help="earliest (default), latest, a position (JSON or base64 MsgPosition, or @file holding "
+                            "it), or a Milvus 2.6 resume point of the one channel: checkpoint:<base64 WALCheckpoint> "
+                            "or message-id:<JSON {id, wal_name} or base64 MessageID>")
+    where.add_argument("--from-timestamp", dest="from_timestamp", metavar="TS",
                        help="hybrid timestamp or ISO-8601 time: from the first message whose own Milvus "
                             "time is at or after it")
     p.add_argument("--limit", "-n", type=int, help="stop after this many messages")
@@ -78,7 +74,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("position", help="latest or at-timestamp MsgPosition (JSON and base64 protobuf)")
     _common(p)
-    _channels_arg(p)
+    add_channels_arg(p)
     p.add_argument("--at", help="hybrid timestamp, or ISO-8601 time: position of the first message at or "
                                 "after it (default: the latest message)")
 
@@ -108,6 +104,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING, stream=sys.stderr,
                         format="msgstream: %(levelname)s: %(message)s")
 
+    name = " ".join(w for w in (args.command, getattr(args, "mirror_command", None)) if w)
     try:
         return int(commands.run(args) or 0)
     except KeyboardInterrupt:
@@ -116,10 +113,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     except BrokenPipeError:
         return 0
     except MsgStreamError as exc:
-        print(f"msgstream {args.command}: error: {_one_line(exc)}", file=sys.stderr)
+        print(f"msgstream {name}: error: {_one_line(exc)}", file=sys.stderr)
         return EXIT_ERROR
-    except commands.UsageError as exc:
-        print(f"msgstream {args.command}: error: {exc}", file=sys.stderr)
+    except commands.UsageError as exc:  # argparse.ArgumentTypeError: the jobs report it as usage too
+        print(f"msgstream {name}: error: {exc}", file=sys.stderr)
         return EXIT_USAGE
 
 

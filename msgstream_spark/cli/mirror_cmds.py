@@ -6,20 +6,22 @@ when the table equals the collection, 3 when it does not (1 on an error, 2 on ba
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 import time
 import uuid
 from typing import Any
 
-from msgstream_spark.cli.common import UsageError, load_config, overrides
+from msgstream_spark.cli.common import UsageError, load_config
+from msgstream_spark.cli.table_args import add_table_args, checkpoint_of, resolve_table_format, table_options
+from msgstream_spark.cli.vocab import add_flag
 from msgstream_spark.errors import MirrorError
 from msgstream_spark.mirror.snapshot.handover import milvus_target
 from msgstream_spark.mirror.table import open_table
 from msgstream_spark.mirror.trust.milvus_side import SdkMilvusSide
 from msgstream_spark.mirror.trust.pinned import PinnedTable, table_identity
 from msgstream_spark.mirror.trust.status import table_status
+from msgstream_spark.mirror.trust.verify import DEFAULT_BUCKETS
 from msgstream_spark.mirror.trust.verify_run import Log, repair, run_verify, write_report
 from msgstream_spark.mirror.trust.watermark import checkpoint_query_id, table_watermark
 from msgstream_spark.stream.factory import Factory
@@ -32,33 +34,24 @@ def add_mirror_commands(mirror_sub: Any, common: Any) -> None:
     p = mirror_sub.add_parser("verify", help="compare a mirrored table with its collection (exit 0: equal, 3: not)")
     common(p)
     p.add_argument("--collection", required=True, help="collection name (read through config key milvus.address)")
-    _table_args(p)
-    p.add_argument("--buckets", type=int, default=1024, help="buckets of the key's hash per partition (default 1024)")
+    add_table_args(p)
+    add_flag(p, ("--num-buckets",), old=("--buckets",), type=int, default=DEFAULT_BUCKETS, metavar="N",
+             help=f"buckets of the key's hash per partition (default {DEFAULT_BUCKETS})")
     p.add_argument("--wait", type=float, default=0.0,
                    help="seconds to wait for a running job to commit past the collection's current time "
                         "before the table is read (default 0: the table as it is)")
-    p.add_argument("--report-table", metavar="PATH", help="also append the report's keys to a Delta table here")
+    p.add_argument("--report-table", metavar="LOCATION",
+                   help="also append the report's keys to a Delta table here (a path or URI; --storage-option applies)")
     p.add_argument("--repair", action="store_true",
                    help="re-read the differing keys from Milvus and write them through the mirror's exactly-once "
                         "merge, then verify again (stop the mirror job first: one writer per table)")
     p = mirror_sub.add_parser("status", help="per channel: how fresh the table is, the backlog, stalled (JSON)")
     common(p)
-    _table_args(p)
+    add_table_args(p)
     p.add_argument("--collection", help="collection name (default: the table's msgstream.collection)")
     p.add_argument("--stalled-after", type=float, default=60.0,
                    help="stalled: the log holds data the table lacks and its last commit is older than this many "
                         "seconds (default 60)")
-
-
-def _table_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--table", required=True, help="the mirrored table's location")
-    p.add_argument("--table-format", choices=("delta", "iceberg"), default="delta", help="delta (default) or iceberg")
-    p.add_argument("--catalog-uri", help="Iceberg: SQL catalog URI (default: a SQLite file in the table's location)")
-    p.add_argument("--checkpoint", help="the mirror job's checkpoint (default: <table>_checkpoint)")
-
-
-def _checkpoint(args) -> str:
-    return args.checkpoint or args.table.rstrip("/") + "_checkpoint"
 
 
 def _print(obj: dict) -> None:
@@ -66,23 +59,24 @@ def _print(obj: dict) -> None:
 
 
 def cmd_mirror_verify(args) -> int:
-    if args.buckets < 1:
-        raise UsageError("--buckets must be >= 1")
+    if args.num_buckets < 1:
+        raise UsageError("--num-buckets must be >= 1")
     cfg = load_config(args)
-    milvus = SdkMilvusSide(cfg, milvus_target(cfg, args.config, overrides(args), args.collection, purpose="verify"))
-    table = open_table(args.table_format, args.table, collection=args.collection, pk=milvus.pk,
-                       catalog_uri=args.catalog_uri, create=False)
+    resolve_table_format(args)  # before Milvus is asked anything
+    milvus = SdkMilvusSide(cfg, milvus_target(cfg, args.collection, purpose="verify"))
+    table = open_table(args.table_format, args.table, collection=args.collection, pk=milvus.pk, create=False,
+                       **table_options(args))
     log_ = Log(cfg, args.collection)
-    result = run_verify(table, milvus, log_, checkpoint=_checkpoint(args), buckets=args.buckets, wait=args.wait)
+    result = run_verify(table, milvus, log_, checkpoint=checkpoint_of(args), buckets=args.num_buckets, wait=args.wait)
     for line in result.lines():
         _print(line)
     if args.report_table:
-        write_report(result, args.report_table, uuid.uuid4().hex)
+        write_report(result, args.report_table, uuid.uuid4().hex, table_options(args)["storage_options"])
     if args.repair and not result.equal:
         wm = result.summary.get("watermark")
-        channels = sorted(_channels(table, _checkpoint(args))) if wm else []
+        channels = sorted(_channels(table, checkpoint_of(args))) if wm else []
         fixed = repair(table, milvus, log_, result, channels)
-        again = run_verify(table, milvus, log_, checkpoint=_checkpoint(args), buckets=args.buckets)
+        again = run_verify(table, milvus, log_, checkpoint=checkpoint_of(args), buckets=args.num_buckets)
         for line in again.lines():
             _print({"after_repair": line} if "summary" not in line else {"summary_after_repair": {
                 **line["summary"], "repaired": fixed}})
@@ -101,18 +95,18 @@ def _channels(table, checkpoint: str) -> list[str]:
 
 def _open_existing(args, collection: str | None):
     """The table, its collection and key read from its own properties."""
-    name, pk = table_identity(args.table_format, args.table, args.catalog_uri)
+    resolve_table_format(args)
+    name, pk = table_identity(args.table_format, args.table, **table_options(args))
     if collection is not None and collection != name:
         raise MirrorError(f"table {args.table} mirrors collection {name!r}, not {collection!r}")
-    return open_table(args.table_format, args.table, collection=name, pk=pk, create=False,
-                      catalog_uri=args.catalog_uri)
+    return open_table(args.table_format, args.table, collection=name, pk=pk, create=False, **table_options(args))
 
 
 def cmd_mirror_status(args) -> int:
     cfg = load_config(args)
     table = _open_existing(args, args.collection)
     pinned = PinnedTable(table)
-    checkpoint = _checkpoint(args)
+    checkpoint = checkpoint_of(args)
     qid = checkpoint_query_id(checkpoint)
     q = pinned.committed_by[0]
     wm = table_watermark(table.properties(), pinned.recorded_watermark if q == qid else None,

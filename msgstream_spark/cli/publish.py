@@ -10,9 +10,10 @@ from typing import Any
 
 import numpy as np
 
-from msgstream_spark.cli.common import UsageError, overrides, progress_line, split_channels, write_progress
+from msgstream_spark.cli.common import UsageError, progress_line, split_channels, write_progress
 from msgstream_spark.cli.data import delete_batch, read_table, synthetic_batches, synthetic_schema
 from msgstream_spark.cli.publish_args import wire_options
+from msgstream_spark.cli.vocab import parse_kv
 from msgstream_spark.sink.options import parse_sink_options
 from msgstream_spark.sink.plan import plan_write
 from msgstream_spark.sink.task import TaskWriter
@@ -33,7 +34,7 @@ def sink_options_from_args(args) -> dict[str, str]:
     if args.field_types:
         opts["fieldTypes"] = args.field_types
     opts.update(wire_options(args))
-    opts.update(overrides(args))
+    opts.update(parse_kv(args.option))  # config keys and sink options, as the Spark sink takes them
     return opts
 
 

@@ -13,32 +13,30 @@ from typing import Any
 
 from msgstream_spark.cli.common import UsageError, load_config, split_channels
 from msgstream_spark.cli.render import dumps
+from msgstream_spark.cli.vocab import add_channels_arg, at_file, data_options
 from msgstream_spark.source import read_arrow
 
 
 def add_rows_parser(sub: Any, common: Any) -> None:
     p = sub.add_parser("rows", help="the source's rows (or messages) of a bounded read, as JSON lines")
-    common(p)
-    p.add_argument("--channels", "-c", required=True, help="comma-separated channel names (pchannels)")
-    p.add_argument("--from", dest="start", help="startingPositions: earliest (default), latest, or positions "
-                                                "(JSON per channel or base64 MsgPosition list)")
-    p.add_argument("--to", dest="end", help="endingPositions: latest (default) or positions")
+    common(p, "read")
+    add_channels_arg(p)
+    p.add_argument("--from", dest="start", metavar="POSITIONS",
+                   help="startingPositions: earliest (default), latest, or positions (JSON per channel or base64 "
+                        "MsgPosition list, or @file holding them)")
+    p.add_argument("--to", dest="end", metavar="POSITIONS", help="endingPositions: latest (default) or positions")
     p.add_argument("--collection", help="collection name or id (option collection)")
     p.add_argument("--output", choices=("rows", "messages"), default="rows", help="rows (default) or messages")
-    p.add_argument("--option", "-o", action="append", default=[], metavar="KEY=VALUE",
-                   help="any read option of the Spark source (docs/spark-source.md), e.g. -o endingTimestamp=...")
     p.add_argument("--limit", "-n", type=int, help="stop after this many rows")
 
 
 def _options(args: argparse.Namespace) -> dict[str, str]:
+    """The read options: ``--output``, ``--collection`` and the undotted keys of ``--option`` (its config keys
+    go to the config)."""
     out = {"output": args.output}
     if args.collection:
         out["collection"] = args.collection
-    for item in args.option:
-        key, sep, value = item.partition("=")
-        if not sep or not key.strip():
-            raise UsageError(f"--option expects KEY=VALUE, got {item!r}")
-        out[key.strip()] = value
+    out.update(data_options(args))
     return out
 
 
@@ -56,7 +54,7 @@ def cmd_rows(args: argparse.Namespace) -> int:
     if args.limit is not None and args.limit <= 0:
         raise UsageError("--limit must be > 0")
     printed = 0
-    for batch in read_arrow(load_config(args), split_channels(args.channels), args.start, args.end,
+    for batch in read_arrow(load_config(args), split_channels(args.channels), at_file(args.start), at_file(args.end),
                             **_options(args)):
         for row in batch.to_pylist():
             print(dumps({k: _plain(v) for k, v in row.items()}), flush=False)

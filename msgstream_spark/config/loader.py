@@ -159,6 +159,8 @@ class Config:
 
     values: dict[str, Any] = field(default_factory=dict)
     source: str = "<defaults>"
+    # the keys a file, the environment or an override gave (not the built-in defaults): :meth:`is_set`
+    explicit: frozenset[str] = field(default_factory=frozenset, compare=False)
 
     # -- construction -------------------------------------------------------------
     @classmethod
@@ -197,8 +199,10 @@ class Config:
         _check_own_keys(file_values, source)
         values.update(file_values)
         # environment overrides (one rule, see env_overrides), for keys we know or the file has
-        values.update(env_overrides(values, os.environ if env is None else env))
-        cfg = cls(values, source)
+        from_env = env_overrides(values, os.environ if env is None else env)
+        values.update(from_env)
+        given = frozenset(file_values) if path is not None else frozenset()  # the packaged file holds defaults
+        cfg = cls(values, source, given | frozenset(from_env))
         if overrides:
             cfg = cfg.with_overrides(overrides)
         cfg._resolve_paths(base_dir)
@@ -212,7 +216,7 @@ class Config:
         flat = _flatten(data)
         _check_own_keys(flat, source)
         values.update(flat)
-        cfg = cls(values, source)
+        cfg = cls(values, source, frozenset(flat))
         cfg._resolve_paths(Path.cwd())
         cfg.validate()
         return cfg
@@ -222,7 +226,7 @@ class Config:
         _check_own_keys(flat, "overrides")
         new = dict(self.values)
         new.update(flat)
-        cfg = Config(new, self.source)
+        cfg = Config(new, self.source, self.explicit | frozenset(flat))
         cfg.validate()
         return cfg
 
@@ -246,6 +250,11 @@ class Config:
 
     def __contains__(self, key: str) -> bool:
         return key.lower() in self.values
+
+    def is_set(self, key: str) -> bool:
+        """Whether ``key`` was given (by the file, a ``MSGSTREAM_`` or Milvus environment variable by
+        :func:`env_overrides`'s rule, or an override), not left at its built-in default."""
+        return key.lower() in self.explicit
 
     def get_int(self, key: str) -> int:
         v = self[key]

@@ -11,28 +11,16 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from msgstream_spark.cli.vocab import add_config_args as add_shared_config_args
+from msgstream_spark.cli.vocab import parse_kv
 from msgstream_spark.errors import MsgStreamError
 
 log = logging.getLogger("msgstream_spark.jobs")
 
 
 def add_config_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--config", default=None,
-                   help="YAML config (same keys as milvus.yaml; e.g. conf/msgstream.yaml); default: the "
-                        "packaged embedded-log config")
-    p.add_argument("--master", default=None, help="Spark master when not run by spark-submit (default local[*])")
-    p.add_argument("--option", action="append", default=[], metavar="KEY=VALUE",
-                   help="extra msgstream data source option (repeatable), e.g. --option kafka.brokerList=h:9092")
-
-
-def parse_kv(items: Sequence[str], what: str = "--option") -> dict[str, str]:
-    out: dict[str, str] = {}
-    for item in items or []:
-        k, sep, v = item.partition("=")
-        if not sep or not k.strip():
-            raise argparse.ArgumentTypeError(f"{what} expects KEY=VALUE, got {item!r}")
-        out[k.strip()] = v
-    return out
+    """``--config``, ``--master`` and ``--option KEY=VALUE`` (``-o``; old: ``--set``): cli/vocab.py."""
+    add_shared_config_args(p, options="job", master=True)
 
 
 def source_options(args, **named: Any) -> dict[str, str]:

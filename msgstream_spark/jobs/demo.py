@@ -24,21 +24,61 @@ from typing import Any
 
 import pyarrow.dataset as ds
 
+from msgstream_spark.cli.vocab import UsageError, add_flag, split_channels, warn_deprecated
 from msgstream_spark.errors import MsgStreamError
 from msgstream_spark.jobs._common import main_wrapper, spark_session
+
+CHANNEL_PREFIX = "demo-dml_"
+DEFAULT_CHANNELS = 2
+
+
+class _ChannelsOrCount(argparse.Action):
+    """``--channels``: channel names, as everywhere; a plain integer is the old count (deprecated)."""
+
+    def __call__(self, parser, namespace, values, option_string=None) -> None:
+        if values.strip().isdigit():
+            warn_deprecated(parser.prog, f"{option_string} {values} (a count)",
+                            f"--num-channels {values}; --channels takes channel names")
+            namespace.channel_count = int(values)
+        else:
+            namespace.channels = values
 
 
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="demo", description=__doc__.split("\n\n")[0])
-    p.add_argument("--rows", type=int, default=100_000, help="rows of the first publish (default 100000)")
-    p.add_argument("--more-rows", type=int, default=20_000, help="rows of the second publish (default 20000)")
+    add_flag(p, ("--num-rows",), old=("--rows",), dest="rows", type=int, default=100_000, metavar="N",
+             help="rows of the first publish (default 100000)")
+    add_flag(p, ("--num-more-rows",), old=("--more-rows",), dest="more_rows", type=int, default=20_000, metavar="N",
+             help="rows of the second publish (default 20000)")
     p.add_argument("--dim", type=int, default=128, help="vector dimension (default 128)")
     p.add_argument("--delete-fraction", type=float, default=0.05, help="fraction of keys deleted (default 0.05)")
-    p.add_argument("--channels", type=int, default=2, help="number of channels (default 2)")
+    p.add_argument("--num-channels", type=int, default=None, metavar="N",
+                   help=f"number of channels, named {CHANNEL_PREFIX}<i> (default {DEFAULT_CHANNELS})")
+    p.add_argument("--channels", "-c", action=_ChannelsOrCount, default=None, metavar="A,B",
+                   help="or the channels' names (comma-separated)")
+    p.set_defaults(channel_count=None)
     p.add_argument("--workdir", default="demo-output", help="output directory, recreated (default demo-output)")
-    p.add_argument("--partitions", type=int, default=2, help="Spark write tasks (default 2)")
+    add_flag(p, ("--num-tasks",), old=("--partitions",), dest="partitions", type=int, default=2, metavar="N",
+             help="Spark write tasks (default 2)")
     p.add_argument("--master", default=None, help="Spark master (default local[*])")
     return p
+
+
+def channel_names(args: argparse.Namespace) -> list[str]:
+    """The demo's channels: ``--channels`` names them, ``--num-channels`` (or the old ``--channels N``) counts
+    them; UsageError when both say."""
+    given = [x for x in (args.channels and "--channels A,B", args.num_channels is not None and "--num-channels N",
+                         getattr(args, "channel_count", None) is not None and "--channels N") if x]
+    if len(given) > 1:
+        raise UsageError(f"give one of {' and '.join(given)}: --channels names the channels, --num-channels "
+                         "counts them")
+    if args.channels:
+        return split_channels(args.channels)
+    n = next((c for c in (args.num_channels, getattr(args, "channel_count", None)) if c is not None),
+             DEFAULT_CHANNELS)
+    if n < 1:
+        raise UsageError(f"--num-channels must be >= 1, got {n}")
+    return [f"{CHANNEL_PREFIX}{i}" for i in range(n)]
 
 
 def _ns(**kw) -> SimpleNamespace:
@@ -71,7 +111,7 @@ def _publish_ns(common: dict[str, str], args: argparse.Namespace, rows: int, sta
 
     return publish.build_parser().parse_args([
         "--config", common["config"], "--channels", common["channels"], "--synthetic", str(rows),
-        "--dim", str(args.dim), "--start", str(start), "--partitions", str(args.partitions),
+        "--dim", str(args.dim), "--start", str(start), "--num-tasks", str(args.partitions),
         "--delete-fraction", str(args.delete_fraction), "--collection", "demo"])
 
 
@@ -89,13 +129,13 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     from msgstream_spark.jobs import ingest, publish, replay
     from msgstream_spark.mq.registry import build_client
 
+    channels = ",".join(channel_names(args))  # before anything is removed or written
     work = Path(args.workdir).resolve()
     if work.exists():
         shutil.rmtree(work)
     work.mkdir(parents=True)
     cfg_path = work / "msgstream.yaml"
     cfg_path.write_text("mq:\n  type: local\nlocal:\n  path: msgstream.db\n")
-    channels = ",".join(f"demo-dml_{i}" for i in range(args.channels))
     t_start = time.perf_counter()
     spark = spark_session("msgstream-demo", args.master)
     common = dict(config=str(cfg_path), channels=channels)

@@ -1,9 +1,9 @@
 """Ingest: stream channels into a table (a change log of inserts and deletes).
 
-``msgstream ingest --channels ch0,ch1 --output lake/events`` reads the channels with
+``msgstream ingest --channels ch0,ch1 --table lake/events`` reads the channels with
 the ``msgstream`` streaming source and appends every row (``op``, the primary key, the
 fields, ``_channel``, ``_ts``, ``_position``) to a Parquet table (any Spark file format
-with ``--format``), with a checkpoint so a rerun continues where the last one stopped.
+with ``--table-format``), with a checkpoint so a rerun continues where the last one stopped.
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ import threading
 import time
 from typing import Any
 
+from msgstream_spark.cli.vocab import add_channels_arg, add_flag, at_file
 from msgstream_spark.errors import MsgStreamError
 from msgstream_spark.jobs._common import (
     add_config_args,
@@ -32,13 +33,16 @@ log = logging.getLogger("msgstream_spark.jobs.ingest")
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="ingest", description=__doc__.split("\n\n")[0])
     add_config_args(p)
-    p.add_argument("--channels", required=True, help="comma-separated channels (pchannels) to read")
-    p.add_argument("--output", required=True, help="table path (directory)")
-    p.add_argument("--format", default="parquet", help="Spark file format of the table (default parquet)")
-    p.add_argument("--checkpoint", help="checkpoint directory (default: <output>_checkpoint)")
+    add_channels_arg(p, meaning="comma-separated channels (pchannels) to read")
+    add_flag(p, ("--table",), old=("--output",), dest="output", required=True, metavar="LOCATION",
+             help="the table's location (a directory)")
+    add_flag(p, ("--table-format",), old=("--format",), dest="format", default="parquet",
+             help="Spark file format of the table (default parquet)")
+    p.add_argument("--checkpoint", help="checkpoint directory (default: <table>_checkpoint)")
     p.add_argument("--subscription", default="msgstream-ingest", help="subscription name (default msgstream-ingest)")
-    p.add_argument("--starting", default="earliest",
-                   help="where a new query starts: earliest (default), latest, or positions (JSON/base64)")
+    add_flag(p, ("--from",), old=("--starting",), dest="starting", default="earliest", metavar="POSITIONS",
+             help="where a new query starts: earliest (default), latest, or positions (JSON/base64, or @file "
+                  "holding them)")
     p.add_argument("--trigger", default="available-now",
                    help="available-now (default: read what is there, then stop), once, or "
                         "processing-time:<interval> (e.g. processing-time:10s; runs until --timeout or Ctrl-C)")
@@ -137,7 +141,7 @@ def run(args: argparse.Namespace, spark=None) -> dict[str, Any]:
     trig = trigger_kwargs(args.trigger)
     spark = spark or spark_session("msgstream-ingest", args.master)
     opts = source_options(args, channels=args.channels, subscription=args.subscription,
-                          startingPositions=args.starting, maxRowsPerTrigger=args.max_rows_per_trigger,
+                          startingPositions=at_file(args.starting), maxRowsPerTrigger=args.max_rows_per_trigger,
                           dedupe="true" if args.dedupe else None)
     checkpoint = args.checkpoint or args.output.rstrip("/") + "_checkpoint"
     df = spark.readStream.format("msgstream").options(**opts).load()

@@ -1,10 +1,11 @@
 """Mirror: keep a Delta or Iceberg table equal to a Milvus collection.
 
-``msgstream mirror run --config C --collection NAME --table PATH --table-format delta|iceberg``
-starts a new table from a snapshot of the collection (``--snapshot initial``: the channels'
-positions first, then S, then the rows through Milvus's SDK, written by Spark tasks as the table's
-first data files), then merges the stream from those positions, one commit per micro-batch,
-recording the query and the batch so that a re-run batch is skipped (exactly once).
+``msgstream mirror run --config C --collection NAME --table PATH [--table-format delta|iceberg]``
+(the format is needed to create a table; an existing table's is detected) starts a new table
+from a snapshot of the collection (``--snapshot initial``: the channels' positions first, then S,
+then the rows through Milvus's SDK, written by Spark tasks as the table's first data files), then
+merges the stream from those positions, one commit per micro-batch, recording the query and the
+batch so that a re-run batch is skipped (exactly once).
 """
 
 from __future__ import annotations
@@ -17,6 +18,14 @@ import time
 import uuid
 from typing import Any
 
+from msgstream_spark.cli.table_args import (
+    add_table_args,
+    checkpoint_of,
+    resolve_table_format,
+    storage_options,
+    table_options,
+)
+from msgstream_spark.cli.vocab import add_channels_arg, add_flag, at_file
 from msgstream_spark.errors import MirrorError
 from msgstream_spark.jobs._common import (
     add_config_args,
@@ -38,32 +47,30 @@ def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="mirror", description=__doc__.split("\n\n")[0])
     add_config_args(p)
     p.add_argument("--collection", required=True, help="collection name")
-    p.add_argument("--table", required=True, help="table location (directory; Iceberg: its warehouse location)")
-    p.add_argument("--table-format", required=True, choices=("delta", "iceberg"), help="delta or iceberg")
+    add_table_args(p, creates=True)
     p.add_argument("--snapshot", default="initial", choices=SNAPSHOT_MODES,
                    help="initial (default): a new table starts from a snapshot read through Milvus's SDK "
-                        "(config key milvus.address); never: from the stream alone (--starting); when_needed: "
+                        "(config key milvus.address); never: from the stream alone (--from); when_needed: "
                         "like initial for a new table, and an existing table whose resume position was removed "
                         "by retention is replaced by a new snapshot (its old checkpoint moved aside)")
     p.add_argument("--snapshot-source", default="query", choices=("query", "storage"),
                    help="query (default): the snapshot's rows through Milvus's query; storage: from Milvus's binlogs "
                         "(storage v1, 2.3-2.5: etcd.endpoints, etcd.rootPath, common.storageType, localStorage.path or "
                         "minio.* from the config), the stream from the channel checkpoints")
-    p.add_argument("--channels", help="comma-separated channels (default: the config's DML channels, "
-                                      "<cluster>-<rootcoord-dml>_N)")
-    p.add_argument("--starting", default="earliest",
-                   help="with --snapshot never: where the stream starts (earliest, or positions as for ingest)")
-    p.add_argument("--checkpoint", help="checkpoint directory (default: <table>_checkpoint)")
+    add_channels_arg(p, required=False, meaning="comma-separated channels (default: the config's DML channels, "
+                                                 "<cluster>-<rootcoord-dml>_N)")
+    add_flag(p, ("--from",), old=("--starting",), dest="starting", default="earliest", metavar="POSITIONS",
+             help="with --snapshot never: where the stream starts (earliest, or positions as for ingest: JSON/base64 "
+                  "or @file)")
     p.add_argument("--subscription", help="subscription name (default: mirror-<collection>-<table dir name>)")
-    p.add_argument("--catalog-uri", help="Iceberg: SQL catalog URI (default: the SQLite file "
-                                         "<table>_catalog.sqlite next to the table, made with the table)")
     p.add_argument("--trigger", default="available-now",
                    help="available-now (default), once, or processing-time:<interval>")
     p.add_argument("--max-rows-per-trigger", type=int, default=100000,
                    help="rows per micro-batch (tasks write and plan them; no row reaches the driver; default 100000)")
     p.add_argument("--compact-every", type=int, default=0,
                    help="compact the table after every N committed micro-batches (default 0: never)")
-    p.add_argument("--snapshot-tasks", type=int, default=0, help="snapshot read tasks (default: Spark parallelism)")
+    add_flag(p, ("--num-snapshot-tasks",), old=("--snapshot-tasks",), dest="snapshot_tasks", type=int, default=0,
+             metavar="N", help="snapshot read tasks (default: Spark parallelism)")
     p.add_argument("--snapshot-answer-mb", type=float, default=16.0,
                    help="snapshot: bytes of one Query answer, in MiB (default 16; Milvus refuses answers above "
                         "quotaAndLimits.limits.maxOutputSize, 100 MiB, and above the proxy's gRPC send size)")
@@ -71,7 +78,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--history-table", help="also keep a change log here (Delta, append-only: op insert/update/"
                                            "delete, the fields after the change, _ts, _time, _seq), written once "
                                            "per batch by tasks beside the mirror's commits; --table-format delta "
-                                           "only (docs/mirror.md, History)")
+                                           "only; a path or URI, --storage-option applies (docs/mirror.md, "
+                                           "History)")
     p.add_argument("--progress-interval", type=float, default=5.0, help="seconds between progress lines")
     return p
 
@@ -157,25 +165,37 @@ def _stream_all(spark, args, cfg, start, sink, checkpoint, trig) -> tuple[int, i
 
 def run(args: argparse.Namespace, spark=None) -> dict[str, Any]:
     logging.getLogger("py4j").setLevel(logging.WARNING)  # its callback server logs every call at INFO
+    resolve_table_format(args, create=True)  # before Spark starts: a wrong or missing format fails at once
+    args.starting = at_file(args.starting)
     if args.history_table and args.table_format != "delta":
         raise MirrorError(f"--history-table {args.history_table}: the change log is kept beside a Delta mirror only "
                           f"(--table-format delta), not --table-format {args.table_format}; nothing written")
     trig = trigger_kwargs(args.trigger)
+    checkpoint = checkpoint_of(args, required=True)
+    from msgstream_spark.mirror.store import open_store
+
+    store = open_store(args.table, table_options(args)["storage_options"])  # settings resolved here, on the driver
     cfg = _config(args)
     spark = spark or spark_session("msgstream-mirror", args.master)  # Spark first, then pymilvus clients
     from msgstream_spark.jobs.mirror_start import decide_start
+    from msgstream_spark.mirror.formats.iceberg.catalog import is_identifier
     from msgstream_spark.mirror.formats.lock import writer_lock
+    from msgstream_spark.mirror.table import open_table
     from msgstream_spark.mirror.trust.history import HistoryTable
     from msgstream_spark.spark.mirror import MirrorBatch
 
     probe = _stream(spark, args, cfg, None)
     pk, cid = _facts(probe)
-    checkpoint = args.checkpoint or args.table.rstrip("/") + "_checkpoint"
-    with writer_lock(args.table, "the mirror job"):  # the table's one writer while the job runs
+    where = args.table
+    if is_identifier(args.table, args.catalog):  # the catalog places the table: made now, its lease goes there
+        placed = open_table(args.table_format, args.table, collection=args.collection, pk=pk, create=False,
+                            arrow_schema=rows_arrow_schema(probe), collection_id=cid, **table_options(args))
+        store, where = placed.store, placed.location
+    with writer_lock(store, where, "the mirror job") as hold:  # the table's one writer while the job runs
         start = decide_start(spark, args, cfg, rows_arrow_schema(probe), pk, cid, checkpoint)
-        history = HistoryTable(args.history_table, pk) if args.history_table else None
+        history = HistoryTable(args.history_table, pk, storage_options(args)) if args.history_table else None
         sink = MirrorBatch(start.table, pk, checkpoint=checkpoint, collection_id=start.collection_id,
-                           compact_every=args.compact_every, history=history)
+                           compact_every=args.compact_every, history=history, lock=hold)
         t0 = time.perf_counter()
         rows, restarts = _stream_all(spark, args, cfg, start, sink, checkpoint, trig)
     secs = time.perf_counter() - t0
@@ -184,7 +204,7 @@ def run(args: argparse.Namespace, spark=None) -> dict[str, Any]:
             "merged_batches": sink.batches, "skipped_batches": sink.skipped, "merged_changes": sink.rows,
             "compactions": sink.compactions,
             "schema_restarts": restarts, "stream_seconds": round(secs, 3),
-            "freshness_ms": sink.freshness_ms, "step_seconds": sink.timings}
+            "freshness_ms": sink.freshness_ms, "step_seconds": sink.timings, "step_bytes": sink.bytes}
 
 
 def main(argv=None, prog: str | None = None) -> int:

@@ -1,9 +1,11 @@
 """Maintenance of a mirror table: compact its files, list orphaned files, vacuum.
 
-``msgstream mirror compact --table lake/products --table-format delta`` rewrites the files
+``msgstream mirror compact --table lake/products`` rewrites the files
 with deleted rows and the small ones (one commit, exactly once); ``orphans`` lists files no current
 version references (a batch or compaction killed before its commit); ``vacuum --retain-hours H`` deletes
-them and the files older versions alone used. Each holds the table's writer lock: it is refused while a
+the files no version committed within H hours reads (a file removed at time T stays until T is H hours
+old; a file nothing references, once written H hours ago; Iceberg: the older snapshots expired first, and
+its metadata files with them). Each holds the table's writer lock: it is refused while a
 mirror job runs on the table (use ``msgstream mirror run --compact-every N`` there). See docs/mirror.md.
 """
 
@@ -13,19 +15,19 @@ import argparse
 import sys
 from typing import Any
 
+from msgstream_spark.cli.table_args import add_table_args, resolve_table_format, table_options
 from msgstream_spark.jobs._common import main_wrapper
 
 
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="mirror_maintain", description=__doc__.split("\n\n")[0])
     p.add_argument("action", choices=["compact", "orphans", "vacuum"])
-    p.add_argument("--table", required=True, help="the mirror table's location")
-    p.add_argument("--table-format", required=True, choices=["delta", "iceberg"])
-    p.add_argument("--catalog-uri", help="Iceberg: the SQL catalog (default <table>_catalog.sqlite next to the table)")
+    add_table_args(p, checkpoint=False)
     p.add_argument("--target-mb", type=int, default=256, help="compact: size of the files written (default 256)")
     p.add_argument("--retain-hours", type=float, default=168.0,
-                   help="vacuum: keep files younger than this and what versions this young use (default 168)")
-    p.add_argument("--dry-run", action="store_true", help="vacuum: list, do not delete")
+                   help="vacuum: keep every file a version committed within this many hours reads, and "
+                        "unreferenced files written within it (default 168)")
+    p.add_argument("--dry-run", action="store_true", help="vacuum: list, delete and expire nothing")
     return p
 
 
@@ -33,7 +35,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     from msgstream_spark.mirror.maintenance import compact, orphans, vacuum
     from msgstream_spark.mirror.table import open_existing
 
-    table = open_existing(args.table_format, args.table, catalog_uri=args.catalog_uri)
+    resolve_table_format(args)
+    table = open_existing(args.table_format, args.table, **table_options(args))
     out: dict[str, Any] = {"job": f"mirror {args.action}", "table": args.table, "format": args.table_format}
     if args.action == "compact":
         done = compact(table, args.target_mb << 20)

@@ -28,8 +28,8 @@ from dataclasses import dataclass, field
 from dataclasses import replace as replace_target
 from typing import Any
 
+from msgstream_spark.cli.table_args import table_options
 from msgstream_spark.errors import MirrorError
-from msgstream_spark.jobs._common import parse_kv
 from msgstream_spark.mirror.common import PROP_COLLECTION_ID, PROP_SNAPSHOT_TS
 
 log = logging.getLogger("msgstream_spark.jobs.mirror")
@@ -51,7 +51,7 @@ def _open(args, pk: str, schema, cid: int | None, create: bool):
     from msgstream_spark.mirror.table import open_table
 
     return open_table(args.table_format, args.table, collection=args.collection, pk=pk, arrow_schema=schema,
-                      catalog_uri=args.catalog_uri, create=create, collection_id=cid)
+                      create=create, collection_id=cid, **table_options(args))
 
 
 def _exists(table) -> bool:
@@ -80,7 +80,7 @@ def decide_start(spark, args, cfg, schema, pk: str, cid: int | None, checkpoint:
         if progress:
             raise MirrorError(f"checkpoint {checkpoint} holds a query's progress but there is no table at "
                               f"{args.table}: the stream would resume from that checkpoint, not from a snapshot or "
-                              "--starting, and the table would miss everything before it. Remove the checkpoint (or "
+                              "--from, and the table would miss everything before it. Remove the checkpoint (or "
                               "pass another --checkpoint) to start the table afresh; nothing written")
     else:
         props = table.properties()
@@ -108,14 +108,14 @@ def decide_start(spark, args, cfg, schema, pk: str, cid: int | None, checkpoint:
         if merged:
             raise MirrorError(f"table {args.table} took stream batches of query {', '.join(merged)}, but its "
                               f"checkpoint {checkpoint} is gone: a new query would replay the stream from "
-                              f"{'the snapshot positions' if props.get(START_PROPERTY) else '--starting'}, and a row "
+                              f"{'the snapshot positions' if props.get(START_PROPERTY) else '--from'}, and a row "
                               "deleted later in the stream would reappear until its delete replays. Restore the "
                               "checkpoint (--checkpoint), or run with --snapshot when_needed to replace the table's "
                               "rows by a new snapshot; nothing written")
         if args.snapshot != "never" and not props.get(START_PROPERTY) and not props.get(S_PROPERTY):
             # no snapshot, no start positions, no checkpoint: a first version that never got its files (an
             # Iceberg table of an older release killed between its two commits) or a --snapshot never table
-            # that never streamed; streaming from --starting would skip what the log no longer holds
+            # that never streamed; streaming from --from would skip what the log no longer holds
             log.warning("mirror of %s: table %s has no snapshot, no start positions and no checkpoint: taking a "
                         "snapshot (--snapshot %s)", args.collection, args.table, args.snapshot)
             return _snapshot(spark, args, cfg, table, schema, pk, replace=True)
@@ -143,7 +143,7 @@ def _check_owner(table, location: str, checkpoint: str) -> None:
 
 def resume_offset(checkpoint: str, starting: str | None) -> dict:
     """Where a query would resume: the checkpoint's last committed offset, else ``starting`` (a snapshot's
-    recorded positions or --starting; ``earliest``/``latest`` are never lost). Spark-free."""
+    recorded positions or --from; ``earliest``/``latest`` are never lost). Spark-free."""
     from msgstream_spark.source.lost import checkpoint_offset, positions_offset
 
     commits = os.path.join(checkpoint, "commits")
@@ -228,7 +228,7 @@ def _snapshot(spark, args, cfg, table, schema, pk: str, replace: bool = False) -
     from msgstream_spark.spark.snapshot import remove_dir, write_snapshot
     from msgstream_spark.stream.factory import Factory
 
-    target = milvus_target(cfg, args.config, parse_kv(args.option), args.collection)
+    target = milvus_target(cfg, args.collection)
     info = describe(target)
     if info.pk != pk:
         raise MirrorError(f"collection {args.collection!r}: Milvus names primary key {info.pk!r}, the stream's schema "
@@ -246,10 +246,10 @@ def _snapshot(spark, args, cfg, table, schema, pk: str, replace: bool = False) -
     read = "exactly at S (pinned iterator reads)" if pinned else "at least at S (this Milvus does not pin reads)"
     log.info("snapshot of %s: S=%d, %d rows, %d range(s), rows read %s, positions %s", args.collection, s,
              info.row_count, len(ranges), read, {ch: (p.timestamp if p else None) for ch, p in positions.items()})
-    out = os.path.join(args.table, f"snapshot-{s}-{uuid.uuid4().hex[:8]}")
+    out = table.store.join(f"snapshot-{s}-{uuid.uuid4().hex[:8]}")
     reader = RangeReader(qt, info.pk, info.pk_is_string, table_schema(schema, pk), s,
                          answer_bytes=int(args.snapshot_answer_mb * (1 << 20)), row_bytes=width or 1024)
-    files = write_snapshot(spark, reader, ranges, out, info.row_count, args.progress_interval)
+    files = write_snapshot(spark, reader, ranges, out, info.row_count, args.progress_interval, table.store)
     check_same_collection(target, info)
     starting = starting_positions(positions)
     props = {START_PROPERTY: starting, S_PROPERTY: str(s)}
@@ -260,7 +260,7 @@ def _snapshot(spark, args, cfg, table, schema, pk: str, replace: bool = False) -
             table.add_files(files.files, properties=props)
     except BaseException:
         if not _committed(args, pk, s):  # the files are no version's: remove them with their directory
-            remove_dir(spark, out)
+            remove_dir(table.store, out)
         raise
     return Start(table, starting, info.collection_id,
                  {"mode": "replaced" if replace else "initial", "S": s, "rows": files.rows, "read": read,

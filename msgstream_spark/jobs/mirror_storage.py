@@ -13,11 +13,9 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import uuid
 
 from msgstream_spark.errors import MirrorError
-from msgstream_spark.jobs._common import parse_kv
 
 log = logging.getLogger("msgstream_spark.jobs.mirror")
 
@@ -29,7 +27,7 @@ def storage_snapshot(spark, args, cfg, table, schema, pk: str, channels: list[st
     from msgstream_spark.mirror.table import table_schema
     from msgstream_spark.spark.storage_snapshot import write_storage_snapshot
 
-    target = milvus_target(cfg, args.config, parse_kv(args.option), args.collection)
+    target = milvus_target(cfg, args.collection)
 
     def attempt():
         mc = target.client()
@@ -42,9 +40,10 @@ def storage_snapshot(spark, args, cfg, table, schema, pk: str, channels: list[st
         if table.collection_id is not None and table.collection_id != prep.collection_id:
             raise MirrorError(f"collection {args.collection!r} has id {prep.collection_id} in Milvus, but the log's "
                               f"newest collection of that name has id {table.collection_id}")
-        out = os.path.join(args.table, f"snapshot-{prep.plan.snapshot_ts}-{uuid.uuid4().hex[:8]}")
+        out = table.store.join(f"snapshot-{prep.plan.snapshot_ts}-{uuid.uuid4().hex[:8]}")
         packing = prep.packing(spark.sparkContext.defaultParallelism)
-        files = write_storage_snapshot(spark, prep.reader, packing, out, prep.plan.rows, args.progress_interval)
+        files = write_storage_snapshot(spark, prep.reader, packing, out, prep.plan.rows, args.progress_interval,
+                                       table.store)
         return prep, files, packing
 
     prep, files, packing = with_replans(attempt)

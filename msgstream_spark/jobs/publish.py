@@ -14,15 +14,17 @@ from typing import Any
 import pyarrow as pa
 
 from msgstream_spark.cli.publish_args import add_publish_args, wire_options
+from msgstream_spark.cli.vocab import add_channels_arg, add_flag
 from msgstream_spark.jobs._common import add_config_args, main_wrapper, source_options, spark_session
 
 
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="publish", description=__doc__.split("\n\n")[0])
     add_config_args(p)
-    p.add_argument("--channels", required=True, help="comma-separated target channels (pchannels), shard i -> i")
+    add_channels_arg(p, meaning="comma-separated target channels (pchannels), shard i -> i")
     add_publish_args(p)
-    p.add_argument("--partitions", type=int, default=None, help="Spark partitions (write tasks)")
+    add_flag(p, ("--num-tasks",), old=("--partitions",), dest="partitions", type=int, default=None, metavar="N",
+             help="Spark write tasks (the DataFrame's partitions; default: Spark's parallelism)")
     p.add_argument("--writer-id", help="stable writer id (exactly-once across reruns)")
     return p
 

@@ -14,7 +14,9 @@ from msgstream_spark.mirror.write.layout import COLLECTION, check_narrow_collect
 def apply_batch(table: MirrorTable, changes: pa.Table, pk: str, query_id: str, batch_id: int,
                 commit_info: dict[str, str] | None = None) -> bool:
     """Apply one batch of ``rows`` changes (``op``, the fields, ``_ts``, ``_seq``, ``_partition``) to
-    ``table``: True if applied, False if this query's batch ``batch_id`` is already in the table.
+    ``table``: True if applied, False if this query's batch ``batch_id`` is already in the table. ``op`` is
+    ``insert``, ``update`` (an upsert read with the source option ``upsertAs=update``: the key's new row) or
+    ``delete``; another op raises MirrorError naming it, and nothing is written.
 
     Put it in your own ``foreachBatch`` (``df.toArrow()`` of a micro-batch that fits the driver) or
     use jobs/mirror.py, which collapses in Spark first.
@@ -35,7 +37,8 @@ def apply_batch(table: MirrorTable, changes: pa.Table, pk: str, query_id: str, b
     props = table.properties()
     check_collection_ids(table, props, changes)
     changes = after_snapshot(props, changes)
-    return table.merge(collapse(changes, pk), query_id=query_id, batch_id=batch_id, commit_info=commit_info)
+    return table.merge(collapse(changes, pk, f"table {table.location}"), query_id=query_id, batch_id=batch_id,
+                       commit_info=commit_info)
 
 
 def check_collection_ids(table: MirrorTable, props: dict[str, str], changes: pa.Table) -> None:

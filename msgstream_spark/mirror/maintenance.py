@@ -4,12 +4,22 @@
   live rows written into new files of about ``target_bytes``, and one commit swaps them (Delta: removes
   and adds; Iceberg: one snapshot removing the data files and every position-delete file, adding the new
   files). Exactly once: the swap is one commit; a compaction killed before it leaves only unreferenced new
-  files (``orphans``), after it there is nothing left to compact. It holds the table's writer lock.
+  files (``orphans``), after it there is nothing left to compact. It holds the table's writer lease.
 - ``orphans``: files under the table's data directories that no current version references (a batch or a
-  compaction killed before its commit) and that are older than ``min_age_s``.
-- ``vacuum``: deletes the orphans and the files removed by commits older than ``retain_s`` (Iceberg: after
-  expiring the snapshots older than that; Delta: time travel to versions before it then fails, as with
-  Delta's own VACUUM).
+  compaction killed before its commit) and that are older than ``min_age_s``; and the temporary files a writer
+  killed mid-write left on a local store (a Delta commit's ``_delta_log/.N.json.*.tmp``, a data or key index
+  file's ``.*.tmp``), once older than ``TMP_MIN_AGE_S`` too (an object store publishes a file whole or not at
+  all: a killed multipart upload is S3's ``AbortIncompleteMultipartUpload`` lifecycle rule's to clean).
+- ``vacuum``: keeps every file a version committed within ``retain_s`` reads, as Delta's VACUUM does: a file
+  removed at time R (Delta: the ``remove``'s ``deletionTimestamp``, deletion vector files alike; Iceberg:
+  the snapshot that replaced the one reading it) goes once R is older than ``retain_s``, whenever it was
+  written; files no version references (a killed writer's) go once written more than ``retain_s`` ago.
+  Iceberg: the snapshots not current within ``retain_s`` are expired first, and the metadata files beyond
+  the metadata log, the expired snapshots' manifest lists and unlisted manifests go too. Time travel to a
+  moment before ``now - retain_s`` then fails.
+
+Everything goes through the table's store: listings (with each object's modification time), reads of the
+files compacted (whole, one read each), the new files (streamed out), deletes.
 """
 
 from __future__ import annotations
@@ -22,11 +32,11 @@ from dataclasses import dataclass
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.parquet as pq
 
 from msgstream_spark.mirror.common import conform
-from msgstream_spark.mirror.formats.delta.log import fsync_path
 from msgstream_spark.mirror.formats.lock import writer_lock
+from msgstream_spark.mirror.store import ObjectMeta, Store, uri
+from msgstream_spark.mirror.write.files import ParquetOut, read_parquet
 from msgstream_spark.mirror.write.keyindex import remove_side_file
 from msgstream_spark.mirror.write.layout import DATA_DIR, LiveFile
 
@@ -49,8 +59,8 @@ class Compaction:
     deleted_rows: int
 
 
-def _live_rows(f: LiveFile) -> pa.Table:
-    t = pq.read_table(f.path)
+def _live_rows(store: Store, f: LiveFile) -> pa.Table:
+    t = read_parquet(store, f.path)
     if len(f.deleted):
         keep = np.ones(t.num_rows, dtype=bool)
         keep[f.deleted.astype(np.int64)] = False
@@ -58,74 +68,134 @@ def _live_rows(f: LiveFile) -> pa.Table:
     return t
 
 
-def pick(files: list[LiveFile], target_bytes: int) -> list[LiveFile]:
+def pick(files: list[LiveFile], target_bytes: int, store: Store | None = None) -> list[LiveFile]:
     """The files a compaction rewrites: every file with deleted rows, and the files under half the target
-    size when there are at least two of them."""
-    small = [f for f in files if not len(f.deleted) and os.path.getsize(f.path) < target_bytes // 2]
-    return [f for f in files if len(f.deleted)] + (small if len(small) > 1 else [])
+    size when there are at least two of them in one partition (files of two partitions never merge). Sizes as
+    the table's metadata records them (a file without one: asked of the store)."""
+    small: dict = {}
+    for f in files:
+        if not len(f.deleted) and _size(store, f) < target_bytes // 2:
+            small.setdefault(f.partition, []).append(f)
+    return [f for f in files if len(f.deleted)] + [f for g in small.values() if len(g) > 1 for f in g]
 
 
 def compact(table, target_bytes: int = TARGET_BYTES) -> Compaction:
-    """Rewrite the files with deletes and the small files of ``table`` into files of about ``target_bytes``."""
-    with writer_lock(table.location, "the compaction"):
-        picked = pick(table.live_files(), target_bytes)
+    """Rewrite the files with deletes and the small files of ``table`` into files of about ``target_bytes``,
+    each of one partition (an Iceberg table's identity partition: its files each hold one value)."""
+    with writer_lock(table.store, table.location, "the compaction") as hold:
+        files = table.live_files()
+        picked = pick(files, target_bytes, table.store)
         if not picked:
             return Compaction(0, 0, 0, 0)
         spec = table.write_spec()
-        out, writer, size, rows = [], None, 0, 0
+        groups: dict = {}
         for f in picked:
-            t = conform(_live_rows(f), spec.schema)
-            if t.num_rows == 0:
-                continue
-            if writer is None or size >= target_bytes:
-                if writer is not None:
-                    writer.close()
-                out.append(os.path.join(spec.data_dir, f"{uuid.uuid4().hex}.parquet"))
-                os.makedirs(spec.data_dir, exist_ok=True)
-                writer, size = pq.ParquetWriter(out[-1], spec.schema, compression="zstd"), 0
-            writer.write_table(t, row_group_size=128 * 1024)
-            _failpoint("kill-in-compaction-write")
-            size += os.path.getsize(f.path)
-            rows += t.num_rows
-        if writer is not None:
-            writer.close()
-        for p in out:
-            fsync_path(p)
+            groups.setdefault(f.partition, []).append(f)
+        out, rows = [], 0
+        for group in groups.values():
+            rows += _rewrite(table.store, group, spec, target_bytes, out)
         _failpoint("kill-in-compaction")
-        table.swap_files(picked, out)
+        hold.check()
+        table.swap_files(picked, out, base=files.version)
         _failpoint("kill-after-compaction-commit")
         deleted = sum(len(f.deleted) for f in picked)
         return Compaction(len(picked), len(out), rows, deleted)
 
 
-def _candidates(root: str) -> list[str]:
-    """Files the write path and the snapshot put under the table: data/, snapshot-*/, deletion vectors."""
-    out = []
-    for name in os.listdir(root):
-        full = os.path.join(root, name)
-        if name.startswith("deletion_vector_") and name.endswith(".bin"):
-            out.append(full)
-        elif os.path.isdir(full) and (name == DATA_DIR or name.startswith("snapshot-")):
-            for dirpath, _, files in os.walk(full):
-                out += [os.path.join(dirpath, f) for f in files if f.endswith((".parquet", ".bin"))]
-    return out
+def _size(store: Store | None, f: LiveFile) -> int:
+    if f.size or store is None:
+        return f.size
+    meta = store.head(f.path)
+    return meta.size if meta is not None else 0
+
+
+def _rewrite(store: Store, files: list[LiveFile], spec, target_bytes: int, out: list[str]) -> int:
+    """The live rows of ``files`` (one partition) written into new files of about ``target_bytes`` (their paths
+    appended to ``out``); the rows written."""
+    writer, size, rows = None, 0, 0
+    try:
+        for f in files:
+            t = conform(_live_rows(store, f), spec.schema)
+            if t.num_rows == 0:
+                continue
+            if writer is None or size >= target_bytes:
+                if writer is not None:
+                    writer.close()
+                out.append(uri.join(spec.data_dir, f"{uuid.uuid4().hex}.parquet"))
+                writer, size = ParquetOut(store, out[-1], spec.schema, spec.pk, compression="zstd"), 0
+            writer.write_table(t, row_group_size=128 * 1024)
+            _failpoint("kill-in-compaction-write")
+            size += _size(store, f)
+            rows += t.num_rows
+        if writer is not None:
+            writer.close()
+    except BaseException:
+        if writer is not None:
+            writer.abort()
+        raise
+    return rows
+
+
+# a temporary file lives while one file is written (a Delta commit, a key index, a snapshot file) and is then
+# renamed or unlinked; one older than this was left by a killed writer (never a live writer's in-flight file)
+TMP_MIN_AGE_S = 3600.0
+
+
+def _candidates(store: Store, root: str) -> tuple[list[ObjectMeta], list[ObjectMeta]]:
+    """Files the write path and the snapshot put under the table (data/, snapshot-*/, deletion vectors), and
+    the temporary files a killed writer leaves on a local store (``*.tmp`` there, e.g. ``_keys/*.tmp``, and
+    Delta's ``_delta_log/.N.json.*.tmp``); listed with their modification times."""
+    out, tmps = [], []
+    for m in store.list(root):
+        rel = uri.relative(root, m.uri) or ""
+        top, _, rest = rel.partition("/")
+        name = rel.rsplit("/", 1)[-1]
+        if not rest and top.startswith("deletion_vector_") and top.endswith(".bin"):
+            out.append(m)
+        elif top == "_delta_log" and "/" not in rest and name.startswith(".") and name.endswith(".tmp") \
+                and ".json." in name:
+            tmps.append(m)
+        elif rest and (top == DATA_DIR or top.startswith("snapshot-")):
+            if name.endswith((".parquet", ".bin")):
+                out.append(m)
+            elif name.endswith(".tmp"):
+                tmps.append(m)
+    return out, tmps
+
+
+def _key(table, path: str) -> str:
+    """A path as the table's own lists name it (a local path for a local table)."""
+    loc = uri.parse(path)
+    return loc.key if loc.kind == "local" else path
 
 
 def orphans(table, min_age_s: float = 0.0) -> list[str]:
-    """Files under the table's data directories that no current version references, older than ``min_age_s``."""
-    live = table.referenced_files()
+    """Files under the table's data directories that no current version references, older than ``min_age_s``,
+    and the temporary files killed writers left, older than that and than ``TMP_MIN_AGE_S``."""
+    live = {_key(table, p) for p in table.referenced_files()}
     now = time.time()
-    return sorted(p for p in _candidates(table.root)
-                  if p not in live and now - os.path.getmtime(p) >= min_age_s)
+    files, tmps = _candidates(table.store, table.root)
+    return sorted([m.uri for m in files if _key(table, m.uri) not in live and now - m.mtime >= min_age_s]
+                  + [m.uri for m in tmps if now - m.mtime >= max(min_age_s, TMP_MIN_AGE_S)])
 
 
 def vacuum(table, retain_s: float = 7 * 86400, dry_run: bool = False) -> list[str]:
-    """Delete the files no version younger than ``retain_s`` references (orphans included); their paths."""
-    with writer_lock(table.location, "the vacuum"):
-        table.expire(retain_s)
-        gone = orphans(table, min_age_s=retain_s)
+    """Delete the files no version committed within ``retain_s`` reads; their paths. A file a commit removed
+    at time R stays until R is older than ``retain_s`` (Delta: its ``remove``'s ``deletionTimestamp``;
+    Iceberg: the snapshots current within it are kept, the others expired first); a file no version ever
+    referenced (a killed writer's) goes once it was written more than ``retain_s`` ago."""
+    with writer_lock(table.store, table.location, "the vacuum") as hold:
+        now = time.time()
+        if not dry_run:  # Iceberg: one commit expires the snapshots not current within the retention
+            hold.check()
+            table.expire(retain_s, now)
+        keep = {_key(table, p) for p in table.retained_files(retain_s, now)}
+        files, tmps = _candidates(table.store, table.root)
+        files += [m for p in table.metadata_files() if (m := table.store.head(p)) is not None]
+        gone = sorted([m.uri for m in files if _key(table, m.uri) not in keep and now - m.mtime >= retain_s]
+                      + [m.uri for m in tmps if now - m.mtime >= max(retain_s, TMP_MIN_AGE_S)])
         if not dry_run:
             for p in gone:
-                os.unlink(p)
-                remove_side_file(p)
+                table.store.delete(p)
+                remove_side_file(p, table.store)
         return gone

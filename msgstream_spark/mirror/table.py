@@ -62,33 +62,49 @@ class MirrorTable(Protocol):
     def to_arrow(self) -> pa.Table: ...
 
 
+def _catalog_args(storage_options, catalog, catalog_options) -> dict:
+    """The Iceberg table's store and catalog arguments that were given (an Iceberg module without them keeps
+    its defaults)."""
+    got = {"storage_options": storage_options, "catalog": catalog, "catalog_options": catalog_options}
+    return {k: v for k, v in got.items() if v is not None}
+
+
 def open_table(fmt: str, location: str, *, collection: str, pk: str, arrow_schema: pa.Schema | None = None,
-               catalog_uri: str | None = None, create: bool = True, collection_id: int | None = None) -> MirrorTable:
-    """The table at ``location`` (created from ``arrow_schema`` if missing and ``create``).
+               catalog_uri: str | None = None, create: bool = True, collection_id: int | None = None,
+               storage_options: dict | None = None, catalog: str | None = None,
+               catalog_options: dict | None = None) -> MirrorTable:
+    """The table at ``location`` (a local path or a URI: ``s3://``, ``gs://``, ``az://``, ``abfss://``,
+    ``file://``), created from ``arrow_schema`` if missing and ``create``.
 
     ``arrow_schema``: the collection's fields (``table_schema`` adds the metadata columns). An existing
     table must belong to the same collection (name, primary key, id when both know it) and its columns
     must keep their types: otherwise MirrorError naming both, and nothing is written.
+    ``storage_options``: the object store's settings (object_store keys, over the ``AWS_*`` / ``GOOGLE_*`` /
+    ``AZURE_*`` environment; docs/mirror.md "Where the table lives"). ``catalog``, ``catalog_options``: the
+    Iceberg catalog (a Delta table has none).
     """
     if fmt == "delta":
         return DeltaMirrorTable.open(location, collection=collection, pk=pk, arrow_schema=arrow_schema,
-                                     create=create, collection_id=collection_id)
+                                     create=create, collection_id=collection_id, storage_options=storage_options)
     if fmt == "iceberg":
         return IcebergMirrorTable.open(location, collection=collection, pk=pk, arrow_schema=arrow_schema,
-                                       catalog_uri=catalog_uri, create=create, collection_id=collection_id)
+                                       catalog_uri=catalog_uri, create=create, collection_id=collection_id,
+                                       **_catalog_args(storage_options, catalog, catalog_options))
     raise MirrorError(f"table format must be one of {FORMATS}, got {fmt!r}")
 
 
-def open_existing(fmt: str, location: str, *, catalog_uri: str | None = None) -> MirrorTable:
+def open_existing(fmt: str, location: str, *, catalog_uri: str | None = None, storage_options: dict | None = None,
+                  catalog: str | None = None, catalog_options: dict | None = None) -> MirrorTable:
     """The mirror table already at ``location``, its collection and key read from its own properties
     (maintenance: compaction, vacuum); MirrorError if there is none."""
+    more = _catalog_args(storage_options, catalog, catalog_options)
     if fmt == "delta":
-        props = DeltaMirrorTable.stored_properties(location)
+        props = DeltaMirrorTable.stored_properties(location, storage_options)
     elif fmt == "iceberg":
-        props = IcebergMirrorTable.stored_properties(location, catalog_uri)
+        props = IcebergMirrorTable.stored_properties(location, catalog_uri, **more)
     else:
         raise MirrorError(f"table format must be one of {FORMATS}, got {fmt!r}")
     if PROP_COLLECTION not in props or PROP_PK not in props:
         raise MirrorError(f"{location} is not a mirror table (no {PROP_COLLECTION} / {PROP_PK} property)")
     return open_table(fmt, location, collection=props[PROP_COLLECTION], pk=props[PROP_PK], catalog_uri=catalog_uri,
-                      create=False)
+                      create=False, **more)

@@ -42,11 +42,11 @@ def history_in_tasks(df, spec: HistorySpec, existed: pa.Table) -> pa.Table:
     return got.cast(files_schema())
 
 
-def _seed_fn(files: list[LiveFile], spec: HistorySpec):
+def _seed_fn(files: list[LiveFile], spec: HistorySpec, mirror):
     def seed(batches):
         for b in batches:
             for i in b.column(0).to_pylist():
-                yield from seed_file(files[i], spec).to_batches()
+                yield from seed_file(files[i], spec, mirror).to_batches()
 
     return seed
 
@@ -59,4 +59,5 @@ def seed_in_tasks(spark, table, spec: HistorySpec) -> pa.Table:
     if not files:
         return files_schema().empty_table()
     ids = spark.range(0, len(files), 1, numPartitions=min(len(files), 4 * spark.sparkContext.defaultParallelism))
-    return ids.mapInArrow(_seed_fn(files, spec), from_arrow_schema(files_schema())).toArrow().cast(files_schema())
+    return ids.mapInArrow(_seed_fn(files, spec, table.store),
+                          from_arrow_schema(files_schema())).toArrow().cast(files_schema())

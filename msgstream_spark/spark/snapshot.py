@@ -1,11 +1,11 @@
 """The snapshot of a collection as a Spark batch read, written as Parquet data files by the tasks.
 
 One task per primary-key range (:func:`msgstream_spark.mirror.snapshot.query.reader.plan_ranges`); each task sends
-``Query`` itself for answer-sized pieces of its range and yields Arrow batches of the table's columns
-(:class:`msgstream_spark.mirror.snapshot.query.reader.RangeReader`). Spark writes them as Parquet files; the driver
-only lists the files and hands their paths to the table (never the rows). The row count of the summary
-is read from the files' Parquet footers (an accumulator inside a transformation counts a retried task
-twice); accumulators only feed the progress log (rows and answer bytes per second).
+``Query`` itself for answer-sized pieces of its range and writes the Arrow batches of the table's columns
+(:class:`msgstream_spark.mirror.snapshot.query.reader.RangeReader`) as one Parquet file straight into the table's
+store (a local directory or an object store: no shared disk, no Hadoop file system). The driver gets only each
+file's path and row count from the tasks (never the rows); the summary's row count is theirs (a retried task's
+output is the successful attempt's; accumulators only feed the progress log: rows and answer bytes per second).
 """
 
 from __future__ import annotations
@@ -13,19 +13,21 @@ from __future__ import annotations
 import logging
 import threading
 import time
+import uuid
 from dataclasses import dataclass, replace
-from urllib.parse import unquote, urlparse
 
 import pyarrow as pa
-import pyarrow.parquet as pq
+import pyarrow.compute as pc
 from pyspark.sql import SparkSession
 
-from msgstream_spark.errors import MirrorError
 from msgstream_spark.mirror.common import PARTITION
 from msgstream_spark.mirror.snapshot.query.ranges import PkRange
 from msgstream_spark.mirror.snapshot.query.reader import RangeReader, ReadStats
+from msgstream_spark.mirror.store import Store, store_for, uri
+from msgstream_spark.mirror.write.files import ParquetOut, footer, read_parquet, remove_tree
 
 log = logging.getLogger(__name__)
+FILES_SCHEMA = "path string, rows long"
 
 
 @dataclass
@@ -41,19 +43,36 @@ def spark_schema(schema: pa.Schema):
     return from_arrow_schema(schema)
 
 
-def _reader_fn(reader: RangeReader, ranges: list[PkRange], rows_acc, bytes_acc):
-    def read(batches):
-        stats = ReadStats()
-        done_rows = done_bytes = 0
+def _writer_fn(reader: RangeReader, ranges: list[PkRange], out_dir: str, store: Store, rows_acc, bytes_acc):
+    def write(batches):
         for b in batches:
             for i in b.column(0).to_pylist():
-                for out in reader.read([ranges[i]], stats):
-                    rows_acc.add(stats.rows - done_rows)
-                    bytes_acc.add(stats.bytes - done_bytes)
-                    done_rows, done_bytes = stats.rows, stats.bytes
-                    yield out
+                got = _write_range(reader, ranges[i], uri.join(out_dir, f"part-{i:05d}-{uuid.uuid4().hex[:8]}.parquet"),
+                                   store, rows_acc, bytes_acc)
+                if got:
+                    yield pa.RecordBatch.from_pydict({"path": [got[0]], "rows": [got[1]]})
 
-    return read
+    return write
+
+
+def _write_range(reader: RangeReader, rng: PkRange, path: str, store: Store, rows_acc, bytes_acc):
+    """One range's rows as the Parquet file ``path`` (none for no rows); (path, rows) or None."""
+    stats = ReadStats()
+    done_rows = done_bytes = 0
+    out = None
+    try:
+        for batch in reader.read([rng], stats):
+            rows_acc.add(stats.rows - done_rows)
+            bytes_acc.add(stats.bytes - done_bytes)
+            done_rows, done_bytes = stats.rows, stats.bytes
+            if batch.num_rows:
+                out = out or ParquetOut(store, path, reader.schema, reader.pk, compression="zstd")
+                out.write_batch(batch, row_group_size=128 * 1024)
+        return (path, out.close().rows) if out is not None else None
+    except BaseException:
+        if out is not None:
+            out.abort()
+        raise
 
 
 class _Progress:
@@ -89,82 +108,109 @@ class _Progress:
         self.report()
 
 
-def _local(uri: str) -> str:
-    """A local path for ``file:`` URIs (other file systems keep their URI)."""
-    return unquote(urlparse(uri).path) if uri.startswith("file:") else uri
-
-
-def remove_dir(spark: SparkSession, path: str) -> None:
-    """Delete ``path`` and what it holds through Hadoop's file system (any URI Spark writes to)."""
-    jvm = spark.sparkContext._jvm
-    p = jvm.org.apache.hadoop.fs.Path(path)
-    fs = p.getFileSystem(spark.sparkContext._jsc.hadoopConfiguration())
-    if fs.exists(p) and not fs.delete(p, True):
-        log.warning("could not remove the snapshot directory %s", path)
-
-
-def parquet_rows(files: list[str]) -> int:
-    """Rows in Parquet files, from their footers."""
-    return sum(pq.read_metadata(f).num_rows for f in files)
+def remove_dir(store: Store, path: str) -> None:
+    """Delete what the store holds under ``path`` (a failed snapshot's files)."""
+    remove_tree(store, path)
 
 
 def write_snapshot(spark: SparkSession, reader: RangeReader, ranges: list[PkRange], out_dir: str,
-                   total: int, progress_interval: float = 5.0) -> SnapshotFiles:
-    """Read ``ranges`` in Spark tasks (one range each) and write them as Parquet files under ``out_dir``."""
+                   total: int, progress_interval: float = 5.0, store: Store | None = None) -> SnapshotFiles:
+    """Read ``ranges`` in Spark tasks (one range each), each writing one Parquet file under ``out_dir`` in
+    ``store`` (default: the local directory); a failure leaves nothing there."""
     from pyspark.sql.pandas.types import to_arrow_schema
 
+    store = store if store is not None else store_for(out_dir)
     sschema = spark_schema(reader.schema)
     reader = replace(reader, schema=to_arrow_schema(sschema, timezone="UTC"))
     rows_acc = spark.sparkContext.accumulator(0)
     bytes_acc = spark.sparkContext.accumulator(0)
     n = max(1, len(ranges))
     ids = spark.range(0, len(ranges), 1, numPartitions=n).toDF("i")
-    df = ids.mapInArrow(_reader_fn(reader, ranges, rows_acc, bytes_acc), sschema)
-    with _Progress(rows_acc, bytes_acc, total, progress_interval):
-        try:
-            df.write.mode("errorifexists").parquet(out_dir)
-        except BaseException:
-            remove_dir(spark, out_dir)  # a failed write leaves no directory behind (one per retry otherwise)
-            raise
+    df = ids.mapInArrow(_writer_fn(reader, ranges, out_dir, store, rows_acc, bytes_acc), FILES_SCHEMA)
     try:
-        one_row_per_key(spark, out_dir, reader.pk)
+        with _Progress(rows_acc, bytes_acc, total, progress_interval):
+            written = df.toArrow()
+        paths, rows = written.column("path").to_pylist(), written.column("rows").to_pylist()
+        # a retried task's lost attempt may have completed a file no result names: not the snapshot's
+        mine = set(paths)
+        for m in list(store.list(out_dir)):
+            if m.uri not in mine:
+                store.delete(m.uri)
+        dropped = one_row_per_key(spark, out_dir, reader.pk, store)
     except BaseException:
-        remove_dir(spark, out_dir)
+        remove_dir(store, out_dir)  # a failed write leaves no files behind (one directory per retry otherwise)
         raise
-    files = sorted(_local(f) for f in spark.read.parquet(out_dir).inputFiles())
-    return SnapshotFiles(files, parquet_rows(files))
+    files = sorted(m.uri for m in store.list(out_dir))
+    return SnapshotFiles(files, sum(rows) - dropped)
 
 
-def one_row_per_key(spark: SparkSession, out_dir: str, pk: str) -> int:
+def _keys_fn(files: list[str], store: Store, pk: str):
+    def keys(batches):
+        for b in batches:
+            for i in b.column(0).to_pylist():
+                t = read_parquet(store, files[i], [pk, PARTITION])
+                yield from t.to_batches()
+
+    return keys
+
+
+def _dedupe_fn(files: list[str], store: Store, pk: str, winners_bc):
+    def dedupe(batches):
+        for b in batches:
+            for i in b.column(0).to_pylist():
+                yield pa.RecordBatch.from_pydict({"rows": [_drop_losers(files[i], store, pk, winners_bc.value)]})
+
+    return dedupe
+
+
+def _drop_losers(path: str, store: Store, pk: str, winners: pa.Table) -> int:
+    """Rewrite file ``path`` without its rows of a repeated key outside the key's winning partition (a new
+    file, then the old one deleted); the rows dropped."""
+    t = read_parquet(store, path)
+    at = pc.index_in(t.column(pk), value_set=winners.column(pk).combine_chunks())
+    keep_part = pc.take(winners.column(PARTITION).combine_chunks(), at)
+    lose = pc.fill_null(pc.and_(pc.is_valid(at), pc.not_equal(t.column(PARTITION), keep_part)), False)
+    n = pc.sum(lose).as_py() or 0
+    if n:
+        d, name = path.rsplit("/", 1)
+        with ParquetOut(store, uri.join(d, f"{name.removesuffix('.parquet')}-keys.parquet"), t.schema, pk,
+                        compression="zstd") as out:
+            out.write_table(t.filter(pc.invert(lose)), row_group_size=128 * 1024)
+            out.close()
+        store.delete(path)
+    return n
+
+
+def one_row_per_key(spark: SparkSession, out_dir: str, pk: str, store: Store | None = None) -> int:
     """Rewrite the snapshot under ``out_dir`` with one row per key; the number of rows dropped.
 
     Each partition is read at its own time, so a key moved from one partition to another between two reads is
-    in both (and Milvus lets one key be inserted into two partitions). Found by a key-only count; only then are
-    the files rewritten, keeping the row of the largest partition id (a key moved during the snapshot is
-    corrected by the stream's change of the move, which is after S; for a key held in two partitions Milvus's
-    own ``query`` returns one of them).
+    in both (and Milvus lets one key be inserted into two partitions). Found by tasks reading each file's key
+    and partition columns and a count per key; only then are the files holding such keys rewritten (one task
+    per file), keeping the row of the largest partition id (a key moved during the snapshot is corrected by the
+    stream's change of the move, which is after S; for a key held in two partitions Milvus's own ``query``
+    returns one of them).
     """
-    from pyspark.sql import Window
     from pyspark.sql import functions as F
 
-    df = spark.read.parquet(out_dir)
-    dups = df.groupBy(pk).count().where(F.col("count") > 1).count()
-    if not dups:
+    store = store if store is not None else store_for(out_dir)
+    files = sorted(m.uri for m in store.list(out_dir) if m.uri.endswith(".parquet"))
+    if not files:
         return 0
-    before = df.count()
-    keep = Window.partitionBy(pk).orderBy(F.col(PARTITION).desc_nulls_last())
-    fixed = out_dir.rstrip("/") + "-keys"
+    schema = footer(store, files[0])[1].schema.to_arrow_schema()
+    kschema = spark_schema(pa.schema([schema.field(pk), schema.field(PARTITION)]))
+    ids = spark.range(0, len(files), 1, numPartitions=len(files))
+    keys = ids.mapInArrow(_keys_fn(files, store, pk), kschema)
+    winners = (keys.groupBy(pk).agg(F.count(F.lit(1)).alias("n"), F.max(PARTITION).alias(PARTITION))
+               .where(F.col("n") > 1).select(pk, PARTITION).toArrow())  # the rare keys read twice
+    if winners.num_rows == 0:
+        return 0
+    bc = spark.sparkContext.broadcast(winners)
     try:
-        (df.withColumn("__n", F.row_number().over(keep)).where(F.col("__n") == 1).drop("__n")
-         .write.mode("errorifexists").parquet(fixed))
-    except BaseException:
-        remove_dir(spark, fixed)
-        raise
-    jvm = spark.sparkContext._jvm
-    src, dst = jvm.org.apache.hadoop.fs.Path(fixed), jvm.org.apache.hadoop.fs.Path(out_dir)
-    remove_dir(spark, out_dir)
-    if not src.getFileSystem(spark.sparkContext._jsc.hadoopConfiguration()).rename(src, dst):
-        raise MirrorError(f"cannot move the snapshot's files from {fixed} to {out_dir}")
+        got = ids.mapInArrow(_dedupe_fn(files, store, pk, bc), "rows long").toArrow()
+    finally:
+        bc.unpersist()
+    dropped = int(pc.sum(got.column("rows")).as_py() or 0)
     log.warning("snapshot: %d key(s) were read in two partitions (moved during the snapshot, or inserted into "
-                "both): one row kept per key", dups)
-    return before - spark.read.parquet(out_dir).count()
+                "both): one row kept per key", winners.num_rows)
+    return dropped

@@ -2,10 +2,10 @@
 
 The plan's binlog groups are packed into units and tasks (:func:`msgstream_spark.mirror.snapshot.storage.units.pack`:
 units hold disjoint key sets, about as many tasks as cores unless the binlogs are large). Each task reads
-its units column-wise and writes them as one Parquet file with pyarrow (no rows through the JVM); it
-answers only the file's path and row count, which the driver collects and hands to the table, as the
-query route does (:mod:`msgstream_spark.spark.snapshot`). Only where a unit would be too large (many
-segments of one channel re-inserting one key range) does a key pass run first: a job over those
+its units column-wise and writes them as one Parquet file with pyarrow straight into the table's store (no rows
+through the JVM, no shared disk); it answers only the file's path and row count, which the driver collects and
+hands to the table, as the query route does (:mod:`msgstream_spark.spark.snapshot`). Only where a unit would be
+too large (many segments of one channel re-inserting one key range) does a key pass run first: a job over those
 segments' timestamps and keys, hashed into a few partitions, bringing the repeated keys with their newest
 ``_seq`` to the driver.
 """
@@ -13,8 +13,6 @@ segments' timestamps and keys, hashed into a few partitions, bringing the repeat
 from __future__ import annotations
 
 import logging
-import os
-import shutil
 
 import pyarrow as pa
 from pyspark.sql import SparkSession
@@ -24,7 +22,8 @@ from msgstream_spark.mirror.snapshot.storage.access import SegmentGoneError
 from msgstream_spark.mirror.snapshot.storage.plan import ReadTask
 from msgstream_spark.mirror.snapshot.storage.reader import StorageReader, duplicate_winners, write_units
 from msgstream_spark.mirror.snapshot.storage.units import Packing, Unit
-from msgstream_spark.spark.snapshot import SnapshotFiles, _local, _Progress, parquet_rows, spark_schema
+from msgstream_spark.mirror.store import Store, store_for, uri
+from msgstream_spark.spark.snapshot import SnapshotFiles, _Progress, remove_dir, spark_schema
 
 FILES_SCHEMA = "path string, rows long"
 log = logging.getLogger(__name__)
@@ -40,13 +39,13 @@ def _keys_fn(reader: StorageReader, tasks: list[ReadTask]):
     return read
 
 
-def _write_fn(reader: StorageReader, bins: list[list[Unit]], out_dir: str, acc):
+def _write_fn(reader: StorageReader, bins: list[list[Unit]], out_dir: str, acc, store: Store):
     def write(batches):
         fs_ = reader.settings.filesystem()
         for b in batches:
             for i in b.column(0).to_pylist():
-                path = os.path.join(out_dir, f"part-{i:05d}.parquet")
-                rows = write_units(reader, bins[i], path, fs_, acc)
+                path = uri.join(out_dir, f"part-{i:05d}.parquet")
+                rows = write_units(reader, bins[i], path, fs_, acc, store)
                 yield pa.RecordBatch.from_pydict({"path": [path], "rows": [rows]})
 
     return write
@@ -93,24 +92,22 @@ def find_winners(spark: SparkSession, reader: StorageReader, tasks: list[ReadTas
 
 
 def write_storage_snapshot(spark: SparkSession, reader: StorageReader, packing: Packing, out_dir: str,
-                           total: int, progress_interval: float = 5.0) -> SnapshotFiles:
-    """Read the packed tasks in Spark and write the table's rows as Parquet files under ``out_dir`` (local)."""
+                           total: int, progress_interval: float = 5.0, store: Store | None = None) -> SnapshotFiles:
+    """Read the packed tasks in Spark and write the table's rows as Parquet files under ``out_dir`` in ``store``
+    (default: the local directory)."""
     from pyspark.sql.pandas.types import to_arrow_schema
 
+    store = store if store is not None else store_for(out_dir)
     reader.schema = to_arrow_schema(spark_schema(reader.schema), timezone="UTC")
     reader.winners = find_winners(spark, reader, packing.key_pass) if packing.key_pass else None
-    out = _local(out_dir)
-    os.makedirs(out)
     acc = spark.sparkContext.accumulator(0)
-    df = _ids(spark, len(packing.tasks)).mapInArrow(_write_fn(reader, packing.tasks, out, acc), FILES_SCHEMA)
+    df = _ids(spark, len(packing.tasks)).mapInArrow(_write_fn(reader, packing.tasks, out_dir, acc, store),
+                                                    FILES_SCHEMA)
     try:
         with _Progress(acc, None, total, progress_interval):
             written = _run(df.collect)
     except BaseException:
-        try:  # a failed read leaves no directory behind
-            shutil.rmtree(out)
-        except OSError as exc:
-            log.warning("could not remove the snapshot directory %s: %s", out, exc)
+        remove_dir(store, out_dir)  # a failed read leaves no files behind
         raise
     files = sorted(r[0] for r in written)
-    return SnapshotFiles(files, parquet_rows(files))  # from the footers
+    return SnapshotFiles(files, sum(int(r[1]) for r in written))  # the tasks' counts (successful attempts only)

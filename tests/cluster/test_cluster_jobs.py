@@ -148,8 +148,9 @@ def test_mirror_on_the_cluster_its_tasks_write_the_table(spark_cluster, cluster_
     driver's own), and the table read by delta-rs alone equals the published rows (inserts, updates, deletes),
     with nothing added twice, although the first batch's first task SIGKILLs its executor JVM mid-file
     (``kill-executor-in-files:first``): the Worker relaunches an executor, Spark reruns the lost tasks, the dead
-    attempt's file is an orphan. One run (one spark-submit): a run that resumes from its checkpoint reading only
-    what came after is tests/mirror_job/test_mirror_checkpoint.py's, in-process (docs/testing.md, "Moves")."""
+    attempt's file is never published (a temporary file on this local table). One run (one spark-submit): a run
+    that resumes from its checkpoint reading only what came after is tests/mirror_job/test_mirror_checkpoint.py's,
+    in-process (docs/testing.md, "Moves")."""
     from msgstream_spark.cli.main import main as msgstream_cli
     from msgstream_spark.spark.failpoints import KILL_MARKER
     from msgstream_spark.spark.mirror import FAILPOINT_ENV
@@ -203,7 +204,9 @@ def test_mirror_on_the_cluster_its_tasks_write_the_table(spark_cluster, cluster_
         assert len([d for d in spark_cluster.executor_dirs() if d.parent == app]) >= 2  # the Worker relaunched one
         assert "Lost executor" in proc.stdout + proc.stderr  # the driver saw its executor die
         dead = os.path.realpath(killed["file"])
-        assert dead in orphans and dead not in live  # the killed attempt's half-written file: an orphan
+        assert not os.path.exists(dead) and dead not in orphans | live  # the killed attempt published nothing:
+        tmp = list(Path(dead).parent.glob(f".{Path(dead).name}.*.tmp"))  # its half-written temporary file
+        assert len(tmp) == 1
         with pytest.raises(Exception, match="(?i)parquet"):
-            pq.read_metadata(dead)  # rows written, no footer
-    assert orphans and not orphans & live
+            pq.read_metadata(tmp[0])  # rows written, no footer
+    assert not orphans & live

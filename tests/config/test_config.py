@@ -194,11 +194,11 @@ def test_own_keys_take_the_msgstream_prefix(tmp_path):
 
 
 def _readme_table() -> dict[str, str]:
-    """key -> default of README's config table (rows naming several keys: ``a`` / ``b`` | ``x / y``)."""
+    """key -> default of docs/configuration.md's key table (rows naming several keys: ``a`` / ``b`` | ``x / y``)."""
     from pathlib import Path
 
     rows = {}
-    text = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    text = (Path(__file__).resolve().parents[2] / "docs" / "configuration.md").read_text()
     table = text.split("| key | default | meaning |", 1)[1].split("\n\n", 1)[0]
     for line in table.splitlines():
         cells = [c.strip() for c in line.strip().strip("|").split("|")]
@@ -214,7 +214,7 @@ def _readme_table() -> dict[str, str]:
     return rows
 
 
-def test_the_readme_config_table_lists_every_key_with_its_default():
+def test_the_config_doc_table_lists_every_key_with_its_default():
     from msgstream_spark.config.loader import DEFAULTS
 
     table = _readme_table()
@@ -231,3 +231,16 @@ def test_the_readme_config_table_lists_every_key_with_its_default():
         if not same:
             wrong[key] = (shown, want)
     assert wrong == {}
+
+
+def test_is_set_names_the_keys_a_file_a_variable_or_an_override_gave(tmp_path):
+    """What the snapshot's "milvus.address set?" check reads: the given keys, never a default (issue #38)."""
+    p = write(tmp_path, "mq: {type: local}\nlocal: {path: x.db}\n")
+    env = {"MSGSTREAM_MILVUS_TOKEN": "t", "KAFKA_BROKERLIST": "k:1", "MILVUS_ADDRESS": "ignored:1", "ADDRESS": "x"}
+    cfg = Config.load(p, env=env)
+    assert {k for k in cfg.to_dict() if cfg.is_set(k)} == {"mq.type", "local.path", "milvus.token",
+                                                            "kafka.brokerlist"}
+    assert cfg.with_overrides({"milvus.address": "h:1"}).is_set("MILVUS.Address")
+    assert not Config.load(env={}).is_set("milvus.address")  # the packaged file's keys are defaults
+    assert Config.load(env={"MSGSTREAM_MILVUS_ADDRESS": "m:1"}).is_set("milvus.address")
+    assert Config.from_dict({"milvus": {"address": "d:1"}}).is_set("milvus.address")

@@ -29,7 +29,7 @@ def publish_args(cfg, chans, rows, start=0, delete_fraction=0.0, dim=8):
 
     return publish.build_parser().parse_args([
         "--config", cfg, "--channels", ",".join(chans), "--synthetic", str(rows), "--dim", str(dim),
-        "--start", str(start), "--partitions", "2", "--delete-fraction", str(delete_fraction), "--collection", "jobs"])
+        "--start", str(start), "--num-tasks", "2", "--delete-fraction", str(delete_fraction), "--collection", "jobs"])
 
 
 def table(path):
@@ -84,11 +84,11 @@ def test_ingest_then_replay_from_a_saved_position(spark, backend, tmp_path):
 
 def test_demo_runs_green_with_small_sizes(tmp_path):
     msgstream = Path(sys.executable).parent / "msgstream"  # the installed command (make demo: its python -m form)
-    proc = subprocess.run([str(msgstream), "demo", "--rows", "3000", "--more-rows", "1000", "--dim", "16",
+    proc = subprocess.run([str(msgstream), "demo", "--num-rows", "3000", "--num-more-rows", "1000", "--dim", "16",
                            "--workdir", str(tmp_path / "demo")], capture_output=True, text=True, timeout=540,
                           env=login_env())
     assert proc.returncode == 0, proc.stderr[-3000:]
-    assert "checks: OK" in proc.stdout
+    assert "checks: OK" in proc.stdout and "deprecated" not in proc.stderr  # the demo's own calls: new spellings
     events = table(tmp_path / "demo" / "lake" / "events")
     assert events.num_rows == 3000 + 1000 + 150 + 50  # 5% of the keys deleted
 
@@ -105,7 +105,7 @@ def test_help_and_usage_errors(job):
 
 
 def test_bad_trigger_is_a_usage_error():
-    bad = subprocess.run([sys.executable, "-m", "msgstream_spark", "ingest", "--channels", "a", "--output", "/tmp/x",
+    bad = subprocess.run([sys.executable, "-m", "msgstream_spark", "ingest", "--channels", "a", "--table", "/tmp/x",
                           "--trigger", "sometimes"], capture_output=True, text=True, timeout=120,
                          env=login_env())
     assert bad.returncode == 2 and "msgstream ingest: error: --trigger must be" in bad.stderr

@@ -39,3 +39,108 @@ def test_a_field_added_by_alter_collection_becomes_a_nullable_column(spark, loca
     assert t.schema.field("note").nullable
     got = sorted((r["pk"], r["vec"], r["note"], r["_ts"]) for r in t.to_arrow().to_pylist())
     assert got == [(1, [1.0, -1.0], None, tt + 1), (3, [3.0, -3.0], None, tt + 5)]
+
+
+def test_the_job_into_s3_survives_its_kills_and_resumes(local_env, tmp_path, s3):
+    """The mirror job into ``s3://`` (Delta on the S3 server): credentials from the user's AWS_* variables, the
+    endpoint by --storage-option, Spark's checkpoint on the driver's disk. Its first run has a Python worker
+    SIGKILLed mid-file (batch 0, retried by Spark) and the driver SIGKILLed between the table's commit of that
+    batch and Spark's; the next run takes the dead run's lease over at once, skips batch 0 (in the table) and goes
+    on. The table equals the published collection as delta-rs, Polars and DuckDB read it from the bucket, no
+    object is left unreferenced (a killed multipart upload publishes nothing), ``mirror status`` reads it, the
+    summary counts what each step moved, and the secret appears in no output."""
+    import json
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    import deltalake
+    import polars as pl
+    import pyarrow as pa
+
+    from msgstream_spark.spark.mirror import FAILPOINT_ENV
+    from tests.fixtures.plain_readers import duckdb_on_s3
+    from tests.fixtures.s3_server import SECRET_KEY
+    from tests.mirror_job.synthetic_mirror import PUBLISHES, as_rows, expected
+    from tests.mirror_job.test_mirror_kills import _published
+
+    root = Path(__file__).resolve().parents[2]
+    cfg, chans = _published(local_env, tmp_path, "mks3")
+    table, chk = s3.uri("lake", "t"), str(tmp_path / "chk")
+    opts = s3.options()
+    where = ["--table", table, "--storage-option", f"aws_endpoint={opts['aws_endpoint']}",
+             "--storage-option", "allow_http=true"]
+    env = {**os.environ, **{k: v for k, v in s3.env().items() if k != "AWS_ENDPOINT_URL"},
+           "PYTHONPATH": str(root), "MSGSTREAM_JOBS_QUIET": "0"}
+    argv = ["--config", cfg, "--collection", "mks3", *where, "--table-format", "delta", "--checkpoint", chk,
+            "--snapshot", "never", "--channels", ",".join(chans), "--master", "local[2,4]",
+            "--max-rows-per-trigger", "150", "--progress-interval", "2"]
+
+    def job(**more) -> subprocess.CompletedProcess:
+        proc = subprocess.run([sys.executable, "-m", "msgstream_spark.jobs.mirror", *argv], cwd=tmp_path,
+                              env={**env, **more}, timeout=900, capture_output=True, text=True)
+        assert SECRET_KEY not in proc.stdout + proc.stderr
+        return proc
+
+    first = job(**{FAILPOINT_ENV: "kill-worker-in-files:0,kill-after-commit:0"})
+    assert first.returncode == -9, first.stderr[-4000:]
+    assert "Python worker exited unexpectedly (crashed)" in first.stderr  # Spark retried the killed task
+    second = job()
+    assert second.returncode == 0, second.stderr[-4000:]
+    summary = json.loads(second.stdout[second.stdout.index("{"):])
+    assert summary["skipped_batches"] == 1 and summary["merged_batches"] >= 1
+    assert set(summary["step_bytes"]) == {"write", "plan", "commit"}
+    assert summary["step_bytes"]["write"]["written"] > 0 and summary["step_bytes"]["commit"]["written"] > 0
+
+    want = expected(PUBLISHES)
+    dt = deltalake.DeltaTable(table, storage_options=opts)
+    assert as_rows(pa.table(deltalake.QueryBuilder().register("t", dt).execute("SELECT * FROM t").read_all())) == want
+    assert as_rows(pl.read_delta(table, storage_options=opts).to_arrow()) == want
+    assert as_rows(duckdb_on_s3(opts).execute(f"SELECT * FROM delta_scan('{table}')").fetch_arrow_table()) == want
+
+    def cli(*words: str) -> subprocess.CompletedProcess:
+        proc = subprocess.run([sys.executable, "-m", "msgstream_spark", "mirror", *words, *where], cwd=tmp_path,
+                              env=env, timeout=300, capture_output=True, text=True)
+        assert proc.returncode == 0 and SECRET_KEY not in proc.stdout + proc.stderr, proc.stderr[-2000:]
+        return proc
+
+    assert json.loads(cli("orphans").stdout)["orphans"] == []
+    status = json.loads(cli("status", "--config", cfg, "--checkpoint", chk).stdout)
+    assert status["table"] == table and set(status["channels"]) == set(chans) and status["backlog_rows"] == 0
+
+
+def test_mirror_run_into_an_iceberg_table_on_s3_through_a_postgresql_catalog(spark, local_env, s3, postgres_db,
+                                                                             tmp_path, monkeypatch):
+    """``mirror run --table mirror.c26 --catalog lake --storage-option ...``: the SQL catalog on PostgreSQL places
+    the table in its warehouse on the S3 server; Spark's tasks write the data and delete files there, the driver
+    commits through the catalog, the writer lease lives beside the table; a plain pyiceberg catalog reads the
+    collection back; the second run's delete is a position-delete file in the bucket."""
+    from pyiceberg.catalog import load_catalog
+
+    from msgstream_spark.jobs import mirror
+    from msgstream_spark.mirror.store.settings import for_pyiceberg
+
+    monkeypatch.setenv("PYICEBERG_HOME", str(tmp_path))
+    monkeypatch.setenv("PYICEBERG_CATALOG__LAKE__TYPE", "sql")
+    monkeypatch.setenv("PYICEBERG_CATALOG__LAKE__URI", postgres_db)
+    monkeypatch.setenv("PYICEBERG_CATALOG__LAKE__WAREHOUSE", s3.uri("wh"))
+    ch, tt = local_env.new_channel("mirror-s3"), D.TT
+    cfg = config_file(local_env, tmp_path)
+    argv = ["--config", cfg, "--channels", ch, "--collection", "c26", "--table", "mirror.c26", "--catalog", "lake",
+            "--checkpoint", str(tmp_path / "cp"), "--snapshot", "never", "--progress-interval", "1",
+            *[f"--storage-option={k}={v}" for k, v in s3.options().items()]]
+    with local_env.client() as c, c.create_producer(ch) as prod:
+        P.write(prod, [P.create_collection(tt), P.insert(tt + 1, [1, 2, 3]), P.timetick(tt + 2)])
+        first = mirror.run(mirror.build_parser().parse_args(argv), spark)
+        P.write(prod, [P.delete(tt + 3, [2]), P.insert(tt + 4, [4]), P.timetick(tt + 5)])
+        second = mirror.run(mirror.build_parser().parse_args(argv), spark)  # resumes from its checkpoint
+    assert first["format"] == "iceberg" and first["merged_batches"] >= 1 and second["merged_batches"] >= 1
+    tbl = load_catalog("lake", type="sql", uri=postgres_db, **for_pyiceberg(s3.options())).load_table(
+        ("mirror", "c26"))
+    assert tbl.location() == s3.uri("wh", "mirror", "c26")
+    assert sorted(r["pk"] for r in tbl.scan().to_arrow().to_pylist()) == [1, 3, 4]
+    keys = [o["Key"] for o in s3.server.boto3().list_objects_v2(Bucket=s3.bucket)["Contents"]]
+    assert any(k.startswith("wh/mirror/c26/data/delete-") for k in keys)  # key 2's delete: by position
+    assert all(k.startswith("wh/mirror/c26/") for k in keys) and "wh/mirror/c26/_msgstream_writer.lease" in keys
+    assert s3.options()["aws_secret_access_key"] not in str(first) + str(second)

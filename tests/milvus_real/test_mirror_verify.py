@@ -1,9 +1,11 @@
 """``msgstream mirror verify`` against the real Milvus 2.3.5, with a writer running.
 
 A clean mirror passes (keys the writer changed after the table's watermark are "in flux", not errors);
-each fault put into the Delta table behind the mirror's back (a row deleted, one vector bit flipped, a
+each fault put into the Delta table behind the mirror's back (a row deleted; a row rewritten by delta-rs with
+every vector component changed and its ``_seq`` kept, or one beyond the repair's; one vector bit flipped, a
 row duplicated, an old version restored, a dropped key's row) is found and named, ``--repair`` fixes them
-through the mirror's exactly-once merge, and the job streams on from there to a table equal to ``query``.
+(one exactly-once commit per repair, in three rounds), a plain verify then passes, and the job streams on
+from there to a table equal to ``query``.
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ pytestmark = [pytest.mark.slow, pytest.mark.filterwarnings("ignore:.*ORM-style P
 # keys the Writer never deletes (it deletes k % 9 in 0..2) nor upserts (it upserts keys >= first_new - 40)
 cfg = test_mirror.cfg  # the job's config (the cluster's MQ, milvus.address), a fixture
 
-GONE, FLIPPED, TWICE, OLD, DROPPED = 13, 22, 31, 40, 49
+GONE, FLIPPED, TWICE, OLD, DROPPED, REWRITTEN, AHEAD = 13, 22, 31, 40, 49, 58, 67
 
 
 def verify(capsys, cfg: str, table, *extra: str) -> tuple[int, list[dict]]:
@@ -76,6 +78,44 @@ def _put(table, rows: pa.Table, delete: int | None = None) -> None:
     assert t.commit(Plan(adds, deletes, rows.num_rows), query_id="tamper", batch_id=batch)
 
 
+def _rewrite_with_deltalake(table, pk: int, seq_ahead: bool = False) -> None:
+    """Behind the mirror's back with delta-rs's own writers (#38 item 2): the key's row deleted (``DELETE``) and
+    appended again (``WRITE``) with every vector component changed, and the same ``_seq`` (``seq_ahead``: one
+    beyond any time the log holds, a day ahead of Milvus's clock)."""
+    import time
+
+    import deltalake
+
+    from msgstream_spark.mirror.order import snapshot_seq_array
+    from msgstream_spark.msg.tso import compose
+
+    row = _rows(table, pk)
+    seq = row.column("_seq").to_pylist()
+    fv = [[x + 1.0 for x in v] for v in row.column("fv").to_pylist()]
+    row = row.set_column(row.schema.get_field_index("fv"), "fv", pa.array(fv, row.schema.field("fv").type))
+    if seq_ahead:
+        ahead = snapshot_seq_array(compose(int(time.time() * 1000) + 86_400_000), 1)
+        row = row.set_column(row.schema.get_field_index("_seq"), "_seq", ahead.cast(row.schema.field("_seq").type))
+    deltalake.DeltaTable(str(table)).delete(f"pk = {pk}")
+    deltalake.write_deltalake(str(table), row, mode="append")
+    got = _rows(table, pk)
+    assert got.column("fv").to_pylist() == fv and (seq_ahead or got.column("_seq").to_pylist() == seq)
+
+
+def _repair_round(capsys, cfg: str, table, found: set, *extra: str) -> tuple[list[dict], dict]:
+    """verify names exactly ``found`` (exit 3), ``--repair`` leaves no difference, a plain verify then exits 0;
+    the first verify's lines and what the repair reports."""
+    rc, first = verify(capsys, cfg, table, *extra)
+    assert rc == 3 and {(x["kind"], x["pk"]) for x in first if x.get("kind", "in_flux") != "in_flux"} == found, first
+    rc, lines = verify(capsys, cfg, table, "--repair")
+    after = lines[-1]["summary_after_repair"]
+    assert not [x for x in lines if x.get("after_repair", {}).get("kind", "in_flux") != "in_flux"], lines
+    assert rc == 0 and after["equal"], lines[-3:]
+    rc, lines = verify(capsys, cfg, table)  # a plain verify after the repair
+    assert rc == 0 and lines[-1]["summary"]["equal"], lines[-3:]
+    return first, after["repaired"]
+
+
 def _flip_bit(rows: pa.Table) -> pa.Table:
     fv = rows.column("fv").to_pylist()
     v = np.asarray(fv[0], np.float32)
@@ -103,28 +143,28 @@ def test_verify_names_each_fault_and_repair_fixes_it(spark, milvus_stack, pymilv
         assert summary["rows"]["milvus"] > 0 and summary["bytes"]["table"] > 0
         assert all(x.get("kind") == "in_flux" for x in lines[:-1])
 
-        _put(table, pa.table({}), delete=GONE)
+        _put(table, pa.table({}), delete=GONE)  # one fault: a deleted row; the repair's first commit is its batch 0
+        assert _repair_round(capsys, cfg, table, {("missing", GONE)})[1]["written"] == 1
+        writer.stop()  # the later rounds against a log that stops growing: each verify reads its changes again
+        # the issue's row: rewritten by delta-rs, same _seq; the repair after a batch 0 (#38 item 2)
+        _rewrite_with_deltalake(table, REWRITTEN)
+        assert _repair_round(capsys, cfg, table, {("stale", REWRITTEN)})[1]["written"] == 1
+
         _put(table, _flip_bit(_rows(table, FLIPPED)), delete=FLIPPED)
         _put(table, _rows(table, TWICE))
         _put(table, old.filter(pa.compute.equal(old.column("pk"), OLD)), delete=OLD)
         _put(table, old.filter(pa.compute.equal(old.column("pk"), DROPPED)))
-
-        rc, lines = verify(capsys, cfg, table, "--report-table", str(tmp_path / "report"))
-        found = {(x["kind"], x["pk"]) for x in lines if "kind" in x and x["kind"] != "in_flux"}
-        assert rc == 3
-        assert found == {("missing", GONE), ("stale", FLIPPED), ("duplicated", TWICE), ("stale", OLD),
-                         ("extra", DROPPED)}, lines
+        _rewrite_with_deltalake(table, AHEAD, seq_ahead=True)  # a wrong row with a _seq beyond the repair's
+        found = {("stale", FLIPPED), ("duplicated", TWICE), ("stale", OLD), ("extra", DROPPED), ("stale", AHEAD)}
+        lines, repaired = _repair_round(capsys, cfg, table, found, "--report-table", str(tmp_path / "report"))
         s = lines[-1]["summary"]
-        assert (s["missing"], s["extra"], s["stale"], s["duplicated"]) == (1, 1, 2, 1)
+        assert (s["missing"], s["extra"], s["stale"], s["duplicated"]) == (0, 1, 3, 1)
         import deltalake
 
         report = deltalake.DeltaTable(str(tmp_path / "report")).to_pyarrow_table().to_pylist()
         assert {(r["kind"], r["pk"]) for r in report if r["kind"] != "in_flux"} == {(k, str(p)) for k, p in found}
-
-        rc, lines = verify(capsys, cfg, table, "--repair")
-        after = lines[-1]["summary_after_repair"]
-        assert rc == 0 and after["equal"], lines[-3:]
-        assert after["repaired"]["deleted"] == 2 and after["repaired"]["written"] == 4
+        # one commit: every live row of the five keys deleted (two of TWICE), Milvus's row of four written
+        assert (repaired["keys"], repaired["deleted"], repaired["written"]) == (5, 6, 4)
     finally:
         writer.stop()
     await_ticks(milvus_stack, last_ts(w), pchannels(pymilvus_orm, "mir_ver"))

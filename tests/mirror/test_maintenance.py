@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pyarrow.parquet as pq
@@ -79,7 +80,8 @@ def test_files_of_a_batch_killed_before_its_commit_are_orphans(fmt, tmp_path):
     assert apply_batch(t, lost, "pk", "q", 2)
     assert table_state(t.to_arrow()) == model(seen + [insert(99, (1, "lost"), (77, "new"))])
     assert orphans(t) == written
-    assert vacuum(t, retain_s=0) == written
+    # (and Iceberg's manifest lists and manifests of the snapshots it expired)
+    assert [p for p in vacuum(t, retain_s=0) if os.sep + "metadata" + os.sep not in p] == written
     assert orphans(t) == [] and table_state(t.to_arrow()) == model(seen + [insert(99, (1, "lost"), (77, "new"))])
 
 
@@ -118,7 +120,7 @@ def test_the_maintenance_entry_point_compacts_once_and_is_refused_beside_a_write
     argv = [sys.executable, "-m", "msgstream_spark", "mirror", "compact", "--table", str(tmp_path / "t"),
             "--table-format", fmt]
     env = dict(os.environ, PYTHONPATH=str(ROOT))
-    with writer_lock(str(tmp_path / "t"), "a test's mirror job"):
+    with writer_lock(t.store, str(tmp_path / "t"), "a test's mirror job"):
         proc = subprocess.run(argv, env=env, cwd=ROOT, timeout=300, capture_output=True, text=True)
     assert proc.returncode == 1 and "being written by another writer (pid" in proc.stderr, proc.stderr[-2000:]
     assert len(t.live_files()) > 1
@@ -151,14 +153,15 @@ def _plain_read(fmt, loc) -> dict:
     ("iceberg", "kill-after-compaction-commit")])
 def test_msgstream_mirror_compact_sigkilled_then_rerun(fmt, step, tmp_path):
     """``msgstream mirror compact`` SIGKILLed while writing its files, before its commit, after it: the killed
-    process's writer lock does not hold up the re-run (the kernel drops a dead holder's flock; the lock file is
-    left with the dead pid in it), the re-run compacts once, the table equals the model before and after, no
-    file is referenced twice, the killed run's files are listed as orphans and removed by vacuum."""
+    process's writer lease does not hold up the re-run (its holder is seen dead on this machine and the lease is
+    taken over at once; the lease is left with the dead pid in it), the re-run compacts once, the table equals
+    the model before and after, no file is referenced twice, the killed run's half-written file was never
+    published (a temporary file, listed as an orphan once old, removed by vacuum)."""
     import json
     from types import SimpleNamespace
 
-    from msgstream_spark.mirror.formats.lock import LOCK_FILE
     from msgstream_spark.mirror.maintenance import FAILPOINT_ENV
+    from msgstream_spark.mirror.store.lease import LEASE_NAME
 
     loc = str(tmp_path / "t")
     seen = _fill(_open(fmt, loc), _batches(4))
@@ -175,16 +178,19 @@ def test_msgstream_mirror_compact_sigkilled_then_rerun(fmt, step, tmp_path):
 
     proc = compact_cli(**{FAILPOINT_ENV: step})
     assert proc.returncode == -9, proc.stderr[-2000:]
-    lock = (tmp_path / "t" / LOCK_FILE).read_text()
-    assert lock.startswith(f"pid {proc.pid} ") and "mirror compact" in lock  # the dead holder's record stays
+    lease = json.loads((tmp_path / "t" / LEASE_NAME).read_text())
+    assert lease["pid"] == proc.pid and "mirror compact" in lease["command"]  # the dead holder's record stays
+    assert lease["expires"] > time.time()  # unexpired: only its holder's death lets the re-run in
     committed = step == "kill-after-compaction-commit"
     t = _open(fmt, loc)
     live = [f.path for f in t.live_files()]
     assert (sorted(live) == files) is not committed and _plain_read(fmt, loc) == want
-    killed = [p for p in orphans(t) if p.endswith(".parquet")]
-    assert not set(killed) & set(live)
-    if not committed:  # the killed run's new file (half written: no footer; or complete), in no version
-        assert len(killed) == 1 and killed[0] not in files
+    assert not [p for p in orphans(t) if p.endswith(".parquet")]  # a killed writer publishes no data file
+    killed = [os.path.join(d, n) for d, _, ns in os.walk(os.path.join(loc, "data")) for n in ns if n.endswith(".tmp")]
+    assert len(killed) == (0 if committed else 1)  # its half-written file stayed a temporary one (local store)
+    for p in killed:  # an hour later it is listed as an orphan (never a live writer's in-flight file)
+        os.utime(p, (time.time() - 7200, time.time() - 7200))
+    assert sorted(p for p in orphans(t) if p.endswith(".tmp")) == sorted(killed)
 
     proc = compact_cli()  # the re-run: not refused by the dead process's lock; compacts once
     assert proc.returncode == 0, proc.stderr[-2000:]
@@ -198,3 +204,131 @@ def test_msgstream_mirror_compact_sigkilled_then_rerun(fmt, step, tmp_path):
     vacuum(t, retain_s=0)
     assert not any(os.path.exists(p) for p in killed + files)  # the killed run's and the compacted-away files
     assert orphans(t) == [] and _plain_read(fmt, loc) == want
+
+
+def _partitioned_iceberg(loc: str):
+    """An Iceberg mirror table a user partitioned by identity on ``_partition`` (Milvus's partition id)."""
+    from pyiceberg.transforms import IdentityTransform
+
+    from msgstream_spark.mirror.common import identity_properties, table_schema
+    from msgstream_spark.mirror.formats.iceberg.catalog import _catalog, _identifier
+
+    tbl = _catalog(loc, None).create_table(_identifier("coll"), schema=table_schema(FIELDS, "pk"), location=loc,
+                                           properties=identity_properties("coll", "pk", None))
+    with tbl.update_spec() as spec:
+        spec.add_field("_partition", IdentityTransform(), "part")
+    return _open("iceberg", loc)
+
+
+def _two_partitions(k: int) -> list:
+    """Batches of keys 0-19 in Milvus partition 1 and 20-39 in partition 2: (messages, partition) pairs."""
+    out = [([insert(10, *[(p, f"a{p}") for p in range(20)])], 1),
+           ([insert(10, *[(p, f"a{p}") for p in range(20, 40)])], 2)]
+    for i in range(1, k):
+        ts = 10 + 10 * i
+        out.append(([*upsert(ts, *[(p, f"u{i}.{p}") for p in range(i % 4, 20, 4)]), delete(ts + 1, i)], 1))
+        out.append(([*upsert(ts, *[(p, f"u{i}.{p}") for p in range(20 + i % 4, 40, 4)]), delete(ts + 1, 20 + i)], 2))
+    return out
+
+
+def test_compaction_of_a_partitioned_iceberg_table_writes_a_file_per_partition(tmp_path):
+    """#38 item 4: the batch writer splits by the table's identity partition; compaction did not (pyiceberg
+    refused its files of two partition values): each partition's files compact into files of that value."""
+    loc = str(tmp_path / "t")
+    t = _partitioned_iceberg(loc)
+    seen = []
+    for i, (msgs, part) in enumerate(_two_partitions(4)):
+        assert apply_batch(t, to_arrow(msgs, partition=part), "pk", "q", i)
+        seen += msgs
+    before = t.live_files()
+    assert len({f.partition for f in before}) == 2 and any(len(f.deleted) for f in before)
+    done = compact(t)
+    assert done.files_in == len(before) and done.files_out == 2
+    after = t.live_files()
+    assert len(after) == 2 and not any(len(f.deleted) for f in after)
+    for f in after:  # one partition value per file, the rows of that partition
+        parts = set(pq.read_table(f.path, columns=["_partition"]).column(0).to_pylist())
+        assert parts == {f.partition[0]}
+    assert table_state(t.to_arrow()) == model(seen) == _plain_read("iceberg", loc)
+    assert compact(t).files_in == 0
+
+
+def test_compact_every_of_a_partitioned_iceberg_table_through_mirror_batch(spark, tmp_path):
+    """``--compact-every 2`` (MirrorBatch's compact_every) on a partitioned Iceberg table: the Spark path's
+    batches and their compactions; the query lives and the table equals the model."""
+    from msgstream_spark.spark.mirror import MirrorBatch
+
+    loc = str(tmp_path / "t")
+    t = _partitioned_iceberg(loc)
+    sink = MirrorBatch(t, "pk", query_id="q", compact_every=2)
+    seen = []
+    for i, (msgs, part) in enumerate(_two_partitions(3)):
+        sink(spark.createDataFrame(to_arrow(msgs, partition=part)), i)
+        seen += msgs
+    assert sink.batches == 6 and sink.compactions == 3
+    assert table_state(_open("iceberg", loc).to_arrow()) == model(seen) == _plain_read("iceberg", loc)
+    assert {f.partition[0] for f in t.live_files()} == {1, 2}
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_leftover_temporary_files_of_killed_writers_are_orphans_once_old(fmt, tmp_path):
+    """#38 item 7: a kill inside a Delta commit leaves ``_delta_log/.N.json.<id>.tmp``, inside a key index's
+    write ``data/_keys/<file>.keys.<id>.tmp``: listed and removed once older than the temporary-file bound (a
+    live writer's in-flight temporary file, fresh, never)."""
+    from msgstream_spark.mirror.maintenance import TMP_MIN_AGE_S
+
+    loc = tmp_path / "t"
+    t = _open(fmt, loc)
+    seen = _fill(t, _batches(3))
+    data = next(iter(t.live_files())).path
+    keys_dir = os.path.join(os.path.dirname(data), "_keys")
+    os.makedirs(keys_dir, exist_ok=True)
+    old, fresh = [os.path.join(keys_dir, f"{os.path.basename(data)}.keys.{'a' * 32}.tmp")], \
+        [os.path.join(keys_dir, f"{os.path.basename(data)}.keys.{'b' * 32}.tmp")]
+    if fmt == "delta":
+        old.append(str(loc / "_delta_log" / f".{3:020d}.json.{'c' * 32}.tmp"))
+        fresh.append(str(loc / "_delta_log" / f".{3:020d}.json.{'d' * 32}.tmp"))
+    for p in old + fresh:
+        with open(p, "w") as f:
+            f.write("{}")
+    for p in old:
+        os.utime(p, (os.path.getmtime(p) - TMP_MIN_AGE_S - 60,) * 2)
+    tmps = [p for p in orphans(t) if p.endswith(".tmp")]  # (and Delta's superseded deletion vectors)
+    assert tmps == sorted(old)
+    assert set(old) <= set(vacuum(t, retain_s=0))
+    assert not any(os.path.exists(p) for p in old) and all(os.path.exists(p) for p in fresh)
+    assert orphans(t) == [] and table_state(_open(fmt, loc).to_arrow()) == model(seen)
+
+
+def test_iceberg_compaction_commits_a_replace_snapshot(tmp_path):
+    """#38 item 7: compaction changes no row: its snapshot's operation is ``replace``, with the totals right."""
+    t = _open("iceberg", tmp_path / "t")
+    seen = _fill(t, _batches(4))
+    compact(t)
+    snap = t._table().current_snapshot()
+    assert snap.summary.operation.value == "replace"
+    assert snap.summary["total-delete-files"] == "0" and snap.summary["total-data-files"] == "1"
+    assert int(snap.summary["total-records"]) == len(model(seen))
+    assert _plain_read("iceberg", str(tmp_path / "t")) == model(seen)
+
+
+def test_iceberg_re_snapshot_drops_the_old_position_delete_files(tmp_path):
+    """#38 item 7: replace_files (a re-snapshot) removes every data file and every position-delete file: the
+    new snapshot carries none of the old delete files (vacuum can remove them once expired)."""
+    from msgstream_spark.mirror.common import conform
+
+    loc = tmp_path / "t"
+    t = _open("iceberg", loc)
+    seen = _fill(t, _batches(3))
+    tbl = t._table()
+    assert len(tbl.inspect.delete_files()) > 0
+    rows = conform(t.to_arrow(), t.write_spec().schema)
+    path = str(loc / "snapshot-1" / "part-0.parquet")
+    os.makedirs(os.path.dirname(path))
+    pq.write_table(rows.cast(t.schema), path)
+    t.replace_files([path], properties={"msgstream.snapshot_ts": "1000"})
+    tbl = _open("iceberg", loc)._table()
+    assert tbl.inspect.delete_files().num_rows == 0
+    assert tbl.inspect.files().column("file_path").to_pylist() == [f"file://{path}"] or \
+        tbl.inspect.files().column("file_path").to_pylist() == [path]
+    assert table_state(tbl.scan().to_arrow()) == model(seen)

@@ -68,8 +68,10 @@ def test_a_second_writer_is_refused_with_the_holder_named(fmt, tmp_path):
     loc = str(tmp_path / "t")
     t = open_table(fmt, loc, collection="coll", pk="pk", arrow_schema=FIELDS)
     holder = subprocess.Popen([sys.executable, "-c", "import sys, time\n"
-                               "from msgstream_spark.mirror.formats.lock import "
-                               "writer_lock\nwith writer_lock(sys.argv[1], 'test'):\n    print('held', flush=True)\n"
+                               "from msgstream_spark.mirror.formats.lock import writer_lock\n"
+                               "from msgstream_spark.mirror.store import open_store\n"
+                               "with writer_lock(open_store(sys.argv[1]), sys.argv[1], 'test'):\n"
+                               "    print('held', flush=True)\n"
                                "    sys.stdin.read()", loc], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
     try:
         assert holder.stdout.readline().strip() == "held"
@@ -78,5 +80,5 @@ def test_a_second_writer_is_refused_with_the_holder_named(fmt, tmp_path):
         assert t.last_batch("q") is None
     finally:
         holder.communicate("", timeout=30)
-    assert apply_batch(t, to_arrow([insert(10, (1, "a"))]), "pk", "q", 0)  # the lock died with its holder
+    assert apply_batch(t, to_arrow([insert(10, (1, "a"))]), "pk", "q", 0)  # released when its holder ended
     assert table_state(t.to_arrow()) == {1: ("a", 10)}

@@ -301,7 +301,7 @@ def test_iceberg_table_partitioned_by_the_user(tmp_path):
     from pyiceberg.transforms import IdentityTransform
 
     from msgstream_spark.mirror.common import identity_properties, table_schema
-    from msgstream_spark.mirror.formats.iceberg.table import _catalog, _identifier
+    from msgstream_spark.mirror.formats.iceberg.catalog import _catalog, _identifier
 
     loc = str(tmp_path / "t")
     cat = _catalog(loc, None)
@@ -476,3 +476,52 @@ def test_delta_log_state_reads_a_checkpoint_with_deletion_vectors(tmp_path, monk
     more = [*upsert(100, (5, "x")), delete(101, 7), insert(102, (4, "y"))]
     assert apply_batch(t, to_arrow(more), "pk", "q", 4)
     assert _rows(t) == model(seen + more)
+
+
+LEGACY = {  # Delta PROTOCOL.md, "Table Features": the features a legacy (reader, writer) version supports
+    (1, 4): ([], ["appendOnly", "invariants", "checkConstraints", "changeDataFeed", "generatedColumns"]),
+    (1, 5): ([], ["appendOnly", "invariants", "checkConstraints", "changeDataFeed", "generatedColumns"]),
+    (1, 6): ([], ["appendOnly", "invariants", "checkConstraints", "changeDataFeed", "generatedColumns",
+                  "identityColumns"]),
+    (2, 5): (["columnMapping"], ["appendOnly", "invariants", "checkConstraints", "changeDataFeed",
+                                 "generatedColumns", "columnMapping"]),
+    (2, 6): (["columnMapping"], ["appendOnly", "invariants", "checkConstraints", "changeDataFeed",
+                                 "generatedColumns", "columnMapping", "identityColumns"]),
+}
+
+
+@pytest.mark.parametrize(("reader", "writer"), sorted(LEGACY))
+def test_deletion_vectors_on_a_table_of_a_legacy_protocol_keep_its_features(reader, writer, tmp_path):
+    """#38 item 7: a Delta table created (by delta-rs) at reader 1-2 / writer 4-6 moves to reader 3 / writer 7
+    with the first batch that deletes: the features its versions supported are listed (columnMapping, a
+    reader-writer feature, needs reader 2 and writer 5) with deletionVectors; delta-rs and Polars read it."""
+    import deltalake
+    import polars as pl
+
+    from msgstream_spark.mirror.common import identity_properties, table_schema
+
+    loc = str(tmp_path / "t")
+    conf = {**identity_properties("coll", "pk", None), "delta.minReaderVersion": str(reader),
+            "delta.minWriterVersion": str(writer)}
+    deltalake.DeltaTable.create(loc, table_schema(FIELDS, "pk"), configuration=conf, name="coll",
+                                raise_if_key_not_exists=False)
+    assert deltalake.DeltaTable(loc).protocol().min_writer_version == writer
+    t = _open("delta", loc)
+    seen: list = []
+    for i, batch in enumerate(_golden()):
+        assert apply_batch(t, to_arrow(batch), "pk", "q", i)
+        seen += batch
+    proto = deltalake.DeltaTable(loc).protocol()
+    want_reader, want_writer = LEGACY[(reader, writer)]
+    assert (proto.min_reader_version, proto.min_writer_version) == (3, 7)
+    assert sorted(proto.reader_features) == sorted(want_reader + ["deletionVectors"])
+    assert sorted(proto.writer_features) == sorted(want_writer + ["deletionVectors"])
+    dt = deltalake.DeltaTable(loc)
+    got = pa.table(deltalake.QueryBuilder().register("t", dt).execute("SELECT pk, v, _ts, fv FROM t").read_all())
+    assert table_state(got.cast(pa.schema([f.with_type(pa.string()) if pa.types.is_string_view(f.type) else f
+                                           for f in got.schema]))) == model(seen)
+    if reader == 1:
+        assert table_state(pl.read_delta(loc).to_arrow()) == model(seen)
+    else:  # Polars reads no column-mapping table, before the upgrade (reader 2) or after (the feature listed)
+        with pytest.raises(Exception, match="(?i)column ?mapping"):
+            pl.read_delta(loc)

@@ -27,12 +27,10 @@ from tests.mirror.changes import FIELDS, delete, insert, model, table_state, to_
 
 def _write(spec, at: str, chunks: list) -> pa.Table:
     """One writing task: its chunks through a TaskWriter, narrow rows into its changes file; its output rows."""
-    w, ch = TaskWriter(spec), ChangesFile(at, spec.key_type)
+    w, ch = TaskWriter(spec), ChangesFile(spec.store(), at, spec.key_type)
     for c in chunks:
         ch.add(w.add(to_arrow(c)))
-    data = w.written()
-    w.close()
-    return ch.close(data)
+    return ch.close(w.close())
 
 
 def _plan_by_key_parity(t, written: pa.Table, existed: bool = False) -> pa.Table:
@@ -69,3 +67,46 @@ def test_two_writing_and_two_planning_tasks_commit_the_model(fmt, tmp_path):
     want = model(first + [m for c in chunks1 + chunks2 for m in c])
     assert table_state(t.to_arrow()) == want == {1: ("a-new", 40), 3: ("c", 10), 4: ("d2", 40), 5: ("e", 35)}
     assert commit_plan(t, plan, set(), query_id="q", batch_id=1) is None  # the batch is in the table: skipped
+
+
+@pytest.mark.parametrize("fmt", ["delta", "iceberg"])
+def test_the_tasks_plan_is_fenced_at_the_files_they_looked_up(fmt, tmp_path):
+    """#38 item 3 on the Spark path: the planning tasks look up the live files the driver broadcast; their
+    version is the plan's base, and a commit by another writer in between refuses the batch."""
+    from msgstream_spark.errors import MirrorError
+    from msgstream_spark.mirror import apply_batch
+
+    t = open_table(fmt, str(tmp_path / "t"), collection="coll", pk="pk", arrow_schema=FIELDS)
+    first = [insert(10, (1, "a"), (2, "b"))]
+    assert apply_batch(t, to_arrow(first), "pk", "q", 0)
+    mine = [*upsert(30, (1, "mine"))]
+    written = _write(t.write_spec(), changes_dir(t.write_spec().data_dir, "q", 1), [mine])
+    files = t.live_files()
+    p = merge_plans(written, _plan_by_key_parity(t, written), files.version)
+    assert p.base == files.version is not None
+    theirs = [*upsert(20, (1, "theirs"))]  # another query's batch between the lookup and the commit
+    assert apply_batch(open_table(fmt, str(tmp_path / "t"), collection="coll", pk="pk"), to_arrow(theirs), "pk",
+                       "other", 0)
+    with pytest.raises(MirrorError, match="which batch 1 of query q was planned on"):
+        commit_plan(t, p, set(), query_id="q", batch_id=1)
+    assert table_state(t.to_arrow()) == model(first + theirs)
+
+
+def test_a_batch_skipped_on_re_run_removes_its_changes_directory(tmp_path):
+    """#38 item 7: a driver killed after a batch's table commit and before it removed the batch's changes files:
+    the re-run skips the batch (it is in the table) and removes them."""
+    import os
+
+    from msgstream_spark.mirror import apply_batch
+    from msgstream_spark.spark.mirror import MirrorBatch
+
+    t = open_table("delta", str(tmp_path / "t"), collection="coll", pk="pk", arrow_schema=FIELDS)
+    batch = [insert(10, (1, "a"), (2, "b"))]
+    at = changes_dir(t.write_spec().data_dir, "q", 0)
+    _write(t.write_spec(), at, [batch])  # what the killed run's writing tasks left
+    assert apply_batch(t, to_arrow(batch), "pk", "q", 0)  # its commit survived the kill
+    assert os.listdir(at)
+    sink = MirrorBatch(t, "pk", query_id="q")
+    sink(None, 0)  # the re-run hands Spark's batch 0 again (the skip reads no row of it)
+    assert sink.skipped == 1 and sink.batches == 0
+    assert not os.path.exists(at) and table_state(t.to_arrow()) == model(batch)

@@ -1,10 +1,10 @@
 """Kill points of the mirror's write path on the embedded log (nothing here depends on Milvus itself):
 
 - a Python worker SIGKILLed while its task writes a micro-batch's data file: Spark retries the task, the table
-  equals the published collection, no data file is referenced twice, the dead attempt's file is an orphan
-  (``msgstream mirror orphans``) and ``vacuum`` removes it;
+  equals the published collection, no data file is referenced twice, the dead attempt's file was never
+  published (a temporary file on a local store: an orphan once old, which ``vacuum`` removes);
 - ``msgstream mirror compact`` SIGKILLed while it writes its files, before its commit and after it: the re-run
-  compacts once, the table equals the collection before and after, the killed process's writer lock does not
+  compacts once, the table equals the collection before and after, the killed process's writer lease does not
   block the re-run, orphans are listed and vacuumed.
 """
 
@@ -14,6 +14,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pyarrow.parquet as pq
@@ -70,10 +71,12 @@ def test_a_python_worker_killed_while_writing_a_batch_is_retried_once(local_env,
     assert read_delta(str(table)) == want
     files = delta_files(str(table))
     assert len(files) == len(set(files))  # no data file referenced twice
-    dead = _orphans(table)
-    assert len(dead) == 1 and os.path.basename(dead[0]) not in {os.path.basename(f) for f in files}
+    assert _orphans(table) == []  # the killed attempt published no data file
+    dead = [os.path.join(d, n) for d, _, ns in os.walk(table / "data") for n in ns if n.endswith(".tmp")]
+    assert len(dead) == 1  # its half-written file stayed a temporary one (rows written, no footer)
     with pytest.raises(Exception, match="(?i)parquet"):
-        pq.read_metadata(dead[0])  # the killed attempt's file: rows written, no footer
+        pq.read_metadata(dead[0])
+    os.utime(dead[0], (time.time() - 7200, time.time() - 7200))  # an hour later: an orphan, then vacuumed
 
     proc = _cli("mirror", "vacuum", "--table", str(table), "--table-format", "delta", "--retain-hours", "0")
     assert proc.returncode == 0, proc.stderr[-2000:]

@@ -41,11 +41,29 @@ def test_a_snapshot_needs_milvus_address_set_explicitly(tmp_path, monkeypatch):
     monkeypatch.delenv("MILVUS_ADDRESS", raising=False)
     cfg_file = tmp_path / "c.yaml"
     cfg_file.write_text("mq:\n  type: local\nlocal:\n  path: x.db\n")
-    cfg = Config.load(str(cfg_file))
+    cfg = Config.load(str(cfg_file), env={})
     with pytest.raises(MirrorError, match="milvus.address is not set in .*c.yaml.*or use --snapshot never"):
-        milvus_target(cfg, str(cfg_file), {}, "c1")
+        milvus_target(cfg, "c1")
     with pytest.raises(MirrorError, match="mirror verify of collection 'c1'") as got:  # no mirror-run option
-        milvus_target(cfg, str(cfg_file), {}, "c1", purpose="verify")
+        milvus_target(cfg, "c1", purpose="verify")
     assert "--snapshot" not in str(got.value)
-    t = milvus_target(cfg.with_overrides({"milvus.address": "h:1"}), str(cfg_file), {"milvus.address": "h:1"}, "c1")
+    t = milvus_target(cfg.with_overrides({"milvus.address": "h:1"}), "c1")
     assert t.uri == "http://h:1" and t.collection == "c1"
+    cfg_file.write_text("mq:\n  type: local\nlocal:\n  path: x.db\nmilvus:\n  address: f:2\n")
+    assert milvus_target(Config.load(str(cfg_file), env={}), "c1").address == "f:2"
+
+
+def test_milvus_address_from_the_documented_variable_only(tmp_path, monkeypatch):
+    """README: MSGSTREAM_MILVUS_ADDRESS sets milvus.address. It was refused as "not set" while MILVUS_ADDRESS
+    passed the check and then connected to the built-in localhost:19530 (issue #38 item 8)."""
+    from msgstream_spark.config.loader import Config
+
+    monkeypatch.delenv("MILVUS_ADDRESS", raising=False)
+    monkeypatch.setenv("MSGSTREAM_MILVUS_ADDRESS", "documented:19530")
+    assert milvus_target(Config.load(), "c1").address == "documented:19530"
+    monkeypatch.delenv("MSGSTREAM_MILVUS_ADDRESS")
+    monkeypatch.setenv("MILVUS_ADDRESS", "unprefixed:19530")
+    cfg = Config.load()
+    assert cfg.get("milvus.address") == "localhost:19530" and not cfg.is_set("milvus.address")
+    with pytest.raises(MirrorError, match="MILVUS_ADDRESS in the environment is not read.*MSGSTREAM_MILVUS_ADDRESS"):
+        milvus_target(cfg, "c1")

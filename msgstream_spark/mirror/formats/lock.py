@@ -1,60 +1,111 @@
-"""One writer per table: an exclusive lock on ``<table>/_msgstream_writer.lock`` held while a batch commits and
-for a whole compaction or vacuum. The second writer is refused at once with the holder's pid and command.
+"""One writer per table: the table's writer lease on its store (:class:`msgstream_spark.mirror.store.Lease`,
+``<table>/_msgstream_writer.lease``), held while a batch commits, for a whole compaction or vacuum, and for a
+mirror job's whole run. The second writer is refused at once with the holder's host, pid and command.
 
-``fcntl.flock``: the kernel drops the lock when its holder dies (a SIGKILLed job leaves no stale lock: the file
-stays, holding the dead holder's record, and locks nothing; Python's descriptors are not inherited by the
-processes the holder starts), on a local or NFSv4 file system that every writer sees; object stores need the
-catalog's own concurrency.
+The lease lives in the table's own store, so it excludes writers wherever they run (other hosts, other
+containers; a local directory too). A killed holder blocks the next writer for at most the lease's expiry
+(60 s; at once on the same machine, where its death is seen) and nothing has to be cleared by hand. Every commit
+calls :meth:`Hold.check` right before it publishes: a holder that lost its lease (it stalled past the expiry and
+another writer took it) stops uncommitted.
+
+Within a process the lease is held by a thread (nested holds of that thread pass), not by the process: a second
+thread is refused like a second process, unless it is handed the hold (``writer_lock(..., share=hold)``: the
+job's foreachBatch runs on Spark's callback threads while the job's run holds the lease).
 """
 
 from __future__ import annotations
 
-import fcntl
 import os
-import socket
-import sys
-import time
+import threading
 from contextlib import contextmanager
 
 from msgstream_spark.errors import MirrorError
+from msgstream_spark.mirror.store import Lease, Store, uri
+from msgstream_spark.mirror.store.lease import LEASE_NAME
 
-LOCK_FILE = "_msgstream_writer.lock"
-_held: dict[str, int] = {}  # locations this process holds (nested holds, e.g. a job's run and its commits)
+
+class Hold:
+    """This process's hold of one table's lease: the threads inside it, each with its nesting depth."""
+
+    def __init__(self, what: str, lease: Lease) -> None:
+        self.what = what
+        self.lease = lease
+        self.threads: dict[int, int] = {}
+
+    def check(self) -> None:
+        """Before a commit publishes: LeaseLost (a MirrorError; nothing may be committed) unless the store still
+        holds this writer's lease with time to spare."""
+        self.lease.check()
+
+
+_held: dict[str, Hold] = {}  # locations this process holds
+_guard = threading.Lock()
+
+
+def _enter(key: str, location: str, what: str, share: Hold | None) -> Hold | None:
+    """The hold this thread joins (nested, or handed ``share``), None if the process holds no lease on ``key``;
+    MirrorError if another thread of this process holds it."""
+    tid = threading.get_ident()
+    with _guard:
+        h = _held.get(key)
+        if h is None:
+            return None
+        if tid not in h.threads and share is not h:
+            raise MirrorError(f"table {location} is being written by another thread of this process: {h.what}; "
+                              f"{what} refused: one writer per table, also within one driver (two queries into "
+                              "one table?)")
+        h.threads[tid] = h.threads.get(tid, 0) + 1
+        return h
+
+
+def _leave(h: Hold) -> None:
+    tid = threading.get_ident()
+    with _guard:
+        h.threads[tid] -= 1
+        if not h.threads[tid]:
+            del h.threads[tid]
+
+
+def _only_the_lease(store: Store, location: str) -> bool:
+    """Whether the location holds no object but (at most) the lease: no table was ever made there."""
+    lease = uri.join(location, LEASE_NAME)
+    return all(m.uri == lease for m in store.list(location))
 
 
 @contextmanager
-def writer_lock(location: str, what: str):
-    """Hold the table's writer lock while the block runs; MirrorError naming the holder if another has it."""
-    key = os.path.abspath(location)
-    if _held.get(key):
-        _held[key] += 1
+def writer_lock(store: Store, location: str, what: str, share: Hold | None = None):
+    """Hold the table's writer lease while the block runs (yields the :class:`Hold`); MirrorError naming the
+    holder if another writer, or another thread of this process not handed ``share``, has it."""
+    key = uri.parse(location).uri()
+    joined = _enter(key, location, what, share)
+    if joined is not None:
         try:
-            yield
+            yield joined
         finally:
-            _held[key] -= 1
+            _leave(joined)
         return
-    created = not os.path.isdir(location)
-    os.makedirs(location, exist_ok=True)
-    path = os.path.join(location, LOCK_FILE)
-    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    fresh = _only_the_lease(store, location)
+    lease = Lease(store, location, what).acquire()  # LeaseHeld (a MirrorError) names the holder
+    h = Hold(what, lease)
+    h.threads[threading.get_ident()] = 1
+    with _guard:
+        _held[key] = h
     try:
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError as e:
-            holder = os.pread(fd, 512, 0).decode(errors="replace").strip() or "unknown"
-            raise MirrorError(f"table {location} is being written by another writer ({holder}); {what} refused: "
-                              "a mirror job and a compaction never write one table at once (stop the job, "
-                              "or let it compact with --compact-every)") from e
-        os.ftruncate(fd, 0)
-        os.pwrite(fd, f"pid {os.getpid()} on {socket.gethostname()}: {' '.join(sys.argv)[:200]} since {time.ctime()}"
-                  .encode(), 0)
-        _held[key] = 1
-        try:
-            yield
-        finally:
-            del _held[key]
+        yield h
     finally:
-        if created and os.listdir(location) == [LOCK_FILE]:  # a refused run leaves no table directory behind
-            os.unlink(path)
-            os.rmdir(location)
-        os.close(fd)  # closing drops the lock
+        with _guard:
+            del _held[key]
+        lease.release()
+        if fresh and _only_the_lease(store, location):  # a refused or failed first run leaves no table behind
+            store.delete(lease.uri)
+            _remove_empty_dir(store, location)
+
+
+def _remove_empty_dir(store: Store, location: str) -> None:
+    """A local location's directory, once empty (object stores have no directories)."""
+    loc = uri.parse(location)
+    if loc.kind == "local":
+        try:
+            os.rmdir(loc.key)
+        except OSError:
+            pass  # not empty (another writer began meanwhile) or gone: nothing to tidy

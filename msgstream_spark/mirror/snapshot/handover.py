@@ -23,7 +23,6 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-import yaml
 from pymilvus import DataType, MilvusClient
 
 from msgstream_spark.errors import MirrorError
@@ -68,35 +67,19 @@ class MilvusTarget:
                               f"snapshot of collection {self.collection!r}: {exc}") from exc
 
 
-def _explicit_keys(config_path: str | None, overrides: Mapping[str, Any]) -> set[str]:
-    keys = {str(k).lower() for k in overrides}
-    if config_path:
-        with open(config_path) as f:
-            data = yaml.safe_load(f) or {}
-        stack = [("", data)]
-        while stack:
-            prefix, d = stack.pop()
-            for k, v in (d.items() if isinstance(d, Mapping) else []):
-                if isinstance(v, Mapping):
-                    stack.append((f"{prefix}{str(k).lower()}.", v))
-                else:
-                    keys.add(f"{prefix}{str(k).lower()}")
-    if os.environ.get("MILVUS_ADDRESS"):
-        keys.add("milvus.address")
-    return keys
-
-
-def milvus_target(config, config_path: str | None, overrides: Mapping[str, Any], collection: str,
-                  purpose: str = "snapshot") -> MilvusTarget:
-    """The SDK address from config key ``milvus.address``; set explicitly, never the built-in default.
-    ``purpose``: "snapshot" (``mirror run``, which can do without one) or "verify" (``mirror verify``)."""
-    if "milvus.address" not in _explicit_keys(config_path, overrides) or not config.get_str("milvus.address"):
-        where = config_path or "the packaged default config"
+def milvus_target(config, collection: str, purpose: str = "snapshot") -> MilvusTarget:
+    """The SDK address from config key ``milvus.address``; set explicitly (the config file,
+    ``MSGSTREAM_MILVUS_ADDRESS``, an option), never the built-in default. ``purpose``: "snapshot"
+    (``mirror run``, which can do without one) or "verify" (``mirror verify``)."""
+    if not config.is_set("milvus.address") or not config.get_str("milvus.address"):
         what = "a snapshot of" if purpose == "snapshot" else "mirror verify of"
         alt = "; or use --snapshot never" if purpose == "snapshot" else ""
+        unread = (" (MILVUS_ADDRESS in the environment is not read: a key of this project's milvus section takes "
+                  "the MSGSTREAM_ prefix)" if os.environ.get("MILVUS_ADDRESS") else "")
         raise MirrorError(f"{what} collection {collection!r} reads it through Milvus's SDK, but config key "
-                          f"milvus.address is not set in {where} (set it to the proxy, e.g. milvus.address: "
-                          f"host:19530, or --option milvus.address=host:19530{alt})")
+                          f"milvus.address is not set in {config.source}{unread}: set it to the proxy, e.g. "
+                          f"milvus.address: host:19530 in the config, MSGSTREAM_MILVUS_ADDRESS=host:19530 in the "
+                          f"environment, or --option milvus.address=host:19530{alt}")
     token = config.get_str("milvus.token") or (
         f"{config.get_str('milvus.user')}:{config.get_str('milvus.password')}" if config.get_str("milvus.user") else "")
     return MilvusTarget(config.get_str("milvus.address"), collection, token, config.get_str("milvus.database"),

@@ -1,11 +1,12 @@
 """The mirror's change log: one row per change of a key (``insert`` / ``update`` / ``delete``), append-only,
 written exactly once beside the mirror's commits; "as of T" reads and SCD2 columns computed from it.
 
-A Milvus upsert is an Insert and a Delete of the key at one timestamp: one ``update`` (or ``insert`` when the
-key did not exist). Changes are grouped per (key, ``_ts``): the group's last change by ``_seq`` decides
-(an insert if it holds one: at one timestamp deletes order before inserts), and whether the key existed
-before the group (the previous group's outcome, else the mirrored table's row before the batch) makes an
-insert an ``update`` and a delete of an absent key no change at all (``historywrite.history_rows``).
+A Milvus upsert is an Insert and a Delete of the key at one timestamp (or one ``update`` row, read with the
+source option ``upsertAs=update``): one ``update`` (or ``insert`` when the key did not exist). Changes are
+grouped per (key, ``_ts``): the group's last change by ``_seq`` decides (an insert or update if it holds one:
+at one timestamp deletes order before inserts), and whether the key existed before the group (the previous
+group's outcome, else the mirrored table's row before the batch) makes an insert an ``update`` and a delete
+of an absent key no change at all (``historywrite.history_rows``).
 
 The rows are written as Parquet files by tasks (``historywrite``; Spark's tasks in the job) and committed
 here: the file list, one Delta version with an application transaction (query id, batch id), skipped when
@@ -15,7 +16,6 @@ the log already holds the batch. Delta tables, next to a Delta mirror. Spark-fre
 
 from __future__ import annotations
 
-import os
 import time
 from collections.abc import Callable
 
@@ -26,9 +26,10 @@ import pyarrow.compute as pc
 from msgstream_spark.errors import MirrorError
 from msgstream_spark.mirror.collapse import OP, collapse
 from msgstream_spark.mirror.common import PROP_BATCH, PROP_QUERY, TS
-from msgstream_spark.mirror.formats.delta.log import new_add, write_commit
+from msgstream_spark.mirror.formats.delta.log import add_of, write_commit
 from msgstream_spark.mirror.formats.delta.table import CHECKPOINT_EVERY
 from msgstream_spark.mirror.order import SEQ
+from msgstream_spark.mirror.store import open_store, uri
 from msgstream_spark.mirror.trust.historywrite import (
     MAX_TS,
     ROWS,
@@ -61,13 +62,15 @@ def _deltalake():
 class HistoryTable:
     """The change log at ``location`` (Delta): a seed commit once, then one commit per (query id, batch id)."""
 
-    def __init__(self, location: str, pk: str) -> None:
+    def __init__(self, location: str, pk: str, storage_options: dict | None = None) -> None:
         self.location, self.pk = location, pk
-        self.root = os.path.abspath(location)
+        self.store = open_store(location, storage_options)
+        self.root = uri.parse(location).uri()
 
     def _dt(self):
         dl = _deltalake()
-        return dl.DeltaTable(self.location) if dl.DeltaTable.is_deltatable(self.location) else None
+        so = self.store.storage_options()
+        return dl.DeltaTable(self.root, storage_options=so) if dl.DeltaTable.is_deltatable(self.root, so) else None
 
     def last_batch(self, query_id: str) -> int | None:
         dt = self._dt()
@@ -83,13 +86,14 @@ class HistoryTable:
         schema = history_schema(table_schema)
         dt = self._dt()
         if dt is None:
-            dl.DeltaTable.create(self.location, schema, name="msgstream history", raise_if_key_not_exists=False)
+            dl.DeltaTable.create(self.root, schema, name="msgstream history", raise_if_key_not_exists=False,
+                                 storage_options=self.store.storage_options())
         else:
             have = set(dt.schema().to_arrow().names)
             extra = [f for f in schema if f.name not in have]
             if extra:
                 dt.alter.add_columns([dl.Field.from_arrow(f.with_nullable(True)) for f in extra])
-        return HistorySpec(schema, self.pk, os.path.join(self.root, DATA_DIR), snapshot_ts)
+        return HistorySpec(schema, self.pk, uri.join(self.root, DATA_DIR), snapshot_ts, dict(self.store.options))
 
     def commit_files(self, files: pa.Table, app: str, version: int, info: dict[str, str]) -> bool:
         """One Delta version adding the files tasks wrote (``historywrite.files_schema`` rows) with the
@@ -101,11 +105,11 @@ class HistoryTable:
         if done is not None and int(done) >= version:
             return False
         now = int(time.time() * 1000)
-        actions = [{"add": new_add(self.root, p, self.pk, now, None)}
+        actions = [{"add": add_of(self.store, self.root, p, self.pk, now, None)}
                    for p, n in zip(files.column(FILE).to_pylist(), files.column(ROWS).to_pylist()) if n]
         actions.append({"txn": {"appId": app, "version": int(version), "lastUpdated": now}})
         version_now = dt.version() + 1
-        write_commit(self.root, version_now, actions, "WRITE", info)
+        write_commit(self.store, self.root, version_now, actions, "WRITE", info)
         if version_now % CHECKPOINT_EVERY == 0:  # readers start from the last checkpoint, not every JSON
             dt.update_incremental()
             dt.create_checkpoint()

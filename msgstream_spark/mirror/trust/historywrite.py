@@ -12,20 +12,20 @@ See docs/mirror.md, "History".
 
 from __future__ import annotations
 
-import os
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from msgstream_spark.mirror.collapse import OP
+from msgstream_spark.mirror.collapse import OP, WRITES, check_ops
 from msgstream_spark.mirror.common import TS, conform
-from msgstream_spark.mirror.formats.delta.log import fsync_path
 from msgstream_spark.mirror.order import SEQ
-from msgstream_spark.mirror.write.layout import FILE, LiveFile, newest_seq, write_data_file
+from msgstream_spark.mirror.store import Store, store_for, uri
+from msgstream_spark.mirror.write.files import ParquetOut, write_table
+from msgstream_spark.mirror.write.layout import FILE, LiveFile, newest_seq
 
 TIME = "_time"  # the change's time: _ts >> 18 as a UTC timestamp
 TIME_TYPE = pa.timestamp("us", tz="UTC")  # Delta's timestamp (microseconds)
@@ -73,12 +73,15 @@ def existed_from_matches(matches: pa.Table, pk: str) -> pa.Table:
 
 
 def history_rows(changes: pa.Table, pk: str, existed: pa.Table) -> pa.Table:
-    """The change-log rows of one batch's ``changes`` (every change: ``op``, fields, ``_ts``, ``_seq``);
-    ``existed``: the table's rows (``pk``, ``_ts``) of these keys before the batch. Column-wise.
+    """The change-log rows of one batch's ``changes`` (every change: ``op`` insert, update or delete, fields,
+    ``_ts``, ``_seq``); ``existed``: the table's rows (``pk``, ``_ts``) of these keys before the batch.
+    Column-wise. An ``update`` (an upsert read with the source option upsertAs=update) is the key's new row, as
+    an insert is: logged ``update`` if the key existed, else ``insert``; another op is a MirrorError.
 
     A delete at T of a key whose table row is at T or later changes nothing (a delete hides older rows
     only): the Delete half of an upsert whose Insert an earlier batch already applied (Milvus 2.3.5
     writes the Insert message first, and a batch may end between the two)."""
+    check_ops(changes, pk, "the change log")
     changes = changes.drop_columns([c for c in _DROP if c in changes.column_names])
     n = changes.num_rows
     if n == 0:
@@ -90,7 +93,8 @@ def history_rows(changes: pa.Table, pk: str, existed: pa.Table) -> pa.Table:
     g = t.filter(pa.array(~same_next))  # the last change of each (key, _ts) group
     m = g.num_rows
     gkeys = g.column(pk).combine_chunks()
-    is_insert = pc.equal(g.column(OP), "insert").to_numpy(zero_copy_only=False)
+    is_insert = pc.is_in(g.column(OP), value_set=pa.array(WRITES, g.schema.field(OP).type)).to_numpy(
+        zero_copy_only=False)  # the key has this row after the change: an insert, or an upsert read as one update
     idx = pc.index_in(gkeys, value_set=existed.column(pk).combine_chunks().cast(gkeys.type))
     before = pc.is_valid(idx).to_numpy(zero_copy_only=False)
     table_ts = pc.take(existed.column(TS).combine_chunks(), idx).fill_null(-1).to_numpy(zero_copy_only=False)
@@ -115,10 +119,13 @@ class HistorySpec:
     pk: str
     data_dir: str
     snapshot_ts: int | None = None
+    storage: dict[str, str] = field(default_factory=dict, repr=False)  # the history's store settings (secrets)
 
     def new_path(self) -> str:
-        os.makedirs(self.data_dir, exist_ok=True)
-        return os.path.join(self.data_dir, f"{uuid.uuid4().hex}.parquet")
+        return uri.join(self.data_dir, f"{uuid.uuid4().hex}.parquet")
+
+    def store(self) -> Store:
+        return store_for(self.data_dir, self.storage)
 
 
 class HistoryWriter:
@@ -128,7 +135,7 @@ class HistoryWriter:
     def __init__(self, spec: HistorySpec, existed: pa.Table) -> None:
         self.spec, self.existed = spec, existed
         self._pending: pa.Table | None = None
-        self._writer: pq.ParquetWriter | None = None
+        self._writer: ParquetOut | None = None
         self._path, self._rows, self._max_ts = "", 0, 0
 
     def add(self, changes: pa.Table) -> None:
@@ -151,20 +158,21 @@ class HistoryWriter:
         rows = conform(rows, self.spec.schema)
         if self._writer is None:
             self._path = self.spec.new_path()
-            self._writer = pq.ParquetWriter(self._path, self.spec.schema, compression="zstd")
+            self._writer = ParquetOut(self.spec.store(), self._path, self.spec.schema, self.spec.pk,
+                                      compression="zstd")
         self._writer.write_table(rows, row_group_size=128 * 1024)
         self._rows += rows.num_rows
         self._max_ts = max(self._max_ts, int(pc.max(rows.column(TS)).as_py()))
 
     def close(self) -> pa.Table:
-        """Finish the file (synced to disk before its path reaches a commit); the files row (none if empty)."""
+        """Finish the file (whole in the store before its path reaches a commit); the files row (none if
+        empty)."""
         if self._pending is not None:
             self._write(history_rows(self._pending, self.spec.pk, self.existed))
             self._pending = None
         if self._writer is None:
             return files_schema().empty_table()
         self._writer.close()
-        fsync_path(self._path)
         self._writer = None
         return pa.table([[self._path], [self._rows], [self._max_ts]], schema=files_schema())
 
@@ -175,10 +183,11 @@ def seed_rows(rows: pa.Table, schema: pa.Schema) -> pa.Table:
     return conform(out.append_column(TIME, change_time(rows.column(TS))), schema)
 
 
-def seed_file(f: LiveFile, spec: HistorySpec) -> pa.Table:
-    """The live rows of the mirror's data file ``f`` as one change-log file of inserts (row group by row
-    group); the files row (none if no row is live)."""
-    pf = pq.ParquetFile(f.path)
+def seed_file(f: LiveFile, spec: HistorySpec, mirror: Store) -> pa.Table:
+    """The live rows of the mirror's data file ``f`` (in the ``mirror``'s store) as one change-log file of
+    inserts (row group by row group); the files row (none if no row is live)."""
+    src = mirror.open_input(f.path)
+    pf = pq.ParquetFile(src)
     deleted = np.asarray(f.deleted, dtype=np.int64)
     path, writer, rows, max_ts, start = spec.new_path(), None, 0, 0, 0
     try:
@@ -194,16 +203,20 @@ def seed_file(f: LiveFile, spec: HistorySpec) -> pa.Table:
             if t.num_rows == 0:
                 continue
             if writer is None:
-                writer = pq.ParquetWriter(path, spec.schema, compression="zstd")
+                writer = ParquetOut(spec.store(), path, spec.schema, spec.pk, compression="zstd")
             writer.write_table(seed_rows(t, spec.schema), row_group_size=128 * 1024)
             rows += t.num_rows
             max_ts = max(max_ts, int(pc.max(t.column(TS)).as_py()))
-    finally:
         if writer is not None:
             writer.close()
+    except BaseException:
+        if writer is not None:
+            writer.abort()
+        raise
+    finally:
+        src.close()
     if writer is None:
         return files_schema().empty_table()
-    fsync_path(path)
     return pa.table([[path], [rows], [max_ts]], schema=files_schema())
 
 
@@ -212,5 +225,5 @@ def seed_local(rows: pa.Table, spec: HistorySpec) -> pa.Table:
     if rows.num_rows == 0:
         return files_schema().empty_table()
     path = spec.new_path()
-    write_data_file(seed_rows(rows, spec.schema), path)
+    write_table(spec.store(), path, seed_rows(rows, spec.schema), spec.pk)
     return pa.table([[path], [rows.num_rows], [int(pc.max(rows.column(TS)).as_py())]], schema=files_schema())

@@ -13,7 +13,7 @@ import pyarrow.dataset as ds
 from msgstream_spark.errors import MirrorError
 from msgstream_spark.mirror.common import PROP_BATCH, PROP_COLLECTION, PROP_PK, PROP_QUERY
 from msgstream_spark.mirror.formats.delta.table import DeltaMirrorTable
-from msgstream_spark.mirror.formats.iceberg.table import PROP_BATCH_OF, IcebergMirrorTable, _catalog
+from msgstream_spark.mirror.formats.iceberg.table import PROP_BATCH_OF, IcebergMirrorTable
 from msgstream_spark.mirror.trust.watermark import PROP_WATERMARK
 
 
@@ -25,7 +25,7 @@ class PinnedTable:
         if isinstance(table, DeltaMirrorTable):
             import deltalake
 
-            self._dt = deltalake.DeltaTable(table.location)
+            self._dt = deltalake.DeltaTable(table.root, storage_options=table.store.storage_options())
             self.version: Any = self._dt.version()
             info = self._dt.history(1)
             self._info = {k: str(v) for k, v in (info[0] if info else {}).items()}
@@ -124,19 +124,14 @@ def _literal(v: Any) -> str:
     return str(int(v)) if isinstance(v, int) else "'" + str(v).replace("'", "''") + "'"
 
 
-def table_identity(fmt: str, location: str, catalog_uri: str | None = None) -> tuple[str, str]:
+def table_identity(fmt: str, location: str, catalog_uri: str | None = None, storage_options: dict | None = None,
+                   catalog: str | None = None, catalog_options: dict | None = None) -> tuple[str, str]:
     """(collection, primary key) a mirrored table's properties name; MirrorError if it has none."""
     if fmt == "delta":
-        import deltalake
-
-        if not deltalake.DeltaTable.is_deltatable(location):
-            raise MirrorError(f"no Delta table at {location}")
-        props = dict(deltalake.DeltaTable(location).metadata().configuration)
+        props = DeltaMirrorTable.stored_properties(location, storage_options)
     else:
-        tbl = IcebergMirrorTable(location, "", "", None, _catalog(location, catalog_uri))._at_location()
-        if tbl is None:
-            raise MirrorError(f"no Iceberg table at {location} in its catalog")
-        props = dict(tbl.properties)
+        props = IcebergMirrorTable.stored_properties(location, catalog_uri, storage_options=storage_options,
+                                                     catalog=catalog, catalog_options=catalog_options)
     if not props.get(PROP_COLLECTION) or not props.get(PROP_PK):
         raise MirrorError(f"table {location} names no mirrored collection ({PROP_COLLECTION}, {PROP_PK})")
     return props[PROP_COLLECTION], props[PROP_PK]

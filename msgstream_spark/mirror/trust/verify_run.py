@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import time
 from dataclasses import dataclass
@@ -12,11 +13,11 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from msgstream_spark.mirror.apply import apply_batch
 from msgstream_spark.mirror.collapse import OP
-from msgstream_spark.mirror.common import TS
-from msgstream_spark.mirror.order import SEQ, snapshot_seq, snapshot_seq_array
+from msgstream_spark.mirror.formats.lock import writer_lock
+from msgstream_spark.mirror.order import SEQ, snapshot_seq_array
 from msgstream_spark.mirror.snapshot.handover import snapshot_ts, take_positions
+from msgstream_spark.mirror.store import open_store, uri
 from msgstream_spark.mirror.trust.milvus_side import MilvusSide
 from msgstream_spark.mirror.trust.pinned import PinnedTable
 from msgstream_spark.mirror.trust.verify import (
@@ -29,6 +30,8 @@ from msgstream_spark.mirror.trust.verify import (
     summarize,
 )
 from msgstream_spark.mirror.trust.watermark import Watermark, checkpoint_query_id, table_watermark
+from msgstream_spark.mirror.write.batch import lookup_local
+from msgstream_spark.mirror.write.layout import FILE, POS, Plan, TaskWriter
 from msgstream_spark.source.arrow import output_schema, read_options, schema_json
 from msgstream_spark.source.offsets import Offset, resolve_end
 from msgstream_spark.source.read import collection_filter, plan_reads, read_range
@@ -123,8 +126,9 @@ def run_verify(table, milvus: MilvusSide, log_: Log, *, checkpoint: str | None, 
     return Result(errors, flux, summary)
 
 
-def write_report(result: Result, location: str, run_id: str) -> None:
-    """Append the report's keys (kind, pk as text, run id, time) to a Delta table at ``location``."""
+def write_report(result: Result, location: str, run_id: str, storage_options: dict | None = None) -> None:
+    """Append the report's keys (kind, pk as text, run id, time) to a Delta table at ``location`` (a path or a
+    URI; ``storage_options`` over the environment's settings, as for the mirrored table)."""
     import deltalake
 
     rows = [*result.problems, *result.in_flux]
@@ -137,7 +141,8 @@ def write_report(result: Result, location: str, run_id: str) -> None:
     if not rows:  # a clean run is recorded too: one row of kind "none"
         t = pa.table({"run_id": [run_id], "kind": ["none"], "pk": pa.array([None], pa.string()),
                       "equal": [True], "checked_at_ms": pa.array([now], pa.int64())})
-    deltalake.write_deltalake(location, t, mode="append")
+    store = open_store(location, storage_options)
+    deltalake.write_deltalake(uri.parse(location).uri(), t, mode="append", storage_options=store.storage_options())
 
 
 def _changes(rows: pa.Table, op: str) -> pa.Table:
@@ -145,28 +150,51 @@ def _changes(rows: pa.Table, op: str) -> pa.Table:
 
 
 def repair(table, milvus: MilvusSide, log_: Log, result: Result, channels: list[str]) -> dict[str, Any]:
-    """Re-read the report's keys from Milvus and write them through the table's exactly-once merge (query id
-    ``msgstream.verify.repair``): duplicated and extra keys are deleted first (one commit), then every
-    missing, stale or duplicated key gets Milvus's row (a second commit). The rows count as changes at S
-    (read at least at S), like a snapshot's: the stream's later changes win over them."""
-    drop = sorted({p["pk"] for p in result.problems if p["kind"] in ("extra", "duplicated")}, key=str)
-    read = sorted({p["pk"] for p in result.problems if p["kind"] in ("missing", "stale", "duplicated")}, key=str)
-    if not drop and not read:
-        return {"deleted": 0, "written": 0}
+    """Re-read the report's keys from Milvus and make the table hold exactly Milvus's rows of them, in one commit
+    under the query id ``msgstream.verify.repair`` (exactly once; its batch ids count up): every live row of a
+    reported key is deleted by its position, whatever ``_seq`` it carries (a wrong row may carry any), and Milvus's
+    row of each key it still has is written. The repaired row wins because it comes from Milvus, not because of
+    its ``_seq``. The rows are Milvus's state at S (read at least at S: ``_ts`` = S, ``_seq`` = snapshot_seq(S)),
+    like a snapshot's: the stream's later changes win over them."""
+    keys = sorted({p["pk"] for p in result.problems}, key=str)
+    if not keys:
+        return {"keys": 0, "deleted": 0, "written": 0}
     s = log_.newest_time(channels)
     schema = table.schema
-    rows = milvus.rows_of(read, schema, s) if read else pa.Table.from_batches([], schema=schema)
-    gone = sorted(set(read) - set(rows.column(table.pk).to_pylist()), key=str)  # deleted meanwhile
-    drop = sorted(set(drop) | set(gone), key=str)
-    batch = (table.last_batch(REPAIR_QUERY) or -1) + 1
-    if drop:
-        keys = pa.array(drop, schema.field(table.pk).type)
-        dels = pa.table({table.pk: keys, TS: pa.array(np.full(len(drop), s, np.int64)),
-                         SEQ: pa.array([snapshot_seq(s) - 1] * len(drop), schema.field(SEQ).type)})
-        apply_batch(table, _changes(dels, "delete"), table.pk, REPAIR_QUERY, batch)
-        batch += 1
-    if rows.num_rows:
-        rows = rows.set_column(rows.schema.get_field_index(SEQ), SEQ,
-                               snapshot_seq_array(s, rows.num_rows).cast(schema.field(SEQ).type))
-        apply_batch(table, _changes(rows, "insert"), table.pk, REPAIR_QUERY, batch)
-    return {"deleted": len(drop), "written": rows.num_rows, "S": s}
+    rows = milvus.rows_of(keys, schema, s)
+    rows = rows.set_column(rows.schema.get_field_index(SEQ), SEQ,
+                           snapshot_seq_array(s, rows.num_rows).cast(schema.field(SEQ).type))
+    last = table.last_batch(REPAIR_QUERY)  # batch 0 is a batch: `(last or -1) + 1` would reuse it, skipped as done
+    batch = 0 if last is None else last + 1
+    plan = replace_rows(table, pa.array(keys, schema.field(table.pk).type), rows, query_id=REPAIR_QUERY,
+                        batch_id=batch)
+    deleted = 0 if plan is None else sum(len(v) for v in plan.deletes.values())
+    return {"keys": len(keys), "deleted": deleted, "written": rows.num_rows if plan is not None else 0, "S": s}
+
+
+def replace_rows(table, keys: pa.Array, rows: pa.Table, *, query_id: str, batch_id: int) -> Plan | None:
+    """One commit (``query_id``'s ``batch_id``: None if the table already holds it) after which ``keys`` have
+    exactly ``rows`` (a key without one has no row): the keys' live rows deleted by position, whatever their
+    ``_seq``, and ``rows`` written as a new data file, kept whatever their ``_ts`` (no snapshot-time filter). Under
+    the table's writer lock from the lookup to the commit, so no other commit of this library comes between."""
+    spec = dataclasses.replace(table.write_spec(), snapshot_ts=None)
+    with writer_lock(table.store, table.location, f"the repair's commit (batch {batch_id})") as hold:
+        done = table.last_batch(query_id)
+        if done is not None and done >= batch_id:
+            return None
+        matches = lookup_local(table, keys)
+        w = TaskWriter(spec)
+        try:
+            if rows.num_rows:
+                w.add(_changes(rows, "insert"))
+        except BaseException:
+            w.abort()
+            raise
+        adds = sorted(f.path for f in w.close() if f.rows)
+        deletes: dict[str, np.ndarray] = {}
+        for path in pc.unique(matches.column(FILE)).to_pylist():
+            pos = matches.filter(pc.equal(matches.column(FILE), path)).column(POS)
+            deletes[path] = np.unique(pos.to_numpy().astype(np.uint64))
+        plan = Plan(adds, deletes, len(keys))
+        hold.check()
+        return plan if table.commit(plan, query_id=query_id, batch_id=batch_id) else None

@@ -53,8 +53,11 @@ def freshness_ms(offset: Offset, now_ms: int) -> int | None:
     return None if not times else now_ms - physical_ms(min(times))
 
 
-def checkpoint_query_id(checkpoint: str) -> str | None:
-    """Spark's query id from ``<checkpoint>/metadata`` (None: no checkpoint yet)."""
+def checkpoint_query_id(checkpoint: str | None) -> str | None:
+    """Spark's query id from ``<checkpoint>/metadata`` (None: no checkpoint (yet), or none given). Spark's
+    checkpoint is read on the driver's disk (docs/mirror.md, "Where the table lives")."""
+    if checkpoint is None:
+        return None
     path = os.path.join(checkpoint, "metadata")
     if not os.path.exists(path):
         return None

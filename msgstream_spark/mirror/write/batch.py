@@ -14,6 +14,7 @@ import pyarrow as pa
 from msgstream_spark.mirror.common import PROP_COLLECTION_ID
 from msgstream_spark.mirror.formats.lock import writer_lock
 from msgstream_spark.mirror.write.layout import (
+    LiveFiles,
     Plan,
     check_collections,
     check_narrow_collection,
@@ -25,30 +26,38 @@ from msgstream_spark.mirror.write.layout import (
 )
 
 
-def lookup_local(table: Any, keys: pa.Array) -> pa.Table:
-    """The table's live rows of ``keys`` (key, _seq, file, position), read file by file in this process."""
+def lookup_local(table: Any, keys: pa.Array, files: LiveFiles | None = None) -> pa.Table:
+    """The table's live rows of ``keys`` (key, _seq, file, position), read file by file in this process from
+    ``files`` (default: the table's live files now)."""
     spec_type = table.schema.field(table.pk).type
-    files = prune(table.live_files(), keys)
-    parts = [lookup_file(f, table.pk, keys, spec_type) for f in files]
+    files = prune(table.live_files() if files is None else files, keys)
+    parts = [lookup_file(f, table.pk, keys, spec_type, table.store) for f in files]
     return pa.concat_tables(parts) if parts else match_schema(spec_type).empty_table()
 
 
 def finish(table: Any, narrow: pa.Table, matches: pa.Table, *, query_id: str, batch_id: int,
-           commit_info: dict[str, str] | None = None) -> Plan | None:
+           commit_info: dict[str, str] | None = None, base: int | None = None) -> Plan | None:
     """Plan the batch from the narrow results and commit it (``commit_info``: ``msgstream.*`` entries recorded
-    with the commit, e.g. the batch's watermark); None if the batch is already in the table."""
+    with the commit, e.g. the batch's watermark; ``base``: the table version ``matches`` were read at, the
+    commit is refused if the table moved since); None if the batch is already in the table."""
     check_narrow_collection(narrow, _collection_id(table), table.location, table.collection)
-    p = plan(narrow, matches)
-    with writer_lock(table.location, f"the commit of batch {batch_id}"):
-        return p if table.commit(p, query_id=query_id, batch_id=batch_id, commit_info=commit_info) else None
+    return _commit(table, plan(narrow, matches, base), query_id, batch_id, commit_info)
 
 
 def commit_plan(table: Any, p: Plan, collections: set[int], *, query_id: str, batch_id: int,
                 commit_info: dict[str, str] | None = None) -> Plan | None:
     """Commit a plan the tasks made (``collections``: the ids the batch's rows carry, checked against the
-    table's); None if the batch is already in the table."""
+    table's); None if the batch is already in the table. MirrorError, nothing committed, if the table moved
+    since the plan's lookup read it (``p.base``)."""
     check_collections(collections, _collection_id(table), table.location, table.collection)
-    with writer_lock(table.location, f"the commit of batch {batch_id}"):
+    return _commit(table, p, query_id, batch_id, commit_info)
+
+
+def _commit(table: Any, p: Plan, query_id: str, batch_id: int, commit_info: dict[str, str] | None) -> Plan | None:
+    """The plan committed under the table's writer lease, checked right before the commit publishes (a writer
+    that lost its lease commits nothing)."""
+    with writer_lock(table.store, table.location, f"the commit of batch {batch_id}") as hold:
+        hold.check()
         return p if table.commit(p, query_id=query_id, batch_id=batch_id, commit_info=commit_info) else None
 
 
@@ -60,8 +69,10 @@ def apply_local(table: Any, changes: pa.Table, *, query_id: str, batch_id: int,
         return False
     table.prepare(changes.schema)
     narrow = write_changes(changes, table.write_spec())
-    matches = lookup_local(table, narrow.column("key").combine_chunks())
-    return finish(table, narrow, matches, query_id=query_id, batch_id=batch_id, commit_info=commit_info) is not None
+    files = table.live_files()
+    matches = lookup_local(table, narrow.column("key").combine_chunks(), files)
+    return finish(table, narrow, matches, query_id=query_id, batch_id=batch_id, commit_info=commit_info,
+                  base=files.version) is not None
 
 
 def _collection_id(table: Any) -> int | None:

@@ -11,32 +11,58 @@ or unreadable one is rebuilt from the Parquet file; one that cannot be written i
 goes on without it. Readers of the table never see them (Delta and Iceberg list files from their logs, and
 ``_``-named directories are hidden to Spark and to delta-rs's vacuum); ``msgstream mirror vacuum`` removes
 a side file with its data file. See docs/mirror.md "The write path".
+
+The format describes itself, so that a reader that fetches byte ranges (an object store) needs nothing
+else: the magic ``MSKEYS02``, the descriptor's length and CRC-32 (two little-endian uint32), the
+descriptor (JSON: rows, the data file's name and size, each array's name, dtype, shape and offset, the
+file's total size, the block size and the CRC-32 of each block of the arrays' bytes), zeros up to a
+multiple of 64, then the arrays (keys int64, row positions int64, ``_seq`` as its 16 raw bytes). A side
+file is trusted only once its header matches the data file (rows, name, size), its size matches the
+header, and every block's CRC-32 matches (verified once per process per file: a lookup then costs nothing
+more); anything else is logged at warning level naming the file and the index is rebuilt, never answered
+from. It is written whole to a temporary file, fsync'd, renamed into place, and the directory fsync'd: a
+crash leaves the old state or the whole new file, and a file that came back with stale pages (a crash
+before an fsync of an earlier release's side file) fails its checksum.
+
+Side files live in the table's store beside their data files. A writing task writes one with each data file
+it closes (it has the keys in hand); a data file written by someone else (the snapshot, delta-rs's optimize)
+gets one at its first lookup. On a local store a side file is memory-mapped; on an object store a lookup
+fetches the header once per process, then only the blocks that hold the keys it searches (the descriptor
+lists each keys block's first key), then the blocks of their positions and ``_seq``: a batch's bytes grow
+with the blocks its keys touch, not with the table. Fetched blocks are verified and kept in a local disk
+cache of the executor (:mod:`.keycache`, bounded in bytes, valid across batches: a side file never changes).
 """
 
 from __future__ import annotations
 
+import json
 import logging
 import os
-import uuid
+import struct
+import zlib
 from collections import OrderedDict
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.parquet as pq
 
 from msgstream_spark.mirror.order import SEQ, SEQ_TYPE
+from msgstream_spark.mirror.store import Store, StoreError, store_for, uri
+from msgstream_spark.mirror.write.files import footer, read_parquet
+from msgstream_spark.mirror.write.keycache import DamagedIndex, RemoteIndex
 
 log = logging.getLogger(__name__)
 
 KEYS_DIR = "_keys"
-MAGIC = b"MSKEYS01"
-_HEADER = 16  # magic, row count (int64)
+MAGIC = b"MSKEYS02"
+_PREFIX = struct.Struct("<8sII")  # magic, descriptor length, descriptor CRC-32
+BLOCK_BYTES = 1 << 20  # the arrays' bytes are checksummed per block (a range reader verifies what it reads)
+_ARRAYS = (("keys", "<i8", 1), ("pos", "<i8", 1), ("seq", "<u8", 2))  # name, dtype, values per row
 
 
 def side_path(data_path: str) -> str:
-    """Where the side file of data file ``data_path`` lives."""
-    d, name = os.path.split(data_path)
-    return os.path.join(d, KEYS_DIR, name + ".keys")
+    """Where the side file of data file ``data_path`` (a URI or a local path) lives."""
+    d, name = data_path.rsplit("/", 1) if "://" in data_path else os.path.split(data_path)
+    return uri.join(d, KEYS_DIR, name + ".keys")
 
 
 def indexable(key_type: pa.DataType) -> bool:
@@ -58,36 +84,27 @@ class KeyIndex:
         order = np.argsort(keys, kind="stable")
         return cls(keys[order], order.astype(np.int64), raw.reshape(-1, 2)[order])
 
-    def save(self, path: str) -> None:
-        """Written whole to a temporary name, then renamed: a reader sees the old state or the new file."""
-        os.makedirs(os.path.dirname(path), exist_ok=True)
-        tmp = f"{path}.{uuid.uuid4().hex}.tmp"
-        with open(tmp, "wb") as f:
-            f.write(MAGIC + np.int64(len(self.keys)).tobytes())
-            for a in (self.keys, self.pos, np.ascontiguousarray(self.seq)):
-                f.write(np.ascontiguousarray(a).tobytes())
-        os.replace(tmp, path)
+    def encode(self, data_file: str, data_size: int) -> bytes:
+        """The side file's bytes for data file ``data_file`` of ``data_size`` bytes."""
+        head, payload = _encode(len(self.keys), _name(data_file), data_size,
+                                [np.ascontiguousarray(a) for a in (self.keys, self.pos, self.seq)])
+        return head + payload
 
     @classmethod
-    def load(cls, path: str, num_rows: int) -> KeyIndex | None:
-        """The side file memory-mapped, or None when it is missing or not one of ``num_rows`` rows."""
+    def load(cls, path: str, data_file: str, num_rows: int, data_size: int) -> KeyIndex | None:
+        """The side file memory-mapped, or None when it is missing or does not match the data file (``num_rows``
+        rows, ``data_size`` bytes) or its checksums (logged: the caller rebuilds it)."""
         try:
-            size = os.path.getsize(path)
+            got = _open_checked(path, _name(data_file), num_rows, data_size)
         except (FileNotFoundError, NotADirectoryError):
             return None
-        if size != _HEADER + 32 * num_rows:
+        except (OSError, ValueError, KeyError, TypeError) as e:  # unreadable, or not what it says
+            got = f"unreadable ({e})"
+        if isinstance(got, str):
+            log.warning("the key index %s does not match its data file %s (%s): rebuilding it from the data file",
+                        path, data_file, got)
             return None
-        with open(path, "rb") as f:
-            head = f.read(_HEADER)
-        if head[:8] != MAGIC or int(np.frombuffer(head[8:], np.int64)[0]) != num_rows:
-            return None
-        if num_rows == 0:
-            return cls(np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros((0, 2), np.uint64))
-        mm = np.memmap(path, dtype=np.uint8, mode="r")
-        keys = mm[_HEADER:_HEADER + 8 * num_rows].view(np.int64)
-        pos = mm[_HEADER + 8 * num_rows:_HEADER + 16 * num_rows].view(np.int64)
-        seq = mm[_HEADER + 16 * num_rows:].view(np.uint64).reshape(-1, 2)
-        return cls(keys, pos, seq)
+        return cls(*got)
 
     def find(self, want: np.ndarray) -> tuple[np.ndarray, np.ndarray, pa.Array]:
         """(keys, row positions, ``_seq``) of every row whose key is in ``want`` (sorted, unique)."""
@@ -104,40 +121,153 @@ class KeyIndex:
                 pa.Array.from_buffers(SEQ_TYPE, total, [None, pa.py_buffer(seq.tobytes())]))
 
 
-_OPEN: OrderedDict[tuple[str, int], KeyIndex] = OrderedDict()  # mapped side files of this process, newest last
-_OPEN_MAX = 512  # mappings kept (a data file never changes: a kept one stays right); a lookup task is reused
+def _name(path: str) -> str:
+    return path.rsplit("/", 1)[-1] if "://" in path else os.path.basename(path)
 
 
-def key_index(path: str, pk: str, num_rows: int = 0) -> KeyIndex:
-    """The index of data file ``path``: its side file, else built from the file (and its side file written)."""
-    pf = None
+def _encode(rows: int, data_name: str, data_size: int, arrays: list[np.ndarray]) -> tuple[bytes, bytes]:
+    """(header with its padding, the arrays' bytes) of a side file. ``block_first_key``: the first key of each
+    block of the keys array (the arrays start at a block boundary): a ranged reader finds a key's block by it."""
+    payload = b"".join(a.tobytes() for a in arrays)
+    per_block = BLOCK_BYTES // 8
+    desc: dict = {"rows": rows, "data_file": data_name, "data_file_size": data_size, "block_bytes": BLOCK_BYTES,
+                  "block_crc32": [zlib.crc32(payload[i:i + BLOCK_BYTES]) for i in range(0, len(payload), BLOCK_BYTES)],
+                  "block_first_key": [int(k) for k in arrays[0][::per_block]]}
+    start = 64
+    while True:  # the arrays' offsets depend on the descriptor's length: grow the room until it fits
+        at, desc["arrays"] = start, []
+        for (name, dtype, width), a in zip(_ARRAYS, arrays):
+            desc["arrays"].append({"name": name, "dtype": dtype, "shape": [rows, width] if width > 1 else [rows],
+                                   "offset": at})
+            at += a.nbytes
+        desc["file_size"] = at
+        raw = json.dumps(desc, separators=(",", ":")).encode()
+        if _PREFIX.size + len(raw) <= start:
+            break
+        start = -(-(_PREFIX.size + len(raw)) // 64) * 64
+    head = _PREFIX.pack(MAGIC, len(raw), zlib.crc32(raw)) + raw
+    return head + b"\0" * (start - len(head)), payload
+
+
+_VERIFIED: OrderedDict[tuple, None] = OrderedDict()  # side files whose blocks matched, by identity
+_VERIFIED_MAX = 65536
+
+
+def _open_checked(path: str, data_name: str, num_rows: int, data_size: int) -> tuple | str:
+    """(keys, positions, seq) of a side file that matches, else what does not match."""
+    st = os.stat(path)
+    with open(path, "rb") as f:
+        prefix = f.read(_PREFIX.size)
+        if len(prefix) < _PREFIX.size or prefix[:8] != MAGIC:
+            if prefix[:7] == MAGIC[:7]:
+                return f"written by an earlier release ({prefix[:8]!r}: no checksums)"
+            return "not a key index"
+        _, n, crc = _PREFIX.unpack(prefix)
+        raw = f.read(n)
+    if len(raw) != n or zlib.crc32(raw) != crc:
+        return "its header's checksum"
+    desc = json.loads(raw)
+    want = {"rows": num_rows, "data_file": data_name, "data_file_size": data_size, "file_size": st.st_size}
+    wrong = [f"{k} {desc.get(k)} != {v}" for k, v in want.items() if desc.get(k) != v]
+    if wrong:
+        return ", ".join(wrong)
+    arrays = desc["arrays"]
+    if ([(a["name"], a["dtype"], a["shape"][0]) for a in arrays] != [(n_, d, num_rows) for n_, d, _ in _ARRAYS]
+            or any(a["offset"] + 8 * w * num_rows > st.st_size for a, (_, _, w) in zip(arrays, _ARRAYS))):
+        return f"arrays {arrays}"
+    if num_rows == 0:
+        return np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros((0, 2), np.uint64)
+    mm = np.memmap(path, dtype=np.uint8, mode="r")
+    start = arrays[0]["offset"]
+    ident = (path, st.st_ino, st.st_mtime_ns, st.st_size)
+    if ident not in _VERIFIED:
+        step, crcs = int(desc["block_bytes"]), desc["block_crc32"]
+        got = [zlib.crc32(mm[i:i + step]) for i in range(start, st.st_size, step)]
+        if got != crcs:
+            return f"the checksum of block {next((i for i, (a, b) in enumerate(zip(got, crcs)) if a != b), len(got))}"
+        _VERIFIED[ident] = None
+        while len(_VERIFIED) > _VERIFIED_MAX:
+            _VERIFIED.popitem(last=False)
+    out = []
+    for a, (_, dtype, width) in zip(arrays, _ARRAYS):
+        v = mm[a["offset"]:a["offset"] + 8 * width * num_rows].view(np.dtype(dtype))
+        out.append(v.reshape(-1, width) if width > 1 else v)
+    return tuple(out)
+
+
+_OPEN: OrderedDict[tuple[str, int], KeyIndex | RemoteIndex] = OrderedDict()  # this process's, newest last
+_OPEN_MAX = 512  # mapped indexes kept (a data file never changes: a kept one stays right); a lookup task is reused
+_REMOTE_MAX = 16384  # headers of indexes read by range kept (a few KB each: a table's files, not its rows)
+
+
+def key_index(store: Store, path: str, pk: str, num_rows: int = 0, size: int = 0) -> KeyIndex | RemoteIndex:
+    """The index of data file ``path``: its side file (when it matches the file's rows and size; mapped on a
+    local store, read by range on an object store), else built from the file's key and ``_seq`` columns (and
+    its side file written)."""
+    if size <= 0:
+        meta = store.head(path)
+        if meta is None:
+            raise StoreError(f"data file {path} is gone from the table's store (removed by another writer?)")
+        size = meta.size
     if num_rows <= 0:
-        pf = pq.ParquetFile(path)
-        num_rows = pf.metadata.num_rows
+        num_rows = footer(store, path, size)[1].num_rows
     got = _OPEN.get((path, num_rows))
     if got is not None:
         _OPEN.move_to_end((path, num_rows))
         return got
-    got = KeyIndex.load(side_path(path), num_rows)
+    got = _load(store, path, num_rows, size)
     if got is None:
-        pf = pf or pq.ParquetFile(path)
-        t = pf.read(columns=[pk, SEQ])
+        t = read_parquet(store, path, [pk, SEQ])
         got = KeyIndex.build(t.column(pk), t.column(SEQ).cast(SEQ_TYPE))
-        try:
-            got.save(side_path(path))
-        except OSError as e:  # a cache: the lookup is right without it, only slower next time
-            log.warning("could not write the key index of %s (%s): the next lookup reads the file again", path, e)
+        save_index(store, path, size, got)
+        if store.kind != "local":
+            return got  # held for this lookup only: later ones read the side file by range
     _OPEN[(path, num_rows)] = got
-    while len(_OPEN) > _OPEN_MAX:
+    while len(_OPEN) > (_REMOTE_MAX if isinstance(got, RemoteIndex) else _OPEN_MAX):
         _OPEN.popitem(last=False)
     return got
 
 
-def remove_side_file(data_path: str) -> None:
+def find_keys(store: Store, path: str, pk: str, num_rows: int, size: int,
+              want: np.ndarray) -> tuple[np.ndarray, np.ndarray, pa.Array]:
+    """``key_index(...).find(want)``; a side file found damaged while it is read by range is logged, rebuilt
+    from the data file and searched again."""
+    idx = key_index(store, path, pk, num_rows, size)
+    try:
+        return idx.find(want)
+    except DamagedIndex as e:
+        log.warning("the key index %s does not match its data file %s (%s): rebuilding it from the data file",
+                    side_path(path), path, e)
+        _OPEN.pop((path, idx.rows), None)
+        t = read_parquet(store, path, [pk, SEQ])
+        built = KeyIndex.build(t.column(pk), t.column(SEQ).cast(SEQ_TYPE))
+        save_index(store, path, idx.desc["data_file_size"], built)
+        return built.find(want)
+
+
+def _load(store: Store, path: str, num_rows: int, size: int) -> KeyIndex | RemoteIndex | None:
+    side = side_path(path)
+    if store.kind == "local":
+        return KeyIndex.load(uri.parse(side).key, path, num_rows, size)
+    try:
+        return RemoteIndex.open(store, side, _name(path), num_rows, size, _ARRAYS)
+    except ValueError as e:
+        log.warning("the key index %s does not match its data file %s (%s): rebuilding it from the data file",
+                    side, path, e)
+        return None
+
+
+def save_index(store: Store, data_path: str, data_size: int, index: KeyIndex) -> None:
+    """Write the side file of ``data_path`` (one put: readers see none or all of it); a failure is logged (a
+    cache: the lookup is right without it, only slower next time)."""
+    try:
+        store.put(side_path(data_path), index.encode(data_path, data_size))
+    except (OSError, StoreError) as e:
+        log.warning("could not write the key index of %s (%s): the next lookup reads the file again", data_path, e)
+
+
+def remove_side_file(data_path: str, store: Store | None = None) -> None:
     """Delete the side file of a data file being removed (none: nothing to do)."""
     for k in [k for k in _OPEN if k[0] == data_path]:
         del _OPEN[k]
-    try:
-        os.unlink(side_path(data_path))
-    except FileNotFoundError:
-        pass
+    (store if store is not None else store_for(data_path)).delete(side_path(data_path))

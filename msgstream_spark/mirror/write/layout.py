@@ -1,19 +1,18 @@
 """The merge-on-read write path, Spark-free: what a task does and what the driver decides.
 
 A micro-batch never passes through one process. Each task (a Spark task, or the caller's process for
-``apply_batch``) collapses its share of the changes, writes its inserted rows as one new Parquet data
-file under the table's location and returns only the *narrow* columns of its changes (key, ``_seq``,
-op, file, row position). Other tasks read the key and ``_seq`` columns of the table's live data files
-(those whose key bounds can hold a key of the batch), minus their deleted positions, and return the rows
-whose key the batch carries. The driver joins the two narrow results (:func:`plan`): the positions to
-delete (an older row of a changed key, and a row a task wrote that lost to a newer change) and the
-files to add; the table format commits them (Delta: deletion vectors; Iceberg: position-delete files).
+``apply_batch``) collapses its share of the changes, writes its inserted and updated rows (the keys' new
+versions) as one new Parquet data file under the table's location and returns only the *narrow* columns of
+its changes (key, ``_seq``, op, file, row position). Other tasks read the key and ``_seq`` columns of the
+table's live data files (those whose key bounds can hold a key of the batch), minus their deleted positions,
+and return the rows whose key the batch carries. The driver joins the two narrow results (:func:`plan`): the
+positions to delete (an older row of a changed key, and a row a task wrote that lost to a newer change) and
+the files to add; the table format commits them (Delta: deletion vectors; Iceberg: position-delete files).
 See docs/mirror.md "The write path".
 """
 
 from __future__ import annotations
 
-import os
 import uuid
 from dataclasses import dataclass, field
 
@@ -23,11 +22,12 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from msgstream_spark.errors import MirrorError
-from msgstream_spark.mirror.collapse import OP, collapse
+from msgstream_spark.mirror.collapse import OP, WRITES, check_ops, collapse
 from msgstream_spark.mirror.common import TS, conform
-from msgstream_spark.mirror.formats.delta.log import fsync_path
 from msgstream_spark.mirror.order import SEQ, SEQ_TYPE
-from msgstream_spark.mirror.write.keyindex import indexable, key_index
+from msgstream_spark.mirror.store import Store, store_for, uri
+from msgstream_spark.mirror.write.files import ParquetOut, Written, write_table
+from msgstream_spark.mirror.write.keyindex import KeyIndex, find_keys, indexable, save_index
 
 FILE = "_file"
 POS = "_pos"
@@ -50,7 +50,9 @@ def match_schema(key_type: pa.DataType) -> pa.Schema:
 @dataclass
 class WriteSpec:
     """What a writing task needs (picklable): the table's Arrow schema (Iceberg's carries field ids), its key,
-    the directory for new files, the snapshot timestamp below which changes are dropped."""
+    the directory for new files (a full URI, or an absolute local path), the snapshot timestamp below which
+    changes are dropped, and the store's settings as the driver resolved them (a task never reads its own
+    environment: :func:`msgstream_spark.mirror.store.store_for`)."""
 
     schema: pa.Schema
     pk: str
@@ -58,6 +60,11 @@ class WriteSpec:
     snapshot_ts: int | None = None
     key_type: pa.DataType = field(default_factory=pa.int64)
     split_by: list[str] = field(default_factory=list)  # one file per value of these (a user's identity partition)
+    storage: dict[str, str] = field(default_factory=dict, repr=False)  # (secrets: never printed)
+
+    def store(self) -> Store:
+        """The store the files go to, built from the shipped settings."""
+        return store_for(self.data_dir, self.storage)
 
 
 def write_changes(changes: pa.Table, spec: WriteSpec) -> pa.Table:
@@ -71,14 +78,17 @@ def write_changes(changes: pa.Table, spec: WriteSpec) -> pa.Table:
 
 class TaskWriter:
     """A task's share of a micro-batch, chunk by chunk (memory: one chunk): the newest change per key of each
-    chunk is kept; its inserted rows are appended to this task's data file (one per value of ``split_by``)
-    under ``spec.data_dir``; ``add`` returns the narrow rows (``narrow_schema``) of every change kept. A key
-    in two chunks leaves two rows; the driver's ``plan`` deletes the older one in the same commit."""
+    chunk is kept; its rows of ``insert`` and ``update`` changes (the key's new version) are appended to this
+    task's data file (one per value of ``split_by``) under ``spec.data_dir``; ``add`` returns the narrow rows
+    (``narrow_schema``) of every change kept. A key in two chunks leaves two rows; the driver's ``plan`` deletes
+    the older one in the same commit."""
 
     def __init__(self, spec: WriteSpec) -> None:
         self.spec = spec
+        self.store = spec.store()
         self.out_schema = narrow_schema(spec.key_type)
-        self._files: dict[tuple, list] = {}  # partition values -> [path, ParquetWriter, rows written]
+        self._files: dict[tuple, list] = {}  # partition values -> [path, ParquetOut, rows written, key parts]
+        self.done: list[Written] = []  # the files closed, as a commit records them
 
     def add(self, changes: pa.Table) -> pa.Table:
         spec = self.spec
@@ -87,8 +97,8 @@ class TaskWriter:
             changes = changes.filter(pc.greater(changes.column(TS), ts))
         if changes.num_rows == 0:
             return self.out_schema.empty_table()
-        changes = collapse(changes, spec.pk)
-        ins = pc.equal(changes.column(OP), "insert")
+        changes = collapse(changes, spec.pk, f"table {spec.data_dir.rstrip('/').rsplit('/', 1)[0]}")
+        ins = pc.is_in(changes.column(OP), value_set=pa.array(WRITES, changes.schema.field(OP).type))
         rows = changes.filter(ins)
         n = changes.num_rows
         file_arr = np.full(n, None, dtype=object)
@@ -114,26 +124,36 @@ class TaskWriter:
         """Append ``rows`` to the file of partition ``key``; (its path, rows it held before)."""
         f = self._files.get(key)
         if f is None:
-            os.makedirs(self.spec.data_dir, exist_ok=True)
-            path = os.path.join(self.spec.data_dir, f"{uuid.uuid4().hex}.parquet")
-            f = self._files[key] = [path, pq.ParquetWriter(path, self.spec.schema, compression="zstd"), 0]
+            path = uri.join(self.spec.data_dir, f"{uuid.uuid4().hex}.parquet")
+            f = self._files[key] = [path, ParquetOut(self.store, path, self.spec.schema, self.spec.pk,
+                                                     compression="zstd"), 0, []]
         f[1].write_table(rows, row_group_size=128 * 1024)
         f[2] += rows.num_rows
+        if indexable(self.spec.key_type):  # the file's key index is written with it (no lookup reads it back)
+            f[3].append((rows.column(self.spec.pk), rows.column(SEQ)))
         return f[0], f[2] - rows.num_rows
-
-    def written(self) -> dict[str, int]:
-        """The data files this writer wrote (closed or not), with their rows."""
-        return {f[0]: f[2] for f in self._files.values()}
 
     def open_files(self) -> list[str]:
         """The data files this writer has open (rows written, not yet closed)."""
         return [f[0] for f in self._files.values()]
 
-    def close(self) -> None:
-        """Finish the files and sync them to disk (before their paths reach a commit)."""
-        for path, writer, _ in self._files.values():
-            writer.close()
-            fsync_path(path)
+    def close(self) -> list[Written]:
+        """Finish the files (each appears whole in the store as it closes) and write their key indexes;
+        every file this writer wrote, with its rows, size and stats."""
+        for path, out, _, parts in self._files.values():
+            got = out.close()
+            self.done.append(got)
+            if parts:
+                keys = pa.chunked_array([c for k, _ in parts for c in k.chunks])
+                seq = pa.chunked_array([c for _, q in parts for c in q.chunks]).cast(SEQ_TYPE)
+                save_index(self.store, path, got.size, KeyIndex.build(keys, seq))
+        self._files.clear()
+        return self.done
+
+    def abort(self) -> None:
+        """Drop the files not closed yet (nothing of them is published)."""
+        for _, out, _, _ in self._files.values():
+            out.abort()
         self._files.clear()
 
 
@@ -146,12 +166,10 @@ def _row_match(rows: pa.Table, cols: list[str], values: dict) -> pa.ChunkedArray
     return mask
 
 
-def write_data_file(table: pa.Table, path: str) -> None:
-    """One Parquet data file, synced to disk before its path is handed to a commit."""
-    with open(path, "wb") as f:
-        pq.write_table(table, f, compression="zstd", row_group_size=128 * 1024)
-        f.flush()
-        os.fsync(f.fileno())
+def write_data_file(table: pa.Table, path: str, store: Store | None = None, key: str | None = None) -> Written:
+    """One Parquet data file, whole in the store (default: the local one of ``path``) before its path is handed
+    to a commit."""
+    return write_table(store if store is not None else store_for(path), path, table, key)
 
 
 @dataclass
@@ -164,6 +182,28 @@ class LiveFile:
     deleted: np.ndarray = field(default_factory=lambda: np.zeros(0, np.uint64))  # sorted, unique
     num_rows: int = 0
     partition: object = None  # Iceberg: the file's partition record
+    size: int = 0  # bytes, as the table's metadata records it (0: unknown)
+
+
+NO_SNAPSHOT = -1  # the version of an Iceberg table without a snapshot (snapshot ids are never negative)
+
+
+class LiveFiles(list):
+    """A table's live data files (``LiveFile``) and the version they were read at (Delta: the log version;
+    Iceberg: the snapshot id, ``NO_SNAPSHOT`` for none): the version a plan made from them is fenced at."""
+
+    def __init__(self, files=(), version: int | None = None) -> None:
+        super().__init__(files)
+        self.version = version
+
+
+def fence_message(location: str, unit: str, base: int, current: int, what: str) -> str:
+    """The refusal of a commit planned on ``base`` of a table now at ``current`` (``unit``: version, snapshot)."""
+    again = ("compact again" if what == "the compaction" else
+             "the batch runs again against the table as it is now (on restart; or apply it again)")
+    return (f"table {location} moved from {unit} {base}, which {what} was planned on, to {unit} {current} "
+            f"(another writer committed meanwhile: a compaction, a repair, another query?): nothing committed; "
+            f"{again}")
 
 
 def prune(files: list[LiveFile], keys: pa.Array) -> list[LiveFile]:
@@ -182,21 +222,24 @@ def prune(files: list[LiveFile], keys: pa.Array) -> list[LiveFile]:
     return out
 
 
-def lookup_file(f: LiveFile, pk: str, keys: pa.Array, key_type: pa.DataType) -> pa.Table:
+def lookup_file(f: LiveFile, pk: str, keys: pa.Array, key_type: pa.DataType, store: Store | None = None) -> pa.Table:
     """The live rows of data file ``f`` whose key is one of ``keys``: (key, _seq, file, position).
-    Integer keys: from the file's key index (``keyindex``: sorted keys beside the file, built on the first
-    lookup); other keys: the key column read, and ``_seq`` of the matching rows only."""
+    Integer keys: from the file's key index (``keyindex``: sorted keys beside the file, written with it or
+    built on the first lookup); other keys: the key column read, and ``_seq`` of the matching rows only."""
+    store = store if store is not None else store_for(f.path)
     if indexable(key_type):
-        return _lookup_indexed(f, pk, keys, key_type)
-    pf = pq.ParquetFile(f.path)
-    key_col = pf.read(columns=[pk]).column(pk).cast(key_type)
-    mask = pc.is_in(key_col, value_set=keys.cast(key_type))
-    hit = pc.indices_nonzero(mask)
-    if len(f.deleted) and len(hit):
-        hit = pc.filter(hit, pc.invert(pc.is_in(hit.cast(pa.uint64()), value_set=pa.array(f.deleted, pa.uint64()))))
-    if len(hit) == 0:
-        return match_schema(key_type).empty_table()
-    seq = pf.read(columns=[SEQ]).column(SEQ).take(hit)
+        return _lookup_indexed(store, f, pk, keys, key_type)
+    with store.open_input(f.path) as src:
+        pf = pq.ParquetFile(src)
+        key_col = pf.read(columns=[pk]).column(pk).cast(key_type)
+        mask = pc.is_in(key_col, value_set=keys.cast(key_type))
+        hit = pc.indices_nonzero(mask)
+        if len(f.deleted) and len(hit):
+            hit = pc.filter(hit, pc.invert(pc.is_in(hit.cast(pa.uint64()),
+                                                    value_set=pa.array(f.deleted, pa.uint64()))))
+        if len(hit) == 0:
+            return match_schema(key_type).empty_table()
+        seq = pf.read(columns=[SEQ]).column(SEQ).take(hit)
     paths = pa.array([f.path] * len(hit), pa.string())
     return pa.Table.from_arrays([key_col.take(hit), seq, paths, hit.cast(pa.int64())], schema=match_schema(key_type))
 
@@ -210,11 +253,11 @@ def _sorted_keys(keys: pa.Array) -> np.ndarray:
     return _SORTED[1]
 
 
-def _lookup_indexed(f: LiveFile, pk: str, keys: pa.Array, key_type: pa.DataType) -> pa.Table:
+def _lookup_indexed(store: Store, f: LiveFile, pk: str, keys: pa.Array, key_type: pa.DataType) -> pa.Table:
     want = _sorted_keys(keys)
     if f.key_min is not None and f.key_max is not None:  # only the keys within the file's bounds are searched
         want = want[np.searchsorted(want, int(f.key_min), "left"):np.searchsorted(want, int(f.key_max), "right")]
-    k, pos, seq = key_index(f.path, pk, f.num_rows).find(want)
+    k, pos, seq = find_keys(store, f.path, pk, f.num_rows, f.size, want)
     if len(f.deleted) and len(pos):  # deleted positions are sorted and unique (a deletion vector, np.unique)
         upos = pos.astype(np.uint64)
         keep = f.deleted[np.minimum(np.searchsorted(f.deleted, upos), len(f.deleted) - 1)] != upos
@@ -232,26 +275,40 @@ def newest_seq(matches: pa.Table) -> pa.Table:
 
 @dataclass
 class Plan:
-    """What one batch commits: new data files (with their rows count) and deleted positions per data file."""
+    """What one batch commits: new data files (with their rows count) and deleted positions per data file,
+    and the table version its lookup read (``LiveFiles.version``): the commit is refused when the table moved
+    since (None: a plan made without a lookup, committed on whatever version is current)."""
 
     adds: list[str]
     deletes: dict[str, np.ndarray]
     rows: int  # changes applied
+    base: int | None = None
+    info: dict[str, tuple[int, str]] = field(default_factory=dict)  # added file -> (size, stats) its writer reported
 
     @property
     def empty(self) -> bool:
         return not self.adds and not self.deletes
 
 
-def plan(narrow: pa.Table, matches: pa.Table) -> Plan:
+def plan(narrow: pa.Table, matches: pa.Table, base: int | None = None) -> Plan:
     """Join the batch's narrow changes with the table's live rows of their keys.
 
     Per key the newest change wins (largest ``_seq``; equal ones: the later file and row). A table row is
     deleted when the winner is newer than it; a row a task wrote is kept only if it is the winner and newer
-    than every table row of the key, else its position is deleted in the same commit.
+    than every table row of the key, else its position is deleted in the same commit. An ``insert`` or
+    ``update`` change names the row its task wrote; one that names none, or an op outside ``collapse.OPS``, is
+    a MirrorError (a winner with no row would delete the key's row and leave nothing in its place). ``base``:
+    the table version ``matches`` were read at (``LiveFiles.version``), which the commit is fenced at.
     """
     if narrow.num_rows == 0:
-        return Plan([], {}, 0)
+        return Plan([], {}, 0, base)
+    check_ops(narrow, "key", "narrow changes")
+    rowless = pc.and_(pc.is_in(narrow.column(OP), value_set=pa.array(WRITES, narrow.schema.field(OP).type)),
+                      pc.is_null(narrow.column(FILE)))
+    if pc.any(rowless).as_py():
+        k = narrow.filter(rowless).slice(0, 1).to_pylist()[0]
+        raise MirrorError(f"the batch's {k[OP]!r} change of key {k['key']!r} (_seq {k[SEQ]}) names no row its task "
+                          "wrote: applied, it would delete the key's row and write none; nothing committed")
     t = narrow.append_column("__i", pa.array(np.arange(narrow.num_rows, dtype=np.int64)))
     t = t.sort_by([("key", "ascending"), (SEQ, "ascending"), ("__i", "ascending")])
     keys = t.column("key")
@@ -286,7 +343,7 @@ def plan(narrow: pa.Table, matches: pa.Table) -> Plan:
         _add(old.column(FILE), old.column(POS))
     adds = sorted(pc.unique(narrow.column(FILE).drop_null()).to_pylist())  # a few files, not a list per row
     return Plan(adds, {p: np.unique(np.asarray(v, dtype=np.uint64)) for p, v in deletes.items()},
-                int(pc.sum(newer).as_py() or 0))
+                int(pc.sum(newer).as_py() or 0), base)
 
 
 def check_narrow_collection(narrow: pa.Table, want: int | None, location: str, collection: str) -> None:

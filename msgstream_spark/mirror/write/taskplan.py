@@ -17,17 +17,15 @@ a killed job left is removed when the batch runs again, else listed by ``msgstre
 
 from __future__ import annotations
 
-import os
-import shutil
 import uuid
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.parquet as pq
 
-from msgstream_spark.mirror.formats.delta.log import fsync_path
 from msgstream_spark.mirror.order import SEQ, SEQ_TYPE
+from msgstream_spark.mirror.store import Store, uri
+from msgstream_spark.mirror.write.files import ParquetOut, Written, remove_tree
 from msgstream_spark.mirror.write.layout import (
     COLLECTION,
     LiveFile,
@@ -48,54 +46,57 @@ DELETE, APPLIED, EXISTED = "delete", "applied", "existed"
 def changes_dir(data_dir: str, query_id: str, batch_id: int) -> str:
     """Where the writing tasks of batch ``batch_id`` of query ``query_id`` keep their changes files."""
     safe = "".join(c if c.isalnum() or c in "-_" else "_" for c in query_id)
-    return os.path.join(data_dir, CHANGES_DIR, f"{safe}-{int(batch_id)}")
+    return uri.join(data_dir, CHANGES_DIR, f"{safe}-{int(batch_id)}")
 
 
-def remove_changes(directory: str) -> None:
+def remove_changes(store: Store, directory: str) -> None:
     """Drop a batch's changes files (committed, skipped, or left by a killed attempt of the batch)."""
-    if os.path.isdir(directory):
-        shutil.rmtree(directory)
+    remove_tree(store, directory)
 
 
 def written_schema() -> pa.Schema:
-    """What a writing task returns: a row per data file and one for its changes file (rows; collection ids)."""
+    """What a writing task returns: a row per data file and one for its changes file (rows; collection ids;
+    the file's size and stats, which the commit records)."""
     return pa.schema([pa.field("kind", pa.string()), pa.field("path", pa.string()), pa.field("rows", pa.int64()),
-                      pa.field("collections", pa.list_(pa.int64()))])
+                      pa.field("collections", pa.list_(pa.int64())), pa.field("size", pa.int64()),
+                      pa.field("stats", pa.string())])
 
 
 class ChangesFile:
     """A writing task's narrow rows, appended chunk by chunk to its changes file (opened at the first row)."""
 
-    def __init__(self, directory: str, key_type: pa.DataType) -> None:
-        self.directory, self.schema = directory, narrow_schema(key_type)
+    def __init__(self, store: Store, directory: str, key_type: pa.DataType) -> None:
+        self.store, self.directory, self.schema = store, directory, narrow_schema(key_type)
         self.path: str | None = None
-        self._writer: pq.ParquetWriter | None = None
+        self._out: ParquetOut | None = None
         self.rows = 0
         self.collections: set[int] = set()
 
     def add(self, narrow: pa.Table) -> None:
         if narrow.num_rows == 0:
             return
-        if self._writer is None:
-            os.makedirs(self.directory, exist_ok=True)
-            self.path = os.path.join(self.directory, f"{uuid.uuid4().hex}.parquet")
-            self._writer = pq.ParquetWriter(self.path, self.schema, compression="zstd")
-        self._writer.write_table(narrow.cast(self.schema))
+        if self._out is None:
+            self.path = uri.join(self.directory, f"{uuid.uuid4().hex}.parquet")
+            self._out = ParquetOut(self.store, self.path, self.schema, compression="zstd")
+        self._out.write_table(narrow.cast(self.schema))
         self.rows += narrow.num_rows
         self.collections.update(pc.unique(narrow.column(COLLECTION).drop_null()).to_pylist())
 
-    def close(self, data_files: dict[str, int]) -> pa.Table:
-        """Finish the file; the task's output rows (``data_files``: the data files it wrote, with their rows)."""
-        if self._writer is not None:
-            self._writer.close()
-            fsync_path(self.path)
-        kinds = [DATA] * len(data_files) + ([CHANGES] if self.path else [])
-        paths = list(data_files) + ([self.path] if self.path else [])
-        rows = list(data_files.values()) + ([self.rows] if self.path else [])
-        colls = [None] * len(data_files) + ([sorted(self.collections)] if self.path else [])
-        return pa.Table.from_arrays([pa.array(kinds, pa.string()), pa.array(paths, pa.string()),
-                                     pa.array(rows, pa.int64()), pa.array(colls, pa.list_(pa.int64()))],
-                                    schema=written_schema())
+    def close(self, data_files: list[Written]) -> pa.Table:
+        """Finish the file; the task's output rows (``data_files``: the data files it wrote)."""
+        mine = self._out.close() if self._out is not None else None
+        kinds = [DATA] * len(data_files) + ([CHANGES] if mine else [])
+        files = [*data_files, *([mine] if mine else [])]
+        colls = [None] * len(data_files) + ([sorted(self.collections)] if mine else [])
+        return pa.Table.from_arrays([pa.array(kinds, pa.string()), pa.array([f.path for f in files], pa.string()),
+                                     pa.array([f.rows for f in files], pa.int64()),
+                                     pa.array(colls, pa.list_(pa.int64())),
+                                     pa.array([f.size for f in files], pa.int64()),
+                                     pa.array([f.stats for f in files], pa.string())], schema=written_schema())
+
+    def abort(self) -> None:
+        if self._out is not None:
+            self._out.abort()
 
 
 def plan_out_schema(key_type: pa.DataType) -> pa.Schema:
@@ -107,13 +108,13 @@ def plan_out_schema(key_type: pa.DataType) -> pa.Schema:
 
 
 def plan_share(narrow: pa.Table, files: list[LiveFile], pk: str, key_type: pa.DataType,
-               existed: bool = False) -> pa.Table:
+               existed: bool = False, store: Store | None = None) -> pa.Table:
     """Plan one share of the batch (every change of its keys): its keys looked up in ``files``, ``plan`` run."""
     out = plan_out_schema(key_type)
     if narrow.num_rows == 0:
         return out.empty_table()
     keys = pc.unique(narrow.column("key").combine_chunks())
-    parts = [lookup_file(f, pk, keys, key_type) for f in prune(files, keys)]
+    parts = [lookup_file(f, pk, keys, key_type, store) for f in prune(files, keys)]
     matches = pa.concat_tables(parts) if parts else match_schema(key_type).empty_table()
     p = plan(narrow, matches)
     n = len(p.deletes)
@@ -136,13 +137,17 @@ def _out(schema: pa.Schema, kinds: list[str], **cols) -> pa.Table:
     return pa.Table.from_arrays(arrays, schema=schema)
 
 
-def merge_plans(written: pa.Table, planned: pa.Table) -> Plan:
+def merge_plans(written: pa.Table, planned: pa.Table, base: int | None = None) -> Plan:
     """One ``Plan`` from the writing tasks' files and the planning tasks' rows (a data file's positions may
-    come from several planning tasks: united)."""
+    come from several planning tasks: united); ``base``: the version of the live files the tasks looked up
+    (``LiveFiles.version``), which the commit is fenced at."""
     kinds = written.column("kind").to_pylist()
     paths = written.column("path").to_pylist()
     rows = written.column("rows").to_pylist()
     adds = sorted(p for k, p, r in zip(kinds, paths, rows) if k == DATA and r)
+    info = {p: (int(n), st) for k, p, r, n, st in zip(kinds, paths, rows, written.column("size").to_pylist(),
+                                                      written.column("stats").to_pylist())
+            if k == DATA and r and n is not None and st}
     deletes: dict[str, list[np.ndarray]] = {}
     dels = planned.filter(pc.equal(planned.column("kind"), DELETE))
     positions = [a for chunk in dels.column("positions").chunks for a in _lists(chunk)]
@@ -150,7 +155,8 @@ def merge_plans(written: pa.Table, planned: pa.Table) -> Plan:
         deletes.setdefault(f, []).append(pos)
     got = planned.filter(pc.equal(planned.column("kind"), APPLIED)).column("rows")
     applied = int(pc.sum(got).as_py() or 0) if len(got) else 0
-    return Plan(adds, {f: np.unique(np.concatenate(v)).astype(np.uint64) for f, v in deletes.items()}, applied)
+    return Plan(adds, {f: np.unique(np.concatenate(v)).astype(np.uint64) for f, v in deletes.items()}, applied,
+                base, info)
 
 
 def _lists(chunk: pa.ListArray) -> list[np.ndarray]:

@@ -12,7 +12,6 @@ the size field, ``sizeInBytes`` and ``cardinality``.
 
 from __future__ import annotations
 
-import os
 import struct
 import uuid
 import zlib
@@ -20,6 +19,7 @@ import zlib
 import numpy as np
 
 from msgstream_spark.errors import MirrorError
+from msgstream_spark.mirror.store import NotFound, Store, uri
 
 MAGIC = 1681511377
 _Z85 = "0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ.-:+=^!/*?&<>()[]{}@%$#"
@@ -91,40 +91,45 @@ def deserialize(data: bytes) -> np.ndarray:
     return np.concatenate(out) if out else np.zeros(0, np.uint64)
 
 
-def dv_file_path(location: str, descriptor: dict) -> str:
-    """The absolute path of the file holding a ``u`` or ``p`` deletion vector."""
+def dv_file_path(root: str, descriptor: dict) -> str:
+    """The URI (a path for a local table) of the file holding a ``u`` or ``p`` deletion vector."""
     kind, ref = descriptor["storageType"], descriptor["pathOrInlineDv"]
     if kind == "u":
         prefix, encoded = ref[:-20], ref[-20:]
         name = f"deletion_vector_{uuid.UUID(bytes=z85_decode(encoded))}.bin"
-        return os.path.join(location, prefix, name)
+        return uri.join(root, prefix, name)
     if kind == "p":
-        return ref.removeprefix("file://")
+        return uri.resolve(root, ref)
     raise MirrorError(f"deletion vector storage type {kind!r} is not read here (only 'u' and 'p')")
 
 
-def read_dv(location: str, descriptor: dict | None) -> np.ndarray:
-    """The deleted positions a descriptor names (none for None); inline ``i`` vectors too."""
+def read_dv(store: Store, root: str, descriptor: dict | None, data_file: str = "") -> np.ndarray:
+    """The deleted positions a descriptor names (none for None); inline ``i`` vectors too. One ranged read of
+    the vector (size, bytes, CRC-32) at the descriptor's offset."""
     if not descriptor:
         return np.zeros(0, np.uint64)
     if descriptor["storageType"] == "i":
         return deserialize(z85_decode(descriptor["pathOrInlineDv"])[:descriptor["sizeInBytes"]])
-    path = dv_file_path(location, descriptor)
-    with open(path, "rb") as f:
-        f.seek(int(descriptor.get("offset") or 1))
-        (size,) = struct.unpack(">i", f.read(4))
-        data = f.read(size)
-        (crc,) = struct.unpack(">I", f.read(4))
-    if size != descriptor["sizeInBytes"] or zlib.crc32(data) != crc:
+    path = dv_file_path(root, descriptor)
+    at, want = int(descriptor.get("offset") or 1), int(descriptor["sizeInBytes"])
+    try:
+        raw = store.read_range(path, at, 4 + want + 4)
+    except NotFound as e:
+        raise MirrorError(f"table {root}: the deletion vector file {path} of data file {data_file or '?'} is gone, "
+                          "though the table's current version names it (removed by another tool, e.g. a vacuum "
+                          "that does not read deletion vectors?): the table cannot be read as it is") from e
+    (size,) = struct.unpack_from(">i", raw, 0) if len(raw) >= 4 else (-1,)
+    data = raw[4:4 + max(size, 0)]
+    crc = struct.unpack_from(">I", raw, 4 + size)[0] if size >= 0 and len(raw) >= 8 + size else None
+    if size != want or crc is None or zlib.crc32(data) != crc:
         raise MirrorError(f"deletion vector in {path} at {descriptor.get('offset')} is damaged (size or CRC-32)")
     return deserialize(data)
 
 
-def write_dv_file(location: str, vectors: list[np.ndarray]) -> list[dict]:
-    """Write ``vectors`` (deleted positions, one array per data file) into one new DV file under
-    ``location`` (fsync'd); their descriptors, in order."""
+def write_dv_file(store: Store, root: str, vectors: list[np.ndarray]) -> list[dict]:
+    """Write ``vectors`` (deleted positions, one array per data file) as one new DV file under ``root`` (one
+    put); their descriptors, in order."""
     u = uuid.uuid4()
-    path = os.path.join(location, f"deletion_vector_{u}.bin")
     ref = z85_encode(u.bytes)
     out, descriptors = bytearray(b"\x01"), []
     for positions in vectors:
@@ -132,8 +137,5 @@ def write_dv_file(location: str, vectors: list[np.ndarray]) -> list[dict]:
         descriptors.append({"storageType": "u", "pathOrInlineDv": ref, "offset": len(out), "sizeInBytes": len(data),
                             "cardinality": int(len(np.unique(positions)))})
         out += struct.pack(">i", len(data)) + data + struct.pack(">I", zlib.crc32(data))
-    with open(path, "wb") as f:
-        f.write(out)
-        f.flush()
-        os.fsync(f.fileno())
+    store.put(uri.join(root, f"deletion_vector_{u}.bin"), bytes(out))
     return descriptors

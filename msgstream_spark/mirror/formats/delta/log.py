@@ -1,16 +1,20 @@
-"""A Delta table's first version written as its log file, from Parquet files already under its location.
+"""A Delta table's log on its store: version files published by create-if-absent, read back as ``LogState``.
 
-delta-rs's ``create_table_with_add_actions`` refuses table properties outside the Delta protocol's own
-keys, and ``convert_to_deltalake`` takes a whole directory without properties; the snapshot needs both
-its data files and its ``msgstream.*`` properties in one atomic version 0. So this writes
-``_delta_log/00000000000000000000.json`` itself (protocol 1/2, metaData, one add per file), publishing it
-with a hard link that fails if the version already exists (a local or mounted file system).
+Every version is one object ``_delta_log/<version>.json`` created by the store's put-if-absent (a local file
+system: a hard link that fails if the name exists; S3: ``PUT`` with ``If-None-Match: *``; GCS, Azure: their
+create-only preconditions), the rule delta-rs 1.x uses too: of two writers racing for one version exactly one
+creates it, the other gets an error and commits nothing. The log is read by ``read`` until a version is not
+there; checkpoints (``_last_checkpoint`` and its Parquet parts) are read whole through the store.
+
+delta-rs's ``create_table_with_add_actions`` refuses table properties outside the Delta protocol's own keys,
+and ``convert_to_deltalake`` takes a whole directory without properties; the snapshot needs both its data files
+and its ``msgstream.*`` properties in one atomic version 0. So this writes version 0 itself (protocol 1/2,
+metaData, one add per file).
 """
 
 from __future__ import annotations
 
 import json
-import os
 import time
 import uuid
 from urllib.parse import unquote
@@ -19,29 +23,34 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from msgstream_spark.errors import MirrorError
+from msgstream_spark.mirror.store import AlreadyExists, NotFound, Store, StoreError, uri
+from msgstream_spark.mirror.write.files import footer, key_stats
 
 FIRST = "00000000000000000000.json"
+LOG_DIR = "_delta_log"
 
 
-def data_files(location: str, paths: list[str], pk: str) -> tuple[pa.Schema, list[dict]]:
+def log_uri(root: str, name: str = "") -> str:
+    """The URI of ``name`` in the table's ``_delta_log``."""
+    return uri.join(root, LOG_DIR, name) if name else uri.join(root, LOG_DIR)
+
+
+def data_files(store: Store, root: str, paths: list[str], pk: str) -> tuple[pa.Schema, list[dict]]:
     """The files' common Arrow schema (which must hold the primary key ``pk``) and their ``add`` actions
-    (paths relative to ``location``)."""
-    root = os.path.abspath(location)
+    (paths relative to ``root``; rows, size and the key's bounds from each footer, read by range)."""
     schema, adds = None, []
     now = int(time.time() * 1000)
     for p in paths:
-        full = os.path.abspath(p)
-        if os.path.commonpath([root, full]) != root:
-            raise MirrorError(f"data file {p} is not under the table location {location}")
-        meta = pq.read_metadata(full)
+        rel = uri.relative(root, p)
+        if rel is None:
+            raise MirrorError(f"data file {p} is not under the table location {root}")
+        size, meta = footer(store, uri.join(root, rel))
         file_schema = meta.schema.to_arrow_schema().remove_metadata()
         if schema is None:
             schema = file_schema
         elif not file_schema.equals(schema):
             raise MirrorError(f"data file {p} has another schema than {paths[0]}: {file_schema} vs {schema}")
-        adds.append({"add": {"path": os.path.relpath(full, root), "partitionValues": {}, "size": os.path.getsize(full),
-                             "modificationTime": now, "dataChange": True,
-                             "stats": json.dumps(file_stats(meta, pk, None))}})
+        adds.append({"add": new_add(rel, size, json.dumps(key_stats(meta, pk)), now, None)})
     if schema is None:
         raise MirrorError("add_files needs at least one data file")
     if pk not in schema.names:
@@ -49,11 +58,9 @@ def data_files(location: str, paths: list[str], pk: str) -> tuple[pa.Schema, lis
     return schema, adds
 
 
-def write_first_version(location: str, name: str, schema_json: str, configuration: dict[str, str],
+def write_first_version(store: Store, root: str, name: str, schema_json: str, configuration: dict[str, str],
                         adds: list[dict]) -> None:
     """Publish version 0; MirrorError if the table already has one."""
-    log = os.path.join(location, "_delta_log")
-    os.makedirs(log, exist_ok=True)
     now = int(time.time() * 1000)
     actions = [
         {"commitInfo": {"timestamp": now, "operation": "CREATE TABLE", "operationParameters": {"mode": "ErrorIfExists"},
@@ -64,10 +71,11 @@ def write_first_version(location: str, name: str, schema_json: str, configuratio
                       "createdTime": now}},
         *adds,
     ]
-    _publish(log, FIRST, actions, f"{location} already has a Delta table version 0: add_files makes a new table")
+    _publish(store, log_uri(root, FIRST), actions, f"{root} already has a Delta table version 0: add_files makes a "
+             "new table")
 
 
-def write_replace_version(location: str, version: int, metadata: dict, schema_json: str,
+def write_replace_version(store: Store, root: str, version: int, metadata: dict, schema_json: str,
                           removes: list[dict], adds: list[dict]) -> None:
     """Publish ``version``: every current data file removed, ``adds`` added, the metadata (same table id)
     with the new schema and configuration, in one commit file; MirrorError if another writer took it."""
@@ -79,39 +87,19 @@ def write_replace_version(location: str, version: int, metadata: dict, schema_js
         *({"remove": r} for r in removes),
         *adds,
     ]
-    _publish(os.path.join(location, "_delta_log"), f"{version:020d}.json", actions,
-             f"{location}: Delta version {version} was written by another writer meanwhile; nothing replaced")
+    _publish(store, log_uri(root, f"{version:020d}.json"), actions,
+             f"{root}: Delta version {version} was written by another writer meanwhile; nothing replaced")
 
 
-def _publish(log: str, name: str, actions: list[dict], taken: str) -> None:
-    """Write ``actions`` as the commit file ``name`` atomically: a temporary file, fsync'd, hard-linked into place
-    (which fails if the version exists: MirrorError ``taken``), then the directory fsync'd, so a power loss
-    publishes the whole version or none."""
-    tmp = os.path.join(log, f".{name}.{uuid.uuid4().hex}.tmp")
-    target = os.path.join(log, name)
-    with open(tmp, "w") as f:
-        f.write("\n".join(json.dumps(a) for a in actions) + "\n")
-        f.flush()
-        os.fsync(f.fileno())
+def _publish(store: Store, target: str, actions: list[dict], taken: str) -> None:
+    """Create the commit file ``target`` with ``actions`` if it does not exist (the store's put-if-absent: the
+    whole version or none, and of two writers of one version exactly one); MirrorError ``taken`` if it does."""
     try:
-        os.link(tmp, target)
-    except FileExistsError as e:
+        store.put_if_absent(target, ("\n".join(json.dumps(a) for a in actions) + "\n").encode())
+    except AlreadyExists as e:
         raise MirrorError(taken) from e
-    except OSError as e:  # a mount without hard links: no atomic create-if-absent there
-        raise MirrorError(f"cannot publish the Delta commit {target}: the file system refused a hard link ({e}); "
-                          "the snapshot's first version needs a local or mounted file system with hard links") from e
-    finally:
-        os.unlink(tmp)
-    fsync_path(log)
-
-
-def fsync_path(path: str) -> None:
-    """fsync a file or a directory (a new entry in it survives a power loss)."""
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+    except StoreError as e:
+        raise StoreError(f"cannot publish the Delta commit {target}: {e}") from e
 
 
 class LogState:
@@ -119,23 +107,20 @@ class LogState:
     its log: the last checkpoint, then the JSON commits after it, and later only the commits added since
     (delta-rs exposes neither the deletion vector descriptors nor the adds' tags that a ``remove`` must repeat)."""
 
-    def __init__(self, location: str) -> None:
-        self.location = location
+    def __init__(self, store: Store, root: str) -> None:
+        self.store, self.location = store, root
         self.version = -1
         self.files: dict[str, dict] = {}
         self.txns: dict[str, int] = {}
 
     def refresh(self) -> LogState:
-        log = os.path.join(self.location, "_delta_log")
         if self.version < 0:
-            self._from_checkpoint(log)
+            self._from_checkpoint()
         v = self.version + 1
         while True:
-            path = os.path.join(log, f"{v:020d}.json")
             try:
-                with open(path) as f:
-                    lines = f.read().splitlines()
-            except FileNotFoundError:
+                lines = self.store.read(log_uri(self.location, f"{v:020d}.json")).decode().splitlines()
+            except NotFound:
                 break
             for line in lines:
                 if line.strip():
@@ -156,18 +141,12 @@ class LogState:
             if cur is not None and _dv_id(cur.get("deletionVector")) == _dv_id(r.get("deletionVector")):
                 del self.files[unquote(r["path"])]
 
-    def _from_checkpoint(self, log: str) -> None:
-        try:
-            with open(os.path.join(log, "_last_checkpoint")) as f:
-                last = json.load(f)
-        except FileNotFoundError:
+    def _from_checkpoint(self) -> None:
+        v, names = checkpoint_parts(self.store, self.location)
+        if v < 0:
             return
-        v = int(last["version"])
-        parts = int(last.get("parts") or 1)
-        names = ([f"{v:020d}.checkpoint.parquet"] if parts == 1 else
-                 [f"{v:020d}.checkpoint.{i:010d}.{parts:010d}.parquet" for i in range(1, parts + 1)])
         for name in names:
-            t = pq.read_table(os.path.join(log, name))
+            t = pq.read_table(pa.BufferReader(self.store.read(log_uri(self.location, name))))
             for a in t.column("add").to_pylist() if "add" in t.column_names else []:
                 if a is not None:
                     a = _from_parquet_action(a)
@@ -176,6 +155,18 @@ class LogState:
                 if x is not None:
                     self.txns[x["appId"]] = int(x["version"])
         self.version = v
+
+
+def checkpoint_parts(store: Store, root: str) -> tuple[int, list[str]]:
+    """(version, file names in ``_delta_log``) of the table's last checkpoint; (-1, []): none."""
+    try:
+        last = json.loads(store.read(log_uri(root, "_last_checkpoint")))
+    except NotFound:
+        return -1, []
+    v = int(last["version"])
+    parts = int(last.get("parts") or 1)
+    return v, ([f"{v:020d}.checkpoint.parquet"] if parts == 1 else
+               [f"{v:020d}.checkpoint.{i:010d}.{parts:010d}.parquet" for i in range(1, parts + 1)])
 
 
 _ADD_KEYS = ("path", "partitionValues", "size", "modificationTime", "dataChange", "stats", "tags", "deletionVector",
@@ -204,60 +195,57 @@ def _dv_id(dv: dict | None) -> tuple | None:
     return dv.get("storageType"), dv.get("pathOrInlineDv"), dv.get("offset")
 
 
-def write_commit(location: str, version: int, actions: list[dict], operation: str, info: dict) -> None:
+def write_commit(store: Store, root: str, version: int, actions: list[dict], operation: str, info: dict) -> None:
     """Publish ``actions`` as Delta version ``version`` (``info`` in its commitInfo, as delta-rs puts a commit's
     custom metadata); MirrorError if another writer took it."""
     now = int(time.time() * 1000)
     info = {"commitInfo": {"timestamp": now, "operation": operation, "operationParameters": {},
                            "clientVersion": "msgstream-spark", **info}}
-    _publish(os.path.join(location, "_delta_log"), f"{version:020d}.json", [info, *actions],
-             f"{location}: Delta version {version} was written by another writer meanwhile; nothing committed "
+    _publish(store, log_uri(root, f"{version:020d}.json"), [info, *actions],
+             f"{root}: Delta version {version} was written by another writer meanwhile; nothing committed "
              "(one writer per table: see docs/mirror.md)")
 
 
-# writer features implied by writer versions 1..6 (PROTOCOL.md "Table Features"), listed when upgrading to 7
-LEGACY_WRITER_FEATURES = ["appendOnly", "invariants", "checkConstraints", "changeDataFeed", "generatedColumns",
-                          "columnMapping"]
+# the features a legacy protocol supports (Delta PROTOCOL.md, "Table Features": the features and the legacy
+# versions that support them), listed when a table moves to reader 3 / writer 7: writer features by the writer
+# version that brought them; columnMapping, a reader-writer feature, needs reader 2 and writer 5
+_WRITER_ONLY = {2: ["appendOnly", "invariants"], 3: ["checkConstraints"], 4: ["changeDataFeed", "generatedColumns"],
+                6: ["identityColumns"]}
+_READER_WRITER = {"columnMapping": (2, 5)}
 
 
-def _plain(v: object) -> object:
-    if isinstance(v, (int, float, str, bool)) or v is None:
-        return v
-    return str(v)
+def legacy_features(reader: int, writer: int, listed: list[str] | None = None) -> tuple[list[str], list[str]]:
+    """(reader features, writer features) a legacy protocol supports; a version already at reader 3 / writer 7
+    lists its own (``listed``: a writer 7's features; nothing implied)."""
+    writes = [f for v, fs in sorted(_WRITER_ONLY.items()) if v <= writer for f in fs] if writer < 7 else []
+    both = [f for f, (r, w) in _READER_WRITER.items()
+            if reader >= r and (writer >= w if writer < 7 else f in (listed or []))]
+    return ([] if reader >= 3 else both), ([] if writer >= 7 else writes + both)
 
 
-def file_stats(meta, pk: str, tight: bool | None) -> dict:
-    """Delta stats of a Parquet file from its footer: rows, and the key's bounds (what the lookup prunes by);
-    ``tightBounds`` only when given (a table with deletion vectors)."""
-    stats: dict = {"numRecords": meta.num_rows}
-    if tight is not None:
-        stats["tightBounds"] = tight
-    schema = meta.schema.to_arrow_schema()
-    if pk not in schema.names:
-        return stats
-    col = schema.get_field_index(pk)
-    lo = hi = None
-    nulls = 0
-    for g in range(meta.num_row_groups):
-        st = meta.row_group(g).column(col).statistics
-        if st is None or not st.has_min_max:
-            return stats
-        lo = st.min if lo is None else min(lo, st.min)
-        hi = st.max if hi is None else max(hi, st.max)
-        nulls += st.null_count or 0
-    if lo is not None:
-        stats.update(minValues={pk: _plain(lo)}, maxValues={pk: _plain(hi)}, nullCount={pk: nulls})
-    return stats
-
-
-def new_add(root: str, path: str, pk: str, now: int, dv: dict | None) -> dict:
-    """The ``add`` action of a data file a task wrote (stats from its footer: rows, the key's bounds)."""
-    stats = file_stats(pq.read_metadata(path), pk, dv is None)
-    add = {"path": os.path.relpath(path, root), "partitionValues": {}, "size": os.path.getsize(path),
-           "modificationTime": now, "dataChange": True, "stats": json.dumps(stats)}
+def new_add(rel: str, size: int, stats: str, now: int, dv: dict | None) -> dict:
+    """The ``add`` action of a data file (``rel``: its path under the table; ``stats``: its rows and key bounds,
+    ``files.key_stats``' JSON), ``tightBounds`` recorded when it has no deletion vector."""
+    st = json.loads(stats)
+    st["tightBounds"] = dv is None
+    add = {"path": rel, "partitionValues": {}, "size": int(size), "modificationTime": now, "dataChange": True,
+           "stats": json.dumps(st)}
     if dv is not None:
         add["deletionVector"] = dv
     return add
+
+
+def add_of(store: Store, root: str, path: str, pk: str, now: int, dv: dict | None,
+           written: tuple[int, str] | None = None) -> dict:
+    """The ``add`` of a data file a writer wrote under ``root``: size and stats as the writer reported them
+    (``written``), else from its footer."""
+    rel = uri.relative(root, path)
+    if rel is None:
+        raise MirrorError(f"data file {path} is not under the table location {root}")
+    if written is None:
+        size, meta = footer(store, path)
+        written = (size, json.dumps(key_stats(meta, pk)))
+    return new_add(rel, written[0], written[1], now, dv)
 
 
 def loose_stats(stats: str | None) -> str | None:

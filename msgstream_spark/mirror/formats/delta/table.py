@@ -9,7 +9,6 @@ skips a batch already in the table. One writer at a time.
 from __future__ import annotations
 
 import json
-import os
 import time
 
 import numpy as np
@@ -31,18 +30,20 @@ from msgstream_spark.mirror.common import (
 )
 from msgstream_spark.mirror.formats.delta.dv import dv_file_path, read_dv, write_dv_file
 from msgstream_spark.mirror.formats.delta.log import (
-    LEGACY_WRITER_FEATURES,
     LogState,
+    add_of,
     data_files,
+    legacy_features,
     loose_stats,
-    new_add,
     removal,
     write_commit,
     write_first_version,
     write_replace_version,
 )
+from msgstream_spark.mirror.formats.delta.retention import TOMBSTONE_RETENTION_KEY, interval_ms, removed_after
+from msgstream_spark.mirror.store import Store, open_store, uri
 from msgstream_spark.mirror.write.batch import apply_local
-from msgstream_spark.mirror.write.layout import DATA_DIR, LiveFile, Plan, WriteSpec
+from msgstream_spark.mirror.write.layout import DATA_DIR, LiveFile, LiveFiles, Plan, WriteSpec, fence_message
 
 
 def _deltalake():
@@ -58,26 +59,29 @@ CHECKPOINT_EVERY = 100  # commits between checkpoints (Delta's default delta.che
 
 
 class DeltaMirrorTable:
-    """A Delta table at ``location`` mirroring one collection."""
+    """A Delta table at ``location`` (a local path or a URI) mirroring one collection; every file of it is read
+    and written through ``store`` (its settings resolved on the driver)."""
 
-    def __init__(self, location: str, collection: str, pk: str, collection_id: int | None) -> None:
+    def __init__(self, location: str, collection: str, pk: str, collection_id: int | None,
+                 store: Store | None = None) -> None:
         self.location = location
         self.collection = collection
         self.pk = pk
         self.collection_id = collection_id
         self._dt = None
-        self.root = os.path.abspath(location)
+        self.store = store if store is not None else open_store(location)
+        self.root = uri.parse(location).uri()  # a local path made absolute, or the URI
         self._log: LogState | None = None
         self._dvs: dict[tuple, np.ndarray] = {}  # the live files' deletion vectors, by descriptor
         self._stats: dict[str, tuple] = {}  # an add's stats JSON -> (key min, key max, rows)
 
     @classmethod
     def open(cls, location: str, *, collection: str, pk: str, arrow_schema: pa.Schema | None, create: bool,
-             collection_id: int | None) -> DeltaMirrorTable:
+             collection_id: int | None, storage_options: dict | None = None) -> DeltaMirrorTable:
         dl = _deltalake()
-        t = cls(location, collection, pk, collection_id)
-        if dl.DeltaTable.is_deltatable(location):
-            t._dt = dl.DeltaTable(location)
+        t = cls(location, collection, pk, collection_id, open_store(location, storage_options))
+        if dl.DeltaTable.is_deltatable(t.root, storage_options=t.store.storage_options()):
+            t._dt = t._handle()
             check_identity(location, t.properties(), collection, pk, collection_id)
             if arrow_schema is not None:
                 t.evolve(table_schema(arrow_schema, pk))
@@ -85,17 +89,24 @@ class DeltaMirrorTable:
             if arrow_schema is None:
                 raise MirrorError(f"no Delta table at {location} and no schema to create it from")
             props = identity_properties(collection, pk, collection_id)
-            t._dt = dl.DeltaTable.create(location, table_schema(arrow_schema, pk), configuration=props,
-                                         name=collection, raise_if_key_not_exists=False)
+            t._dt = dl.DeltaTable.create(t.root, table_schema(arrow_schema, pk), configuration=props,
+                                         name=collection, raise_if_key_not_exists=False,
+                                         storage_options=t.store.storage_options())
         return t
 
+    def _handle(self):
+        """A delta-rs handle of the table at its current version (the store's settings as its options)."""
+        return _deltalake().DeltaTable(self.root, storage_options=self.store.storage_options())
+
     @staticmethod
-    def stored_properties(location: str) -> dict[str, str]:
+    def stored_properties(location: str, storage_options: dict | None = None) -> dict[str, str]:
         """The ``msgstream.*`` properties of the Delta table at ``location``; MirrorError if there is none."""
         dl = _deltalake()
-        if not dl.DeltaTable.is_deltatable(location):
+        so = open_store(location, storage_options).storage_options()
+        root = uri.parse(location).uri()
+        if not dl.DeltaTable.is_deltatable(root, storage_options=so):
             raise MirrorError(f"no Delta table at {location}")
-        conf = dl.DeltaTable(location).metadata().configuration
+        conf = dl.DeltaTable(root, storage_options=so).metadata().configuration
         return {k: v for k, v in conf.items() if k.startswith(PROP_PREFIX)}
 
     def _table(self):
@@ -126,7 +137,7 @@ class DeltaMirrorTable:
 
     def _state(self) -> LogState:
         if self._log is None:
-            self._log = LogState(self.root)
+            self._log = LogState(self.store, self.root)
         return self._log.refresh()
 
     def prepare(self, columns: pa.Schema) -> None:
@@ -138,40 +149,51 @@ class DeltaMirrorTable:
     def write_spec(self) -> WriteSpec:
         snap = self.properties().get(PROP_SNAPSHOT_TS)
         schema = self.schema
-        return WriteSpec(schema, self.pk, os.path.join(self.root, DATA_DIR), None if snap is None else int(snap),
-                         schema.field(self.pk).type)
+        return WriteSpec(schema, self.pk, uri.join(self.root, DATA_DIR), None if snap is None else int(snap),
+                         schema.field(self.pk).type, storage=dict(self.store.options))
 
-    def live_files(self) -> list[LiveFile]:
-        """The live data files with key bounds and deleted positions. Parsed stats and read vectors are kept
-        for the files still live only: a batch costs O(files), and a long-running job's memory stays that."""
+    def live_files(self) -> LiveFiles:
+        """The live data files with key bounds and deleted positions, and the log version they are of. Parsed
+        stats and read vectors are kept for the files still live only: a batch costs O(files), and a
+        long-running job's memory stays that."""
         out, dvs, stats = [], {}, {}
-        for rel, add in self._state().files.items():
+        state = self._state()
+        for rel, add in state.files.items():
             raw = add.get("stats") or "{}"
             got = stats[raw] = self._stats.get(raw) or _bounds(raw, self.pk)
             dv = add.get("deletionVector")
-            deleted = self._deleted(dv)
+            path = uri.resolve(self.root, rel)
+            deleted = self._deleted(dv, path)
             if dv:
                 dvs[_dv_key(dv)] = deleted
-            out.append(LiveFile(os.path.join(self.root, rel), got[0], got[1], deleted, got[2]))
+            out.append(LiveFile(path, got[0], got[1], deleted, got[2], size=int(add.get("size") or 0)))
         self._dvs, self._stats = dvs, stats
-        return out
+        return LiveFiles(out, state.version)
 
-    def _deleted(self, dv: dict | None) -> np.ndarray:
+    def _deleted(self, dv: dict | None, path: str = "") -> np.ndarray:
         """A deletion vector's positions, cached (a vector never changes; a new one has a new offset or file)."""
         if not dv:
             return np.zeros(0, np.uint64)
         key = _dv_key(dv)
         got = self._dvs.get(key)
         if got is None:
-            got = self._dvs[key] = read_dv(self.root, dv)
+            got = self._dvs[key] = read_dv(self.store, self.root, dv, path)
         return got
 
+    def _rel(self, path: str) -> str:
+        """A data file's path as the log names it (relative to the table)."""
+        rel = uri.relative(self.root, path)
+        return path if rel is None else rel
+
     def commit(self, plan: Plan, *, query_id: str, batch_id: int, commit_info: dict[str, str] | None = None) -> bool:
-        """One Delta version: the new files, a deletion vector per file that loses rows, the batch's ``txn``."""
+        """One Delta version: the new files, a deletion vector per file that loses rows, the batch's ``txn``.
+        Fenced: published as version ``plan.base + 1`` (a put that fails if another writer took it), refused
+        when the table moved since the plan's lookup."""
         state = self._state()
         done = state.txns.get(query_id)
         if done is not None and done >= batch_id:
             return False
+        self._fence(plan.base, state.version, f"batch {batch_id} of query {query_id}")
         now = int(time.time() * 1000)
         # every vector of the commit (a touched file's old deletes merged in) in one DV file: one write and
         # one fsync per batch, not one per touched file (random keys touch every file of a large table)
@@ -180,75 +202,103 @@ class DeltaMirrorTable:
             if path in plan.adds:
                 vectors[path] = positions
                 continue
-            cur = current[path] = state.files.get(os.path.relpath(path, self.root))
+            cur = current[path] = state.files.get(self._rel(path))
             if cur is None:
                 raise MirrorError(f"{path} left table {self.location} after batch {batch_id} looked it up (another "
                                   "writer: a compaction?); nothing committed, the batch runs again on restart")
-            old = self._deleted(cur.get("deletionVector"))
+            old = self._deleted(cur.get("deletionVector"), path)
             vectors[path] = np.union1d(old, positions) if len(old) else positions
-        dv_of = dict(zip(vectors, write_dv_file(self.root, list(vectors.values())))) if vectors else {}
+        dv_of = dict(zip(vectors, write_dv_file(self.store, self.root, list(vectors.values())))) if vectors else {}
         actions: list[dict] = []
         if plan.deletes:
             actions += self._enable_dvs()
         for path in plan.adds:
-            actions.append({"add": new_add(self.root, path, self.pk, now, dv_of.get(path))})
+            actions.append({"add": add_of(self.store, self.root, path, self.pk, now, dv_of.get(path),
+                                          plan.info.get(path))})
         for path, cur in current.items():
             actions.append({"remove": removal(cur, now)})
             actions.append({"add": {**cur, "modificationTime": now, "dataChange": True, "deletionVector": dv_of[path],
                                     "stats": loose_stats(cur.get("stats"))}})
         actions.append({"txn": {"appId": query_id, "version": int(batch_id), "lastUpdated": now}})
-        write_commit(self.root, state.version + 1, actions, "MERGE",
+        write_commit(self.store, self.root, state.version + 1, actions, "MERGE",
                      {**(commit_info or {}), PROP_QUERY: query_id, PROP_BATCH: str(batch_id)})
         self._dt.update_incremental()
         if (state.version + 1) % CHECKPOINT_EVERY == 0:  # readers (and LogState) start from the last checkpoint
             self._dt.create_checkpoint()
         return True
 
+    def _fence(self, base: int | None, current: int, what: str) -> None:
+        """MirrorError if the table is no longer at version ``base`` (None: not fenced), the one planned on."""
+        if base is not None and base != current:
+            raise MirrorError(fence_message(self.location, "version", base, current, what))
+
     def merged_queries(self) -> set[str]:
         """The query ids whose batches were merged into the table (the log's ``txn`` actions)."""
         return set(self._state().txns)
 
-    def swap_files(self, old: list[LiveFile], new: list[str]) -> None:
-        """One version (a compaction): the ``old`` files removed, the ``new`` ones added; no data change."""
+    def swap_files(self, old: list[LiveFile], new: list[str], base: int | None = None) -> None:
+        """One version (a compaction): the ``old`` files removed, the ``new`` ones added; no data change.
+        ``base``: the version ``old`` was read at (refused if the table moved since)."""
         state = self._state()
+        self._fence(base, state.version, "the compaction")
         now = int(time.time() * 1000)
         actions = []
         for f in old:
-            cur = state.files.get(os.path.relpath(f.path, self.root))
+            cur = state.files.get(self._rel(f.path))
             if cur is None:
                 raise MirrorError(f"{f.path} is no longer in table {self.location}: another writer changed it; "
                                   "nothing compacted")
             actions.append({"remove": {**removal(cur, now), "dataChange": False}})
-        actions += [{"add": {**new_add(self.root, p, self.pk, now, None), "dataChange": False}} for p in new]
-        write_commit(self.root, state.version + 1, actions, "OPTIMIZE", {})
+        actions += [{"add": {**add_of(self.store, self.root, p, self.pk, now, None), "dataChange": False}}
+                    for p in new]
+        write_commit(self.store, self.root, state.version + 1, actions, "OPTIMIZE", {})
         self._dt.update_incremental()
 
     def referenced_files(self) -> set[str]:
-        """The data and deletion vector files the table's current version references (absolute paths)."""
+        """The data and deletion vector files the table's current version references (full URIs)."""
         out = set()
         for rel, add in self._state().files.items():
-            out.add(os.path.join(self.root, rel))
+            out.add(uri.resolve(self.root, rel))
             if add.get("deletionVector") and add["deletionVector"]["storageType"] != "i":
                 out.add(dv_file_path(self.root, add["deletionVector"]))
         return out
 
-    def expire(self, retain_s: float) -> None:
+    def retained_files(self, retain_s: float, now: float) -> set[str]:
+        """Every data and deletion vector file a version committed within ``retain_s`` of ``now`` reads: the
+        current version's, and those a ``remove`` later than ``now - retain_s`` took out (``delta/retention``)."""
+        keep = self.referenced_files()
+        conf = self._table().metadata().configuration
+        for r in removed_after(self.store, self.root, int((now - retain_s) * 1000),
+                               interval_ms(conf.get(TOMBSTONE_RETENTION_KEY)), int(now * 1000)):
+            keep.add(uri.resolve(self.root, r["path"]))
+            dv = r.get("deletionVector")
+            if dv and dv["storageType"] != "i":
+                keep.add(dv_file_path(self.root, dv))
+        return keep
+
+    def expire(self, retain_s: float, now: float) -> None:
         """Nothing to expire in Delta's log itself (vacuum removes the files older versions alone used)."""
 
+    def metadata_files(self) -> list[str]:
+        """The log is not vacuumed (Delta's log cleanup keeps it; time travel reads it)."""
+        return []
+
     def _enable_dvs(self) -> list[dict]:
-        """The protocol and metadata actions that turn deletion vectors on (once per table)."""
+        """The protocol and metadata actions that turn deletion vectors on (once per table): reader 3 / writer 7,
+        listing the features the table's legacy versions supported (the protocol's table) and deletion vectors."""
         proto = self._table().protocol()
         if proto.reader_features and "deletionVectors" in proto.reader_features:
             return []
-        writer = sorted({*(proto.writer_features or []), "deletionVectors",
-                         *(LEGACY_WRITER_FEATURES[:proto.min_writer_version] if proto.min_writer_version < 7 else [])})
+        implied_reader, implied_writer = legacy_features(proto.min_reader_version, proto.min_writer_version,
+                                                         proto.writer_features)
+        writer = sorted({*(proto.writer_features or []), "deletionVectors", *implied_writer})
+        reader = sorted({*(proto.reader_features or []), "deletionVectors", *implied_reader})
         md = self._table().metadata()
         meta = {"id": md.id, "name": md.name, "description": md.description,
                 "format": {"provider": "parquet", "options": {}}, "partitionColumns": list(md.partition_columns),
                 "configuration": {**md.configuration, "delta.enableDeletionVectors": "true"},
                 "createdTime": md.created_time, "schemaString": self._table().schema().to_json()}
-        return [{"protocol": {"minReaderVersion": 3, "minWriterVersion": 7,
-                              "readerFeatures": sorted({*(proto.reader_features or []), "deletionVectors"}),
+        return [{"protocol": {"minReaderVersion": 3, "minWriterVersion": 7, "readerFeatures": reader,
                               "writerFeatures": writer}},
                 {"metaData": meta}]
 
@@ -258,10 +308,11 @@ class DeltaMirrorTable:
         if self._dt is not None:
             raise MirrorError(f"{self.location} is already a Delta table: add_files makes a new table's first version")
         check_prefix(properties)
-        schema, adds = data_files(self.location, paths, self.pk)
+        schema, adds = data_files(self.store, self.root, paths, self.pk)
         conf = {**identity_properties(self.collection, self.pk, self.collection_id), **properties}
-        write_first_version(self.location, self.collection, dl.Schema.from_arrow(schema).to_json(), conf, adds)
-        self._dt = dl.DeltaTable(self.location)
+        write_first_version(self.store, self.root, self.collection, dl.Schema.from_arrow(schema).to_json(), conf,
+                            adds)
+        self._dt = self._handle()
 
     def replace_files(self, paths: list[str], *, properties: dict[str, str]) -> None:
         """One commit: the table's rows become the Parquet files' (a new snapshot), with ``properties``."""
@@ -269,7 +320,7 @@ class DeltaMirrorTable:
         dt = self._table()
         dt.update_incremental()
         check_prefix(properties)
-        schema, adds = data_files(self.location, paths, self.pk)
+        schema, adds = data_files(self.store, self.root, paths, self.pk)
         md = dt.metadata()
         conf = {**md.configuration, **identity_properties(self.collection, self.pk, self.collection_id),
                 **properties}
@@ -279,9 +330,9 @@ class DeltaMirrorTable:
         state = self._state()
         now = int(time.time() * 1000)
         removes = [removal(a, now) for a in state.files.values()]
-        write_replace_version(self.location, state.version + 1, meta, dl.Schema.from_arrow(schema).to_json(),
+        write_replace_version(self.store, self.root, state.version + 1, meta, dl.Schema.from_arrow(schema).to_json(),
                               removes, adds)
-        self._dt = dl.DeltaTable(self.location)
+        self._dt = self._handle()
 
     def evolve(self, new_schema: pa.Schema) -> None:
         add = schema_difference(self.location, self.collection, self.schema, new_schema)

@@ -13,25 +13,23 @@ earlier row wins, as
 
 from __future__ import annotations
 
-import os
-import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.parquet as pq
 
 from msgstream_spark.errors import MirrorError
 from msgstream_spark.mirror.common import PARTITION, TS
-from msgstream_spark.mirror.formats.delta.log import fsync_path
 from msgstream_spark.mirror.order import SEQ, seq_array
 from msgstream_spark.mirror.snapshot.storage.access import StorageSettings, read_bytes
 from msgstream_spark.mirror.snapshot.storage.binlog import read_column, read_deletes
 from msgstream_spark.mirror.snapshot.storage.convert import to_table_column
 from msgstream_spark.mirror.snapshot.storage.plan import TIMESTAMP, ReadTask, StoragePlan
 from msgstream_spark.mirror.snapshot.storage.units import Bounds, Unit
+from msgstream_spark.mirror.store import Store, store_for
+from msgstream_spark.mirror.write.files import ParquetOut
 from msgstream_spark.msg.dtypes import JSON
 
 META = "$meta"
@@ -214,30 +212,21 @@ def _one_per_key(kept: list[_Kept]) -> list[_Kept]:
     return out
 
 
-def write_units(reader: StorageReader, units: list[Unit], path: str, filesystem=None, acc=None) -> int:
-    """The units' rows as one Parquet file at ``path`` (a local path; written under a temporary name, synced,
-    then renamed: a retried task replaces it whole); the rows written (the file is written even when empty)."""
-    writer, tmp, rows = None, f"{path}.{uuid.uuid4().hex[:8]}.tmp", 0
+def write_units(reader: StorageReader, units: list[Unit], path: str, filesystem=None, acc=None,
+                store: Store | None = None) -> int:
+    """The units' rows as one Parquet file at ``path`` in ``store`` (default: the local one of ``path``; the file
+    appears whole when complete: a retried task replaces it whole); the rows written (the file is written even
+    when empty)."""
     dictionary = [f.name for f in reader.schema if pa.types.is_string(f.type) or pa.types.is_binary(f.type)]
-    try:
-        writer = pq.ParquetWriter(tmp, reader.schema, compression="snappy", use_dictionary=dictionary)
+    with ParquetOut(store if store is not None else store_for(path), path, reader.schema, reader.pk,
+                    compression="snappy", use_dictionary=dictionary) as out:
         for unit in units:
             for batch in reader.read_unit(unit, filesystem):
                 if batch.num_rows:
-                    writer.write_batch(batch, row_group_size=128 * 1024)
-                    rows += batch.num_rows
+                    out.write_batch(batch, row_group_size=128 * 1024)
                     if acc is not None:
                         acc.add(batch.num_rows)
-        writer.close()
-        writer = None
-        fsync_path(tmp)
-        os.replace(tmp, path)
-    finally:
-        if writer is not None:
-            writer.close()
-        if os.path.exists(tmp):
-            os.remove(tmp)
-    return rows
+        return out.close().rows
 
 
 def duplicate_winners(keys: pa.Table, pk: str) -> pa.Table:

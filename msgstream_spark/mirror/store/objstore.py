@@ -1,0 +1,264 @@
+"""Object stores (S3 and S3-compatible servers, GCS, Azure Blob / ADLS) through obstore, the Python binding of
+Rust's ``object_store`` that delta-rs and Polars use: one config vocabulary with them, and the conditional puts
+the commit needs (``mode="create"``: S3 ``If-None-Match: *``, GCS ``ifGenerationMatch=0``, Azure
+``If-None-Match: *``; ``mode={"e_tag": ...}``: ``If-Match``). Parquet streams use obstore's multipart writer and
+ranged reader (docs/mirror.md, "Where the table lives", has the measurements behind the choice).
+
+The client is made lazily in each process from the plain settings, so the store pickles into Spark tasks.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from typing import Any
+
+from msgstream_spark.errors import MirrorError
+from msgstream_spark.mirror.store import settings, uri
+from msgstream_spark.mirror.store.base import COUNTS, ObjectMeta, Store
+from msgstream_spark.mirror.store.errors import AlreadyExists, Conflict, NotFound, StoreError
+
+CONFLICT_RETRIES = 8  # S3 answers 409 ConditionalRequestConflict to a conditional put racing another: retried
+PART_SIZE = 16 * 1024 * 1024  # multipart part size of open_output (S3's parts: 5 MiB to 5 GiB)
+
+
+def _obstore() -> Any:
+    try:
+        import obstore
+    except ImportError as e:
+        raise MirrorError("a table in object storage needs obstore: pip install 'msgstream-spark[mirror]'") from e
+    return obstore
+
+
+class ObjectStore(Store):
+    def __init__(self, root: str, options: dict[str, str] | None = None) -> None:
+        super().__init__(root, options)
+        loc = uri.parse(root)
+        self.kind = loc.kind
+        self.bucket_root = loc.root
+        self._client: Any = None
+
+    def __getstate__(self) -> dict:
+        return {"root": self.root, "options": self.options, "kind": self.kind, "bucket_root": self.bucket_root}
+
+    def __setstate__(self, state: dict) -> None:
+        self.__dict__.update(state)
+        self._client = None
+
+    def client(self) -> Any:
+        """This process's obstore client for the bucket (made on first use)."""
+        if self._client is None:
+            _obstore()
+            from obstore.store import from_url
+
+            try:
+                config, client = settings.for_obstore(self.options)
+                self._client = from_url(self.bucket_root, config=config, client_options=client)
+            except Exception as e:  # noqa: BLE001 - obstore raises several kinds for a bad setting
+                raise StoreError(self._error("opening the store for", self.bucket_root, e)) from e
+        return self._client
+
+    def _key(self, target: str) -> str:
+        loc = uri.parse(target)
+        if loc.root != self.bucket_root:
+            raise StoreError(f"{target} is not in the store of {self.root} (bucket {self.bucket_root})")
+        return loc.key
+
+    def _meta(self, target: str, m: dict) -> ObjectMeta:
+        mtime = m.get("last_modified")
+        return ObjectMeta(target, int(m.get("size", 0)), m.get("e_tag"), mtime.timestamp() if mtime else time.time())
+
+    def _fail(self, what: str, target: str, e: BaseException) -> StoreError:
+        if isinstance(e, FileNotFoundError):
+            return NotFound(settings.mask(f"{target}: no such object", self.options))
+        return StoreError(self._error(what, target, e))
+
+    def read(self, target: str) -> bytes:
+        ob = _obstore()
+        try:
+            data = ob.get(self.client(), self._key(target)).bytes().to_bytes()
+            COUNTS.add(read=len(data))
+            return data
+        except StoreError:
+            raise
+        except Exception as e:  # noqa: BLE001
+            raise self._fail("reading", target, e) from e
+
+    def get(self, target: str) -> tuple[bytes, ObjectMeta]:
+        ob = _obstore()
+        try:
+            r = ob.get(self.client(), self._key(target))
+            data = r.bytes().to_bytes()
+            COUNTS.add(read=len(data))
+            return data, self._meta(target, r.meta)
+        except StoreError:
+            raise
+        except Exception as e:  # noqa: BLE001
+            raise self._fail("reading", target, e) from e
+
+    def read_range(self, target: str, offset: int, length: int) -> bytes:
+        ob = _obstore()
+        try:
+            data = ob.get_range(self.client(), self._key(target), start=offset, length=length).to_bytes()
+            COUNTS.add(read=len(data))
+            return data
+        except Exception as e:  # noqa: BLE001
+            raise self._fail("reading a range of", target, e) from e
+
+    def head(self, target: str) -> ObjectMeta | None:
+        ob = _obstore()
+        COUNTS.add()
+        try:
+            return self._meta(target, ob.head(self.client(), self._key(target)))
+        except FileNotFoundError:
+            return None
+        except Exception as e:  # noqa: BLE001
+            raise self._fail("reading the metadata of", target, e) from e
+
+    def _put(self, target: str, data: bytes, mode: Any, what: str) -> ObjectMeta:
+        ob = _obstore()
+        exc = ob.exceptions
+        for attempt in range(CONFLICT_RETRIES):
+            COUNTS.add(written=len(data))
+            try:
+                r = ob.put(self.client(), self._key(target), data, mode=mode)
+                return ObjectMeta(target, len(data), r.get("e_tag"), time.time())
+            except exc.AlreadyExistsError as e:
+                raise AlreadyExists(settings.mask(f"{target} already exists: another writer created it first",
+                                                  self.options)) from e
+            except exc.PreconditionError as e:
+                if mode == "create":  # some stores answer a taken create with 412 as a precondition failure
+                    raise AlreadyExists(f"{target} already exists: another writer created it first") from e
+                raise Conflict(f"{target} changed or is gone since etag {mode['e_tag']} was read") from e
+            except FileNotFoundError as e:
+                if isinstance(mode, dict):
+                    raise Conflict(f"{target} is gone: it was deleted since etag {mode['e_tag']} was read") from e
+                raise StoreError(self._error(what, target, e)) from e
+            except Exception as e:  # noqa: BLE001
+                if "ConditionalRequestConflict" not in str(e) and "409 Conflict" not in str(e):
+                    raise self._fail(what, target, e) from e
+                time.sleep(min(0.05 * 2 ** attempt, 1.0))  # a racing conditional put: the store says retry
+        raise StoreError(f"{what} {target}: {CONFLICT_RETRIES} conditional-put conflicts (409) in a row")
+
+    def put(self, target: str, data: bytes) -> ObjectMeta:
+        return self._put(target, data, "overwrite", "writing")
+
+    def put_if_absent(self, target: str, data: bytes) -> ObjectMeta:
+        return self._put(target, data, "create", "creating")
+
+    def put_if_match(self, target: str, data: bytes, etag: str) -> ObjectMeta:
+        return self._put(target, data, {"e_tag": etag}, "replacing")
+
+    def list(self, prefix: str) -> Iterator[ObjectMeta]:
+        ob = _obstore()
+        key = self._key(prefix)
+        try:
+            for chunk in ob.list(self.client(), prefix=key or None):
+                COUNTS.add()
+                for m in chunk:
+                    yield self._meta(uri.Location(self.kind, "", self.bucket_root, m["path"]).uri(), m)
+        except Exception as e:  # noqa: BLE001
+            raise self._fail("listing", prefix, e) from e
+
+    def delete(self, target: str) -> None:
+        ob = _obstore()
+        COUNTS.add()
+        try:
+            ob.delete(self.client(), self._key(target))
+        except FileNotFoundError:
+            return
+        except Exception as e:  # noqa: BLE001
+            raise self._fail("deleting", target, e) from e
+
+    def open_output(self, target: str) -> _Output:
+        return _Output(_obstore().open_writer(self.client(), self._key(target), buffer_size=PART_SIZE), target)
+
+    def open_input(self, target: str) -> _Input:
+        meta = self.head(target)
+        if meta is None:
+            raise NotFound(settings.mask(f"{target}: no such object", self.options))
+        return _Input(self, target, meta.size)
+
+
+class _Output:
+    """obstore's buffered (multipart) writer as the file object pyarrow writes to: the object is completed by
+    ``close``; an exception in the ``with`` block (or dropping it unclosed) completes nothing."""
+
+    def __init__(self, writer: Any, target: str) -> None:
+        self._w = writer
+        self._pos = 0
+        self._done = False
+        self.name = target
+
+    def write(self, data: Any) -> int:
+        n = self._w.write(data)
+        size = len(memoryview(data).cast("B")) if not isinstance(data, bytes) else len(data)
+        self._pos += size
+        COUNTS.add(written=size, requests=0)
+        return n
+
+    def tell(self) -> int:
+        return self._pos
+
+    @property
+    def closed(self) -> bool:
+        return self._done
+
+    def flush(self) -> None:  # parts go up as the buffer fills; the rest with close
+        return None
+
+    def close(self) -> None:
+        if not self._done:
+            self._done = True
+            self._w.close()
+            COUNTS.add(requests=max(1, -(-self._pos // PART_SIZE)))
+
+    def abort(self) -> None:
+        self._done = True
+        self._w = None  # dropped without close: the upload is never completed
+
+    def __enter__(self) -> _Output:
+        return self
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        if exc_type is not None:
+            self.abort()
+        else:
+            self.close()
+
+
+class _Input:
+    """A seekable stream over an object, each read one ranged GET of exactly what was asked (pyarrow's Parquet
+    reader asks for the footer, then for whole column chunks): what it fetches is what it counts."""
+
+    def __init__(self, store: ObjectStore, target: str, size: int) -> None:
+        self._store, self._target, self._size = store, target, size
+        self._pos = 0
+        self.closed = False
+
+    def read(self, size: int = -1) -> bytes:
+        n = self._size - self._pos if size is None or size < 0 else min(size, self._size - self._pos)
+        if n <= 0:
+            return b""
+        data = self._store.read_range(self._target, self._pos, n)
+        self._pos += len(data)
+        return data
+
+    def seek(self, offset: int, whence: int = 0) -> int:
+        self._pos = offset if whence == 0 else (self._pos + offset if whence == 1 else self._size + offset)
+        return self._pos
+
+    def tell(self) -> int:
+        return self._pos
+
+    def size(self) -> int:
+        return self._size
+
+    def close(self) -> None:
+        self.closed = True
+
+    def __enter__(self) -> _Input:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()

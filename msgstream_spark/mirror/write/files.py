@@ -1,0 +1,166 @@
+"""Parquet files written and read through the table's store, and what a commit needs to know of them.
+
+A writer (a Spark task, the driver's compaction) streams a file into ``store.open_output`` (a local file moved
+into place when complete; an object store's multipart upload completed on close: a killed writer publishes
+nothing) and keeps the file's footer and size as it closes it: the commit takes rows, size and the key's
+bounds from there (shipped by the task as :class:`Written`), never by reading the file back. A file written by
+someone else is known by its footer, read by range (:func:`footer`). Both are kept per process (a file never
+changes once written), so a driver that wrote a file itself never reads its footer back.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import shutil
+from collections import OrderedDict
+from dataclasses import dataclass
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from msgstream_spark.mirror.store import NotFound, Store, uri
+
+log = logging.getLogger(__name__)
+
+_FOOTERS: OrderedDict[tuple[str, int], Any] = OrderedDict()  # (uri, size) -> FileMetaData, newest last
+_FOOTERS_MAX = 4096
+
+
+def _remember(target: str, size: int, meta: Any) -> None:
+    _FOOTERS[(target, size)] = meta
+    _FOOTERS.move_to_end((target, size))
+    while len(_FOOTERS) > _FOOTERS_MAX:
+        _FOOTERS.popitem(last=False)
+
+
+def footer(store: Store, target: str, size: int = 0) -> tuple[int, Any]:
+    """(size in bytes, Parquet ``FileMetaData``) of a data file (``size``: its size, when the table's metadata
+    knows it; else asked of the store): kept from its writing in this process, else read from its footer by
+    range (two small reads, not the file)."""
+    if size <= 0:
+        meta = store.head(target)
+        if meta is None:
+            raise NotFound(f"{target}: no such object (a data file the table names is gone)")
+        size = meta.size
+    got = _FOOTERS.get((target, size))
+    if got is None:
+        with store.open_input(target) as f:
+            got = pq.ParquetFile(f).metadata
+        _remember(target, size, got)
+    return size, got
+
+
+def read_parquet(store: Store, target: str, columns: list[str] | None = None) -> pa.Table:
+    """A whole Parquet file (one read of the object: faster than ranged reads for a file read whole), or only
+    ``columns`` of it (ranged reads of their column chunks)."""
+    if columns is not None:
+        with store.open_input(target) as f:
+            return pq.ParquetFile(f).read(columns=columns)
+    return pq.read_table(pa.BufferReader(store.read(target)))
+
+
+@dataclass
+class Written:
+    """A file a writer finished: its URI, rows, size, and the stats a commit records (JSON: ``numRecords`` and
+    the key's ``minValues`` / ``maxValues`` / ``nullCount``, Delta's stats without ``tightBounds``)."""
+
+    path: str
+    rows: int
+    size: int
+    stats: str
+
+
+def key_stats(meta: Any, key: str | None) -> dict:
+    """Delta-style stats of a Parquet footer: rows, and the bounds and nulls of column ``key`` (none when a row
+    group has no statistics for it)."""
+    stats: dict = {"numRecords": meta.num_rows}
+    schema = meta.schema.to_arrow_schema()
+    if key is None or key not in schema.names:
+        return stats
+    col = schema.get_field_index(key)
+    lo = hi = None
+    nulls = 0
+    for g in range(meta.num_row_groups):
+        st = meta.row_group(g).column(col).statistics
+        if st is None or not st.has_min_max:
+            return stats
+        lo = st.min if lo is None else min(lo, st.min)
+        hi = st.max if hi is None else max(hi, st.max)
+        nulls += st.null_count or 0
+    if lo is not None:
+        stats.update(minValues={key: _plain(lo)}, maxValues={key: _plain(hi)}, nullCount={key: nulls})
+    return stats
+
+
+def _plain(v: object) -> object:
+    if isinstance(v, (int, float, str, bool)) or v is None:
+        return v
+    return str(v)
+
+
+class ParquetOut:
+    """One Parquet file streamed into the store (``ParquetWriter`` keyword arguments as given). ``close`` returns
+    the :class:`Written`; ``abort`` (or an exception in a ``with`` block) publishes nothing."""
+
+    def __init__(self, store: Store, target: str, schema: pa.Schema, key: str | None = None, **kw: Any) -> None:
+        self.store, self.path, self.key = store, target, key
+        self._out = store.open_output(target)
+        self._meta: list = []
+        try:
+            self._writer = pq.ParquetWriter(self._out, schema, metadata_collector=self._meta, **kw)
+        except BaseException:
+            self.abort()
+            raise
+        self.rows = 0
+
+    def write_table(self, t: pa.Table, row_group_size: int | None = None) -> None:
+        self._writer.write_table(t, row_group_size=row_group_size)
+        self.rows += t.num_rows
+
+    def write_batch(self, b: pa.RecordBatch, row_group_size: int | None = None) -> None:
+        self._writer.write_batch(b, row_group_size=row_group_size)
+        self.rows += b.num_rows
+
+    def close(self) -> Written:
+        self._writer.close()
+        size = self._out.tell()
+        self._out.close()  # the object appears now, whole
+        meta = self._meta[0]
+        _remember(self.path, size, meta)
+        return Written(self.path, meta.num_rows, size, json.dumps(key_stats(meta, self.key)))
+
+    def abort(self) -> None:
+        if getattr(self, "_writer", None) is not None and self._writer.is_open:
+            try:  # its footer goes into a file that is then dropped: the error that aborts it is the one raised
+                self._writer.close()
+            except Exception as e:  # noqa: BLE001
+                log.debug("closing the aborted writer of %s: %s", self.path, e)
+        self._out.abort()
+
+    def __enter__(self) -> ParquetOut:
+        return self
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        if exc_type is not None:
+            self.abort()
+
+
+def write_table(store: Store, target: str, table: pa.Table, key: str | None = None, **kw: Any) -> Written:
+    """``table`` as one Parquet file (zstd, row groups of 128 Ki rows unless ``kw`` says otherwise)."""
+    kw.setdefault("compression", "zstd")
+    rg = kw.pop("row_group_size", 128 * 1024)
+    with ParquetOut(store, target, table.schema, key, **kw) as out:
+        out.write_table(table, row_group_size=rg)
+        return out.close()
+
+
+def remove_tree(store: Store, directory: str) -> None:
+    """Delete every object under ``directory`` (and, on a local store, the emptied directories)."""
+    for m in list(store.list(directory)):
+        store.delete(m.uri)
+    local = uri.parse(directory)
+    if local.kind == "local" and os.path.isdir(local.key):
+        shutil.rmtree(local.key)

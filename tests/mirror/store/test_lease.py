@@ -1,0 +1,146 @@
+"""The writer lease on the store, on a local directory and on the S3 server: one holder at a time (a race of
+writers has one winner), a refusal that names the holder with secrets masked, renewal by compare-and-swap,
+takeover of an expired lease (a killed writer blocks the next for at most the expiry, nothing to clear), and a
+holder that lost its lease finding out before it commits. Expiry is driven by injected clocks, not sleeps."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from msgstream_spark.mirror.store import Lease, LeaseHeld, LeaseLost, open_store
+from tests.fixtures.s3_server import SECRET_KEY
+from tests.mirror.store.racing import race
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1_000_000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_one_holder_at_a_time_and_release(store):
+    loc = store.root
+    with Lease(store, loc, "mirror run", auto_renew=False) as a:
+        a.check()
+        held = r"being written by another writer \(pid \d+ on .*mirror run.*compact refused"
+        with pytest.raises(LeaseHeld, match=held):
+            Lease(store, loc, "compact", auto_renew=False).acquire()
+    # released: the next writer gets it at once, no command needed
+    with Lease(store, loc, "compact", auto_renew=False) as b:
+        b.check()
+
+
+def test_racing_writers_have_one_winner(store):
+    leases = [Lease(store, store.root, f"writer {i}", auto_renew=False) for i in range(6)]
+    won, refused = race([x.acquire for x in leases], LeaseHeld)
+    assert len(won) == 1 and len(refused) == 5
+    won[0].check()
+    assert json.loads(store.read(won[0].uri))["holder"] == won[0].token
+
+
+def test_an_expired_lease_is_taken_over_once_and_the_old_holder_stops(store):
+    clock = Clock()
+    old = Lease(store, store.root, "mirror run", expiry_s=60, clock=clock, auto_renew=False).acquire()
+    clock.now += 59
+    with pytest.raises(LeaseHeld, match="expires in 1s"):
+        Lease(store, store.root, "compact", clock=clock, auto_renew=False).acquire()
+    clock.now += 2  # the holder stalled past its expiry: two writers find it expired, one takes it
+    takers = [Lease(store, store.root, f"taker {i}", clock=clock, auto_renew=False) for i in range(4)]
+    won, refused = race([t.acquire for t in takers], LeaseHeld)
+    assert len(won) == 1 and len(refused) == 3
+    with pytest.raises(LeaseLost, match="no longer this writer's"):
+        old.check()  # before its commit, the stalled holder learns it lost the lease
+    with pytest.raises(LeaseLost):
+        old.renew()
+    old.release()  # nothing of its own to release: the new holder keeps the lease
+    won[0].check()
+
+
+def test_renewal_pushes_the_expiry_and_a_stale_renewal_is_lost(store):
+    clock = Clock()
+    a = Lease(store, store.root, "mirror run", expiry_s=60, clock=clock, auto_renew=False).acquire()
+    for _ in range(5):  # five renewals at expiry/3: the lease never runs out while its holder works
+        clock.now += 20
+        a.renew()
+        a.check()
+    with pytest.raises(LeaseHeld):
+        Lease(store, store.root, "compact", clock=clock, auto_renew=False).acquire()
+    clock.now += 45  # renewals failed for 45 s: less than expiry/3 left
+    with pytest.raises(LeaseLost, match="runs out"):
+        a.check()
+
+
+def test_the_renewal_thread_keeps_the_lease(store):
+    a = Lease(store, store.root, "mirror run", expiry_s=0.9).acquire()
+    try:
+        first = a.etag
+        deadline = time.monotonic() + 30
+        while a.etag == first and time.monotonic() < deadline:  # wait for a renewal, bounded
+            time.sleep(0.05)
+        assert a.etag != first
+        a.check()
+    finally:
+        a.release()
+    assert json.loads(store.read(a.uri))["expires"] == 0.0
+
+
+def test_a_killed_writer_on_this_machine_is_taken_over_at_once(s3):
+    """A holder SIGKILLed on this machine (same host, boot and pid namespace; its pid gone): its unexpired lease
+    does not hold the next writer up, and its record never held the secret of its command line."""
+    opts = s3.options()
+    code = ("import sys, json; from msgstream_spark.mirror.store import open_store, Lease; "
+            "s = open_store(sys.argv[1], json.loads(sys.argv[2]), env={}); "
+            "Lease(s, s.root, 'mirror run', expiry_s=600).acquire(); print('held', flush=True); "
+            "import time; time.sleep(600)")
+    proc = subprocess.Popen([sys.executable, "-c", code, s3.uri("t"), json.dumps(opts),
+                             f"--storage-option=aws_secret_access_key={SECRET_KEY}"],
+                            stdout=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout.readline().strip() == "held"
+        store = open_store(s3.uri("t"), opts, env={})
+        with pytest.raises(LeaseHeld) as e:
+            Lease(store, store.root, "compact", auto_renew=False).acquire()
+        assert f"pid {proc.pid}" in str(e.value) and SECRET_KEY not in str(e.value)
+        assert SECRET_KEY not in store.read(store.join("_msgstream_writer.lease")).decode()
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(timeout=30)
+        got = Lease(store, store.root, "compact", auto_renew=False).acquire()  # no command, no wait
+        got.check()
+        got.release()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(timeout=30)
+
+
+def test_a_writer_gone_elsewhere_blocks_the_next_for_at_most_the_expiry(store, monkeypatch):
+    """A holder on another host that stopped renewing (killed, or cut off): refused until its lease expires,
+    then taken over with no command; the record names the host."""
+    from msgstream_spark.mirror.store import lease as lease_mod
+
+    clock = Clock()
+    real = lease_mod._identity
+    monkeypatch.setattr(lease_mod, "_identity", lambda pid: {**real(pid), "host": "host-b", "pid": 4711})
+    Lease(store, store.root, "mirror run", expiry_s=60, clock=clock, auto_renew=False).acquire()  # then it dies
+    monkeypatch.setattr(lease_mod, "_identity", real)
+    clock.now += 59
+    with pytest.raises(LeaseHeld, match=r"pid 4711 on host-b: .* expires in 1s"):
+        Lease(store, store.root, "mirror run", clock=clock, auto_renew=False).acquire()
+    clock.now += 2
+    Lease(store, store.root, "mirror run", clock=clock, auto_renew=False).acquire().check()
+
+
+def test_two_holders_in_one_process_are_two_writers(tmp_path):
+    store = open_store(str(tmp_path / "t"))
+    a = Lease(store, store.root, "mirror run", auto_renew=False).acquire()
+    with pytest.raises(LeaseHeld, match=f"pid {__import__('os').getpid()}"):
+        Lease(store, store.root, "mirror run", auto_renew=False).acquire()
+    a.release()
