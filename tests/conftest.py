@@ -65,16 +65,20 @@ def read_backend(request):
 
 # ``make test`` spreads the suite over pytest-xdist workers with ``--dist loadgroup``: the tests of a group run on
 # one worker, one after another, and xdist hands each group, and each test of no group, to a free worker. A test's
-# group follows from its fixtures, so a new test finds its group by itself (docs/testing.md):
+# group follows from its fixtures, so a new test finds its group by itself (docs/testing.md, "Groups"):
 #   1. the users of the built wheel's venv (one directory on disk: one worker at a time): group ``wheel``;
 #   2. a test that uses a process started for many tests (PROCESS_FIXTURES: a local SparkSession, the real
 #      Milvus, the standalone cluster, the Spark Connect server): its module is its group, so a module's fixtures
 #      start once and whole modules are balanced over the workers. The SparkSession is session-scoped (a worker
 #      starts it when it first needs one; its later modules share it), the others module-scoped; the tests that
 #      share one are isolated by names (collections, topics, table paths), never by a fresh server;
-#   3. any other test: no group.
+#   3. a test of the Iceberg REST catalog server (SHARED_SERVERS: ~10 s of CPU to start, used by a few tests):
+#      group ``rest-catalog``, so one worker starts it;
+#   4. any other test: no group. The cheap servers a worker starts once for all its tests (moto's S3 server,
+#      PostgreSQL: ~1 s of CPU each, session-scoped) need no group: each test takes a bucket or database of its own.
 PROCESS_FIXTURES = ("spark", "milvus_stack", "spark_cluster", "spark_connect_url")
 SHARED_DIRECTORY = {"built_wheel": "wheel", "wheel_python": "wheel"}
+SHARED_SERVERS = {"rest_catalog": "rest-catalog"}
 
 # Budgets: seconds of wall time of a group on its worker in a full ``make test`` on a quiet 2-core machine
 # (docs/testing.md: the measured profile). xdist hands the groups out in this order, the longest first, then the
@@ -84,22 +88,42 @@ BUDGETS = {
     "tests/cluster/test_cluster_jobs.py": 300,
     "tests/milvus_real/test_mirror.py": 240,
     "tests/chaos/test_driver_kills.py": 120,
+    "tests/milvus_real/test_mirror_verify.py": 110,
     "tests/milvus_real_pulsar/test_mirror.py": 110,
     "tests/spark/test_wal26_spark.py": 100,
     "tests/spark/test_source.py": 100,
     "tests/jobs/test_jobs.py": 90,
+    "tests/jobs/test_mirror_job.py": 60,
     "tests/milvus_real/test_mirror_storage.py": 90,
     "tests/chaos/test_soak.py": 80,
     "tests/spark_connect/test_connect.py": 80,
     "tests/spark/test_source_faults.py": 80,
+    "tests/milvus_real/test_mirror_history.py": 70,
     "tests/milvus_real/test_milvus_oracle.py": 70,
     "tests/milvus_real/test_mirror_keys.py": 70,
     "tests/chaos/test_worker_kills.py": 60,
     "tests/chaos/test_broker_faults.py": 60,
     "tests/mq_milvus/test_mirror_snapshot.py": 60,
     "wheel": 60,
+    "rest-catalog": 40,
 }
 DEFAULT_BUDGET = 30
+
+# Tests of no group that run long (a job or program in a subprocess: a JVM of its own, kills and restarts): their
+# seconds on a quiet machine, by node-id prefix (a module: each of its tests), so that xdist hands them out among
+# the groups by length instead of after all of them (a 60 s test started last would end the run alone). Any other
+# test of no group counts as 0.
+LONG_TESTS = {
+    "tests/bench/test_bench_scripts.py": 60,
+    "tests/jobs/test_mirror_job.py::test_the_job_into_s3_survives_its_kills_and_resumes": 50,
+    "tests/jobs/test_jobs.py::test_demo_runs_green_with_small_sizes": 35,
+    "tests/jobs/test_jobs.py::test_publish_runs_under_spark_submit": 30,
+    "tests/mirror_job/test_mirror_kills.py": 30,
+    "tests/packaging/test_autoregistration.py::test_editable_install_from_another_directory": 30,
+    "tests/mirror/test_maintenance.py::test_the_maintenance_entry_point": 25,
+    "tests/mirror/test_maintenance.py::test_msgstream_mirror_compact_sigkilled_then_rerun": 20,
+    "tests/chaos/test_bad_input.py::test_inspect_and_tail_give_one_error_line_per_bad_payload": 20,
+}
 
 
 def xdist_group(item) -> str | None:
@@ -110,6 +134,9 @@ def xdist_group(item) -> str | None:
             return group
     if any(f in names for f in PROCESS_FIXTURES):
         return item.nodeid.split("::", 1)[0]
+    for fixture, group in SHARED_SERVERS.items():
+        if fixture in names:
+            return group
     return None
 
 
@@ -118,12 +145,19 @@ def budget(group: str | None) -> float:
     return 0.0 if group is None else BUDGETS.get(group, DEFAULT_BUDGET)
 
 
+def expected_seconds(nodeid: str, group: str | None) -> float:
+    """What a test's scope (its group, or the test alone) is expected to take: the order xdist hands it out in."""
+    if group is not None:
+        return budget(group)
+    return max((s for prefix, s in LONG_TESTS.items() if nodeid.startswith(prefix)), default=0.0)
+
+
 # tryfirst: xdist's worker reads the ``xdist_group`` marks in its own pytest_collection_modifyitems, which is
 # registered after this conftest and so would otherwise run before this one.
 @pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(items):
     """Every test that starts Spark is ``slow`` (``make test-fast`` runs the others); groups for xdist, the
-    longest budget first (a stable sort: each group keeps its order)."""
+    longest first (budgets; LONG_TESTS for a test of no group; a stable sort: each group keeps its order)."""
     order = {}
     for item in items:
         if "spark" in getattr(item, "fixturenames", ()):
@@ -131,7 +165,7 @@ def pytest_collection_modifyitems(items):
         group = xdist_group(item)
         if group is not None:
             item.add_marker(pytest.mark.xdist_group(group))
-        order[item.nodeid] = -budget(group)
+        order[item.nodeid] = -expected_seconds(item.nodeid, group)
     items.sort(key=lambda it: order[it.nodeid])
 
 

@@ -79,3 +79,24 @@ def test_under_xdist_the_controller_prints_what_the_workers_ran(pytester, monkey
     assert by["slowgroup"]["wall"] >= 1.2 and by["slowgroup"]["busy"] >= 1.2
     assert by["cpugroup"]["cpu"] >= 1.0  # the child's CPU, sampled while it ran
     assert {w["worker"] for w in s["workers"]} == {"gw0", "gw1"}
+
+
+def test_the_budget_and_long_test_tables_name_groups_and_tests_that_exist():
+    """tests/conftest.py's BUDGETS and LONG_TESTS order the run: an entry whose module or test was renamed would
+    stop ordering anything without a word."""
+    import re
+
+    from tests.conftest import BUDGETS, LONG_TESTS, SHARED_DIRECTORY, SHARED_SERVERS, expected_seconds
+
+    named = {*SHARED_DIRECTORY.values(), *SHARED_SERVERS.values()}
+    stale = [g for g in BUDGETS if g not in named and not (ROOT / g).is_file()]
+    for prefix in LONG_TESTS:
+        module, _, test = prefix.partition("::")
+        path = ROOT / module
+        if not path.is_file() or (test and not re.search(rf"^def {re.escape(test)}", path.read_text(), re.M)):
+            stale.append(prefix)
+    assert stale == []
+    assert expected_seconds("tests/bench/test_bench_scripts.py::test_x", None) == LONG_TESTS[
+        "tests/bench/test_bench_scripts.py"]
+    assert expected_seconds("tests/cli/test_cli.py::test_x", None) == 0.0
+    assert expected_seconds("x", "tests/milvus_real/test_mirror.py") == BUDGETS["tests/milvus_real/test_mirror.py"]
