@@ -79,6 +79,9 @@ def read_backend(request):
 PROCESS_FIXTURES = ("spark", "milvus_stack", "spark_cluster", "spark_connect_url")
 SHARED_DIRECTORY = {"built_wheel": "wheel", "wheel_python": "wheel"}
 SHARED_SERVERS = {"rest_catalog": "rest-catalog"}
+# Groups whose tests ``make test-fast`` leaves out (marked ``slow``) though they start no Spark: ``wheel`` builds the
+# wheel (~20 s), ``rest-catalog`` starts a server only ``make test`` installs (``make rest-catalog``, ~10 s of CPU).
+SLOW_GROUPS = {"wheel", "rest-catalog"}
 
 # Budgets: seconds of wall time of a group on its worker in a full ``make test`` on a quiet 2-core machine
 # (docs/testing.md: the measured profile). xdist hands the groups out in this order, the longest first, then the
@@ -115,7 +118,7 @@ DEFAULT_BUDGET = 30
 # test of no group counts as 0.
 LONG_TESTS = {
     "tests/bench/test_bench_scripts.py": 60,
-    "tests/jobs/test_mirror_job.py::test_the_job_into_s3_survives_its_kills_and_resumes": 50,
+    "tests/jobs/test_mirror_job.py::test_the_job_into_s3_survives_its_kills_and_resumes": 60,
     "tests/jobs/test_jobs.py::test_demo_runs_green_with_small_sizes": 35,
     "tests/jobs/test_jobs.py::test_publish_runs_under_spark_submit": 30,
     "tests/mirror_job/test_mirror_kills.py": 30,
@@ -156,13 +159,14 @@ def expected_seconds(nodeid: str, group: str | None) -> float:
 # registered after this conftest and so would otherwise run before this one.
 @pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(items):
-    """Every test that starts Spark is ``slow`` (``make test-fast`` runs the others); groups for xdist, the
-    longest first (budgets; LONG_TESTS for a test of no group; a stable sort: each group keeps its order)."""
+    """Every test that starts Spark, or is of a SLOW_GROUPS group, is ``slow`` (``make test-fast`` runs the others);
+    groups for xdist, the longest first (budgets; LONG_TESTS for a test of no group; a stable sort: each group
+    keeps its order)."""
     order = {}
     for item in items:
-        if "spark" in getattr(item, "fixturenames", ()):
-            item.add_marker(pytest.mark.slow)
         group = xdist_group(item)
+        if "spark" in getattr(item, "fixturenames", ()) or group in SLOW_GROUPS:
+            item.add_marker(pytest.mark.slow)
         if group is not None:
             item.add_marker(pytest.mark.xdist_group(group))
         order[item.nodeid] = -expected_seconds(item.nodeid, group)
