@@ -73,7 +73,8 @@ def read_backend(request):
 #      starts it when it first needs one; its later modules share it), the others module-scoped; the tests that
 #      share one are isolated by names (collections, topics, table paths), never by a fresh server;
 #   3. a test of the Iceberg REST catalog server (SHARED_SERVERS: ~10 s of CPU to start, used by a few tests):
-#      group ``rest-catalog``, so one worker starts it;
+#      group ``rest-catalog``, so one worker starts it (a parameter that takes it with ``getfixturevalue`` says
+#      so with ``pytest.mark.xdist_group("rest-catalog")``: a test's own mark comes first);
 #   4. any other test: no group. The cheap servers a worker starts once for all its tests (moto's S3 server,
 #      PostgreSQL: ~1 s of CPU each, session-scoped) need no group: each test takes a bucket or database of its own.
 PROCESS_FIXTURES = ("spark", "milvus_stack", "spark_cluster", "spark_connect_url")
@@ -131,6 +132,9 @@ LONG_TESTS = {
 
 def xdist_group(item) -> str | None:
     """The worker group of a test (None: any worker)."""
+    mark = item.get_closest_marker("xdist_group")  # a test's own (e.g. a parameter that takes a server by name)
+    if mark is not None:
+        return mark.args[0] if mark.args else mark.kwargs["name"]
     names = getattr(item, "fixturenames", ())
     for fixture, group in SHARED_DIRECTORY.items():
         if fixture in names:
