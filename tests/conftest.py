@@ -101,7 +101,6 @@ BUDGETS = {
     "tests/milvus_real/test_mirror_storage.py": 90,
     "tests/chaos/test_soak.py": 80,
     "tests/spark_connect/test_connect.py": 80,
-    "tests/spark/test_source_faults.py": 80,
     "tests/milvus_real/test_mirror_history.py": 70,
     "tests/milvus_real/test_milvus_oracle.py": 70,
     "tests/milvus_real/test_mirror_keys.py": 70,
