@@ -96,7 +96,7 @@ BUDGETS = {
     "tests/milvus_real_pulsar/test_mirror.py": 110,
     "tests/spark/test_wal26_spark.py": 100,
     "tests/spark/test_source.py": 100,
-    "tests/jobs/test_jobs.py": 90,
+    "tests/jobs/test_jobs.py": 60,
     "tests/jobs/test_mirror_job.py": 60,
     "tests/milvus_real/test_mirror_storage.py": 90,
     "tests/chaos/test_soak.py": 80,
