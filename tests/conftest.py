@@ -11,13 +11,16 @@ import os
 
 import pytest
 
+from tests.fixtures.jvm_cds import jvm_options
 from tests.fixtures.login_env import DECOYS
 
 # Every JVM the suite starts (the SparkSession, spark-submit drivers, the Spark Connect server, the standalone
 # cluster's daemons) lives for seconds to minutes and runs little data: the C1 compiler alone (no C2 tier) halves
-# the CPU they take to start and warm up (a SparkSession and 20 small jobs: 15 s instead of 26 s of CPU), which is
-# what the tests wait on with 2 cores. An explicitly set variable is left alone.
-QUICK_JVM = "-XX:TieredStopAtLevel=1"
+# the CPU they take to start and warm up (a SparkSession and 20 small jobs: 15 s instead of 26 s of CPU), the
+# serial collector takes ~8% less than G1's threads on 2 cores, and the class-data-sharing archive ``make install``
+# makes (tests/fixtures/jvm_cds.py) a further ~25% of a JVM's start: that is what the tests wait on with 2 cores.
+# An explicitly set variable is left alone.
+QUICK_JVM = jvm_options()
 for _var in ("SPARK_SUBMIT_OPTS", "SPARK_DAEMON_JAVA_OPTS"):
     os.environ.setdefault(_var, QUICK_JVM)
 
@@ -38,6 +41,8 @@ pytest_plugins = [
     "tests.fixtures.s3_env",
     "tests.fixtures.postgres_env",
     "tests.fixtures.rest_catalog_env",
+    "tests.fixtures.suite_profile",
+    "pytester",
 ]
 
 BACKENDS = ["local", "kafka", "pulsar", "pulsar-lite"]
@@ -58,57 +63,117 @@ def read_backend(request):
     return request.getfixturevalue(f"{request.param.replace('-', '_')}_env")
 
 
-# ``make test`` spreads the suite over pytest-xdist workers with ``--dist loadgroup``; every worker has its own
-# session fixtures, so tests sharing an expensive process are kept in one ``xdist_group`` (one worker starts it
-# once). First match wins: the real Milvus, the standalone cluster and the Spark Connect server each get a worker
-# of their own (module/package-scoped, torn down when their tests end); the SparkSession tests are split by
-# path into two groups of about equal time (the chaos suite and most of tests/spark; the rest), i.e. at most two
-# local SparkSessions (plus those three) run at once.
-EXCLUSIVE_FIXTURES = {"milvus_stack": "milvus-real", "spark_cluster": "spark-cluster",
-                      "spark_connect_url": "spark-connect"}
-# The real-Milvus tests in three groups of about equal time, each on its own worker with its own Milvus (the
-# fixture is package-scoped, so every worker that runs a package's tests starts that package's server once).
-MILVUS_GROUPS = (("tests/milvus_real_pulsar/", "milvus-real-pulsar"),
-                 ("tests/milvus_real/test_mirror.py", "milvus-real-mirror"),
-                 ("tests/milvus_real/test_mirror_storage.py", "milvus-real-mirror"))
-SPARK_GROUP_B = ("tests/stream/", "tests/sink/", "tests/jobs/", "tests/conformance/", "tests/packaging/",
-                 "tests/mq_milvus/", "tests/config/", "tests/spark/test_source")
+# ``make test`` spreads the suite over pytest-xdist workers with ``--dist loadgroup``: the tests of a group run on
+# one worker, one after another, and xdist hands each group, and each test of no group, to a free worker. A test's
+# group follows from its fixtures, so a new test finds its group by itself (docs/testing.md, "Groups"):
+#   1. the users of the built wheel's venv (one directory on disk: one worker at a time): group ``wheel``;
+#   2. a test that uses a process started for many tests (PROCESS_FIXTURES: a local SparkSession, the real
+#      Milvus, the standalone cluster, the Spark Connect server): its module is its group, so a module's fixtures
+#      start once and whole modules are balanced over the workers. The SparkSession is session-scoped (a worker
+#      starts it when it first needs one; its later modules share it), the others module-scoped; the tests that
+#      share one are isolated by names (collections, topics, table paths), never by a fresh server;
+#   3. a test of the Iceberg REST catalog server (SHARED_SERVERS: ~10 s of CPU to start, used by a few tests):
+#      group ``rest-catalog``, so one worker starts it (a parameter that takes it with ``getfixturevalue`` says
+#      so with ``pytest.mark.xdist_group("rest-catalog")``: a test's own mark comes first);
+#   4. any other test: no group. The cheap servers a worker starts once for all its tests (moto's S3 server,
+#      PostgreSQL: ~1 s of CPU each, session-scoped) need no group: each test takes a bucket or database of its own.
+PROCESS_FIXTURES = ("spark", "milvus_stack", "spark_cluster", "spark_connect_url")
+SHARED_DIRECTORY = {"built_wheel": "wheel", "wheel_python": "wheel"}
+SHARED_SERVERS = {"rest_catalog": "rest-catalog"}
+# Groups whose tests ``make test-fast`` leaves out (marked ``slow``) though they start no Spark: ``wheel`` builds the
+# wheel (~20 s), ``rest-catalog`` starts a server only ``make test`` installs (``make rest-catalog``, ~10 s of CPU).
+SLOW_GROUPS = {"wheel", "rest-catalog"}
 
+# Budgets: seconds of wall time of a group on its worker in a full ``make test`` on a quiet 2-core machine
+# (docs/testing.md: the measured profile). xdist hands the groups out in this order, the longest first, then the
+# tests of no group (longest-processing-time first: no long group starts last; ``make test`` runs with
+# --no-loadscope-reorder). A group not listed gets DEFAULT_BUDGET: add yours when it needs more.
+BUDGETS = {
+    "tests/cluster/test_cluster_jobs.py": 300,
+    "tests/milvus_real/test_mirror.py": 240,
+    "tests/chaos/test_driver_kills.py": 120,
+    "tests/milvus_real/test_mirror_verify.py": 110,
+    "tests/milvus_real_pulsar/test_mirror.py": 110,
+    "tests/spark/test_wal26_spark.py": 100,
+    "tests/spark/test_source.py": 100,
+    "tests/milvus_real/test_mirror_storage.py": 90,
+    "tests/chaos/test_soak.py": 80,
+    "tests/spark_connect/test_connect.py": 80,
+    "tests/milvus_real/test_mirror_history.py": 70,
+    "tests/milvus_real/test_milvus_oracle.py": 70,
+    "tests/milvus_real/test_mirror_keys.py": 70,
+    "tests/jobs/test_jobs.py": 60,
+    "tests/jobs/test_mirror_job.py": 60,
+    "tests/chaos/test_worker_kills.py": 60,
+    "tests/chaos/test_broker_faults.py": 60,
+    "tests/mq_milvus/test_mirror_snapshot.py": 60,
+    "wheel": 60,
+    "rest-catalog": 40,
+}
+DEFAULT_BUDGET = 30
 
-# The order xdist hands the groups out (``make test`` runs with --no-loadscope-reorder): the longest first,
-# so that no long group starts last on a worker that already ran another (longest-processing-time-first).
-GROUP_ORDER = ("spark-cluster", "milvus-real-mirror", "milvus-real", "spark-a", "spark-b", "milvus-real-pulsar",
-               "spark-connect")
+# Tests of no group that run long (a job or program in a subprocess: a JVM of its own, kills and restarts): their
+# seconds on a quiet machine, by node-id prefix (a module: each of its tests), so that xdist hands them out among
+# the groups by length instead of after all of them (a 60 s test started last would end the run alone). Any other
+# test of no group counts as 0.
+LONG_TESTS = {
+    "tests/bench/test_bench_scripts.py": 60,
+    "tests/jobs/test_mirror_job.py::test_the_job_into_s3_survives_its_kills_and_resumes": 60,
+    "tests/jobs/test_jobs.py::test_demo_runs_green_with_small_sizes": 35,
+    "tests/jobs/test_jobs.py::test_publish_runs_under_spark_submit": 30,
+    "tests/mirror_job/test_mirror_kills.py": 30,
+    "tests/packaging/test_autoregistration.py::test_editable_install_from_another_directory": 30,
+    "tests/mirror/test_maintenance.py::test_the_maintenance_entry_point": 25,
+    "tests/mirror/test_maintenance.py::test_msgstream_mirror_compact_sigkilled_then_rerun": 20,
+    "tests/chaos/test_bad_input.py::test_inspect_and_tail_give_one_error_line_per_bad_payload": 20,
+}
 
 
 def xdist_group(item) -> str | None:
     """The worker group of a test (None: any worker)."""
+    mark = item.get_closest_marker("xdist_group")  # a test's own (e.g. a parameter that takes a server by name)
+    if mark is not None:
+        return mark.args[0] if mark.args else mark.kwargs["name"]
     names = getattr(item, "fixturenames", ())
-    if "milvus_stack" in names:
-        return next((g for prefix, g in MILVUS_GROUPS if item.nodeid.startswith(prefix)), "milvus-real")
-    for fixture, group in EXCLUSIVE_FIXTURES.items():
+    for fixture, group in SHARED_DIRECTORY.items():
         if fixture in names:
             return group
-    if "spark" not in names:
-        return None
-    return "spark-b" if item.nodeid.startswith(SPARK_GROUP_B) else "spark-a"
+    if any(f in names for f in PROCESS_FIXTURES):
+        return item.nodeid.split("::", 1)[0]
+    for fixture, group in SHARED_SERVERS.items():
+        if fixture in names:
+            return group
+    return None
+
+
+def budget(group: str | None) -> float:
+    """A group's budget in seconds (0: no group)."""
+    return 0.0 if group is None else BUDGETS.get(group, DEFAULT_BUDGET)
+
+
+def expected_seconds(nodeid: str, group: str | None) -> float:
+    """What a test's scope (its group, or the test alone) is expected to take: the order xdist hands it out in."""
+    if group is not None:
+        return budget(group)
+    return max((s for prefix, s in LONG_TESTS.items() if nodeid.startswith(prefix)), default=0.0)
 
 
 # tryfirst: xdist's worker reads the ``xdist_group`` marks in its own pytest_collection_modifyitems, which is
 # registered after this conftest and so would otherwise run before this one.
 @pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(items):
-    """Every test that starts Spark is ``slow`` (``make test-fast`` runs the others); groups for xdist."""
-    rank = {g: i for i, g in enumerate(GROUP_ORDER)}
+    """Every test that starts Spark, or is of a SLOW_GROUPS group, is ``slow`` (``make test-fast`` runs the others);
+    groups for xdist, the longest first (budgets; LONG_TESTS for a test of no group; a stable sort: each group
+    keeps its order)."""
     order = {}
     for item in items:
-        if "spark" in getattr(item, "fixturenames", ()):
-            item.add_marker(pytest.mark.slow)
         group = xdist_group(item)
+        if "spark" in getattr(item, "fixturenames", ()) or group in SLOW_GROUPS:
+            item.add_marker(pytest.mark.slow)
         if group is not None:
             item.add_marker(pytest.mark.xdist_group(group))
-        order[item.nodeid] = rank.get(group, len(rank))
-    items.sort(key=lambda it: order[it.nodeid])  # stable: each group keeps its order
+        order[item.nodeid] = -expected_seconds(item.nodeid, group)
+    items.sort(key=lambda it: order[it.nodeid])
 
 
 class _GroupCheck:
@@ -128,3 +193,6 @@ class _GroupCheck:
 
 def pytest_configure(config):
     config.pluginmanager.register(_GroupCheck(), "msgstream-xdist-group-check")
+    from tests.fixtures.suite_profile import BUDGET_KEY  # a plugin (pytest_plugins): imported once registered
+
+    config.stash[BUDGET_KEY] = budget  # the suite profile prints each group's budget beside its wall time

@@ -18,6 +18,7 @@ from tests.chaos.knobs import Figures, rng, size
 from tests.fixtures.backend_env import BackendEnv
 from tests.fixtures.kafka_env import kafka_config
 from tests.fixtures.pulsar_env import pulsar_config
+from tests.fixtures.waits import finish
 from tests.spark.helpers import Publisher, spark_options
 
 START_S = 300
@@ -72,7 +73,7 @@ def _stream_once(spark, env, channel, chk, out, **opts):
          .options(**{k: str(v) for k, v in opts.items()}).load()
          .writeStream.format("parquet").option("path", str(out)).option("checkpointLocation", str(chk))
          .trigger(availableNow=True).start())
-    q.awaitTermination(START_S)
+    finish(q, START_S, "the availableNow run on tansu")
     return q
 
 

@@ -1,5 +1,6 @@
 """Faults 1 and 2: the streaming driver SIGKILLed at seeded random moments while producers keep
-writing, restarted from its checkpoint each time; every row exactly once at the end."""
+writing, restarted from its checkpoint each time; every row exactly once at the end. On the embedded log
+(``make test``'s size) this is also the streaming source's driver-kill test (docs/testing.md, "Moves")."""
 
 from __future__ import annotations
 

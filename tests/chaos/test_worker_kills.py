@@ -13,6 +13,7 @@ from tests.chaos.harness import Driver
 from tests.chaos.knobs import Figures, rng, size
 from tests.spark.helpers import Publisher, spark_options
 
+DRIVER_S = 480  # the driver runs its three phases with its kills: a bound below pytest-timeout's 600 s
 PHASES = ("batch", "stream-read", "stream-write")
 
 
@@ -64,8 +65,10 @@ def test_python_worker_killed_mid_task_results_exact(spark, local_env, tmp_path)
                              "collection": "chaos", "primaryKey": "pk"}}
     d = Driver(spec, tmp_path, "worker-kill").start()
     killed = {p: 0 for p in PHASES}
+    deadline = time.monotonic() + DRIVER_S
     try:
         while d.proc.poll() is None:
+            assert time.monotonic() < deadline, f"the worker-kill driver did not end within {DRIVER_S} s\n{d.tail()}"
             phase = _phase(d.tail(100_000))
             workers = python_workers(d.proc.pid)
             if phase and workers and killed[phase] < size()["worker_kills"]:

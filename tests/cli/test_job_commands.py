@@ -29,17 +29,43 @@ def _flags(text: str) -> set[str]:
     return set(re.findall(r"(?<![\w-])--[a-z][a-z-]*", text))
 
 
+def _exit(capsys, run, argv: list[str]) -> tuple[int, str, str]:
+    """``run(argv)`` in this process: its exit code (argparse exits) and what it printed."""
+    capsys.readouterr()
+    try:
+        code = run(argv)
+    except SystemExit as exc:
+        code = exc.code
+    out = capsys.readouterr()
+    return code, out.out, out.err
+
+
 @pytest.mark.parametrize("words", list(COMMANDS), ids=" ".join)
-def test_a_job_command_has_the_jobs_flags_and_errors(words):
-    mod = COMMANDS[words]
-    cmd = _run("msgstream_spark", *words, "--help")
-    job = _run(f"msgstream_spark.jobs.{mod}", "--help")
+def test_a_job_command_has_the_jobs_flags_and_errors(words, capsys):
+    """In-process: the command's parser is the job's own (what a process adds is
+    test_the_command_and_the_job_module_run_as_processes's)."""
+    import importlib
+
+    job_main = importlib.import_module(f"msgstream_spark.jobs.{COMMANDS[words]}").main
+    cmd_rc, cmd_out, cmd_err = _exit(capsys, main, [*words, "--help"])
+    job_rc, job_out, job_err = _exit(capsys, job_main, ["--help"])
+    assert cmd_rc == 0 and job_rc == 0, cmd_err + job_err
+    assert cmd_out.startswith(f"usage: msgstream {' '.join(words)} [-h]")
+    assert _flags(cmd_out) == _flags(job_out) and "--master" in _flags(cmd_out)
+    bad_rc, _, bad_err = _exit(capsys, main, ["-v", *words, "--no-such-flag"])
+    assert bad_rc == 2
+    assert f"msgstream {' '.join(words)}: error: " in bad_err
+
+
+def test_the_command_and_the_job_module_run_as_processes():
+    """One job command as users run it: ``python -m msgstream_spark`` and the job's module as a script."""
+    cmd = _run("msgstream_spark", "mirror", "run", "--help")
+    job = _run("msgstream_spark.jobs.mirror", "--help")
     assert cmd.returncode == 0 and job.returncode == 0, cmd.stderr + job.stderr
-    assert cmd.stdout.startswith(f"usage: msgstream {' '.join(words)} [-h]")
+    assert cmd.stdout.startswith("usage: msgstream mirror run [-h]")
     assert _flags(cmd.stdout) == _flags(job.stdout) and "--master" in _flags(cmd.stdout)
-    bad = _run("msgstream_spark", "-v", *words, "--no-such-flag")
-    assert bad.returncode == 2
-    assert f"msgstream {' '.join(words)}: error: " in bad.stderr
+    bad = _run("msgstream_spark", "-v", "mirror", "run", "--no-such-flag")
+    assert bad.returncode == 2 and "msgstream mirror run: error: " in bad.stderr
 
 
 def test_publish_keeps_its_spark_free_meaning(capsys):

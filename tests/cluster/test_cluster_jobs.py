@@ -145,11 +145,12 @@ def _modes(paths) -> set[int]:
 def test_mirror_on_the_cluster_its_tasks_write_the_table(spark_cluster, cluster_submit, kafka_env, tmp_path):
     """The mirror job (``job-path mirror``) on the cluster, ``--snapshot never`` on Kafka: the batches' data files
     are written by the executors' tasks (created under the Worker's umask, the driver's log commits under the
-    driver's own), the table read by delta-rs alone equals the published rows (inserts, an update, deletes),
-    and a second run resumes from the checkpoint: it reads only what came after, and adds nothing twice, although
-    its batch's first task SIGKILLs its executor JVM mid-file (``kill-executor-in-files:first``): the Worker
-    relaunches an executor, Spark reruns the lost tasks, the dead attempt's file is never published (a temporary
-    file on this local table)."""
+    driver's own), and the table read by delta-rs alone equals the published rows (inserts, updates, deletes),
+    with nothing added twice, although the first batch's first task SIGKILLs its executor JVM mid-file
+    (``kill-executor-in-files:first``): the Worker relaunches an executor, Spark reruns the lost tasks, the dead
+    attempt's file is never published (a temporary file on this local table). One run (one spark-submit): a run
+    that resumes from its checkpoint reading only what came after is tests/mirror_job/test_mirror_checkpoint.py's,
+    in-process (docs/testing.md, "Moves")."""
     from msgstream_spark.cli.main import main as msgstream_cli
     from msgstream_spark.spark.failpoints import KILL_MARKER
     from msgstream_spark.spark.mirror import FAILPOINT_ENV
@@ -157,7 +158,9 @@ def test_mirror_on_the_cluster_its_tasks_write_the_table(spark_cluster, cluster_
 
     cfg = config_file(kafka_env, tmp_path)
     chans = [kafka_env.new_channel("clm") for _ in range(2)]
-    for p in PUBLISHES[:2]:  # 200 rows, every 10th deleted, then 50..69 again (updated vectors)
+    # 200 rows, every 10th deleted; 50..69 again (updated vectors); 200..229 (new keys); 100..109 again, deleted
+    publishes = [*PUBLISHES[:2], (200, 30, 0.0), PUBLISHES[2]]
+    for p in publishes:
         assert msgstream_cli(publish_argv(cfg, chans, "clmirror", *p)) == 0
     table = tmp_path / "t"
     mirror = cluster_submit.job_path("mirror")
@@ -169,35 +172,24 @@ def test_mirror_on_the_cluster_its_tasks_write_the_table(spark_cluster, cluster_
     worker_umask = os.umask(0o022)
     os.umask(worker_umask)
     driver_umask = 0o077 if worker_umask != 0o077 else 0o022
-    proc = cluster_submit.run(mirror, *argv, umask=driver_umask)
+    proc = cluster_submit.run(mirror, *argv, umask=driver_umask,
+                              env={FAILPOINT_ENV: "kill-executor-in-files:first", "MSGSTREAM_JOBS_QUIET": "0"})
     assert proc.returncode == 0, cluster_submit.failure(proc)
-    first = summary(proc)
-    assert first["merged_batches"] >= 2 and first["stream_rows"] == 240
-    assert read_delta(str(table)) == expected(PUBLISHES[:2])
+    run = summary(proc)
+    assert run["merged_batches"] >= 2 and run["stream_rows"] == 290 and run["skipped_batches"] == 0
+    assert read_delta(str(table)) == expected(publishes)
     files = delta_files(str(table))
+    assert len(files) == len(set(files))  # no data file referenced twice
     data = [table / f for f in files]
     commits = list((table / "_delta_log").glob("*.json"))
     if isinstance(spark_cluster, SparkCluster):  # the Worker's umask is known: it was started here
         assert _modes(data) == {0o666 & ~worker_umask}, "data files not written by the executors"
         assert _modes(commits) == {0o666 & ~driver_umask}, "log commits not written by the driver"
-
-    # the second run: its batch's first task SIGKILLs its executor JVM with its data file half written
-    more = [(200, 30, 0.0), PUBLISHES[2]]  # new keys (a data file to write), then 100..109 again, deleted
-    for p in more:
-        assert msgstream_cli(publish_argv(cfg, chans, "clmirror", *p)) == 0
-    proc = cluster_submit.run(mirror, *argv, umask=driver_umask,
-                              env={FAILPOINT_ENV: "kill-executor-in-files:first", "MSGSTREAM_JOBS_QUIET": "0"})
-    assert proc.returncode == 0, cluster_submit.failure(proc)
-    second = summary(proc)
-    assert second["stream_rows"] == 50 and second["skipped_batches"] == 0  # resumed: only the new changes
-    assert read_delta(str(table)) == expected(PUBLISHES + more)
-    files = delta_files(str(table))
-    assert len(files) == len(set(files))  # no data file referenced twice
     import deltalake
 
     batches = [(h.get("msgstream.query_id"), h.get("msgstream.batch_id")) for h in
                deltalake.DeltaTable(str(table)).history() if h.get("msgstream.batch_id") is not None]
-    assert len(batches) == len(set(batches)) == first["merged_batches"] + second["merged_batches"]
+    assert len(batches) == len(set(batches)) == run["merged_batches"]
 
     done = subprocess.run([sys.executable, "-m", "msgstream_spark", "mirror", "orphans", "--table", str(table),
                            "--table-format", "delta"], cwd=ROOT, capture_output=True, text=True, timeout=300)

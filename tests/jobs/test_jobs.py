@@ -94,12 +94,26 @@ def test_demo_runs_green_with_small_sizes(tmp_path):
 
 
 @pytest.mark.parametrize("job", ["ingest", "replay", "publish", "demo", "mirror"])
-def test_help_and_usage_errors(job):
-    """The checkout's launch files (jobs/<name>.py) keep working; the commands: tests/cli/test_job_commands.py."""
-    ok = subprocess.run([sys.executable, "-m", f"jobs.{job}", "--help"], capture_output=True, text=True, timeout=120,
+def test_help_and_usage_errors(job, capsys, monkeypatch):
+    """The checkout's launch files (jobs/<name>.py) keep working, run in-process as ``python -m jobs.<name>`` runs
+    them (runpy; test_a_launch_file_runs_as_a_process: one as a process); the commands:
+    tests/cli/test_job_commands.py."""
+    import runpy
+
+    for argv, code in ((["--help"], 0), (["--no-such-flag"], 2)):
+        monkeypatch.setattr(sys, "argv", [f"jobs/{job}.py", *argv])
+        capsys.readouterr()
+        with pytest.raises(SystemExit) as exc:
+            runpy.run_module(f"jobs.{job}", run_name="__main__", alter_sys=True)
+        out = capsys.readouterr()
+        assert exc.value.code == code and "usage:" in (out.out if code == 0 else out.err), (argv, out)
+
+
+def test_a_launch_file_runs_as_a_process():
+    ok = subprocess.run([sys.executable, "-m", "jobs.mirror", "--help"], capture_output=True, text=True, timeout=120,
                         env=login_env())
     assert ok.returncode == 0 and "usage:" in ok.stdout
-    bad = subprocess.run([sys.executable, "-m", f"jobs.{job}", "--no-such-flag"], capture_output=True, text=True,
+    bad = subprocess.run([sys.executable, "-m", "jobs.mirror", "--no-such-flag"], capture_output=True, text=True,
                          timeout=120, env=login_env())
     assert bad.returncode == 2 and "usage:" in bad.stderr
 

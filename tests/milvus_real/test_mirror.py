@@ -84,8 +84,11 @@ class Writer:
 
     def _loop(self) -> None:
         i = 0
-        try:  # bounded: at most 500 rounds, paced so that it spans a job's run
-            while i < 500 and not self.stop_event.wait(0.05):
+        # Bounded: at most 300 rounds, one every 0.2 s, so that it spans a job's run. What the tests need is a
+        # write after the snapshot's S and writes while the stream catches up; more rounds only add rows to stream
+        # (a 0.05 s pace wrote ~4x as many, for the same assertions).
+        try:
+            while i < 300 and not self.stop_event.wait(0.2):
                 for w in self.workloads:
                     w.insert(range(self.next, self.next + 10))
                     if i % 2 == 0:

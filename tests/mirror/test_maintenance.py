@@ -109,6 +109,7 @@ def test_a_compaction_killed_before_its_commit_changes_nothing(fmt, tmp_path):
     _no_file_twice(t)
 
 
+@pytest.mark.slow  # the command in a subprocess, twice: make test runs it, make test-fast does not
 @pytest.mark.parametrize("fmt", FORMATS)
 def test_the_maintenance_entry_point_compacts_once_and_is_refused_beside_a_writer(fmt, tmp_path):
     import json
@@ -148,6 +149,7 @@ def _plain_read(fmt, loc) -> dict:
 
 
 # (killed before the commit with the files complete: test_a_compaction_killed_before_its_commit_changes_nothing)
+@pytest.mark.slow  # a process fault: the command SIGKILLed in a subprocess and run again
 @pytest.mark.parametrize(("fmt", "step"), [
     ("delta", "kill-in-compaction-write"), ("iceberg", "kill-in-compaction-write"),
     ("iceberg", "kill-after-compaction-commit")])

@@ -74,3 +74,37 @@ def test_a_checkpoint_without_its_table_is_refused(spark, local_env, tmp_path):
         run_mirror(spark, cfg, ch, table)
     shutil.rmtree(tmp_path / "t_checkpoint")
     assert run_mirror(spark, cfg, ch, table)["snapshot"]["mode"] == "stream" and rows("delta", table) == [2]
+
+
+def test_a_second_run_resumes_from_its_checkpoint_reading_only_what_came_after(spark, local_env, tmp_path):
+    """A run, then changes, then a run again: the second reads only the changes after the first's checkpoint and
+    adds nothing twice; the table (read by delta-rs alone) equals the published rows. (Moved here from the
+    cluster's mirror test, which runs the job once: docs/testing.md, "Moves".)"""
+    import deltalake
+
+    from msgstream_spark.cli.main import main as msgstream_cli
+    from msgstream_spark.jobs import mirror
+    from tests.mirror_job.synthetic_mirror import PUBLISHES, delta_files, expected, publish_argv, read_delta
+
+    cfg = config_file(local_env, tmp_path)
+    chans = [local_env.new_channel("resume") for _ in range(2)]
+    table = tmp_path / "t"
+    argv = ["--config", cfg, "--collection", "resumed", "--table", str(table), "--table-format", "delta",
+            "--snapshot", "never", "--channels", ",".join(chans), "--max-rows-per-trigger", "150",
+            "--progress-interval", "1"]
+    for p in PUBLISHES[:2]:  # 200 rows, every 10th deleted, then 50..69 again (updated vectors)
+        assert msgstream_cli(publish_argv(cfg, chans, "resumed", *p)) == 0
+    first = mirror.run(mirror.build_parser().parse_args(argv), spark)
+    assert first["merged_batches"] >= 2 and first["stream_rows"] == 240
+    assert read_delta(str(table)) == expected(PUBLISHES[:2])
+    more = [(200, 30, 0.0), PUBLISHES[2]]  # new keys, then 100..109 again, deleted
+    for p in more:
+        assert msgstream_cli(publish_argv(cfg, chans, "resumed", *p)) == 0
+    second = mirror.run(mirror.build_parser().parse_args(argv), spark)
+    assert second["stream_rows"] == 50 and second["skipped_batches"] == 0  # resumed: only the new changes
+    assert read_delta(str(table)) == expected(PUBLISHES + more)
+    files = delta_files(str(table))
+    assert len(files) == len(set(files))
+    batches = [(h.get("msgstream.query_id"), h.get("msgstream.batch_id")) for h in
+               deltalake.DeltaTable(str(table)).history() if h.get("msgstream.batch_id") is not None]
+    assert len(batches) == len(set(batches)) == first["merged_batches"] + second["merged_batches"]

@@ -11,6 +11,7 @@ import yaml
 
 from msgstream_spark.config import Config
 from tests.fixtures.milvus_env import StoreWriter
+from tests.fixtures.waits import finish
 from tests.spark.helpers import Publisher
 
 
@@ -57,7 +58,7 @@ def test_available_now_stream_through_the_proxy(spark, milvus_proxy, tmp_path):
               .option("subscription", "s1").load())
         q = (df.writeStream.format("parquet").option("path", str(out)).option("checkpointLocation",
              str(tmp_path / "ck")).trigger(availableNow=True).start())
-        q.awaitTermination(120)
+        finish(q, 120, "the availableNow run through the proxy")
         return sorted((r.op, r.pk) for r in spark.read.parquet(str(out)).select("op", "pk").collect())
 
     w.close()

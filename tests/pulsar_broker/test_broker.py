@@ -35,10 +35,10 @@ def topic(name: str) -> str:
     return NS + name + f"-{time.monotonic_ns()}"
 
 
-def wait_until(cond, timeout: float = 10.0) -> None:
+def wait_until(cond, what: str, timeout: float = 30.0) -> None:
     deadline = time.monotonic() + timeout
     while not cond():
-        assert time.monotonic() < deadline, "condition not reached in time"
+        assert time.monotonic() < deadline, f"{what}: not within {timeout:.0f} s"
         time.sleep(0.02)
 
 
@@ -186,7 +186,8 @@ def test_dropped_connections_reconnect_without_loss(client, broker):
     first = drain(c)
     for m in first[:5]:
         c.acknowledge(m)
-    wait_until(lambda: broker.mark_delete(t, "d") == 4)  # the client groups acks for up to 100 ms
+    # the client groups acks for up to 100 ms
+    wait_until(lambda: broker.mark_delete(t, "d") == 4, "the broker's mark-delete position at the 5th ack")
     assert broker.drop_connections() >= 1
     for i in range(10, 15):
         prod.send(str(i).encode())  # the producer reconnects

@@ -9,6 +9,7 @@ import pytest
 
 from tests.fixtures.backend_env import BackendEnv
 from tests.fixtures.pulsar_env import pulsar_config
+from tests.fixtures.waits import finish
 from tests.spark.helpers import Publisher
 from tests.spark.test_source import rows_of, stream
 
@@ -47,5 +48,5 @@ def test_streaming_query_runs_through_a_restart(spark, pulsar_lite_broker, tmp_p
     want = sorted((op, pk) for op, pk, _ in pub.published)
     assert rows_of(spark, out) == want  # every row once: none lost, none written twice
     q2 = stream(spark, env, pub, "across", tmp_path / "chk", out)  # a restart of the query continues
-    q2.awaitTermination(120)
+    finish(q2, 120, "the restarted query's availableNow run")
     assert rows_of(spark, out) == want

@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import json
-import time
 
 import pytest
 from chispa import assert_df_equality
 
 from msgstream_spark.msg.position import MsgPosition
+from tests.fixtures.waits import finish, wait_until
 from tests.spark.helpers import COLLECTION, MS, TS0, Publisher, spark_options
 
 pytestmark = pytest.mark.slow  # Spark end to end
@@ -61,12 +61,12 @@ def test_streaming_stop_restart_exactly_the_remaining_rows(spark, backend, pub, 
     pub.rounds(2)
     out = tmp_path / "out"
     q = stream(spark, backend, pub, "restart", tmp_path / "chk", out)
-    assert q.awaitTermination(120) is not False
+    finish(q, 120, "the first availableNow run")
     first = rows_of(spark, out)
     assert len(first) == 40
     pub.rounds(2)
     q = stream(spark, backend, pub, "restart", tmp_path / "chk", out)
-    q.awaitTermination(120)
+    finish(q, 120, "the restarted availableNow run")
     both = rows_of(spark, out)
     assert len(both) == 80 and len(set(both)) == 80  # none twice
     assert both == sorted((op, pk) for op, pk, _ in pub.published)
@@ -75,7 +75,7 @@ def test_streaming_stop_restart_exactly_the_remaining_rows(spark, backend, pub, 
 def test_max_rows_per_trigger_and_available_now_batch_counts(spark, backend, pub, tmp_path):
     pub.rounds(5, rows=4)  # 5 tick-delimited rounds of 8 rows
     q = stream(spark, backend, pub, "rate", tmp_path / "chk", tmp_path / "out", maxRowsPerTrigger=16)
-    q.awaitTermination(120)
+    finish(q, 120, "the rate-limited availableNow run")
     sizes = [p["numInputRows"] for p in q.recentProgress if p["numInputRows"]]
     assert sizes == [16, 16, 8]  # batches end at time ticks, within the cap
     assert len(rows_of(spark, tmp_path / "out")) == 40
@@ -134,14 +134,12 @@ def test_reads_leave_no_subscriptions_behind(spark, backend, pub, tmp_path):
     pub.rounds(2, rows=3)
     assert read(spark, backend, pub).count() == 12  # 2 rounds x 2 channels x 3 rows
     q = stream(spark, backend, pub, "kept-sub", tmp_path / "chk", tmp_path / "out")
-    q.awaitTermination(120)
-    q.stop()
+    finish(q, 120, "the availableNow run")
     topics = [pub.client.settings.topic(ch) for ch in pub.channels]
 
     def leftovers() -> dict:
         return {t: [s for s in broker.subscription_names(t) if s.startswith("__msgstream")] for t in topics}
 
-    deadline = time.monotonic() + 30  # a reader's non-durable subscription goes with its connection
-    while leftovers() != {t: [] for t in topics} and time.monotonic() < deadline:
-        time.sleep(0.2)
-    assert leftovers() == {t: [] for t in topics}
+    # a reader's non-durable subscription goes with its connection
+    wait_until(lambda: leftovers() == {t: [] for t in topics}, 60, "the readers' subscriptions to go",
+               seen=leftovers)

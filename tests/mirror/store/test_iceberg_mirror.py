@@ -228,7 +228,8 @@ def test_a_writers_record_hides_catalog_secrets_from_its_command_line(tmp_path, 
         held.release()
 
 
-@pytest.fixture(params=["postgresql", "rest"])
+# the REST parameter starts lakana: the worker group that shares one server (tests/conftest.py)
+@pytest.fixture(params=["postgresql", pytest.param("rest", marks=pytest.mark.xdist_group("rest-catalog"))])
 def catalog_on_s3(request, s3, monkeypatch, tmp_path):
     """(--table, open_table keyword arguments, a plain pyiceberg handle) of a table on the S3 server in a SQL
     catalog on PostgreSQL (by location) or in lakana's REST catalog (by identifier: the server places it)."""
