@@ -1,0 +1,42 @@
+"""What a Delta batch reads of the table's log on S3: the exactly-once check (``last_batch``) reads the commits
+since the last read, not every commit since the last checkpoint (delta-rs's ``transaction_version`` replays them
+all on each call: on S3 a GET per commit, twice per batch, each commit as large as the files a batch touched),
+and it sees a batch another writer committed meanwhile. Counted on the S3 server's own request log."""
+
+from __future__ import annotations
+
+import re
+
+from msgstream_spark.mirror import apply_batch, open_table
+from tests.mirror.changes import FIELDS, insert, to_arrow, upsert
+
+
+def _log_gets(s3, start: int) -> list[str]:
+    """The GETs of the table's Delta log objects the server logged after line ``start``."""
+    lines = s3.server.log.read_text(errors="replace").splitlines()[start:]
+    return [ln for ln in lines if re.search(rf"GET /{s3.bucket}/[^ ]*/_delta_log/", ln)]
+
+
+def _open(s3):
+    return open_table("delta", s3.uri("lake", "t"), collection="coll", pk="pk", arrow_schema=FIELDS,
+                      storage_options=s3.options())
+
+
+def test_the_exactly_once_check_reads_only_new_commits_and_sees_another_writers(s3):
+    t = _open(s3)
+    assert apply_batch(t, to_arrow([insert(10, *[(p, f"a{p}") for p in range(40)])]), "pk", "q", 0)
+    for i in range(1, 12):
+        assert apply_batch(t, to_arrow(upsert(10 + 10 * i, *[(p, f"u{i}.{p}") for p in range(i % 4, 40, 4)])),
+                           "pk", "q", i)
+    start = len(s3.server.log.read_text(errors="replace").splitlines())
+    assert t.last_batch("q") == 11
+    assert t.last_batch("other") is None
+    gets = _log_gets(s3, start)
+    # the one commit the log state had not read yet (this handle's last) and a probe for the next version; the
+    # replay read all 12 commits
+    assert len(gets) <= 3, gets
+
+    other = _open(s3)  # another writer commits batch 12 of the query; the first handle's check sees it
+    assert apply_batch(other, to_arrow(upsert(500, (1, "x"))), "pk", "q", 12)
+    assert t.last_batch("q") == 12
+    assert not apply_batch(t, to_arrow(upsert(500, (1, "x"))), "pk", "q", 12)
