@@ -225,6 +225,8 @@ class DeltaMirrorTable:
         actions.append({"txn": {"appId": query_id, "version": int(batch_id), "lastUpdated": now}})
         write_commit(self.store, self.root, state.version + 1, actions, "MERGE",
                      {**(commit_info or {}), PROP_QUERY: query_id, PROP_BATCH: str(batch_id)})
+        for path, dv in dv_of.items():  # the next batch's live files: the vectors known, not read back one by one
+            self._dvs[_dv_key(dv)] = np.unique(np.asarray(vectors[path], dtype=np.uint64))
         self._dt.update_incremental()
         if (state.version + 1) % CHECKPOINT_EVERY == 0:  # readers (and LogState) start from the last checkpoint
             self._dt.create_checkpoint()
