@@ -39,8 +39,10 @@ SCRIPTS = [
     "bench.bench_store",
 ]
 
-# Sizes per script: "full" is what the README's figures come from (about 15-20 minutes on 2 cores, of them
-# ~6 for bench_mirror_scale and ~5 for bench_mirror_driver).
+# Sizes per script: "full" is what the README's figures come from (about 60-70 minutes on 2 cores, of them
+# ~15 for bench_mirror (its S3 part ~8), ~20-25 for bench_mirror_scale (local and S3: ~12 of them for the S3
+# server's 1M- and 8M-row tables, Delta and Iceberg), ~12-15 for bench_freshness (its S3 part ~5) and ~5 for
+# bench_mirror_driver; the S3 parts start moto's server themselves: bench/_s3.py).
 SIZES = {
     "full": {"bench.bench_spark_read": {"rows": 300_000, "mem_rows": 0, "kafka": True},
              "bench.bench_spark_write": {"rows": 50_000},
@@ -49,10 +51,10 @@ SIZES = {
              "bench.bench_decode26": {"messages": 10_000},
              "bench.bench_read_shape": {"plan_rows": [100_000, 1_000_000, 10_000_000], "rows": 1_000_000,
                                         "split_rows": 2_000_000},
-             "bench.bench_mirror": {"rows": 1_000_000, "snapshot_rows": 200_000},
+             "bench.bench_mirror": {"rows": 1_000_000, "snapshot_rows": 200_000, "reps": 2},
              "bench.bench_storage_snapshot": {"sizes": (20_000, 200_000)},
              "bench.bench_snapshot": {"rows8": 200_000, "rows768": 20_000},
-             # #27's sizes: a 10k-change batch into 1M vs 8M rows x 64-d (Delta ~2 min on 2 cores)
+             # #27's and #37's sizes: a 10k-change batch into 1M vs 8M rows x 64-d, a local path and the S3 server
              "bench.bench_mirror_scale": {"small": 1_000_000},
              "bench.bench_mirror_driver": {"rows": 1_000_000, "dim": 768},
              "bench.bench_freshness": {"small": 1_000, "large": 4_000_000, "samples": 15},
@@ -65,7 +67,7 @@ SIZES = {
               "bench.bench_decode26": {"messages": 5_000},
               "bench.bench_read_shape": {"plan_rows": [100_000, 1_000_000], "rows": 200_000, "split_rows": 400_000,
                                          "reps": 3},
-              "bench.bench_mirror": {"rows": 100_000, "snapshot_rows": 50_000},
+              "bench.bench_mirror": {"rows": 100_000, "snapshot_rows": 50_000, "reps": 1},
               "bench.bench_storage_snapshot": {"sizes": (5_000, 50_000)},
               "bench.bench_snapshot": {"rows8": 50_000, "rows768": 5_000},
               "bench.bench_mirror_scale": {"small": 50_000, "updates_table": 50_000, "update_batches": 20},
