@@ -227,15 +227,16 @@ def store_cost(fmt: str, where: Where, small: int, dim: int, batch: int, reps: i
     finally:
         for k in tables:
             where.drop(f"{fmt}-{k}")
-    out: dict = {}
+    kinds = {}
     for kind in ("first", "cold", "warm", "insert_only"):
         a, b = _summary(runs["small"][kind]), _summary(runs["large"][kind])
-        out[kind] = {"small": a, "large": b, "ratio": _ratios(a, b)}
-    # the figures earlier runs reported under these names: a mixed batch with the indexes known, insert-only
-    out["mixed"] = {"small_s": out["warm"]["small"]["s"], "large_s": out["warm"]["large"]["s"],
-                    "ratio": out["warm"]["ratio"]["time"]}
-    out["insert_only"].update(small_s=out["insert_only"]["small"]["s"], large_s=out["insert_only"]["large"]["s"])
-    return out
+        kinds[kind] = {"small": a, "large": b, "ratio": _ratios(a, b)}
+    # the time ratios under the names earlier runs reported them (a mixed batch with the indexes known, an
+    # insert-only batch), and every kind of batch with its bytes under "batches"
+    return {"batches": kinds,
+            **{name: {"small_s": kinds[kind]["small"]["s"], "large_s": kinds[kind]["large"]["s"],
+                      "ratio": kinds[kind]["ratio"]["time"]}
+               for name, kind in (("mixed", "warm"), ("insert_only", "insert_only"))}}
 
 
 def _kib(r: dict) -> str:
@@ -244,7 +245,8 @@ def _kib(r: dict) -> str:
 
 def _print_store(store: str, fmt: str, r: dict, small: int) -> None:
     for kind, goal in (("first", None), ("cold", 1.5), ("warm", 1.5), ("insert_only", 1.2)):
-        a, b, q = r[kind]["small"], r[kind]["large"], r[kind]["ratio"]
+        k = r["batches"][kind]
+        a, b, q = k["small"], k["large"], k["ratio"]
         mb = ""
         if "get_bytes" in a:
             mb = (f"   fetched {a['get_bytes'] / 2**20:8.2f} -> {b['get_bytes'] / 2**20:8.2f} MiB"

@@ -97,7 +97,7 @@ def _store_rows(m: dict, sc: dict, fr: dict) -> list[tuple[str, float, float | N
         for kind, key, goal, what in (("warm", "time", 1.5, "time"), ("insert_only", "time", 1.2, "insert-only time"),
                                       ("warm", "get_bytes", 1.2, "bytes fetched, warm key cache"),
                                       ("cold", "get_bytes", None, "bytes fetched, cold key cache")):
-            q = ((r.get(kind) or {}).get("ratio") or {}).get(key)
+            q = ((((r.get("batches") or {}).get(kind)) or {}).get("ratio") or {}).get(key)
             if q:
                 g = f"goal <= {goal}x, as {goal} / ratio" if goal else "no goal, as 1.2 / ratio"
                 rows.append((f"mirror {fmt} on S3, batch {what}, 8x / 1x rows ({g})", round((goal or 1.2) / q, 2),
