@@ -9,7 +9,9 @@ file system, and the mirror reads it locally): a table in object storage takes `
 
 ``--table-format`` has one rule: by default the format is what the location holds (a ``_delta_log/`` is
 Delta, Iceberg ``metadata/*.metadata.json`` is Iceberg); it is needed only to create a table (``mirror run``
-on an empty location); an explicit format the location contradicts is refused naming both.
+on an empty location); an explicit format the location contradicts is refused naming both. ``--catalog NAME``
+(a pyiceberg catalog) means Iceberg: with it ``--table`` may name the table as ``namespace.table``, and a new
+table needs no ``--table-format``; a catalog argument given for a Delta table is refused naming both.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from typing import Any
 from msgstream_spark.cli.vocab import UsageError, parse_kv
 from msgstream_spark.errors import MirrorError
 from msgstream_spark.mirror.formats.detect import evidence, formats_at
+from msgstream_spark.mirror.formats.iceberg.catalog import is_identifier
 from msgstream_spark.mirror.store import uri
 from msgstream_spark.mirror.table import FORMATS
 
@@ -29,16 +32,25 @@ FORMAT_HELP = ("delta or iceberg (default: what the location holds: a _delta_log
 CATALOG_URI_HELP = ("Iceberg: the SQL catalog's URI, a SQLAlchemy URL (default: the SQLite file "
                     "<table>_catalog.sqlite next to the table, made with the table; a table of an earlier release "
                     "keeps <table>/catalog.sqlite)")
+CATALOG_HELP = ("Iceberg: the pyiceberg catalog NAME the table is registered in, configured as pyiceberg users "
+                "configure one (.pyiceberg.yaml, PYICEBERG_CATALOG__<NAME>__<KEY> variables); with it --table is a "
+                "location or namespace.table (the catalog chooses the location). Default: the SQLite catalog "
+                "beside a local table")
+CATALOG_OPTION_HELP = ("Iceberg: a property of the --catalog over its configuration (repeatable), e.g. "
+                       "uri=postgresql+psycopg2://user:PASSWORD@host/db, warehouse=s3://bucket/lake")
 
 
 def add_table_args(p: argparse.ArgumentParser, *, creates: bool = False, checkpoint: bool = True) -> None:
-    """``--table``, ``--table-format``, ``--catalog-uri`` and (``checkpoint``) ``--checkpoint``.
+    """``--table``, ``--table-format``, ``--catalog-uri``, ``--catalog``, ``--catalog-option`` and (``checkpoint``)
+    ``--checkpoint``.
     ``creates``: the command makes the table when there is none (``mirror run``)."""
     p.add_argument("--table", required=True, metavar="LOCATION",
                    help="the mirrored table's location (a directory or URI; Iceberg: the table's own location)")
     p.add_argument("--table-format", choices=FORMATS, default=None,
                    help=FORMAT_HELP.format(create="; required to create a table" if creates else ""))
     p.add_argument("--catalog-uri", metavar="URI", help=CATALOG_URI_HELP)
+    p.add_argument("--catalog", metavar="NAME", help=CATALOG_HELP)
+    p.add_argument("--catalog-option", action="append", default=[], metavar="KEY=VALUE", help=CATALOG_OPTION_HELP)
     p.add_argument("--storage-option", action="append", default=[], metavar="KEY=VALUE",
                    help="an object store setting of the table (repeatable; object_store's keys, e.g. aws_endpoint, "
                         "aws_region, aws_allow_http; over the AWS_*/GOOGLE_*/AZURE_* environment; secrets are masked "
@@ -46,33 +58,53 @@ def add_table_args(p: argparse.ArgumentParser, *, creates: bool = False, checkpo
     if checkpoint:
         p.add_argument("--checkpoint", metavar="DIR",
                        help="the mirror job's checkpoint, a directory on the driver's disk (default for a local "
-                            "table: <table>_checkpoint; required for a table in object storage)")
+                            "table: <table>_checkpoint; required for a table in object storage or named "
+                            "namespace.table)")
 
 
 def resolve_table_format(args: argparse.Namespace, *, create: bool = False) -> str:
     """Set ``args.table_format`` by the rule above and return it. UsageError for a format the location
-    contradicts, a location holding both, a new table without a format (``create``), ``--catalog-uri`` with
+    contradicts, a location holding both, a new table without a format (``create``), a catalog argument with
     a Delta table; MirrorError when there is no table and the command does not create one."""
-    found = formats_at(args.table, storage_options(args))
     given = args.table_format
+    if getattr(args, "catalog_option", None) and not getattr(args, "catalog", None):
+        raise UsageError("--catalog-option sets a property of a named catalog: give --catalog NAME too")
+    if is_identifier(args.table, getattr(args, "catalog", None)):  # namespace.table: only Iceberg has catalogs
+        if given == "delta":
+            raise UsageError(f"--table {args.table} with --catalog {args.catalog} names an Iceberg table, but "
+                             "--table-format is delta: leave --table-format out (or give a Delta table's location "
+                             "without --catalog)")
+        if create:
+            checkpoint_of(args, required=True)  # the job's checkpoint: no default beside a table named so
+        args.table_format = "iceberg"
+        return "iceberg"
+    found = formats_at(args.table, storage_options(args))
     if given and found and given not in found:
         raise UsageError(f"--table-format {given}, but {args.table} holds {NAMES[found[0]]} table "
                          f"({evidence(found[0])}): pass --table-format {found[0]}, or leave the flag out")
     if not given and len(found) > 1:
         raise UsageError(f"{args.table} holds both a Delta and an Iceberg table ({evidence('delta')}, "
                          f"{evidence('iceberg')}): pass --table-format delta or --table-format iceberg")
-    fmt = given or (found[0] if found else None)
+    fmt = given or (found[0] if found else None) or ("iceberg" if getattr(args, "catalog", None) else None)
     if fmt is None and create:
         raise UsageError(f"there is no table at {args.table} yet: pass --table-format delta or --table-format "
                          "iceberg to say which one to create")
     if fmt is None:
         raise MirrorError(f"there is no mirror table at {args.table} (neither {evidence('delta')} nor "
                           f"{evidence('iceberg')})")
-    if fmt == "delta" and getattr(args, "catalog_uri", None):
-        raise UsageError(f"--catalog-uri names an Iceberg catalog, but {args.table} is a Delta table"
-                         f"{'' if given else ' (' + evidence('delta') + ')'}: leave --catalog-uri out")
+    flags = _catalog_args(args)
+    if fmt == "delta" and flags:
+        raise UsageError(f"{' and '.join(flags)} name{'s' if len(flags) == 1 else ''} an Iceberg catalog, but "
+                         f"{args.table} is a Delta table{'' if given else ' (' + evidence('delta') + ')'}: leave "
+                         f"{' and '.join(flags)} out")
     args.table_format = fmt
     return fmt
+
+
+def _catalog_args(args: argparse.Namespace) -> list[str]:
+    """The catalog flags given (each Iceberg's only)."""
+    return [flag for flag, dest in (("--catalog-uri", "catalog_uri"), ("--catalog", "catalog"),
+                                    ("--catalog-option", "catalog_option")) if getattr(args, dest, None)]
 
 
 def storage_options(args: argparse.Namespace) -> dict[str, str] | None:
@@ -82,12 +114,27 @@ def storage_options(args: argparse.Namespace) -> dict[str, str] | None:
 
 def table_options(args: argparse.Namespace) -> dict[str, Any]:
     """The keyword arguments of ``open_table`` / ``open_existing`` / ``table_identity`` the flags give."""
-    return {"catalog_uri": getattr(args, "catalog_uri", None), "storage_options": storage_options(args)}
+    return {"catalog_uri": getattr(args, "catalog_uri", None), "storage_options": storage_options(args),
+            "catalog": getattr(args, "catalog", None),
+            "catalog_options": catalog_options(getattr(args, "catalog_option", None) or [])}
+
+
+def catalog_options(pairs: list[str]) -> dict[str, str] | None:
+    """``--catalog-option KEY=VALUE`` pairs as a mapping (None: none given); a pair without ``=`` is a UsageError
+    that shows its key only (a value may be a secret)."""
+    out: dict[str, str] = {}
+    for i, pair in enumerate(pairs, 1):
+        key, eq, value = pair.partition("=")
+        if not eq or not key.strip():
+            raise UsageError(f"--catalog-option #{i} is not KEY=VALUE (e.g. --catalog-option warehouse=s3://b/lake)")
+        out[key.strip()] = value
+    return out or None
 
 
 def checkpoint_of(args: argparse.Namespace, required: bool = False) -> str | None:
     """``--checkpoint`` (a directory on the driver's disk), default ``<table>_checkpoint`` for a local table; for
-    a table in object storage None, or (``required``: the job) a UsageError saying to pass one."""
+    a table in object storage or named ``namespace.table`` in a catalog None, or (``required``: the job) a
+    UsageError saying to pass one."""
     given = getattr(args, "checkpoint", None)
     if given:
         loc = uri.parse(given)
@@ -96,6 +143,12 @@ def checkpoint_of(args: argparse.Namespace, required: bool = False) -> str | Non
                              "mirror reads it there; Spark writes it through Hadoop's file system): pass a local "
                              "directory")
         return loc.key if "://" in given else given
+    if is_identifier(args.table, getattr(args, "catalog", None)):
+        if required:
+            raise UsageError(f"--table {args.table} names a table in catalog {args.catalog}, which has no directory "
+                             "beside it for the job's checkpoint: pass --checkpoint DIR, a directory on the driver's "
+                             "disk")
+        return None
     table = uri.parse(args.table)
     if table.kind == "local":
         return (table.key if "://" in args.table else args.table.rstrip("/")) + "_checkpoint"

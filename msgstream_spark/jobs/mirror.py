@@ -178,13 +178,20 @@ def run(args: argparse.Namespace, spark=None) -> dict[str, Any]:
     cfg = _config(args)
     spark = spark or spark_session("msgstream-mirror", args.master)  # Spark first, then pymilvus clients
     from msgstream_spark.jobs.mirror_start import decide_start
+    from msgstream_spark.mirror.formats.iceberg.catalog import is_identifier
     from msgstream_spark.mirror.formats.lock import writer_lock
+    from msgstream_spark.mirror.table import open_table
     from msgstream_spark.mirror.trust.history import HistoryTable
     from msgstream_spark.spark.mirror import MirrorBatch
 
     probe = _stream(spark, args, cfg, None)
     pk, cid = _facts(probe)
-    with writer_lock(store, args.table, "the mirror job") as hold:  # the table's one writer while the job runs
+    where = args.table
+    if is_identifier(args.table, args.catalog):  # the catalog places the table: made now, its lease goes there
+        placed = open_table(args.table_format, args.table, collection=args.collection, pk=pk, create=False,
+                            arrow_schema=rows_arrow_schema(probe), collection_id=cid, **table_options(args))
+        store, where = placed.store, placed.location
+    with writer_lock(store, where, "the mirror job") as hold:  # the table's one writer while the job runs
         start = decide_start(spark, args, cfg, rows_arrow_schema(probe), pk, cid, checkpoint)
         history = HistoryTable(args.history_table, pk, storage_options(args)) if args.history_table else None
         sink = MirrorBatch(start.table, pk, checkpoint=checkpoint, collection_id=start.collection_id,

@@ -169,3 +169,38 @@ def test_verify_of_an_iceberg_mirror_without_the_flag_through_the_documented_var
     assert sorted((p["kind"], p["pk"]) for p in out if "kind" in p) == [("extra", 2), ("missing", 6)]
     summary = out[-1]["summary"]
     assert summary["rows"] == {"milvus": 6, "table": 6} and not summary["equal"]
+
+
+def test_catalog_flags_name_an_iceberg_catalog_for_every_command(tables, local_env, tmp_path, monkeypatch, capsys):
+    """``--catalog NAME`` (pyiceberg's configuration) and ``--catalog-option``: a table named ``namespace.table``
+    is found by every command; a Delta table refuses them naming both; a catalog's password never shows."""
+    d, _ = tables
+    cfg = config_file(local_env, tmp_path)
+    monkeypatch.setenv("PYICEBERG_HOME", str(tmp_path))
+    monkeypatch.setenv("PYICEBERG_CATALOG__LAKE__TYPE", "sql")
+    monkeypatch.setenv("PYICEBERG_CATALOG__LAKE__URI", f"sqlite:///{tmp_path / 'lake.db'}")
+    monkeypatch.setenv("PYICEBERG_CATALOG__LAKE__WAREHOUSE", f"file://{tmp_path / 'wh'}")
+    made = open_table("iceberg", "shelf.books", collection="c", pk="pk", arrow_schema=SCHEMA, catalog="lake")
+    assert made.location == str(tmp_path / "wh" / "shelf" / "books")  # where the catalog put it
+    for action in ("orphans", "compact"):
+        code, out, err = _cli(capsys, "mirror", action, "--table", "shelf.books", "--catalog", "lake")
+        assert code == 0 and out[-1]["format"] == "iceberg", err
+    code, out, err = _cli(capsys, "mirror", "status", "--config", cfg, "--table", "shelf.books", "--catalog", "lake",
+                          "--checkpoint", str(tmp_path / "cp"))
+    assert code == 0 and out[0]["collection"] == "c", err
+
+    code, _, err = _cli(capsys, "mirror", "orphans", "--table", d, "--catalog", "lake")
+    assert code == 2 and f"--catalog names an Iceberg catalog, but {d} is a Delta table (a _delta_log/" in err
+    code, _, err = _cli(capsys, "mirror", "orphans", "--table", d, "--catalog-option", "uri=x")
+    assert code == 2 and "give --catalog NAME too" in err
+    code, _, err = _cli(capsys, "mirror", "orphans", "--table", "shelf.books", "--catalog", "lake",
+                        "--catalog-option", "password-only")
+    assert code == 2 and "--catalog-option #1 is not KEY=VALUE" in err and "password-only" not in err
+    code, err = _run(["--config", cfg, "--collection", "c", "--table", "shelf.books", "--catalog", "lake",
+                      "--table-format", "delta"], capsys)
+    assert code == 2 and "names an Iceberg table, but --table-format is delta" in err
+    code, err = _run(["--config", cfg, "--collection", "c", "--table", "shelf.books", "--catalog", "lake"], capsys)
+    assert code == 2 and "pass --checkpoint DIR" in err
+    code, _, err = _cli(capsys, "mirror", "vacuum", "--table", "shelf.books", "--catalog", "lake", "--dry-run",
+                        "--catalog-option", "uri=postgresql+psycopg2://me:pw-Secret-42@127.0.0.1:1/db")
+    assert code == 1 and "Iceberg catalog 'lake'" in err and "pw-Secret-42" not in err

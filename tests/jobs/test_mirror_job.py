@@ -108,3 +108,39 @@ def test_the_job_into_s3_survives_its_kills_and_resumes(local_env, tmp_path, s3)
     assert json.loads(cli("orphans").stdout)["orphans"] == []
     status = json.loads(cli("status", "--config", cfg, "--checkpoint", chk).stdout)
     assert status["table"] == table and set(status["channels"]) == set(chans) and status["backlog_rows"] == 0
+
+
+def test_mirror_run_into_an_iceberg_table_on_s3_through_a_postgresql_catalog(spark, local_env, s3, postgres_db,
+                                                                             tmp_path, monkeypatch):
+    """``mirror run --table mirror.c26 --catalog lake --storage-option ...``: the SQL catalog on PostgreSQL places
+    the table in its warehouse on the S3 server; Spark's tasks write the data and delete files there, the driver
+    commits through the catalog, the writer lease lives beside the table; a plain pyiceberg catalog reads the
+    collection back; the second run's delete is a position-delete file in the bucket."""
+    from pyiceberg.catalog import load_catalog
+
+    from msgstream_spark.jobs import mirror
+    from msgstream_spark.mirror.store.settings import for_pyiceberg
+
+    monkeypatch.setenv("PYICEBERG_HOME", str(tmp_path))
+    monkeypatch.setenv("PYICEBERG_CATALOG__LAKE__TYPE", "sql")
+    monkeypatch.setenv("PYICEBERG_CATALOG__LAKE__URI", postgres_db)
+    monkeypatch.setenv("PYICEBERG_CATALOG__LAKE__WAREHOUSE", s3.uri("wh"))
+    ch, tt = local_env.new_channel("mirror-s3"), D.TT
+    cfg = config_file(local_env, tmp_path)
+    argv = ["--config", cfg, "--channels", ch, "--collection", "c26", "--table", "mirror.c26", "--catalog", "lake",
+            "--checkpoint", str(tmp_path / "cp"), "--snapshot", "never", "--progress-interval", "1",
+            *[f"--storage-option={k}={v}" for k, v in s3.options().items()]]
+    with local_env.client() as c, c.create_producer(ch) as prod:
+        P.write(prod, [P.create_collection(tt), P.insert(tt + 1, [1, 2, 3]), P.timetick(tt + 2)])
+        first = mirror.run(mirror.build_parser().parse_args(argv), spark)
+        P.write(prod, [P.delete(tt + 3, [2]), P.insert(tt + 4, [4]), P.timetick(tt + 5)])
+        second = mirror.run(mirror.build_parser().parse_args(argv), spark)  # resumes from its checkpoint
+    assert first["format"] == "iceberg" and first["merged_batches"] >= 1 and second["merged_batches"] >= 1
+    tbl = load_catalog("lake", type="sql", uri=postgres_db, **for_pyiceberg(s3.options())).load_table(
+        ("mirror", "c26"))
+    assert tbl.location() == s3.uri("wh", "mirror", "c26")
+    assert sorted(r["pk"] for r in tbl.scan().to_arrow().to_pylist()) == [1, 3, 4]
+    keys = [o["Key"] for o in s3.server.boto3().list_objects_v2(Bucket=s3.bucket)["Contents"]]
+    assert any(k.startswith("wh/mirror/c26/data/delete-") for k in keys)  # key 2's delete: by position
+    assert all(k.startswith("wh/mirror/c26/") for k in keys) and "wh/mirror/c26/_msgstream_writer.lease" in keys
+    assert s3.options()["aws_secret_access_key"] not in str(first) + str(second)

@@ -211,7 +211,7 @@ def _partitioned_iceberg(loc: str):
     from pyiceberg.transforms import IdentityTransform
 
     from msgstream_spark.mirror.common import identity_properties, table_schema
-    from msgstream_spark.mirror.formats.iceberg.table import _catalog, _identifier
+    from msgstream_spark.mirror.formats.iceberg.catalog import _catalog, _identifier
 
     tbl = _catalog(loc, None).create_table(_identifier("coll"), schema=table_schema(FIELDS, "pk"), location=loc,
                                            properties=identity_properties("coll", "pk", None))

@@ -301,7 +301,7 @@ def test_iceberg_table_partitioned_by_the_user(tmp_path):
     from pyiceberg.transforms import IdentityTransform
 
     from msgstream_spark.mirror.common import identity_properties, table_schema
-    from msgstream_spark.mirror.formats.iceberg.table import _catalog, _identifier
+    from msgstream_spark.mirror.formats.iceberg.catalog import _catalog, _identifier
 
     loc = str(tmp_path / "t")
     cat = _catalog(loc, None)

@@ -42,7 +42,7 @@ from msgstream_spark.mirror.store.settings import mask
 
 LEASE_NAME = "_msgstream_writer.lease"
 DEFAULT_EXPIRY_S = 60.0
-_ASSIGNMENT = re.compile(r"(?i)([\w.-]*(?:secret|token|password|_key|sas)[\w.-]*=)\S+")
+_ASSIGNMENT = re.compile(r"(?i)([\w.-]*(?:secret|token|password|credential|_key|sas)[\w.-]*=)\S+")
 
 
 class LeaseHeld(MirrorError):

@@ -13,7 +13,7 @@ import pyarrow.dataset as ds
 from msgstream_spark.errors import MirrorError
 from msgstream_spark.mirror.common import PROP_BATCH, PROP_COLLECTION, PROP_PK, PROP_QUERY
 from msgstream_spark.mirror.formats.delta.table import DeltaMirrorTable
-from msgstream_spark.mirror.formats.iceberg.table import PROP_BATCH_OF, IcebergMirrorTable, _catalog
+from msgstream_spark.mirror.formats.iceberg.table import PROP_BATCH_OF, IcebergMirrorTable
 from msgstream_spark.mirror.trust.watermark import PROP_WATERMARK
 
 
@@ -130,10 +130,8 @@ def table_identity(fmt: str, location: str, catalog_uri: str | None = None, stor
     if fmt == "delta":
         props = DeltaMirrorTable.stored_properties(location, storage_options)
     else:
-        tbl = IcebergMirrorTable(location, "", "", None, _catalog(location, catalog_uri))._at_location()
-        if tbl is None:
-            raise MirrorError(f"no Iceberg table at {location} in its catalog")
-        props = dict(tbl.properties)
+        props = IcebergMirrorTable.stored_properties(location, catalog_uri, storage_options=storage_options,
+                                                     catalog=catalog, catalog_options=catalog_options)
     if not props.get(PROP_COLLECTION) or not props.get(PROP_PK):
         raise MirrorError(f"table {location} names no mirrored collection ({PROP_COLLECTION}, {PROP_PK})")
     return props[PROP_COLLECTION], props[PROP_PK]

@@ -12,12 +12,12 @@ import pytest
 
 from msgstream_spark.errors import ConfigError
 from msgstream_spark.mirror.formats.iceberg.catalog import (
+    _catalog_uri,
     catalog_properties,
     ensure_namespace,
     resolve_catalog,
     table_identifier,
 )
-from msgstream_spark.mirror.formats.iceberg.table import _catalog_uri
 from tests.fixtures.s3_server import SECRET_KEY
 
 ROWS = pa.table({"pk": pa.array([1, 2, 3], pa.int64()), "name": pa.array(["a", "b", "c"])})

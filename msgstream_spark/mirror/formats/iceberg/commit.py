@@ -3,9 +3,8 @@ snapshot (merge-on-read), and data files with their delete files replaced (compa
 
 pyiceberg 0.12 reads position deletes but writes only data manifests (mirror-scale-notes.md); this builds on
 its snapshot producer (``pyiceberg.table.update.snapshot._SnapshotProducer``: manifest list, summary, the
-catalog commit) and adds a delete manifest (``content = deletes``) next to the data manifest. A position
-delete file is a Parquet file of ``file_path`` (field id 2147483546) and ``pos`` (2147483545) sorted by
-both (Iceberg spec, "Position Delete Files"). The private API is pinned by ``pyiceberg>=0.12,<0.13``.
+catalog commit) and adds a delete manifest (``content = deletes``) next to the data manifest (the entries
+themselves: ``files.py``). The private API is pinned by ``pyiceberg>=0.12,<0.13``.
 
 Every snapshot made here is fenced at the snapshot it was planned on (``base``, by default the head when the
 transaction began): pyiceberg retries a commit the catalog refused by rebasing the snapshot onto the new head,
@@ -15,59 +14,10 @@ Our producer refuses instead (``_validate_concurrency``, which pyiceberg calls o
 
 from __future__ import annotations
 
-import os
-import uuid
 from contextlib import contextmanager
 
-import numpy as np
-import pyarrow as pa
-import pyarrow.parquet as pq
-
 from msgstream_spark.errors import MirrorError
-from msgstream_spark.mirror.write.layout import NO_SNAPSHOT, fence_message, write_data_file
-
-FILE_PATH_ID = 2147483546
-POS_ID = 2147483545
-DELETE_SCHEMA = pa.schema([
-    pa.field("file_path", pa.string(), False, metadata={b"PARQUET:field_id": str(FILE_PATH_ID).encode()}),
-    pa.field("pos", pa.int64(), False, metadata={b"PARQUET:field_id": str(POS_ID).encode()}),
-])
-
-
-def write_position_deletes(data_dir: str, deletes: dict[str, np.ndarray]) -> str:
-    """One position-delete file holding ``deletes`` (data file path -> positions), sorted by path and position."""
-    paths, pos = [], []
-    for p in sorted(deletes):
-        v = np.sort(np.asarray(deletes[p], dtype=np.int64))
-        paths += [p] * len(v)
-        pos.append(v)
-    out = os.path.join(data_dir, f"delete-{uuid.uuid4().hex}.parquet")
-    os.makedirs(data_dir, exist_ok=True)
-    write_data_file(pa.Table.from_arrays([pa.array(paths, pa.string()), pa.array(np.concatenate(pos))],
-                                         schema=DELETE_SCHEMA), out)
-    return out
-
-
-def delete_data_file(path: str, spec_id: int, partition):
-    """The manifest's DataFile of a position-delete file (row count, size, the bounds of the paths it names)."""
-    from pyiceberg.manifest import DataFile, DataFileContent, FileFormat
-
-    meta = pq.read_metadata(path)
-    col = pq.read_table(path, columns=["file_path"]).column(0)
-    lo, hi = min(col.to_pylist()), max(col.to_pylist())
-    return DataFile.from_args(
-        content=DataFileContent.POSITION_DELETES, file_path=path, file_format=FileFormat.PARQUET, partition=partition,
-        record_count=meta.num_rows, file_size_in_bytes=os.path.getsize(path), spec_id=spec_id,
-        lower_bounds={FILE_PATH_ID: lo.encode()}, upper_bounds={FILE_PATH_ID: hi.encode()},
-        column_sizes={}, value_counts={}, null_value_counts={}, nan_value_counts={}, split_offsets=None,
-        sort_order_id=None, equality_ids=None, key_metadata=None)
-
-
-def data_data_file(tbl, path: str):
-    """The manifest's DataFile of a data file a task wrote with the table's field ids (stats from its footer)."""
-    from pyiceberg.io.pyarrow import parquet_file_to_data_file
-
-    return parquet_file_to_data_file(tbl.io, tbl.metadata, path)
+from msgstream_spark.mirror.write.layout import NO_SNAPSHOT, fence_message
 
 
 def head_id(metadata) -> int:
@@ -79,11 +29,17 @@ def head_id(metadata) -> int:
 @contextmanager
 def fenced(location: str, what: str):
     """Run an Iceberg transaction's commit: MirrorError (nothing committed) when the table moved since it was
-    planned or the catalog refused it."""
-    from pyiceberg.exceptions import CommitFailedException, ValidationException
+    planned or the catalog refused it (a lost answer says so: the commit may have landed)."""
+    from pyiceberg.exceptions import CommitFailedException, CommitStateUnknownException, RESTError, ValidationException
 
     try:
         yield
+    except CommitStateUnknownException as e:
+        raise MirrorError(f"table {location}: the catalog's answer to {what} was lost ({e}): it may or may not have "
+                          "landed; the next run reads the table as it is (a batch already in it is skipped)") from e
+    except RESTError as e:  # a REST catalog's own rules (e.g. no snapshot expiry by commit)
+        raise MirrorError(f"table {location}: the catalog refused {what}: {type(e).__name__}: {e}; nothing "
+                          "committed") from e
     except ValidationException as e:
         raise MirrorError(str(e) if "moved from snapshot" in str(e) else
                           f"table {location}: {what} conflicts with another writer's commit ({e}); nothing committed"
@@ -93,12 +49,21 @@ def fenced(location: str, what: str):
                           "nothing committed") from e
 
 
+def assert_head(tx, base: int) -> None:
+    """The catalog takes transaction ``tx`` only while the table's main branch is at snapshot ``base`` (a commit
+    that makes no snapshot, e.g. properties only: the check a snapshot's commit carries anyway)."""
+    from pyiceberg.table.update import AssertRefSnapshotId
+
+    tx._apply((), (AssertRefSnapshotId(snapshot_id=None if base == NO_SNAPSHOT else base, ref="main"),))
+
+
 def commit_files(tx, tbl, *, adds: list, removes: set[str], properties: dict[str, str], base: int | None = None,
-                 operation=None, what: str = "the commit") -> None:
+                 operation=None, what: str = "the commit", location: str | None = None) -> None:
     """One snapshot in transaction ``tx``: the DataFiles ``adds`` (data and position-delete files) added, the
     files whose paths are in ``removes`` (data or delete files) removed; based on snapshot ``base`` (default:
     the transaction's head now), refused if the table is not there or moves before the catalog commit.
-    ``operation``: the snapshot's (default: append, or overwrite when it removes or deletes rows)."""
+    ``operation``: the snapshot's (default: append, or overwrite when it removes or deletes rows); ``location``:
+    the table's, for messages (default: the catalog's)."""
     from pyiceberg.table.snapshots import Operation
 
     if operation is None:
@@ -106,7 +71,7 @@ def commit_files(tx, tbl, *, adds: list, removes: set[str], properties: dict[str
     p = _producer_type()(operation, tx, tbl.io, snapshot_properties=dict(properties))
     p.adds, p.removes, p.what = adds, removes, what
     p.want = head_id(tx.table_metadata) if base is None else base
-    p.location = tbl.location().removeprefix("file://")
+    p.location = location or tbl.location()
     p._validate_concurrency()  # the transaction's head is the planned snapshot: else refused before writing
     for f in adds:
         p.append_data_file(f)
@@ -115,6 +80,34 @@ def commit_files(tx, tbl, *, adds: list, removes: set[str], properties: dict[str
 
 
 _TYPES: dict[str, type] = {}
+
+
+class _Manifests:
+    """What our producer adds to pyiceberg's: the transaction's metadata read once per attempt (pyiceberg rebuilds
+    it at every access: a deep copy, growing with the table's snapshots), and manifest writers of both kinds."""
+
+    def _meta(self):
+        if getattr(self, "_cached", None) is None:
+            self._cached = self._transaction.table_metadata
+        return self._cached
+
+    def _refresh_for_retry(self) -> None:
+        super()._refresh_for_retry()
+        self._cached = None
+
+    def schema(self):
+        return self._meta().schema()
+
+    def _writer(self, content):
+        from pyiceberg.manifest import ManifestContent, write_manifest
+
+        meta = self._meta()
+        if content == ManifestContent.DELETES:
+            return _delete_writer_type()(meta.spec(), meta.schema(), self.new_manifest_output(), self._snapshot_id,
+                                         self._compression)
+        return write_manifest(format_version=meta.format_version, spec=meta.spec(), schema=meta.schema(),
+                              output_file=self.new_manifest_output(), snapshot_id=self._snapshot_id,
+                              avro_compression=self._compression)
 
 
 def _producer_type() -> type:
@@ -127,7 +120,7 @@ def _producer_type() -> type:
     from pyiceberg.table.snapshots import Operation, Summary
     from pyiceberg.table.update.snapshot import _SnapshotProducer
 
-    class Producer(_SnapshotProducer):  # commit_files sets adds, removes, want, what, location
+    class Producer(_Manifests, _SnapshotProducer):  # commit_files sets adds, removes, want, what, location
         def _validate_concurrency(self) -> None:
             """Based on ``want`` or refused (never rebased onto another writer's snapshot by a retry)."""
             got = NO_SNAPSHOT if self._parent_snapshot_id is None else self._parent_snapshot_id
@@ -150,13 +143,6 @@ def _producer_type() -> type:
 
         def _existing_manifests(self) -> list:
             return []
-
-        def _writer(self, content):
-            spec = self._transaction.table_metadata.spec()
-            if content == ManifestContent.DELETES:
-                return _delete_writer_type()(spec, self.schema(), self.new_manifest_output(), self._snapshot_id,
-                                             self._compression)
-            return self.new_manifest_writer(spec)
 
         def _manifests(self) -> list:
             out = []
@@ -200,7 +186,7 @@ def _carried(producer, removes: set[str]) -> list:
 
     self = producer
     out: list = []
-    parent = self._transaction.table_metadata.snapshot_by_id(self._parent_snapshot_id) \
+    parent = self._meta().snapshot_by_id(self._parent_snapshot_id) \
         if self._parent_snapshot_id is not None else None
     for m in parent.manifests(io=self._io) if parent is not None else []:
         if not removes:

@@ -11,15 +11,14 @@ The table's metadata files: the current one and those its ``metadata-log`` lists
 ``write.metadata.previous-versions-max``, 100 by default: Iceberg's own count, the ones
 ``write.metadata.delete-after-commit.enabled`` would keep) are kept; older metadata files, the manifest lists
 of expired snapshots and the manifests no kept snapshot lists are not referenced any more.
+
+Every file is returned in the store's spelling (``files.store_path``), as the store lists them.
 """
 
 from __future__ import annotations
 
-import os
-
-
-def _path(uri: str) -> str:
-    return uri.removeprefix("file://")
+from msgstream_spark.mirror.formats.iceberg.files import store_path
+from msgstream_spark.mirror.store import Store
 
 
 def split_snapshots(meta, cutoff_ms: int) -> tuple[list, list]:
@@ -41,32 +40,32 @@ def split_snapshots(meta, cutoff_ms: int) -> tuple[list, list]:
     return kept, expired
 
 
-def snapshot_files(tbl, snapshots: list) -> set[str]:
-    """The data and delete files the ``snapshots`` read, with their manifest lists and manifests (absolute
-    paths). A manifest is shared by the snapshots that carry it: each is read once."""
+def snapshot_files(store: Store, tbl, snapshots: list) -> set[str]:
+    """The data and delete files the ``snapshots`` read, with their manifest lists and manifests. A manifest is
+    shared by the snapshots that carry it: each is read once."""
     out: set[str] = set()
     seen: set[str] = set()
     for snap in snapshots:
-        out.add(_path(snap.manifest_list))
+        out.add(store_path(store, snap.manifest_list))
         for m in snap.manifests(io=tbl.io):
             if m.manifest_path in seen:
                 continue
             seen.add(m.manifest_path)
-            out.add(_path(m.manifest_path))
-            out.update(_path(e.data_file.file_path) for e in m.fetch_manifest_entry(io=tbl.io, discard_deleted=True))
+            out.add(store_path(store, m.manifest_path))
+            out.update(store_path(store, e.data_file.file_path)
+                       for e in m.fetch_manifest_entry(io=tbl.io, discard_deleted=True))
     return out
 
 
-def metadata_json_files(tbl) -> set[str]:
+def metadata_json_files(store: Store, tbl) -> set[str]:
     """The table's current metadata file and the previous ones its metadata log keeps."""
-    return {_path(tbl.metadata_location), *(_path(e.metadata_file) for e in tbl.metadata.metadata_log)}
+    return {store_path(store, tbl.metadata_location),
+            *(store_path(store, e.metadata_file) for e in tbl.metadata.metadata_log)}
 
 
-def metadata_dir_files(tbl) -> list[str]:
-    """The metadata files, manifest lists and manifests in the directory of the current metadata file."""
-    d = os.path.dirname(_path(tbl.metadata_location))
-    try:
-        names = os.listdir(d)
-    except FileNotFoundError:
-        return []
-    return [os.path.join(d, n) for n in names if n.endswith((".metadata.json", ".avro"))]
+def metadata_dir_files(store: Store, tbl) -> list[str]:
+    """The metadata files, manifest lists and manifests in the directory of the current metadata file (listed
+    through the store)."""
+    meta = store_path(store, tbl.metadata_location)
+    folder = meta[:meta.rstrip("/").rfind("/")]
+    return [m.uri for m in store.list(folder) if m.uri.endswith((".metadata.json", ".avro"))]

@@ -1,25 +1,25 @@
-"""The mirrored table as Apache Iceberg, through ``pyiceberg`` and its SQL catalog (no JVM).
+"""The mirrored table as Apache Iceberg, through ``pyiceberg`` and a catalog (no JVM).
 
-The catalog is a SQLite file (``catalog_uri``, a SQLAlchemy URL; default ``<location>_catalog.sqlite``, next to
-the table, where Iceberg's orphan-file removal does not reach; a table of an earlier release keeps its
-``<location>/catalog.sqlite``), created only when a table is: meant for development and one writer: point
-``catalog_uri`` at your own SQL catalog otherwise.
-Exactly once: each merge is one Iceberg transaction (its deletes, its appends and the table property
-``msgstream.batch.<query id>`` = batch id), whose snapshots carry the query id and batch id in their
-summary; a batch whose id is not above the stored one is skipped. A merge reads only the key and
-``_seq`` of the batch's pks, computes what to delete and append in Arrow, and deletes by key
-(copy-on-write) then appends; pyiceberg's own ``upsert`` is not used (no delete clause).
+The catalog (``catalog.py``): by default a SQLite file (``catalog_uri``, a SQLAlchemy URL; default
+``<location>_catalog.sqlite``, next to a local table, where Iceberg's orphan-file removal does not reach; a table
+of an earlier release keeps its ``<location>/catalog.sqlite``), created only when a table is: meant for
+development and one writer; or a catalog you run (``--catalog NAME``: SQL on PostgreSQL, REST, ...), which is
+what a table in object storage needs. Every file the mirror reads or writes goes through the table's store
+(``table.store``); pyiceberg writes its metadata files, manifest lists and manifests through its FileIO, given
+the same storage settings. Manifests and position-delete files name every file by a full URI.
+Exactly once: each merge is one Iceberg transaction (its data and position-delete files and the table property
+``msgstream.batch.<query id>`` = batch id), whose snapshots carry the query id and batch id in their summary;
+a batch whose id is not above the stored one is skipped; the transaction is fenced at the snapshot its plan read
+(``commit.py``), so a concurrent writer's commit refuses it in the catalog.
 """
 
 from __future__ import annotations
 
-import os
-import re
+from collections.abc import Mapping
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
-import pyarrow.parquet as pq
 
 from msgstream_spark.errors import MirrorError
 from msgstream_spark.mirror.common import (
@@ -34,21 +34,23 @@ from msgstream_spark.mirror.common import (
     schema_difference,
     table_schema,
 )
-from msgstream_spark.mirror.formats.iceberg.commit import (
-    commit_files,
-    data_data_file,
-    delete_data_file,
-    fenced,
-    head_id,
-    write_position_deletes,
-)
+from msgstream_spark.mirror.formats.iceberg.catalog import _identifier, locate, manifest_uri
+from msgstream_spark.mirror.formats.iceberg.commit import assert_head, commit_files, fenced, head_id
 from msgstream_spark.mirror.formats.iceberg.expiry import (
     metadata_dir_files,
     metadata_json_files,
     snapshot_files,
     split_snapshots,
 )
-from msgstream_spark.mirror.store import open_store
+from msgstream_spark.mirror.formats.iceberg.files import (
+    data_file,
+    file_schema,
+    read_position_deletes,
+    store_path,
+    write_position_deletes,
+)
+from msgstream_spark.mirror.formats.iceberg.handle import CatalogTable
+from msgstream_spark.mirror.store import uri
 from msgstream_spark.mirror.write.batch import apply_local
 from msgstream_spark.mirror.write.layout import (
     DATA_DIR,
@@ -60,104 +62,53 @@ from msgstream_spark.mirror.write.layout import (
     fence_message,
 )
 
-NAMESPACE = "msgstream"
 PROP_BATCH_OF = "msgstream.batch."
 
 
-def _catalog_uri(location: str, catalog_uri: str | None) -> str:
-    if catalog_uri:
-        return catalog_uri
-    loc = os.path.abspath(location).rstrip("/")
-    inside = os.path.join(loc, "catalog.sqlite")  # where an earlier release put it
-    return f"sqlite:///{inside if os.path.exists(inside) else loc + '_catalog.sqlite'}"
-
-
-def _catalog(location: str, catalog_uri: str | None, create: bool = True):
-    """The SQL catalog (None: the default SQLite file does not exist and ``create`` is False: no table yet)."""
-    try:
-        from pyiceberg.catalog.sql import SqlCatalog
-    except ImportError as e:
-        raise MirrorError("the iceberg table format needs 'pyiceberg' and 'sqlalchemy': pip install "
-                          "'msgstream-spark[mirror]'") from e
-    uri = _catalog_uri(location, catalog_uri)
-    if not create and uri.startswith("sqlite:///") and not os.path.exists(uri.removeprefix("sqlite:///")):
-        return None
-    os.makedirs(location, exist_ok=True)
-    cat = SqlCatalog("msgstream", uri=uri, warehouse=f"file://{os.path.abspath(location)}")
-    cat.create_namespace_if_not_exists(NAMESPACE)
-    return cat
-
-
-def _identifier(collection: str) -> tuple[str, str]:
-    return NAMESPACE, re.sub(r"[^A-Za-z0-9_]", "_", collection)
-
-
-class IcebergMirrorTable:
-    """An Iceberg table at ``location`` mirroring one collection."""
-
-    def __init__(self, location: str, collection: str, pk: str, collection_id: int | None, catalog,
-                 catalog_uri: str | None = None) -> None:
-        self.location = location
-        self.collection = collection
-        self.pk = pk
-        self.collection_id = collection_id
-        self._catalog = catalog
-        self._catalog_uri = catalog_uri
-        self._tbl = None
-        self.root = os.path.abspath(location)
-        self.store = open_store(location)  # (store-write: the shared write path's store; store-iceberg owns this)
-        self._deletes: dict[str, dict[str, np.ndarray]] = {}
-        self._live: list[LiveFile] = []
-        self._entries: dict[str, list] = {}  # manifest path -> its live entries' data files (read once)
+class IcebergMirrorTable(CatalogTable):
+    """An Iceberg table mirroring one collection: at ``location`` (a path or URI), or named by identifier in a
+    named catalog (``location`` is then the catalog's, once the table exists)."""
 
     @classmethod
-    def open(cls, location: str, *, collection: str, pk: str, arrow_schema: pa.Schema | None,
-             catalog_uri: str | None, create: bool, collection_id: int | None) -> IcebergMirrorTable:
-        t = cls(location, collection, pk, collection_id, _catalog(location, catalog_uri, create), catalog_uri)
+    def open(cls, location: str, *, collection: str, pk: str, arrow_schema: pa.Schema | None = None,
+             catalog_uri: str | None = None, create: bool = True, collection_id: int | None = None,
+             storage_options: Mapping[str, Any] | None = None, catalog: str | None = None,
+             catalog_options: Mapping[str, str] | None = None) -> IcebergMirrorTable:
+        """The table (created from ``arrow_schema`` if missing and ``create``; a table named by identifier is
+        created as soon as a schema is given: the catalog chooses its location, where the snapshot's files go)."""
+        where = locate(location, catalog=catalog, catalog_options=catalog_options, catalog_uri=catalog_uri,
+                       storage_options=storage_options, create=create)
+        t = cls(location, collection, pk, collection_id, where, storage_options, catalog_uri)
         if t._catalog is None:
             return t  # no catalog file yet, none made before a table is: add_files makes both
-        ident = _identifier(collection)
-        t._tbl = t._at_location()
-        if t._tbl is None and t._catalog.table_exists(ident):
+        t._tbl = t._find()
+        ident = where.ident or _identifier(collection)
+        if t._tbl is None and where.ident is None and t._catalog.table_exists(ident):
             raise MirrorError(f"the catalog already has a table {'.'.join(ident)} for {collection!r}, at "
                               f"{t._catalog.load_table(ident).location()}, not at {location}")
         if t._tbl is not None:
-            check_identity(location, t.properties(), collection, pk, collection_id)
+            check_identity(t.location, t.properties(), collection, pk, collection_id)
             if arrow_schema is not None:
                 t.evolve(table_schema(arrow_schema, pk))
-        elif create:
+        elif create or (arrow_schema is not None and where.create_at is None):
             if arrow_schema is None:
                 raise MirrorError(f"no Iceberg table {'.'.join(ident)} at {location} and no schema to create it from")
             t._create(table_schema(arrow_schema, pk), {})
         return t
 
     @staticmethod
-    def stored_properties(location: str, catalog_uri: str | None) -> dict[str, str]:
-        """The ``msgstream.*`` properties of the catalog's table at ``location``; MirrorError if there is none."""
-        t = IcebergMirrorTable(location, "", "", None, _catalog(location, catalog_uri))
-        tbl = t._at_location()
+    def stored_properties(location: str, catalog_uri: str | None = None, *,
+                          storage_options: Mapping[str, Any] | None = None, catalog: str | None = None,
+                          catalog_options: Mapping[str, str] | None = None) -> dict[str, str]:
+        """The ``msgstream.*`` properties of the catalog's table at ``location`` (or named ``location``);
+        MirrorError if there is none."""
+        where = locate(location, catalog=catalog, catalog_options=catalog_options, catalog_uri=catalog_uri,
+                       storage_options=storage_options, create=False)
+        t = IcebergMirrorTable(location, "", "", None, where, storage_options, catalog_uri)
+        tbl = t._find() if t._catalog is not None else None
         if tbl is None:
-            raise MirrorError(f"no Iceberg table at {location} in the catalog")
+            raise MirrorError(f"no Iceberg table {location} in {where.name} catalog")
         return {k: v for k, v in tbl.properties.items() if k.startswith(PROP_PREFIX)}
-
-    def _at_location(self):
-        """The catalog's table stored at this location (whatever its name), or None."""
-        want = os.path.abspath(self.location).rstrip("/")
-        for ident in self._catalog.list_tables(NAMESPACE):
-            tbl = self._catalog.load_table(ident)
-            if tbl.location().removeprefix("file://").rstrip("/") == want:
-                return tbl
-        return None
-
-    def _create(self, schema: pa.Schema, properties: dict[str, str]) -> None:
-        props = {**identity_properties(self.collection, self.pk, self.collection_id), **properties}
-        self._tbl = self._catalog.create_table(_identifier(self.collection), schema=schema,
-                                               location=os.path.abspath(self.location), properties=props)
-
-    def _table(self):
-        if self._tbl is None:
-            raise MirrorError(f"no Iceberg table for {self.collection!r} at {self.location}")
-        return self._tbl
 
     @property
     def schema(self) -> pa.Schema:
@@ -170,7 +121,7 @@ class IcebergMirrorTable:
 
     def set_properties(self, properties: dict[str, str]) -> None:
         check_prefix(properties)
-        with self._table().transaction() as tx:
+        with fenced(self.location, "setting properties"), self._table().transaction() as tx:
             tx.set_properties(dict(properties))
 
     def last_batch(self, query_id: str) -> int | None:
@@ -197,18 +148,18 @@ class IcebergMirrorTable:
 
         tbl = self._table()
         tbl.refresh()
-        snap = self.properties().get(PROP_SNAPSHOT_TS)
+        snap = tbl.properties.get(PROP_SNAPSHOT_TS)
         schema = schema_to_pyarrow(tbl.schema(), include_field_ids=True)
         split = [tbl.schema().find_column_name(f.source_id) for f in tbl.spec().fields]
         if any(str(f.transform) != "identity" for f in tbl.spec().fields):
             raise MirrorError(f"table {self.location} is partitioned by {tbl.spec()}: the mirror writes tables "
                               "unpartitioned or with identity partitions only")
-        return WriteSpec(schema, self.pk, os.path.join(self.root, DATA_DIR), None if snap is None else int(snap),
-                         self.schema.field(self.pk).type, split)
+        return WriteSpec(schema, self.pk, uri.join(self.root, DATA_DIR), None if snap is None else int(snap),
+                         self.schema.field(self.pk).type, split, storage=dict(self.store.options))
 
     def live_files(self) -> LiveFiles:
         """The live data files with key bounds and deleted positions, from the current snapshot's manifests
-        (whose id they carry).
+        (whose id they carry); each file's location in the store's spelling, with its size.
         A manifest never changes, so its entries are read once (pyiceberg's ``plan_files`` reads every
         manifest again at each call: a cost growing with the table's commits); position deletes are matched
         to data files by path, which is what a position delete names."""
@@ -235,15 +186,17 @@ class IcebergMirrorTable:
                                   "the table: mirror into a new table")
             for path, pos in self._positions(d.file_path).items():
                 deleted.setdefault(path, []).append(pos)
-        out = []
+        out, self._names = [], {}
         for f in data:
             lo, hi = f.lower_bounds.get(field.field_id), f.upper_bounds.get(field.field_id)
             gone = deleted.get(f.file_path)
-            out.append(LiveFile(f.file_path.removeprefix("file://"),
-                                None if lo is None else from_bytes(field.field_type, lo),
-                                None if hi is None else from_bytes(field.field_type, hi),
-                                np.unique(np.concatenate(gone)).astype(np.uint64) if gone else
-                                np.zeros(0, np.uint64), f.record_count, f.partition))
+            live = LiveFile(store_path(self.store, f.file_path),
+                            None if lo is None else from_bytes(field.field_type, lo),
+                            None if hi is None else from_bytes(field.field_type, hi),
+                            np.unique(np.concatenate(gone)).astype(np.uint64) if gone else
+                            np.zeros(0, np.uint64), f.record_count, f.partition, f.file_size_in_bytes)
+            self._names[live.path] = f.file_path
+            out.append(live)
         self._live = out
         used = {d.file_path for d in deletes}
         self._deletes = {k: v for k, v in self._deletes.items() if k in used}  # expired delete files: forgotten
@@ -253,12 +206,12 @@ class IcebergMirrorTable:
         """Data file path -> positions of one position-delete file (cached: delete files never change)."""
         got = self._deletes.get(delete_file)
         if got is None:
-            t = pq.read_table(delete_file.removeprefix("file://"))
-            got = {}
-            for p in pc.unique(t.column("file_path")).to_pylist():
-                got[p] = t.filter(pc.equal(t.column("file_path"), p)).column("pos").to_numpy()
-            self._deletes[delete_file] = got
+            got = self._deletes[delete_file] = read_position_deletes(self._store_for(delete_file), delete_file)
         return got
+
+    def _named(self, path: str) -> str:
+        """A data file as its manifest names it (a live file's own spelling; a new file: its full URI)."""
+        return self._names.get(path) or manifest_uri(path)
 
     def commit(self, plan: Plan, *, query_id: str, batch_id: int, commit_info: dict[str, str] | None = None) -> bool:
         """One Iceberg snapshot: the new data files, one position-delete file, the batch's id in the properties.
@@ -270,19 +223,21 @@ class IcebergMirrorTable:
         what = f"batch {batch_id} of query {query_id}"
         if plan.base is not None and head_id(tbl.metadata) != plan.base:
             raise MirrorError(fence_message(self.location, "snapshot", plan.base, head_id(tbl.metadata), what))
-        adds = [data_data_file(tbl, p) for p in plan.adds]
+        adds = [data_file(self._store_for(p), tbl.metadata, p) for p in plan.adds]
         if plan.deletes:  # one position-delete file per partition of the data files it names
             part = {f.path: f.partition for f in self._live}
-            part.update({d.file_path: d.partition for d in adds})
+            part.update({p: d.partition for p, d in zip(plan.adds, adds)})
             groups: dict = {}
             for path, pos in plan.deletes.items():
-                groups.setdefault(part[path], {})[path] = pos
+                groups.setdefault(part[path], {})[self._named(path)] = pos
             for record, deletes in groups.items():
-                dfile = write_position_deletes(os.path.join(self.root, DATA_DIR), deletes)
-                adds.append(delete_data_file(dfile, tbl.metadata.default_spec_id, record))
+                adds.append(write_position_deletes(self.store, uri.join(self.root, DATA_DIR), deletes,
+                                                   tbl.metadata.default_spec_id, record))
         with fenced(self.location, what), tbl.transaction() as tx:
+            if plan.base is not None:  # the catalog refuses the commit if another writer's landed meanwhile
+                assert_head(tx, plan.base)
             if adds:
-                commit_files(tx, tbl, adds=adds, removes=set(), base=plan.base, what=what,
+                commit_files(tx, tbl, adds=adds, removes=set(), base=plan.base, what=what, location=self.location,
                              properties={**(commit_info or {}), PROP_QUERY: query_id, PROP_BATCH: str(batch_id)})
             tx.set_properties({PROP_BATCH_OF + query_id: str(int(batch_id))})
         return True
@@ -300,24 +255,24 @@ class IcebergMirrorTable:
         want = {f.path for f in old}
         removes: set[str] = set()
         for task in tbl.scan().plan_files():
-            if task.file.file_path.removeprefix("file://") in want:
+            if store_path(self.store, task.file.file_path) in want:
                 removes.add(task.file.file_path)
             removes.update(d.file_path for d in task.delete_files)
-        missing = want - {p.removeprefix("file://") for p in removes}
+        missing = want - {store_path(self.store, p) for p in removes}
         if missing:
             raise MirrorError(f"{sorted(missing)[:3]} are no longer in table {self.location}: another writer changed "
                               "it; nothing compacted")
         with fenced(self.location, "the compaction"), tbl.transaction() as tx:
-            commit_files(tx, tbl, adds=[data_data_file(tbl, p) for p in new], removes=removes, base=base,
-                         operation=Operation.REPLACE, what="the compaction",
+            commit_files(tx, tbl, adds=[data_file(self._store_for(p), tbl.metadata, p) for p in new], removes=removes,
+                         base=base, operation=Operation.REPLACE, what="the compaction", location=self.location,
                          properties={"msgstream.operation": "compaction"})
 
     def referenced_files(self) -> set[str]:
         """The data and delete files any snapshot the table keeps references, with the manifests and manifest
-        lists (absolute paths)."""
+        lists (in the store's spelling)."""
         tbl = self._table()
         tbl.refresh()
-        return snapshot_files(tbl, tbl.snapshots())
+        return snapshot_files(self.store, tbl, tbl.snapshots())
 
     def retained_files(self, retain_s: float, now: float) -> set[str]:
         """Every file a snapshot current at some moment within ``retain_s`` of ``now`` reads (``expiry``), and
@@ -325,7 +280,7 @@ class IcebergMirrorTable:
         tbl = self._table()
         tbl.refresh()
         kept, _ = split_snapshots(tbl.metadata, int((now - retain_s) * 1000))
-        return snapshot_files(tbl, kept) | metadata_json_files(tbl)
+        return snapshot_files(self.store, tbl, kept) | metadata_json_files(self.store, tbl)
 
     def expire(self, retain_s: float, now: float) -> None:
         """Expire (one commit) the snapshots not current at any moment within ``retain_s`` of ``now``: those
@@ -334,33 +289,50 @@ class IcebergMirrorTable:
         tbl.refresh()
         _, expired = split_snapshots(tbl.metadata, int((now - retain_s) * 1000))
         if expired:
-            tbl.maintenance.expire_snapshots().by_ids([s.snapshot_id for s in expired]).commit()
+            with fenced(self.location, f"expiring {len(expired)} snapshot(s) (vacuum: nothing deleted)"):
+                tbl.maintenance.expire_snapshots().by_ids([s.snapshot_id for s in expired]).commit()
 
     def metadata_files(self) -> list[str]:
-        """The metadata files, manifest lists and manifests on disk (what vacuum may delete of them)."""
+        """The metadata files, manifest lists and manifests in the store (what vacuum may delete of them)."""
         tbl = self._table()
         tbl.refresh()
-        return metadata_dir_files(tbl)
+        return metadata_dir_files(self.store, tbl)
 
     def add_files(self, paths: list[str], *, properties: dict[str, str]) -> None:
-        """Register the Parquet files (written elsewhere, e.g. by Spark tasks) with ``properties``."""
+        """Register the Parquet files (written elsewhere, e.g. by Spark tasks; full URIs or absolute paths) with
+        ``properties``."""
         check_prefix(properties)
         if not paths:
             raise MirrorError("add_files needs at least one data file")
-        if self._catalog is None:
-            self._catalog = _catalog(self.location, self._catalog_uri)
+        schema = file_schema(self._store_for(paths[0]), paths[0]) if self._tbl is None else None
+        if self._tbl is None and self._where.create_at is None:  # a catalog that places the table itself: made
+            self._create(schema, {})  # first (REST catalogs need not implement staged creation; lakana does not)
         if self._tbl is None:  # one transaction creates the table with its files and properties: a failure
             # (a footer that does not read, a kill) before its commit leaves no table, not an empty one
+            ident = self._creating()
             props = {**identity_properties(self.collection, self.pk, self.collection_id), **properties}
-            tx = self._catalog.create_table_transaction(_identifier(self.collection), schema=pq.read_schema(paths[0]),
-                                                        location=os.path.abspath(self.location), properties=props)
-            tx.add_files(list(paths), snapshot_properties=dict(properties))
-            tx.commit_transaction()
-            self._tbl = self._catalog.load_table(_identifier(self.collection))
+            tx = self._catalog.create_table_transaction(ident, schema=schema, properties=props,
+                                                        location=self._where.create_at)
+            self._append(tx, tx._table, paths, properties)
+            with fenced(self.location, "the table's creation"):
+                tx.commit_transaction()
+            self._tbl = self._find()
             return
-        with self._table().transaction() as tx:
-            tx.add_files(list(paths), snapshot_properties=dict(properties))
+        tbl = self._table()
+        with fenced(self.location, "adding files"), tbl.transaction() as tx:
+            self._append(tx, tbl, paths, properties)
             tx.set_properties(dict(properties))
+
+    def _append(self, tx, tbl, paths: list[str], properties: dict[str, str]) -> None:
+        """An append snapshot of the Parquet files at ``paths`` in ``tx`` (their entries read through the store;
+        files without field ids read by the table's name mapping, which is set if the table has none)."""
+        from pyiceberg.table import TableProperties
+
+        if tx.table_metadata.name_mapping() is None:
+            tx.set_properties(**{TableProperties.DEFAULT_NAME_MAPPING:
+                                 tx.table_metadata.schema().name_mapping.model_dump_json()})
+        commit_files(tx, tbl, adds=[data_file(self._store_for(p), tx.table_metadata, p) for p in paths], removes=set(),
+                     properties=dict(properties), what="adding files", location=self.location)
 
     def replace_files(self, paths: list[str], *, properties: dict[str, str]) -> None:
         """One transaction: every data and delete file removed, the Parquet files (a new snapshot) added,
@@ -378,8 +350,8 @@ class IcebergMirrorTable:
         with fenced(self.location, "the snapshot's replace"), tbl.transaction() as tx:
             if old:  # every data file and every position-delete file (which name only the old data files)
                 commit_files(tx, tbl, adds=[], removes=old, operation=Operation.DELETE, what="the snapshot's replace",
-                             properties=dict(properties))
-            tx.add_files(list(paths), snapshot_properties=dict(properties))
+                             properties=dict(properties), location=self.location)
+            self._append(tx, tbl, paths, properties)
             tx.set_properties(dict(properties))
 
     def evolve(self, new_schema: pa.Schema) -> None:
@@ -389,7 +361,7 @@ class IcebergMirrorTable:
 
     def _add_columns(self, fields: list[pa.Field]) -> None:
         tbl = self._table()
-        with tbl.update_schema() as u:
+        with fenced(self.location, "adding columns"), tbl.update_schema() as u:
             u.union_by_name(pa.schema([f.with_nullable(True) for f in fields]))
 
     def to_arrow(self) -> pa.Table:

@@ -1,0 +1,105 @@
+"""The files of an Iceberg mirror table, through the table's store: the manifest entries (``DataFile``) of data
+files tasks wrote, position-delete files written and read, and the two spellings of a file's location.
+
+A manifest and a position-delete file name every file by a full URI (``s3://bucket/t/data/x.parquet``,
+``file:///abs/t/data/x.parquet``); the mirror's own lists (live files, vacuum's candidates) use the store's
+spelling (``Store.join``: a URI, or a plain absolute path on a local table given as a path). A table of an
+earlier release names its local files by scheme-less absolute paths: a position delete must name a data file
+exactly as its manifest does, so the manifest's spelling of each live file is kept (``LiveFiles``' paths map).
+
+A position-delete file is a Parquet file of ``file_path`` (field id 2147483546) and ``pos`` (2147483545) sorted by
+both (Iceberg spec, "Position Delete Files"); its row count, size and the bounds of the paths it names are known
+when it is written, so nothing is read back. A data file's entry takes its statistics from the file's footer,
+read by range through the store, and its size from the store.
+"""
+
+from __future__ import annotations
+
+import uuid
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from msgstream_spark.mirror.formats.iceberg.catalog import manifest_uri
+from msgstream_spark.mirror.store import Store, uri
+from msgstream_spark.mirror.write.files import footer as parquet_footer
+
+FILE_PATH_ID = 2147483546
+POS_ID = 2147483545
+DELETE_SCHEMA = pa.schema([
+    pa.field("file_path", pa.string(), False, metadata={b"PARQUET:field_id": str(FILE_PATH_ID).encode()}),
+    pa.field("pos", pa.int64(), False, metadata={b"PARQUET:field_id": str(POS_ID).encode()}),
+])
+
+
+def store_path(store: Store, path: str) -> str:
+    """A manifest's file location in the store's spelling (a local table given as a path: a plain path)."""
+    loc = uri.parse(path)
+    if loc.kind != "local":
+        return str(path)
+    return "file://" + loc.key if str(store.root).startswith("file:") else loc.key
+
+
+def write_position_deletes(store: Store, data_dir: str, deletes: dict[str, np.ndarray], spec_id: int, partition):
+    """One position-delete file under ``data_dir`` holding ``deletes`` (data file URI as its manifest names it ->
+    positions), sorted by path and position, written through the store; its manifest entry."""
+    from pyiceberg.manifest import DataFile, DataFileContent, FileFormat
+
+    paths, pos = [], []
+    for p in sorted(deletes):
+        v = np.sort(np.asarray(deletes[p], dtype=np.int64))
+        paths += [p] * len(v)
+        pos.append(v)
+    table = pa.Table.from_arrays([pa.array(paths, pa.string()), pa.array(np.concatenate(pos))], schema=DELETE_SCHEMA)
+    target = uri.join(data_dir, f"delete-{uuid.uuid4().hex}.parquet")
+    with store.open_output(target) as out:
+        pq.write_table(table, out, compression="zstd", row_group_size=128 * 1024)
+        size = out.tell()
+    return DataFile.from_args(
+        content=DataFileContent.POSITION_DELETES, file_path=manifest_uri(target), file_format=FileFormat.PARQUET,
+        partition=partition, record_count=table.num_rows, file_size_in_bytes=size, spec_id=spec_id,
+        lower_bounds={FILE_PATH_ID: paths[0].encode()}, upper_bounds={FILE_PATH_ID: paths[-1].encode()},
+        column_sizes={}, value_counts={}, null_value_counts={}, nan_value_counts={}, split_offsets=None,
+        sort_order_id=None, equality_ids=None, key_metadata=None)
+
+
+def read_position_deletes(store: Store, path: str) -> dict[str, np.ndarray]:
+    """Data file URI (as the manifests name it) -> positions, of one position-delete file (read whole)."""
+    t = pq.read_table(pa.BufferReader(store.read(store_path(store, path))))
+    out = {}
+    for p in pc.unique(t.column("file_path")).to_pylist():
+        out[p] = t.filter(pc.equal(t.column("file_path"), p)).column("pos").to_numpy()
+    return out
+
+
+def data_file(store: Store, metadata, path: str):
+    """The manifest entry of a Parquet data file at ``path`` (a task's, a compaction's, a snapshot's): its
+    statistics from the footer (kept by this process's writer, else read by range through the store) and its
+    size, the table's field
+    ids matched by id or (files written without them) by the table's name mapping."""
+    from pyiceberg.io.pyarrow import (
+        _check_pyarrow_schema_compatible,
+        compute_statistics_plan,
+        data_file_statistics_from_parquet_metadata,
+        parquet_path_to_id_mapping,
+    )
+    from pyiceberg.manifest import DataFile, DataFileContent, FileFormat
+
+    size, footer = parquet_footer(store, path)
+    schema = metadata.schema()
+    _check_pyarrow_schema_compatible(schema, footer.schema.to_arrow_schema(), format_version=metadata.format_version)
+    stats = data_file_statistics_from_parquet_metadata(
+        parquet_metadata=footer, stats_columns=compute_statistics_plan(schema, metadata.properties),
+        parquet_column_mapping=parquet_path_to_id_mapping(schema))
+    return DataFile.from_args(
+        content=DataFileContent.DATA, file_path=manifest_uri(path), file_format=FileFormat.PARQUET,
+        partition=stats.partition(metadata.spec(), schema), file_size_in_bytes=size, sort_order_id=None,
+        spec_id=metadata.default_spec_id, equality_ids=None, key_metadata=None, **stats.to_serialized_dict())
+
+
+def file_schema(store: Store, path: str) -> pa.Schema:
+    """The Arrow schema of a Parquet file (its footer, read by range through the store)."""
+    with store.open_input(path) as f:
+        return pq.read_schema(f)
