@@ -39,7 +39,11 @@ class Deprecated(argparse.Action):
         self.append = append
 
     def __call__(self, parser, namespace, values, option_string=None) -> None:
-        warn_deprecated(parser.prog, option_string or self.option_strings[0], self.new)
+        old = option_string or self.option_strings[0]
+        warned = parser.__dict__.setdefault("_deprecated_warned", set())
+        if old not in warned:  # once per spelling and parse: ``--set a=1 --set b=2`` warns once
+            warned.add(old)
+            warn_deprecated(parser.prog, old, self.new)
         if self.append:
             values = [*(getattr(namespace, self.dest, None) or []), values]
         setattr(namespace, self.dest, values)

@@ -28,8 +28,8 @@ def test_cli_on_a_refused_broker_list_prints_one_clear_error(tmp_path):
     broker = f"127.0.0.1:{free_port()}"
     t0 = time.monotonic()
     proc = subprocess.run([sys.executable, "-m", "msgstream_spark.cli.main", "tail", "-c", "x",
-                           "--set", "mq.type=kafka", "--set", f"kafka.brokerList={broker}",
-                           "--set", "kafka.requestTimeout=120"],
+                           "--option", "mq.type=kafka", "--option", f"kafka.brokerList={broker}",
+                           "--option", "kafka.requestTimeout=120"],
                           capture_output=True, text=True, timeout=110, cwd=tmp_path, env=login_env())
     took = time.monotonic() - t0
     lines = proc.stderr.strip().splitlines()
