@@ -2,7 +2,7 @@
 for merge-on-read.
 
 ``python -m bench.bench_mirror_scale [--small N] [--dim D] [--batch N] [--reps K] [--updates-table N]
-[--update-batches K] [--formats delta,iceberg] [--stores local,s3]``:
+[--update-batches K] [--formats delta,iceberg] [--stores local,s3] [--cache-mb M]``:
 - batch cost, per store (``local``: a directory; ``s3``: a bucket on moto's S3 server, started here as the tests
   start it, bench/_s3.py): a table of ``small`` rows and one of 8 x ``small`` rows (``dim``-d float vectors, files
   of ``small // 4`` rows, at most 250k, written as a snapshot writes them: Parquet files in the table's store
@@ -85,7 +85,7 @@ class Where:
         if self.s3 is not None:
             extra["storage_options"] = self.options()
             if fmt == "iceberg":  # a table in object storage names its catalog: SQLite on the local disk here
-                extra["catalog_uri"] = f"sqlite:///{self.work / name}_catalog.sqlite"
+                extra["catalog_uri"] = f"sqlite:///{self.work / ('s3-' + name)}_catalog.sqlite"
         return open_table(fmt, self.location(name), collection="bench", pk="pk", arrow_schema=_fields(dim),
                           create=False, **extra)
 
@@ -300,15 +300,21 @@ def read_cost(fmt: str, work: Path, rows: int, dim: int, batches: int) -> dict:
 
 
 def run(small: int = 125_000, dim: int = 64, batch: int = 10_000, reps: int = 3, updates_table: int = 100_000,
-        update_batches: int = 50, formats: tuple[str, ...] = FORMATS, stores: tuple[str, ...] = STORES) -> dict:
+        update_batches: int = 50, formats: tuple[str, ...] = FORMATS, stores: tuple[str, ...] = STORES,
+        cache_mb: float | None = None) -> dict:
+    """``cache_mb``: the executor's key-index block cache bound (``MSGSTREAM_KEY_CACHE_MB``; default its own,
+    1024): one smaller than the large table's index (32 bytes a row) shows a batch once the cache cannot hold it."""
     from bench._s3 import load_average
 
     os.environ.setdefault("POLARS_ICEBERG_PLANNER", "pyiceberg")
+    if cache_mb is not None:
+        os.environ[keycache.CACHE_MB_ENV] = str(cache_mb)
     work = Path(tempfile.mkdtemp(prefix="bench-mirror-scale-"))
     out: dict = {"small_rows": small, "large_rows": 8 * small, "dim": dim, "batch": batch, "reps": reps,
+                 "key_cache_mb": float(os.environ.get(keycache.CACHE_MB_ENV) or keycache.DEFAULT_CACHE_MB),
                  "load_average_start": load_average()}
-    print(f"a {batch:,}-change batch into {small:,} vs {8 * small:,} rows x {dim}-d; load average "
-          f"{out['load_average_start']}", flush=True)
+    print(f"a {batch:,}-change batch into {small:,} vs {8 * small:,} rows x {dim}-d; key index cache "
+          f"{out['key_cache_mb']:,.0f} MiB; load average {out['load_average_start']}", flush=True)
     try:
         with contextlib.ExitStack() as stack:
             for store in stores:
@@ -353,9 +359,10 @@ def main() -> None:
     p.add_argument("--update-batches", type=int, default=50)
     p.add_argument("--formats", default=",".join(FORMATS))
     p.add_argument("--stores", default=",".join(STORES))
+    p.add_argument("--cache-mb", type=float, help="the key-index block cache's bound (MSGSTREAM_KEY_CACHE_MB)")
     a = p.parse_args()
     run(a.small, a.dim, a.batch, a.reps, a.updates_table, a.update_batches, tuple(a.formats.split(",")),
-        tuple(a.stores.split(",")))
+        tuple(a.stores.split(",")), a.cache_mb)
 
 
 if __name__ == "__main__":

@@ -45,10 +45,11 @@ def test_the_spark_bench_scripts_run_and_report_their_ratios():
     assert on_s3["large"]["store"] == "s3" and on_s3["large"]["rows"] == 1000 and on_s3["p50_ratio_s3_local_large"] > 0
     mirror = got["mirror"]
     assert mirror["mirror"]["mirror_delta_ratio"] > 0
-    delta = mirror["store"]["delta"]  # the job into s3:// and into a local path, what it moved through the store
-    assert delta["ratio"] > 0, delta
-    run = delta["runs"]["s3"][0]
-    assert run["step_bytes"]["write"]["written"] > 0 and run["served"]["put_bytes"] > 0, run
+    for fmt in ("delta", "iceberg"):  # the job into s3:// and into a local path, what it moved through the store
+        f = mirror["store"][fmt]
+        assert f.get("ratio", 0) > 0, f
+        run = f["runs"]["s3"][0]
+        assert run["step_bytes"]["write"]["written"] > 0 and run["served"]["put_bytes"] > 0, run
     labels = [r[0] for r in ratio_rows({"bench.bench_mirror": mirror, "bench.bench_freshness": got["fresh"]})]
     assert any("on S3 vs into a local path" in lb for lb in labels) and any("freshness on S3" in lb for lb in labels)
 
@@ -57,7 +58,7 @@ SCALE = """
 import json
 from bench import bench_mirror_scale
 print("RESULT " + json.dumps(bench_mirror_scale.run(small=2000, batch=200, reps=1, updates_table=1000,
-                                                    update_batches=2, formats=("delta",))))
+                                                    update_batches=2)))
 """
 
 
@@ -66,12 +67,13 @@ def test_the_scale_bench_runs_on_a_local_path_and_on_the_s3_server():
                           timeout=300)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-5000:]
     got = json.loads(next(ln for ln in proc.stdout.splitlines() if ln.startswith("RESULT "))[len("RESULT "):])
-    assert got["delta"]["mixed"]["ratio"] > 0 and got["delta"]["reads"]["read_ratio"] > 0
-    s3 = got["s3"]["delta"]["batches"]
-    for kind in ("first", "cold", "warm", "insert_only"):
-        assert s3[kind]["ratio"]["time"] > 0 and s3[kind]["large"]["get_bytes"] > 0, (kind, s3[kind])
-    # a cold executor fetches key index blocks that a warm one has in its cache
-    cold, warm = s3["cold"]["large"]["get_bytes_by_kind"], s3["warm"]["large"]["get_bytes_by_kind"]
-    assert cold["key_index"] > warm.get("key_index", 0), (cold, warm)
+    for fmt in ("delta", "iceberg"):
+        assert got[fmt]["mixed"]["ratio"] > 0 and got[fmt]["reads"]["read_ratio"] > 0
+        s3 = got["s3"][fmt]["batches"]
+        for kind in ("first", "cold", "warm", "insert_only"):
+            assert s3[kind]["ratio"]["time"] > 0 and s3[kind]["large"]["get_bytes"] > 0, (fmt, kind, s3[kind])
+        # a cold executor fetches key index blocks that a warm one has in its cache
+        cold, warm = s3["cold"]["large"]["get_bytes_by_kind"], s3["warm"]["large"]["get_bytes_by_kind"]
+        assert cold["key_index"] > warm.get("key_index", 0), (fmt, cold, warm)
     labels = [r[0] for r in ratio_rows({"bench.bench_mirror_scale": got})]  # make bench's chart reads them
     assert any("on S3, batch bytes fetched, warm" in lb for lb in labels), labels
