@@ -12,6 +12,7 @@ what the mirror pays on *this* server, not on S3. It keeps objects over ~5 MiB i
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import urllib.request
@@ -44,6 +45,11 @@ class BenchS3(S3Server):
         """Requests and bytes in / out per HTTP method since the server started."""
         with urllib.request.urlopen(f"{self.endpoint}/_bench/counts", timeout=30) as r:
             return json.loads(r.read())
+
+    def cpu_s(self) -> float:
+        """The server process's CPU seconds so far (user + system, all its threads)."""
+        fields = Path(f"/proc/{self.proc.pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
     def rss_mb(self) -> float:
         """The server process's resident memory (MiB)."""

@@ -12,9 +12,10 @@ for merge-on-read.
   and 10% deletes of random existing keys) with a *cold* key-index cache (what a new executor has: its local
   block cache empty, nothing of the indexes in the process) and one with it *warm* (the next batch), then
   ``reps`` insert-only batches of ``batch`` new keys each. Ratio = cost at 8x / cost at 1x: time (best of the
-  batches of a kind) and bytes fetched per batch (median): on S3 the GET bytes moto served (every client:
-  the mirror's store, delta-rs's and pyiceberg's own reads) and what the mirror's store read (``step_bytes``'
-  counter). Goals: time <= 1.5x (mixed), <= 1.2x (insert-only); bytes fetched <= 1.2x on S3.
+  batches of a kind; also the CPU seconds of this process and of the S3 server, which a loaded machine
+  stretches less than the wall time) and bytes fetched per batch (median): on S3 the GET bytes moto served
+  (every client: the mirror's store, delta-rs's and pyiceberg's own reads) and what the mirror's store read
+  (``step_bytes``' counter). Goals: time <= 1.5x (mixed), <= 1.2x (insert-only); bytes fetched <= 1.2x on S3.
 - full read (local store): a table of ``updates_table`` rows after ``update_batches`` batches each updating
   10% of the keys, read whole with Polars, before and after ``compact`` (ratio = before / after).
 
@@ -89,6 +90,10 @@ class Where:
         return open_table(fmt, self.location(name), collection="bench", pk="pk", arrow_schema=_fields(dim),
                           create=False, **extra)
 
+    def cpu_s(self) -> float:
+        """The S3 server's CPU seconds so far (0 on a local path)."""
+        return self.s3.cpu_s() if self.s3 is not None else 0.0
+
     def served(self) -> dict | None:
         return self.s3.counts() if self.s3 is not None else None
 
@@ -158,10 +163,11 @@ class Sized:
         """One batch through ``apply_batch``: seconds, what the mirror's store read, what the S3 server served."""
         ch = _changes(self.rng, self.rows, self.next_key, self.batch, self.dim, 10 + self.next_id, mix)
         self.next_key += self.batch
-        c0, s0 = COUNTS.totals(), where.served()
-        t0 = time.perf_counter()
+        c0, s0, m0 = COUNTS.totals(), where.served(), where.cpu_s()
+        t0, p0 = time.perf_counter(), time.process_time()
         assert apply_batch(self.table, ch, "pk", "bench", self.next_id)
-        out = {"s": time.perf_counter() - t0, "store_read": io_since(c0)["read"]}
+        out = {"s": time.perf_counter() - t0, "cpu_s": time.process_time() - p0 + where.cpu_s() - m0,
+               "store_read": io_since(c0)["read"]}
         self.next_id += 1
         if s0 is not None:
             from bench._s3 import served
@@ -172,7 +178,8 @@ class Sized:
 
 def _summary(runs: list[dict]) -> dict:
     """Best time, median bytes over the batches of one kind."""
-    out = {"s": round(min(r["s"] for r in runs), 3), "batches": len(runs)}
+    out = {"s": round(min(r["s"] for r in runs), 3), "cpu_s": round(min(r["cpu_s"] for r in runs), 3),
+           "batches": len(runs)}
     for k in ("store_read", "get_bytes", "gets", "requests"):
         if k in runs[0]:
             out[k] = int(statistics.median(r[k] for r in runs))
@@ -184,7 +191,7 @@ def _summary(runs: list[dict]) -> dict:
 
 
 def _ratios(a: dict, b: dict) -> dict:
-    out = {"time": round(b["s"] / a["s"], 2)}
+    out = {"time": round(b["s"] / a["s"], 2), "cpu": round(b["cpu_s"] / a["cpu_s"], 2) if a["cpu_s"] else None}
     for k in ("get_bytes", "store_read"):
         if k in a:
             out[k] = round(b[k] / a[k], 2) if a[k] else None
@@ -256,7 +263,8 @@ def _print_store(store: str, fmt: str, r: dict, small: int) -> None:
             mb += f"\n{'':24} by kind (KiB) {_kib(a)}  ->  {_kib(b)}"
         g = f" (goal <= {goal})" if goal else ""
         print(f"{store:5} {fmt:8} {kind:11} {small:>9,} rows {a['s']:7.3f} s   {8 * small:>10,} rows {b['s']:7.3f} s"
-              f"   time {q['time']:5.2f}x{g}{mb}", flush=True)
+              f"   time {q['time']:5.2f}x{g}, CPU {a['cpu_s']:.3f} -> {b['cpu_s']:.3f} s ({q['cpu'] or '-'}x){mb}",
+              flush=True)
 
 
 def read_cost(fmt: str, work: Path, rows: int, dim: int, batches: int) -> dict:
