@@ -64,3 +64,20 @@ def test_a_batch_reads_back_no_deletion_vector_its_writer_committed(s3):
     assert theirs == {f.path: list(f.deleted) for f in live}
     assert sum(len(v) for v in theirs.values()) == len(range(0, 30, 3))
     assert _log_gets(s3, start, "deletion_vector_")
+
+
+def test_the_next_batch_reads_back_no_commit_its_writer_published(s3):
+    t = _open(s3)  # version 0: the table's creation; batches 0-3: versions 1-4
+    for i in range(4):
+        assert apply_batch(t, to_arrow(upsert(10 + 10 * i, *[(p, f"a{i}.{p}") for p in range(i, 40, 2)])),
+                           "pk", "q", i)
+    start = _lines(s3)
+    assert t.last_batch("q") == 3
+    live = t.live_files()
+    # only the probe for version 5 (absent); reading back version 4 cost a GET of a commit per batch
+    assert not [g for g in _log_gets(s3, start) if re.search(r"0000000[0-4]\.json", g)], _log_gets(s3, start)
+    other = _open(s3)  # a handle reading the whole log finds the same files, deletion vectors and batch
+    assert other.last_batch("q") == 3
+    assert {f.path: list(f.deleted) for f in other.live_files()} == {f.path: list(f.deleted) for f in live}
+    assert apply_batch(other, to_arrow(upsert(100, (1, "x"))), "pk", "q", 4)  # and the first handle sees it
+    assert t.last_batch("q") == 4

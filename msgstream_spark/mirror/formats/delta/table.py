@@ -223,12 +223,14 @@ class DeltaMirrorTable:
             actions.append({"add": {**cur, "modificationTime": now, "dataChange": True, "deletionVector": dv_of[path],
                                     "stats": loose_stats(cur.get("stats"))}})
         actions.append({"txn": {"appId": query_id, "version": int(batch_id), "lastUpdated": now}})
-        write_commit(self.store, self.root, state.version + 1, actions, "MERGE",
+        version = state.version + 1
+        write_commit(self.store, self.root, version, actions, "MERGE",
                      {**(commit_info or {}), PROP_QUERY: query_id, PROP_BATCH: str(batch_id)})
+        state.adopt(version, actions)  # ours: the next batch's log state does not read it back
         for path, dv in dv_of.items():  # the next batch's live files: the vectors known, not read back one by one
             self._dvs[_dv_key(dv)] = np.unique(np.asarray(vectors[path], dtype=np.uint64))
         self._dt.update_incremental()
-        if (state.version + 1) % CHECKPOINT_EVERY == 0:  # readers (and LogState) start from the last checkpoint
+        if version % CHECKPOINT_EVERY == 0:  # readers (and LogState) start from the last checkpoint
             self._dt.create_checkpoint()
         return True
 
