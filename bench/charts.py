@@ -73,6 +73,7 @@ def ratio_rows(res: dict) -> list[tuple[str, float, float | None]]:
         if reads.get("read_ratio"):  # no goal in #27: what merge-on-read costs readers until a compaction
             rows.append((f"mirror {fmt} full read, compacted / after {reads.get('batches', 50)} update batches "
                          "(time; no goal)", round(1 / reads["read_ratio"], 2), None))
+    rows += _store_rows(m, sc, res.get("bench.bench_freshness") or {})
     dr = res.get("bench.bench_mirror_driver") or {}
     for key, what in (("heap_ratio", "JVM live heap"), ("rss_ratio", "Python RSS")):
         if dr.get(key):
@@ -80,6 +81,30 @@ def ratio_rows(res: dict) -> list[tuple[str, float, float | None]]:
                          1.0))
     if (m.get("snapshot") or {}).get("snapshot_ratio"):
         rows.append(("snapshot (real Milvus) vs append the log to Parquet", m["snapshot"]["snapshot_ratio"], 0.5))
+    return rows
+
+
+def _store_rows(m: dict, sc: dict, fr: dict) -> list[tuple[str, float, float | None]]:
+    """The mirror's figures on the S3 server (moto): the job vs into a local path, a batch's time and bytes
+    fetched at 8x the rows, freshness with 4M rows."""
+    rows: list[tuple[str, float, float | None]] = []
+    for fmt in ("delta", "iceberg"):
+        r = (m.get("store") or {}).get(fmt) or {}
+        if r.get("ratio"):
+            rows.append((f"mirror into {fmt} on S3 vs into a local path (goal >= 0.7)", r["ratio"], 0.7))
+    for fmt in ("delta", "iceberg"):
+        r = (sc.get("s3") or {}).get(fmt) or {}
+        for kind, key, goal, what in (("warm", "time", 1.5, "time"), ("insert_only", "time", 1.2, "insert-only time"),
+                                      ("warm", "get_bytes", 1.2, "bytes fetched, warm key cache"),
+                                      ("cold", "get_bytes", None, "bytes fetched, cold key cache")):
+            q = ((((r.get("batches") or {}).get(kind)) or {}).get("ratio") or {}).get(key)
+            if q:
+                g = f"goal <= {goal}x, as {goal} / ratio" if goal else "no goal, as 1.2 / ratio"
+                rows.append((f"mirror {fmt} on S3, batch {what}, 8x / 1x rows ({g})", round((goal or 1.2) / q, 2),
+                             1.0 if goal else None))
+    p50 = ((fr.get("local_s3") or {}).get("large") or {}).get("p50_s")
+    if p50:
+        rows.append(("freshness on S3, 4M-row table: p50 (goal <= 3 s, as 3 s / p50)", round(3.0 / p50, 2), 1.0))
     return rows
 
 

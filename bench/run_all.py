@@ -40,8 +40,11 @@ SCRIPTS = [
     "bench.bench_iceberg_catalog",
 ]
 
-# Sizes per script: "full" is what the README's figures come from (about 25-30 minutes on 2 cores, of them
-# ~6 for bench_mirror_scale, ~5 for bench_mirror_driver, ~6 each for bench_snapshot and bench_storage_snapshot).
+# Sizes per script: "full" is what the README's figures come from (about 70-80 minutes on 2 cores, of them
+# ~15 for bench_mirror (its S3 part ~8), ~20-25 for bench_mirror_scale (local and S3: ~12 of them for the S3
+# server's 1M- and 8M-row tables, Delta and Iceberg), ~12-15 for bench_freshness (its S3 part ~5), ~5 for
+# bench_mirror_driver and ~6 each for bench_snapshot and bench_storage_snapshot; the S3 parts start moto's
+# server themselves: bench/_s3.py).
 SIZES = {
     "full": {"bench.bench_spark_read": {"rows": 300_000, "mem_rows": 0, "kafka": True},
              "bench.bench_spark_write": {"rows": 50_000},
@@ -50,10 +53,10 @@ SIZES = {
              "bench.bench_decode26": {"messages": 10_000},
              "bench.bench_read_shape": {"plan_rows": [100_000, 1_000_000, 10_000_000], "rows": 1_000_000,
                                         "split_rows": 2_000_000},
-             "bench.bench_mirror": {"rows": 1_000_000, "snapshot_rows": 200_000},
+             "bench.bench_mirror": {"rows": 1_000_000, "snapshot_rows": 200_000, "reps": 2},
              "bench.bench_storage_snapshot": {"sizes": (200_000, 2_000_000)},
              "bench.bench_snapshot": {"rows128": 200_000, "rows768": 20_000},
-             # #27's sizes: a 10k-change batch into 1M vs 8M rows x 64-d (Delta ~2 min on 2 cores)
+             # #27's and #37's sizes: a 10k-change batch into 1M vs 8M rows x 64-d, a local path and the S3 server
              "bench.bench_mirror_scale": {"small": 1_000_000},
              "bench.bench_mirror_driver": {"rows": 1_000_000, "dim": 768},
              "bench.bench_freshness": {"small": 1_000, "large": 4_000_000, "samples": 15},
@@ -67,7 +70,7 @@ SIZES = {
               "bench.bench_decode26": {"messages": 5_000},
               "bench.bench_read_shape": {"plan_rows": [100_000, 1_000_000], "rows": 200_000, "split_rows": 400_000,
                                          "reps": 3},
-              "bench.bench_mirror": {"rows": 100_000, "snapshot_rows": 50_000},
+              "bench.bench_mirror": {"rows": 100_000, "snapshot_rows": 50_000, "reps": 1},
               "bench.bench_storage_snapshot": {"sizes": (20_000, 200_000)},
               "bench.bench_snapshot": {"rows128": 50_000, "rows768": 5_000, "reps": 2},
               "bench.bench_mirror_scale": {"small": 50_000, "updates_table": 50_000, "update_batches": 20},

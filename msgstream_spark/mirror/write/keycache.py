@@ -200,15 +200,20 @@ class RemoteIndex:
         return data
 
     def _gather(self, offsets: np.ndarray, width: int) -> np.ndarray:
-        """``width`` bytes (8 or 16) at each payload byte offset, as uint64 words (one or two per offset)."""
+        """``width`` bytes (8 or 16) at each payload byte offset, as uint64 words (one or two per offset), read
+        from each block in place (the arrays' values never cross a block: their offsets are multiples of their
+        widths, and so is ``block_bytes``); joining the blocks first copied every touched block each batch."""
         ids = offsets // self.block
-        uniq = sorted({int(j) for j in ids})
-        got = self._blocks(uniq)
-        buf = np.concatenate([got[j] for j in uniq])  # every block but the payload's last is block_bytes long
-        slot = np.searchsorted(np.asarray(uniq), ids) * self.block + offsets % self.block
-        words = buf.view("<u8")
-        first = slot // 8
-        return words[first] if width == 8 else np.stack([words[first], words[first + 1]], axis=1)
+        uniq, ends = np.unique(ids, return_counts=True)
+        got = self._blocks([int(j) for j in uniq])
+        out = np.empty((len(offsets), width // 8), np.uint64)
+        order, start = np.argsort(ids, kind="stable"), 0
+        for j, n in zip(uniq, ends):
+            sel, start = order[start:start + n], start + n
+            words, first = got[int(j)].view("<u8"), (offsets[sel] % self.block) // 8
+            for k in range(width // 8):
+                out[sel, k] = words[first + k]
+        return np.ascontiguousarray(out[:, 0]) if width == 8 else out
 
     def find(self, want: np.ndarray) -> tuple[np.ndarray, np.ndarray, pa.Array]:
         """(keys, row positions, ``_seq``) of every row whose key is in ``want`` (sorted, unique)."""
@@ -232,18 +237,12 @@ class RemoteIndex:
         need = sorted({int(j) for a, b in zip(lo, hi) for j in range(a, b + 1)})
         blocks = self._blocks(need)
         idx, keys = [], []
-        run: list[int] = []
-        for j in [*need, None]:  # runs of consecutive blocks, each searched as one array
-            if run and (j is None or j != run[-1] + 1):
-                arr = np.concatenate([blocks[b][:min(self.block, 8 * self.rows - b * self.block)] for b in run])
-                arr = arr.view("<i8")
-                mine = want[(lo >= run[0]) & (lo <= run[-1])]
-                left, right = np.searchsorted(arr, mine, "left"), np.searchsorted(arr, mine, "right")
-                counts = right - left
-                at = np.repeat(left, counts) + (np.arange(counts.sum()) - np.repeat(np.cumsum(counts) - counts, counts))
-                idx.append(at + run[0] * per)
-                keys.append(arr[at])
-                run = []
-            if j is not None:
-                run.append(j)
+        for b in need:  # each block searched in place for the keys that can be in it (joining copied them all)
+            arr = blocks[b][:min(self.block, 8 * self.rows - b * self.block)].view("<i8")
+            mine = want[(lo <= b) & (hi >= b)]
+            left, right = np.searchsorted(arr, mine, "left"), np.searchsorted(arr, mine, "right")
+            counts = right - left
+            at = np.repeat(left, counts) + (np.arange(counts.sum()) - np.repeat(np.cumsum(counts) - counts, counts))
+            idx.append(at + b * per)
+            keys.append(arr[at])
         return np.concatenate(idx).astype(np.int64), np.concatenate(keys).astype(np.int64)

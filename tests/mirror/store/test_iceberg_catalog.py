@@ -107,3 +107,22 @@ def test_the_default_stays_sqlite_beside_a_local_table(tmp_path):
     assert table_identifier("s3://b/x", "a.b.t") == ("a", "b", "t")
     with pytest.raises(ConfigError, match="namespace.table"):
         table_identifier("s3://b/x", "justname")
+
+
+def test_a_table_in_the_store_created_in_a_new_sql_catalog_file(s3, tmp_path):
+    """``--table s3://... --catalog-uri sqlite:///new.db``: the default namespace is made with the table (a new
+    catalog file has none; the table's creation failed with NoSuchNamespaceError), and a plain pyiceberg catalog
+    on that file finds the table at its location in the bucket."""
+    from pyiceberg.catalog.sql import SqlCatalog
+
+    from msgstream_spark.mirror import open_table
+
+    location, cat_uri = s3.uri("lake", "books"), f"sqlite:///{tmp_path / 'new.db'}"
+    t = open_table("iceberg", location, collection="books", pk="pk", arrow_schema=ROWS.schema, create=True,
+                   catalog_uri=cat_uri, storage_options=s3.options())
+    assert t.location == location
+    plain = SqlCatalog("msgstream", uri=cat_uri, **{
+        "s3.endpoint": s3.endpoint, "s3.access-key-id": s3.options()["aws_access_key_id"],
+        "s3.secret-access-key": SECRET_KEY, "s3.region": "us-east-1"})
+    assert plain.list_tables("msgstream") == [("msgstream", "books")]
+    assert plain.load_table(("msgstream", "books")).location().rstrip("/") == location.rstrip("/")

@@ -129,6 +129,16 @@ class LogState:
             v += 1
         return self
 
+    def adopt(self, version: int, actions: list[dict]) -> None:
+        """Take version ``version`` (the next one), which this writer has just published with ``actions``, as
+        read: the next refresh starts after it (reading it back cost a GET per batch of a commit as large as the
+        files the batch touched: on a large table every file)."""
+        if version != self.version + 1:
+            raise ValueError(f"Delta version {version} is not the next one after {self.version}")
+        for a in json.loads(json.dumps(actions)):  # as a reader of the published JSON would have them
+            self._apply(a)
+        self.version = version
+
     def _apply(self, action: dict) -> None:
         if "add" in action:
             a = action["add"]

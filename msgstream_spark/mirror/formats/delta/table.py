@@ -2,8 +2,8 @@
 
 Exactly once: every merge commits a Delta application transaction (app id = the query id, version =
 the batch id) in the same commit as the data. delta-rs does not itself refuse a repeated
-(app id, version) (delta-rs issues 2580, 3821), so ``merge`` reads ``transaction_version`` first and
-skips a batch already in the table. One writer at a time.
+(app id, version) (delta-rs issues 2580, 3821), so ``merge`` reads the last version of the app id from the log
+first (``LogState.txns``) and skips a batch already in the table. One writer at a time.
 """
 
 from __future__ import annotations
@@ -127,8 +127,11 @@ class DeltaMirrorTable:
         self._table().alter.set_table_properties(dict(properties), raise_if_not_exists=False)
 
     def last_batch(self, query_id: str) -> int | None:
-        v = self._table().transaction_version(query_id)
-        return None if v is None else int(v)
+        """From the log state the commit checks too, which reads only the commits since its last read (delta-rs's
+        ``transaction_version`` replays every commit since the last checkpoint on each call: on S3, up to 100
+        GETs of commits that grow with the files a batch touches, twice per batch)."""
+        self._table()
+        return self._state().txns.get(query_id)
 
     def merge(self, collapsed: pa.Table, *, query_id: str, batch_id: int,
               commit_info: dict[str, str] | None = None) -> bool:
@@ -220,10 +223,14 @@ class DeltaMirrorTable:
             actions.append({"add": {**cur, "modificationTime": now, "dataChange": True, "deletionVector": dv_of[path],
                                     "stats": loose_stats(cur.get("stats"))}})
         actions.append({"txn": {"appId": query_id, "version": int(batch_id), "lastUpdated": now}})
-        write_commit(self.store, self.root, state.version + 1, actions, "MERGE",
+        version = state.version + 1
+        write_commit(self.store, self.root, version, actions, "MERGE",
                      {**(commit_info or {}), PROP_QUERY: query_id, PROP_BATCH: str(batch_id)})
+        state.adopt(version, actions)  # ours: the next batch's log state does not read it back
+        for path, dv in dv_of.items():  # the next batch's live files: the vectors known, not read back one by one
+            self._dvs[_dv_key(dv)] = np.unique(np.asarray(vectors[path], dtype=np.uint64))
         self._dt.update_incremental()
-        if (state.version + 1) % CHECKPOINT_EVERY == 0:  # readers (and LogState) start from the last checkpoint
+        if version % CHECKPOINT_EVERY == 0:  # readers (and LogState) start from the last checkpoint
             self._dt.create_checkpoint()
         return True
 

@@ -107,14 +107,14 @@ class CatalogTable:
             self._bind(_plain(self._tbl.location()))
 
     def _creating(self) -> tuple[str, ...]:
-        """The identifier of the table about to be created (its namespace made in a named catalog)."""
+        """The identifier of the table about to be created, its namespace made if the catalog lacks it (a named
+        catalog's, or the default ``msgstream`` one in a new SQL catalog given by ``catalog_uri``)."""
         if self._catalog is None:
             self._catalog = self._where.catalog = _catalog(self.location, self._catalog_uri)
-        if self._where.ident is None:
-            return _identifier(self.collection)
-        with guarded(f"creating namespace {'.'.join(self._where.ident[:-1])}", self._where.secrets):
-            ensure_namespace(self._catalog, self._where.ident)
-        return self._where.ident
+        ident = _identifier(self.collection) if self._where.ident is None else self._where.ident
+        with guarded(f"creating namespace {'.'.join(ident[:-1])} in {self._where.name} catalog", self._where.secrets):
+            ensure_namespace(self._catalog, ident)
+        return ident
 
     def _table(self):
         if self._tbl is None:
