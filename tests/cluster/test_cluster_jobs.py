@@ -30,6 +30,8 @@ pytestmark = [pytest.mark.slow, pytest.mark.timeout(1800)]
 ROOT = Path(__file__).resolve().parents[2]
 JOBS = ROOT / "jobs"
 DIM = 8
+# a file name with a uuid in it (data files, key indexes, Iceberg metadata and manifests; not a Delta log's number)
+UNIQUE_NAME = r"[0-9a-f]{32}|[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}"
 
 
 def summary(proc: subprocess.CompletedProcess) -> dict:
@@ -269,7 +271,7 @@ def test_mirror_on_the_cluster_with_no_shared_directory(spark_cluster, cluster_s
     keys = [o["Key"] for page in s3.server.boto3().get_paginator("list_objects_v2").paginate(Bucket=s3.bucket)
             for o in page.get("Contents", [])]
     assert all(k.startswith(("lake/delta/", "lake/ice/")) for k in keys)
-    written = {k.rsplit("/", 1)[1] for k in keys if re.search(r"[0-9a-f]{8}-?[0-9a-f]{4}-?[0-9a-f]{4}", k)}
+    written = {k.rsplit("/", 1)[1] for k in keys if re.search(UNIQUE_NAME, k.rsplit("/", 1)[1])}
     assert sum(n.endswith(".parquet") for n in written) >= 4  # both tables' data files, named uniquely
     assert not written & _local_names(root, cluster_submit.cwd, tmp_path), "a table file on a local disk"
     caches = list((root / "tmp").glob("msgstream-key-cache-*"))  # the executors' key-index cache: their own disk
