@@ -13,7 +13,6 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -153,7 +152,8 @@ def _local_names(*roots: Path) -> set[str]:
     return names
 
 
-def test_mirror_on_the_cluster_with_no_shared_directory(spark_cluster, cluster_submit, kafka_env, s3, tmp_path):
+def test_mirror_on_the_cluster_with_no_shared_directory(spark_cluster, cluster_submit, kafka_env, s3, tmp_path,
+                                                        capsys):
     """The mirror job on the cluster (``--snapshot never``, Kafka), three runs in one application
     (tests/cluster/mirror_runs.py): a Delta table and an Iceberg table on the S3 server, then a local Delta table.
 
@@ -164,7 +164,7 @@ def test_mirror_on_the_cluster_with_no_shared_directory(spark_cluster, cluster_s
     (``kill-executor-in-files:first``): the Worker relaunches an executor, Spark reruns the lost tasks, the dead
     attempt's object is never published (a multipart upload never completed). Both tables, read from the bucket by
     delta-rs, Polars, DuckDB and pyiceberg, equal the published rows; no file is referenced twice; ``mirror
-    orphans`` finds nothing; no file of the tables is anywhere on a local disk. The local table shows the other
+    orphans`` finds nothing in either; no file of the tables is on any local disk. The local table shows the other
     case, a table on a disk the driver and the executors both see (a shared mount): its data files are created by
     the executors (the Worker's umask), its log commits by the driver (its own). A run that resumes from its
     checkpoint is tests/mirror_job/test_mirror_checkpoint.py's and tests/jobs/test_mirror_job.py's, in-process."""
@@ -230,11 +230,13 @@ def test_mirror_on_the_cluster_with_no_shared_directory(spark_cluster, cluster_s
     batches = [(h.get("msgstream.query_id"), h.get("msgstream.batch_id")) for h in dt.history()
                if h.get("msgstream.batch_id") is not None]
     assert len(batches) == len(set(batches)) == summaries[0]["merged_batches"]
-    done = subprocess.run([sys.executable, "-m", "msgstream_spark", "mirror", "orphans", "--table", delta_t,
-                           "--table-format", "delta"], cwd=tmp_path, capture_output=True, text=True, timeout=300,
-                          env={**os.environ, **s3.env()})
-    assert done.returncode == 0, done.stderr[-2000:]
-    assert json.loads(done.stdout)["orphans"] == []
+    # mirror orphans on each table in the bucket (the dead attempt left nothing, no file is unreferenced)
+    storage = [f"--storage-option={k}={v}" for k, v in opts.items()]
+    catalog = ["--catalog", "lake", "--catalog-option", "type=sql", "--catalog-option", f"uri=sqlite:///{catalog_db}"]
+    for where in (["--table", delta_t, "--table-format", "delta"], ["--table", ice_t, *catalog]):
+        capsys.readouterr()
+        assert msgstream_cli(["mirror", "orphans", *where, *storage]) == 0
+        assert json.loads(capsys.readouterr().out)["orphans"] == []
 
     # Iceberg on S3, registered in the driver's SQLite catalog: pyiceberg with the same settings
     tbl = load_catalog("lake", type="sql", uri=f"sqlite:///{catalog_db}", **for_pyiceberg(opts)).load_table(
