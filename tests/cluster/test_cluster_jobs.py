@@ -1,7 +1,9 @@
 """The jobs on a Spark standalone cluster, submitted from outside the repo, on Kafka (tansu).
 
 ingest and replay are submitted as the README says without a checkout (the file ``job-path`` prints in the
-unpacked environment), publish through a checkout's launch file (jobs/publish.py).
+unpacked environment), publish through a checkout's launch file (jobs/publish.py), the mirror through
+tests/cluster/mirror_runs.py (the mirror job's ``run``, three tables in one application), into tables on the S3
+server with no directory shared between the driver and the Worker.
 
 The worker's own Python has neither msgstream-spark nor its dependencies; the jobs run only
 because ``spark-submit --archives <packed env>#environment`` ships them (tools/pack_env.py).
