@@ -1,7 +1,9 @@
 """The jobs on a Spark standalone cluster, submitted from outside the repo, on Kafka (tansu).
 
 ingest and replay are submitted as the README says without a checkout (the file ``job-path`` prints in the
-unpacked environment), publish through a checkout's launch file (jobs/publish.py).
+unpacked environment), publish through a checkout's launch file (jobs/publish.py), the mirror through
+tests/cluster/mirror_runs.py (the mirror job's ``run``, three tables in one application), into tables on the S3
+server with no directory shared between the driver and the Worker.
 
 The worker's own Python has neither msgstream-spark nor its dependencies; the jobs run only
 because ``spark-submit --archives <packed env>#environment`` ships them (tools/pack_env.py).
@@ -13,10 +15,8 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 from pathlib import Path
 
-import pyarrow.parquet as pq
 import pytest
 
 from msgstream_spark.cli.data import SYNTHETIC_CATEGORIES
@@ -31,6 +31,8 @@ pytestmark = [pytest.mark.slow, pytest.mark.timeout(1800)]
 ROOT = Path(__file__).resolve().parents[2]
 JOBS = ROOT / "jobs"
 DIM = 8
+# a file name with a uuid in it (data files, key indexes, Iceberg metadata and manifests; not a Delta log's number)
+UNIQUE_NAME = r"[0-9a-f]{32}|[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}"
 
 
 def summary(proc: subprocess.CompletedProcess) -> dict:
@@ -142,71 +144,147 @@ def _modes(paths) -> set[int]:
     return {Path(p).stat().st_mode & 0o777 for p in paths}
 
 
-def test_mirror_on_the_cluster_its_tasks_write_the_table(spark_cluster, cluster_submit, kafka_env, tmp_path):
-    """The mirror job (``job-path mirror``) on the cluster, ``--snapshot never`` on Kafka: the batches' data files
-    are written by the executors' tasks (created under the Worker's umask, the driver's log commits under the
-    driver's own), and the table read by delta-rs alone equals the published rows (inserts, updates, deletes),
-    with nothing added twice, although the first batch's first task SIGKILLs its executor JVM mid-file
+def _local_names(*roots: Path) -> set[str]:
+    """The names of every file under ``roots`` (the unpacked environments' packages left out)."""
+    names: set[str] = set()
+    for root in roots:
+        for _, dirs, files in os.walk(root):
+            dirs[:] = [x for x in dirs if x != "environment"]
+            names.update(files)
+    return names
+
+
+def test_mirror_on_the_cluster_with_no_shared_directory(spark_cluster, cluster_submit, kafka_env, s3, tmp_path,
+                                                        capsys):
+    """The mirror job on the cluster (``--snapshot never``, Kafka), three runs in one application
+    (tests/cluster/mirror_runs.py): a Delta table and an Iceberg table on the S3 server, then a local Delta table.
+
+    No directory is shared (tests/fixtures/spark_cluster.py): the Worker and its executors have their own work,
+    local and temp dirs, and an environment without the driver's AWS_* settings (with a machine's own that send
+    requests elsewhere); the driver has the credentials (AWS_* variables), Spark's checkpoints and the Iceberg
+    catalog (SQLite) on its disk. The Delta run's first batch's first task SIGKILLs its executor JVM mid-file
     (``kill-executor-in-files:first``): the Worker relaunches an executor, Spark reruns the lost tasks, the dead
-    attempt's file is never published (a temporary file on this local table). One run (one spark-submit): a run
-    that resumes from its checkpoint reading only what came after is tests/mirror_job/test_mirror_checkpoint.py's,
-    in-process (docs/testing.md, "Moves")."""
+    attempt's object is never published (a multipart upload never completed). Both tables, read from the bucket by
+    delta-rs, Polars, DuckDB and pyiceberg, equal the published rows; no file is referenced twice; ``mirror
+    orphans`` finds nothing in either; no file of the tables is on any local disk. The local table shows the other
+    case, a table on a disk the driver and the executors both see (a shared mount): its data files are created by
+    the executors (the Worker's umask), its log commits by the driver (its own). A run that resumes from its
+    checkpoint is tests/mirror_job/test_mirror_checkpoint.py's and tests/jobs/test_mirror_job.py's, in-process."""
+    import re
+
+    import deltalake
+    import polars as pl
+    import pyarrow as pa
+    from pyiceberg.catalog import load_catalog
+
     from msgstream_spark.cli.main import main as msgstream_cli
+    from msgstream_spark.mirror.store import open_store
+    from msgstream_spark.mirror.store.settings import for_pyiceberg
     from msgstream_spark.spark.failpoints import KILL_MARKER
     from msgstream_spark.spark.mirror import FAILPOINT_ENV
-    from tests.mirror_job.synthetic_mirror import PUBLISHES, delta_files, expected, publish_argv, read_delta
+    from tests.fixtures.plain_readers import duckdb_on_s3
+    from tests.fixtures.s3_server import SECRET_KEY
+    from tests.fixtures.spark_cluster import WORKER_STORE_ENV
+    from tests.mirror_job.synthetic_mirror import PUBLISHES, as_rows, expected, publish_argv, read_delta
 
+    if not isinstance(spark_cluster, SparkCluster):
+        pytest.skip("an external cluster: its workers' directories and environment are not known here")
     cfg = config_file(kafka_env, tmp_path)
     chans = [kafka_env.new_channel("clm") for _ in range(2)]
     # 200 rows, every 10th deleted; 50..69 again (updated vectors); 200..229 (new keys); 100..109 again, deleted
     publishes = [*PUBLISHES[:2], (200, 30, 0.0), PUBLISHES[2]]
     for p in publishes:
         assert msgstream_cli(publish_argv(cfg, chans, "clmirror", *p)) == 0
-    table = tmp_path / "t"
-    mirror = cluster_submit.job_path("mirror")
-    assert mirror.endswith("/site-packages/msgstream_spark/jobs/mirror.py")
-    argv = ["--config", cfg, "--collection", "clmirror", "--table", str(table), "--table-format", "delta",
-            "--snapshot", "never", "--channels", ",".join(chans), "--max-rows-per-trigger", "150",
-            "--progress-interval", "2"]
+    want = expected(publishes)
+    delta_t, ice_t, local_t = s3.uri("lake", "delta"), s3.uri("lake", "ice"), tmp_path / "local"
+    catalog_db = tmp_path / "lake-catalog.sqlite"  # the Iceberg catalog: on the driver's disk
+    common = ["--config", cfg, "--collection", "clmirror", "--snapshot", "never", "--channels", ",".join(chans),
+              "--max-rows-per-trigger", "150", "--progress-interval", "2"]
+    runs = [[*common, "--table", delta_t, "--table-format", "delta", "--checkpoint", str(tmp_path / "chk-delta")],
+            [*common, "--table", ice_t, "--catalog", "lake", "--checkpoint", str(tmp_path / "chk-ice")],
+            [*common, "--table", str(local_t), "--table-format", "delta", "--checkpoint", str(tmp_path / "chk-local")]]
+    driver_env = {**s3.env(), "PYICEBERG_HOME": str(tmp_path), "PYICEBERG_CATALOG__LAKE__TYPE": "sql",
+                  "PYICEBERG_CATALOG__LAKE__URI": f"sqlite:///{catalog_db}",
+                  FAILPOINT_ENV: "kill-executor-in-files:first", "MSGSTREAM_JOBS_QUIET": "0"}
     # the driver creates its files 0600; the executors, children of the Worker, under the Worker's umask
     worker_umask = os.umask(0o022)
     os.umask(worker_umask)
     driver_umask = 0o077 if worker_umask != 0o077 else 0o022
-    proc = cluster_submit.run(mirror, *argv, umask=driver_umask,
-                              env={FAILPOINT_ENV: "kill-executor-in-files:first", "MSGSTREAM_JOBS_QUIET": "0"})
+    proc = cluster_submit.run(ROOT / "tests" / "cluster" / "mirror_runs.py",
+                              *[a for r in runs for a in ("--", *r)][1:], umask=driver_umask, env=driver_env)
     assert proc.returncode == 0, cluster_submit.failure(proc)
-    run = summary(proc)
-    assert run["merged_batches"] >= 2 and run["stream_rows"] == 290 and run["skipped_batches"] == 0
-    assert read_delta(str(table)) == expected(publishes)
-    files = delta_files(str(table))
-    assert len(files) == len(set(files))  # no data file referenced twice
-    data = [table / f for f in files]
-    commits = list((table / "_delta_log").glob("*.json"))
-    if isinstance(spark_cluster, SparkCluster):  # the Worker's umask is known: it was started here
-        assert _modes(data) == {0o666 & ~worker_umask}, "data files not written by the executors"
-        assert _modes(commits) == {0o666 & ~driver_umask}, "log commits not written by the driver"
-    import deltalake
+    assert SECRET_KEY not in proc.stdout + proc.stderr
+    summaries = [json.loads(ln[len("SUMMARY "):]) for ln in proc.stdout.splitlines() if ln.startswith("SUMMARY ")]
+    assert len(summaries) == 3
+    for run in summaries:
+        assert run["merged_batches"] >= 2 and run["stream_rows"] == 290 and run["skipped_batches"] == 0
+    for run in summaries[:2]:  # the executors' tasks wrote the batches' files to the bucket
+        assert run["step_bytes"]["write"]["written"] > 0
 
-    batches = [(h.get("msgstream.query_id"), h.get("msgstream.batch_id")) for h in
-               deltalake.DeltaTable(str(table)).history() if h.get("msgstream.batch_id") is not None]
-    assert len(batches) == len(set(batches)) == run["merged_batches"]
+    # Delta on S3: delta-rs, Polars, DuckDB with the same settings
+    opts = s3.options()
+    dt = deltalake.DeltaTable(delta_t, storage_options=opts)
+    assert as_rows(pa.table(deltalake.QueryBuilder().register("t", dt).execute("SELECT * FROM t").read_all())) == want
+    assert as_rows(pl.read_delta(delta_t, storage_options=opts).to_arrow()) == want
+    assert as_rows(duckdb_on_s3(opts).execute(f"SELECT * FROM delta_scan('{delta_t}')").fetch_arrow_table()) == want
+    live = [p if "://" in p else f"{delta_t}/{p}" for p in dt.get_add_actions(flatten=True).column("path").to_pylist()]
+    assert len(live) == len(set(live)) and all(p.startswith(f"{delta_t}/data/") for p in live)
+    batches = [(h.get("msgstream.query_id"), h.get("msgstream.batch_id")) for h in dt.history()
+               if h.get("msgstream.batch_id") is not None]
+    assert len(batches) == len(set(batches)) == summaries[0]["merged_batches"]
+    # mirror orphans on each table in the bucket (the dead attempt left nothing, no file is unreferenced)
+    storage = [f"--storage-option={k}={v}" for k, v in opts.items()]
+    catalog = ["--catalog", "lake", "--catalog-option", "type=sql", "--catalog-option", f"uri=sqlite:///{catalog_db}"]
+    for where in (["--table", delta_t, "--table-format", "delta"], ["--table", ice_t, *catalog]):
+        capsys.readouterr()
+        assert msgstream_cli(["mirror", "orphans", *where, *storage]) == 0
+        assert json.loads(capsys.readouterr().out)["orphans"] == []
 
-    done = subprocess.run([sys.executable, "-m", "msgstream_spark", "mirror", "orphans", "--table", str(table),
-                           "--table-format", "delta"], cwd=ROOT, capture_output=True, text=True, timeout=300)
-    assert done.returncode == 0, done.stderr[-2000:]
-    orphans = {os.path.realpath(p) for p in json.loads(done.stdout)["orphans"]}
-    live = {os.path.realpath(table / f) for f in files}
-    if isinstance(spark_cluster, SparkCluster):  # the kill, seen from the Worker's side
-        markers = list(spark_cluster.work_dir.glob(f"app-*/*/{KILL_MARKER}"))
-        assert len(markers) == 1, f"the executor was not killed: no marker\n{cluster_submit.failure(proc)}"
-        killed = json.loads(markers[0].read_text())
-        app = markers[0].parent.parent
-        assert len([d for d in spark_cluster.executor_dirs() if d.parent == app]) >= 2  # the Worker relaunched one
-        assert "Lost executor" in proc.stdout + proc.stderr  # the driver saw its executor die
-        dead = os.path.realpath(killed["file"])
-        assert not os.path.exists(dead) and dead not in orphans | live  # the killed attempt published nothing:
-        tmp = list(Path(dead).parent.glob(f".{Path(dead).name}.*.tmp"))  # its half-written temporary file
-        assert len(tmp) == 1
-        with pytest.raises(Exception, match="(?i)parquet"):
-            pq.read_metadata(tmp[0])  # rows written, no footer
-    assert not orphans & live
+    # Iceberg on S3, registered in the driver's SQLite catalog: pyiceberg with the same settings
+    tbl = load_catalog("lake", type="sql", uri=f"sqlite:///{catalog_db}", **for_pyiceberg(opts)).load_table(
+        ("msgstream", "ice"))
+    assert tbl.location() == ice_t and tbl.metadata_location.startswith(f"{ice_t}/metadata/")
+    assert as_rows(tbl.scan().to_arrow()) == want
+    ice_files = [t.file.file_path for t in tbl.scan().plan_files()]
+    assert len(ice_files) == len(set(ice_files)) and all(p.startswith(f"{ice_t}/data/") for p in ice_files)
+
+    # the kill, seen from the Worker's side: the executor's marker; the file its task had open never published
+    markers = list(spark_cluster.work_dir.glob(f"app-*/*/{KILL_MARKER}"))
+    assert len(markers) == 1, f"the executor was not killed: no marker\n{cluster_submit.failure(proc)}"
+    killed = json.loads(markers[0].read_text())
+    app = markers[0].parent.parent
+    assert len([d for d in spark_cluster.executor_dirs() if d.parent == app]) >= 2  # the Worker relaunched one
+    assert "Lost executor" in proc.stdout + proc.stderr  # the driver saw its executor die
+    assert killed["file"].startswith(f"{delta_t}/data/") and killed["file"] not in live
+    assert open_store(delta_t, opts, env={}).head(killed["file"]) is None
+
+    # no shared directory: the Worker's machine had none of the driver's settings, the tables' files are in the
+    # bucket only, the checkpoints and the catalog on the driver's disk, apart from the Worker's directories
+    wenv = spark_cluster.worker_environ()
+    assert not {k for k in wenv if k.startswith("AWS_")} - set(WORKER_STORE_ENV)
+    assert {k: wenv[k] for k in WORKER_STORE_ENV} == WORKER_STORE_ENV
+    assert {k: wenv[k] for k in spark_cluster.worker_dirs()} == {k: str(v) for k, v in
+                                                                 spark_cluster.worker_dirs().items()}
+    root = spark_cluster.worker_root
+    assert all(d.is_relative_to(root) for d in spark_cluster.executor_dirs())
+    for driver_side in (tmp_path, cluster_submit.cwd):
+        assert not driver_side.is_relative_to(root) and not root.is_relative_to(driver_side)
+    for chk in ("chk-delta", "chk-ice"):
+        assert (tmp_path / chk / "offsets" / "0").is_file() and (tmp_path / chk / "commits" / "0").is_file()
+    assert catalog_db.is_file()
+    keys = [o["Key"] for page in s3.server.boto3().get_paginator("list_objects_v2").paginate(Bucket=s3.bucket)
+            for o in page.get("Contents", [])]
+    assert all(k.startswith(("lake/delta/", "lake/ice/")) for k in keys)
+    written = {k.rsplit("/", 1)[1] for k in keys if re.search(UNIQUE_NAME, k.rsplit("/", 1)[1])}
+    assert sum(n.endswith(".parquet") for n in written) >= 4  # both tables' data files, named uniquely
+    assert not written & _local_names(root, cluster_submit.cwd, tmp_path), "a table file on a local disk"
+    caches = list((root / "tmp").glob("msgstream-key-cache-*"))  # the executors' key-index cache: their own disk
+    assert caches and not list(cluster_submit.driver_local.glob("msgstream-key-cache-*"))
+
+    # the local table (a shared mount's case): written by the executors' tasks, committed by the driver
+    assert read_delta(str(local_t)) == want
+    data = [local_t / f for f in deltalake.DeltaTable(str(local_t)).get_add_actions(flatten=True)
+            .column("path").to_pylist()]
+    assert len(data) == len(set(data))
+    assert _modes(data) == {0o666 & ~worker_umask}, "data files not written by the executors"
+    assert _modes(local_t.glob("_delta_log/*.json")) == {0o666 & ~driver_umask}, "log commits not by the driver"

@@ -34,7 +34,7 @@ def store_for(location: str, resolved: Mapping[str, str] | None = None) -> Store
     a Spark task builds, never reading its own environment (executors lack the driver's)."""
     if uri.parse(location).kind == "local":
         return LocalStore(str(location), {})
-    return ObjectStore(str(location), dict(resolved or {}))
+    return ObjectStore(str(location), dict(resolved or {}), shipped=True)
 
 
 __all__ = ["COUNTS", "AlreadyExists", "Conflict", "Lease", "LeaseHeld", "LeaseLost", "LocalStore", "NotFound",

@@ -4,13 +4,20 @@ the commit needs (``mode="create"``: S3 ``If-None-Match: *``, GCS ``ifGeneration
 ``If-None-Match: *``; ``mode={"e_tag": ...}``: ``If-Match``). Parquet streams use obstore's multipart writer and
 ranged reader (docs/mirror.md, "Where the table lives", has the measurements behind the choice).
 
-The client is made lazily in each process from the plain settings, so the store pickles into Spark tasks.
+The client is made lazily in each process from the plain settings, so the store pickles into Spark tasks. obstore's
+constructors also read the process's own object_store variables (``AWS_*``, ``GOOGLE_*``, ``AZURE_*``) under the
+settings given; a store whose settings were resolved in another process (a task's: unpickled, or built by
+``store_for``) is made with those variables hidden, so an executor's environment never changes where or as whom
+a task writes.
 """
 
 from __future__ import annotations
 
+import os
+import threading
 import time
 from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 from msgstream_spark.errors import MirrorError
@@ -20,6 +27,8 @@ from msgstream_spark.mirror.store.errors import AlreadyExists, Conflict, NotFoun
 
 CONFLICT_RETRIES = 8  # S3 answers 409 ConditionalRequestConflict to a conditional put racing another: retried
 PART_SIZE = 16 * 1024 * 1024  # multipart part size of open_output (S3's parts: 5 MiB to 5 GiB)
+ENV_PREFIX = {"s3": "AWS_", "gcs": "GOOGLE_", "azure": "AZURE_"}  # the variables obstore reads, per kind
+_ENV_LOCK = threading.Lock()
 
 
 def _obstore() -> Any:
@@ -30,12 +39,29 @@ def _obstore() -> Any:
     return obstore
 
 
+@contextmanager
+def _hidden_env(prefix: str | None) -> Iterator[None]:
+    """The process's variables starting with ``prefix`` removed while the block runs (None: nothing hidden)."""
+    if prefix is None:
+        yield
+        return
+    with _ENV_LOCK:
+        saved = {k: os.environ.pop(k) for k in [k for k in os.environ if k.upper().startswith(prefix)]}
+        try:
+            yield
+        finally:
+            os.environ.update(saved)
+
+
 class ObjectStore(Store):
-    def __init__(self, root: str, options: dict[str, str] | None = None) -> None:
+    def __init__(self, root: str, options: dict[str, str] | None = None, shipped: bool = False) -> None:
+        """``shipped``: ``options`` were resolved in another process (the driver); this process's own
+        object_store variables are never read."""
         super().__init__(root, options)
         loc = uri.parse(root)
         self.kind = loc.kind
         self.bucket_root = loc.root
+        self.shipped = shipped
         self._client: Any = None
 
     def __getstate__(self) -> dict:
@@ -43,6 +69,7 @@ class ObjectStore(Store):
 
     def __setstate__(self, state: dict) -> None:
         self.__dict__.update(state)
+        self.shipped = True  # unpickled: its settings were resolved where it was made
         self._client = None
 
     def client(self) -> Any:
@@ -53,7 +80,8 @@ class ObjectStore(Store):
 
             try:
                 config, client = settings.for_obstore(self.options)
-                self._client = from_url(self.bucket_root, config=config, client_options=client)
+                with _hidden_env(ENV_PREFIX.get(self.kind) if self.shipped else None):
+                    self._client = from_url(self.bucket_root, config=config, client_options=client)
             except Exception as e:  # noqa: BLE001 - obstore raises several kinds for a bad setting
                 raise StoreError(self._error("opening the store for", self.bucket_root, e)) from e
         return self._client

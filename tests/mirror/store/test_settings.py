@@ -101,3 +101,23 @@ def _causes(e: BaseException) -> list[BaseException]:
         e = e.__cause__
         out.append(e)
     return out
+
+
+def test_a_task_never_reads_its_own_object_store_variables(s3, monkeypatch):
+    """A store made from the driver's resolved settings (``store_for``, or unpickled in a task) ignores the
+    executor's own AWS_* variables, although obstore's constructors read them under the settings given: here
+    ones that would send its requests elsewhere and sign them with another token."""
+    import os
+    import pickle
+
+    from msgstream_spark.mirror.store import store_for
+
+    driver = open_store(s3.uri("t"), s3.options(), env={})
+    worker_env = {"AWS_VIRTUAL_HOSTED_STYLE_REQUEST": "true", "AWS_SESSION_TOKEN": "a-workers-own-token",
+                  "AWS_ENDPOINT_URL_S3": "http://127.0.0.1:1"}
+    for k, v in worker_env.items():
+        monkeypatch.setenv(k, v)
+    for i, task in enumerate((store_for(s3.uri("t"), driver.options), pickle.loads(pickle.dumps(driver)))):
+        task.put(task.join(f"from-task-{i}"), b"1")
+        assert task.read(task.join(f"from-task-{i}")) == b"1"
+    assert {k: os.environ.get(k) for k in worker_env} == worker_env  # hidden only while the client was made
