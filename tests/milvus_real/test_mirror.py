@@ -66,6 +66,19 @@ def table_rows(table: Path | str, fmt: str, collection: str, pk: str = "pk", **w
     return by_pk(t.to_arrow())
 
 
+def key_difference(table: Path | str, fmt: str, w: Workload, got, want, **where) -> str:
+    """What a failing comparison needs to be diagnosed: the keys the table lacks / has beyond Milvus, the
+    acknowledged writes that touched them (kind, keys, Milvus time), and the snapshot's S and positions."""
+    from msgstream_spark.mirror.table import open_table
+
+    lacks, extra = sorted(set(want) - set(got)), sorted(set(got) - set(want))
+    odd = set(lacks[:20] + extra[:20])
+    writes = [(a.kind, [k for k in a.pks if k in odd], a.ts) for a in w.acked if odd & set(a.pks)]
+    props = open_table(fmt, str(table), collection=w.name, pk="pk", create=False, **where).properties()
+    start = {k: v for k, v in props.items() if "snapshot" in k or "start" in k}
+    return f"table lacks {lacks[:20]} and has extra {extra[:20]}; writes of those keys: {writes}; table: {start}"
+
+
 def by_pk(rows) -> dict[int, dict]:
     return {r["pk"]: normalize({k: r.get(k) for k in FIELDS}) for r in rows.to_pylist()}
 
@@ -73,7 +86,7 @@ def by_pk(rows) -> dict[int, dict]:
 def assert_table_equals_query(table: Path | str, fmt: str, w: Workload, **where) -> None:
     want = milvus_rows(w.collection)
     got = table_rows(table, fmt, w.name, **where)
-    assert sorted(got) == sorted(want)
+    assert sorted(got) == sorted(want), key_difference(table, fmt, w, got, want, **where)
     bad = [pk for pk in want if got[pk] != want[pk]]
     assert not bad, f"{len(bad)} rows differ, e.g. pk {bad[0]}: table {got[bad[0]]} vs Milvus {want[bad[0]]}"
     for pk in want:  # vectors bit for bit
