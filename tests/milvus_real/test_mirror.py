@@ -3,9 +3,11 @@
 A writer keeps inserting, deleting and upserting through pymilvus while the job takes its snapshot
 (positions, S, Strong queries by pk ranges in Spark tasks) and after it; at the end each table equals
 ``query(output_fields=["*"])`` row for row, vectors bit for bit. Two collections on the same channels
-go to two tables (Delta and Iceberg). Also: ``--snapshot never`` from Milvus's etcd channel
-checkpoints, exactly once across a driver SIGKILL between the table commit and Spark's commit, and
-bad input (one clear error each, nothing written).
+go to two tables (Delta in a local directory, Iceberg on the S3 server). Also: ``--snapshot never`` from
+Milvus's etcd channel checkpoints, exactly once across a driver SIGKILL between the table commit and Spark's
+commit (into a table on the S3 server) or before the table commit (a local one), and bad input (one clear error
+each, nothing written). A table on the S3 server (issue #37) is also read by plain readers with the same storage
+options, and ``mirror verify`` passes on it.
 """
 
 from __future__ import annotations
@@ -56,21 +58,106 @@ def run_job(spark, cfg, collection, table, fmt, *extra):
     return mirror.run(job_args(cfg, collection, table, fmt, *extra), spark)
 
 
-def table_rows(table: Path, fmt: str, collection: str, pk: str = "pk") -> dict[int, dict]:
+def table_rows(table: Path | str, fmt: str, collection: str, pk: str = "pk", **where) -> dict[int, dict]:
+    """The table's rows (``where``: open_table's storage_options / catalog_uri for a table on the S3 server)."""
     from msgstream_spark.mirror.table import open_table
 
-    t = open_table(fmt, str(table), collection=collection, pk=pk, create=False)
-    return {r["pk"]: normalize({k: r.get(k) for k in FIELDS}) for r in t.to_arrow().to_pylist()}
+    t = open_table(fmt, str(table), collection=collection, pk=pk, create=False, **where)
+    return by_pk(t.to_arrow())
 
 
-def assert_table_equals_query(table: Path, fmt: str, w: Workload) -> None:
+def key_difference(table: Path | str, fmt: str, w: Workload, got, want, **where) -> str:
+    """What a failing comparison needs to be diagnosed: the keys the table lacks / has beyond Milvus, the
+    acknowledged writes that touched them (kind, keys, Milvus time), and the snapshot's S and positions."""
+    from msgstream_spark.mirror.table import open_table
+
+    lacks, extra = sorted(set(want) - set(got)), sorted(set(got) - set(want))
+    odd = set(lacks[:20] + extra[:20])
+    writes = [(a.kind, [k for k in a.pks if k in odd], a.ts) for a in w.acked if odd & set(a.pks)]
+    props = open_table(fmt, str(table), collection=w.name, pk="pk", create=False, **where).properties()
+    start = {k: v for k, v in props.items() if "snapshot" in k or "start" in k}
+    return f"table lacks {lacks[:20]} and has extra {extra[:20]}; writes of those keys: {writes}; table: {start}"
+
+
+def by_pk(rows) -> dict[int, dict]:
+    return {r["pk"]: normalize({k: r.get(k) for k in FIELDS}) for r in rows.to_pylist()}
+
+
+def assert_table_equals_query(table: Path | str, fmt: str, w: Workload, **where) -> None:
     want = milvus_rows(w.collection)
-    got = table_rows(table, fmt, w.name)
-    assert sorted(got) == sorted(want)
+    got = table_rows(table, fmt, w.name, **where)
+    assert sorted(got) == sorted(want), key_difference(table, fmt, w, got, want, **where)
     bad = [pk for pk in want if got[pk] != want[pk]]
     assert not bad, f"{len(bad)} rows differ, e.g. pk {bad[0]}: table {got[bad[0]]} vs Milvus {want[bad[0]]}"
     for pk in want:  # vectors bit for bit
         assert np.asarray(got[pk]["fv"], np.float32).tobytes() == np.asarray(want[pk]["fv"], np.float32).tobytes()
+
+
+@dataclass
+class OnS3:
+    """A table on the S3 server (tests/fixtures/s3_env.py): its URI, the job's arguments for it (the server's
+    settings as ``--storage-option``, Spark's checkpoint on the driver's disk; Iceberg: the SQL catalog in a SQLite
+    file on the driver's disk, ``--catalog-uri``) and open_table's keyword arguments."""
+
+    uri: str
+    args: tuple[str, ...]
+    where: dict
+
+    @classmethod
+    def make(cls, s3, tmp_path: Path, name: str, fmt: str) -> OnS3:
+        opts = s3.options()
+        args = [*(f"--storage-option={k}={v}" for k, v in opts.items()), "--checkpoint",
+                str(tmp_path / f"{name}_checkpoint")]
+        where = {"storage_options": opts}
+        if fmt == "iceberg":
+            where["catalog_uri"] = f"sqlite:///{tmp_path / f'{name}_catalog.sqlite'}"
+            args += ["--catalog-uri", where["catalog_uri"]]
+        return cls(s3.uri("lake", name), tuple(args), where)
+
+
+def plain_reads(table: str, fmt: str, collection: str, where: dict) -> list[dict[int, dict]]:
+    """The rows of a table on the S3 server as readers that share none of the mirror's code read them, each with
+    the same storage options: delta-rs's SQL and DuckDB's delta extension (deletion vectors applied), or pyiceberg
+    through the same SQL catalog and DuckDB's iceberg extension (position deletes applied)."""
+    import pyarrow as pa
+
+    from tests.fixtures.plain_readers import duckdb_on_s3
+
+    opts = where["storage_options"]
+    if fmt == "delta":
+        import deltalake
+
+        dt = deltalake.DeltaTable(table, storage_options=opts)
+        first = pa.table(deltalake.QueryBuilder().register("t", dt).execute("SELECT * FROM t").read_all())
+        scan = f"delta_scan('{table}')"
+        con = duckdb_on_s3(opts)
+    else:
+        from pyiceberg.catalog.sql import SqlCatalog
+
+        from msgstream_spark.mirror.store.settings import for_pyiceberg
+
+        # pyiceberg's SQL catalog keeps each catalog name's tables apart: the mirror's is "msgstream"
+        cat = SqlCatalog("msgstream", uri=where["catalog_uri"], **for_pyiceberg(opts))
+        tbl = cat.load_table(("msgstream", collection))
+        assert tbl.location() == table
+        first = tbl.scan().to_arrow()
+        scan = f"iceberg_scan('{tbl.metadata_location}')"
+        con = duckdb_on_s3(opts, ("httpfs", "avro", "iceberg"))
+    return [by_pk(first), by_pk(con.execute(f"SELECT * FROM {scan}").fetch_arrow_table())]
+
+
+def verify_on_s3(capsys, cfg: str, collection: str, on: OnS3) -> dict:
+    """``msgstream mirror verify`` on a table on the S3 server (the table's format found in the bucket): its
+    summary; it exits 0 (equal), and no secret is in what it printed."""
+    from msgstream_spark.cli.main import main
+
+    capsys.readouterr()
+    rc = main(["mirror", "verify", "--config", cfg, "--collection", collection, "--table", on.uri, *on.args])
+    out = capsys.readouterr().out
+    assert on.where["storage_options"]["aws_secret_access_key"] not in out
+    summary = json.loads(out.splitlines()[-1])["summary"]
+    assert rc == 0 and summary["equal"], out[-2000:]
+    return summary
 
 
 class Writer:
@@ -124,6 +211,7 @@ class Plan:
     rows: int
     fmt: str
     extra: tuple[str, ...] = ()
+    s3: OnS3 | None = None  # the table on the S3 server (default: a directory in tmp_path)
 
 
 def snapshot_while_writing(spark, stack, alias: str, cfg: str, tmp_path: Path, plans: list[Plan]) -> dict[str, dict]:
@@ -136,12 +224,14 @@ def snapshot_while_writing(spark, stack, alias: str, cfg: str, tmp_path: Path, p
         ws[p.name].insert(range(p.rows // 2, p.rows))
         load_for_query(ws[p.name].collection)
     before = {name: len(w.acked) for name, w in ws.items()}
-    chans = {name: ["--channels", ",".join(pchannels(alias, name))] for name in ws}
+    chans = {p.name: ["--channels", ",".join(pchannels(alias, p.name)), *(p.s3.args if p.s3 else ())]
+             for p in plans}
+    table = {p.name: p.s3.uri if p.s3 else tmp_path / p.name for p in plans}
     summaries = {}
     for p in plans:
         writer = Writer([ws[p.name]], first_new=p.rows).start()  # writes during the snapshot and after it
         try:
-            summaries[p.name] = run_job(spark, cfg, p.name, tmp_path / p.name, p.fmt, *p.extra, *chans[p.name])
+            summaries[p.name] = run_job(spark, cfg, p.name, table[p.name], p.fmt, *p.extra, *chans[p.name])
         finally:
             writer.stop()
     for name, s in summaries.items():
@@ -151,16 +241,25 @@ def snapshot_while_writing(spark, stack, alias: str, cfg: str, tmp_path: Path, p
         assert later, f"{name}: no write after S: the writer did not overlap the snapshot"
     await_ticks(stack, last_ts(*ws.values()), sorted({c for name in ws for c in pchannels(alias, name)}))
     for p in plans:  # from its checkpoint
-        assert run_job(spark, cfg, p.name, tmp_path / p.name, p.fmt, *chans[p.name])["snapshot"]["mode"] == "resumed"
+        assert run_job(spark, cfg, p.name, table[p.name], p.fmt, *chans[p.name])["snapshot"]["mode"] == "resumed"
     for p in plans:
-        assert_table_equals_query(tmp_path / p.name, p.fmt, ws[p.name])
+        assert_table_equals_query(table[p.name], p.fmt, ws[p.name], **(p.s3.where if p.s3 else {}))
+        if p.s3:
+            want = milvus_rows(ws[p.name].collection)
+            assert all(got == want for got in plain_reads(p.s3.uri, p.fmt, p.name, p.s3.where))
     return summaries
 
 
-def test_snapshot_while_writing_then_stream_equals_query(spark, milvus_stack, pymilvus_orm, cfg, tmp_path):
-    plans = [Plan("mir_a", 3000, "delta", ("--snapshot-tasks", "3")), Plan("mir_b", 1200, "iceberg")]
+def test_snapshot_while_writing_then_stream_equals_query(spark, milvus_stack, pymilvus_orm, cfg, tmp_path, s3,
+                                                         capsys):
+    """Delta in a local directory, Iceberg on the S3 server (its catalog in SQLite on the driver's disk; local
+    Iceberg: tests/milvus_real_pulsar/test_mirror.py and test_mirror_keys.py); ``mirror verify`` passes on it."""
+    on = OnS3.make(s3, tmp_path, "mir_b", "iceberg")
+    plans = [Plan("mir_a", 3000, "delta", ("--snapshot-tasks", "3")), Plan("mir_b", 1200, "iceberg", s3=on)]
     summaries = snapshot_while_writing(spark, milvus_stack, pymilvus_orm, cfg, tmp_path, plans)
+    assert verify_on_s3(capsys, cfg, "mir_b", on)["rows"]["milvus"] > 1200
     assert summaries["mir_a"]["snapshot"]["ranges"] == 3
+    assert s3.options()["aws_secret_access_key"] not in json.dumps(summaries, default=str)
     for s in summaries.values():  # Milvus 2.3.5 does not pin iterator reads: each range reads at its own time >= S
         assert s["snapshot"]["pinned"] is False and s["snapshot"]["read"].startswith("at least at S")
 
@@ -190,12 +289,17 @@ def test_never_from_milvus_etcd_channel_checkpoints(spark, milvus_stack, pymilvu
     assert got == want and sorted(got) == list(range(306, 400))
 
 
-@pytest.mark.parametrize("failpoint", ["kill-after-commit:first", "kill-after-files:first"])
+@pytest.mark.parametrize("failpoint,store", [("kill-after-commit:first", "s3"), ("kill-after-files:first", "local")])
 def test_exactly_once_across_a_driver_sigkill_between_the_two_commits(spark, milvus_stack, pymilvus_orm, cfg,
-                                                                      tmp_path, failpoint):
+                                                                      tmp_path, capsys, request, failpoint, store):
     """SIGKILL of the driver (and its JVM) after the table commit and before Spark's, or after the tasks wrote a
     batch's files and before the table commit: the rerun skips / applies the batch once, the table equals
-    ``query``, no file is referenced twice, the killed batch's files are listed as orphans and vacuumed."""
+    ``query``, no file is referenced twice, the killed batch's files are listed as orphans and vacuumed.
+
+    The first into a table on the S3 server (the killed driver had put the version with ``If-None-Match: *``; its
+    endpoint by ``--storage-option``, its credentials from AWS_* variables, Spark's checkpoint on the driver's
+    disk; the rerun in this process with every setting as ``--storage-option``): plain readers read it, and
+    ``mirror verify`` on it exits 0. (Locally: tests/mirror_job/test_mirror_kills.py.)"""
     from msgstream_spark.mirror.maintenance import orphans, vacuum
     from msgstream_spark.mirror.table import open_table
     from msgstream_spark.spark.mirror import FAILPOINT_ENV, checkpoint_query_id
@@ -206,43 +310,59 @@ def test_exactly_once_across_a_driver_sigkill_between_the_two_commits(spark, mil
         w.insert(range(lo, lo + 500))
     w.delete(range(0, 20))
     await_ticks(milvus_stack, last_ts(w), pchannels(pymilvus_orm, name))
-    table = tmp_path / "t"
-    chans = ["--channels", ",".join(pchannels(pymilvus_orm, name))]
-    argv = ["--config", cfg, "--collection", name, "--table", str(table), "--table-format", "delta",
-            "--snapshot", "never", "--max-rows-per-trigger", "500", "--master", "local[2]", *chans]
+    checkpoint = tmp_path / "t_checkpoint"
     env = dict(os.environ, **{FAILPOINT_ENV: failpoint}, PYTHONPATH=str(ROOT))
+    if store == "s3":
+        s3 = request.getfixturevalue("s3")
+        on = OnS3.make(s3, tmp_path, "t", "delta")
+        table, where, secret = on.uri, on.where, s3.options()["aws_secret_access_key"]
+        rerun = list(on.args)  # every setting as an option; the checkpoint: t_checkpoint
+        first = ["--storage-option", f"aws_endpoint={s3.endpoint}", "--storage-option", "aws_allow_http=true",
+                 "--checkpoint", str(checkpoint)]
+        env.update({k: v for k, v in s3.env().items() if k != "AWS_ENDPOINT_URL"})
+    else:
+        table, where, secret, rerun, first = str(tmp_path / "t"), {}, None, [], []
+    chans = ["--channels", ",".join(pchannels(pymilvus_orm, name))]
+    argv = ["--config", cfg, "--collection", name, "--table", table, "--table-format", "delta",
+            "--snapshot", "never", "--max-rows-per-trigger", "500", "--master", "local[2]", *chans, *first]
     proc = subprocess.run([sys.executable, "-m", "jobs.mirror", *argv], cwd=tmp_path, env=env, timeout=600,
                           capture_output=True, text=True, start_new_session=True)
     assert proc.returncode == -9, proc.stderr[-3000:]
-    qid = checkpoint_query_id(str(tmp_path / "t_checkpoint"))
-    t = open_table("delta", str(table), collection=name, pk="pk", create=False)
+    assert secret is None or secret not in proc.stdout + proc.stderr
+    qid = checkpoint_query_id(str(checkpoint))
+    t = open_table("delta", table, collection=name, pk="pk", create=False, **where)
     killed = t.last_batch(qid)
     if failpoint.startswith("kill-after-commit"):
         assert killed is not None  # the table took the batch; Spark's commit of it never happened
-        assert not (tmp_path / "t_checkpoint" / "commits" / str(killed)).exists()
-        assert (tmp_path / "t_checkpoint" / "offsets" / str(killed)).exists()
+        assert not (checkpoint / "commits" / str(killed)).exists()
+        assert (checkpoint / "offsets" / str(killed)).exists()
         lost = []
     else:
         lost = orphans(t)
         assert lost and all("/data/" in p for p in lost)  # the tasks' files, in no version of the table
-    s = run_job(spark, cfg, name, table, "delta", "--snapshot", "never", *chans)
+    s = run_job(spark, cfg, name, table, "delta", "--snapshot", "never", *chans, *rerun)
     assert s["skipped_batches"] == (1 if failpoint.startswith("kill-after-commit") else 0)
     load_for_query(w.collection)
-    assert_table_equals_query(table, "delta", w)
+    assert_table_equals_query(table, "delta", w, **where)
     import deltalake
 
-    batches = [h.get("msgstream.batch_id") for h in deltalake.DeltaTable(str(table)).history()]
+    batches = [h.get("msgstream.batch_id") for h in deltalake.DeltaTable(table, **where).history()]
     if killed is not None:
         assert batches.count(str(killed)) == 1
-    t = open_table("delta", str(table), collection=name, pk="pk", create=False)
+    t = open_table("delta", table, collection=name, pk="pk", create=False, **where)
     paths = [f.path for f in t.live_files()]
     assert len(paths) == len(set(paths))
     # the killed attempt's data files stay, unreferenced; its changes files are removed by the batch's re-run
     assert {p for p in lost if "/_changes/" not in p} <= set(orphans(t))
-    assert not [p for p in lost if "/_changes/" in p and os.path.exists(p)]
+    assert not [p for p in lost if "/_changes/" in p and t.store.head(p) is not None]
     vacuum(t, retain_s=0)
     assert not [p for p in orphans(t) if p.endswith(".parquet")]
-    assert_table_equals_query(table, "delta", w)
+    assert_table_equals_query(table, "delta", w, **where)
+    if store == "s3":
+        want = milvus_rows(w.collection)
+        assert all(got == want for got in plain_reads(table, "delta", name, where))
+        assert verify_on_s3(capsys, cfg, name, on)["rows"]["milvus"] == len(want)
+        assert secret not in json.dumps(s, default=str)
 
 
 def test_bad_input_one_clear_error_and_nothing_written(spark, milvus_stack, pymilvus_orm, cfg, tmp_path, capsys):

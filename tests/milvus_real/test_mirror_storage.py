@@ -17,7 +17,7 @@ import pytest
 import yaml
 
 from tests.milvus_real.test_milvus_oracle import FIELDS, await_ticks, milvus_rows, pchannels
-from tests.milvus_real.test_mirror import Writer, assert_table_equals_query, last_ts, run_job
+from tests.milvus_real.test_mirror import OnS3, Writer, assert_table_equals_query, last_ts, plain_reads, run_job
 from tests.milvus_real.workload import (
     Workload,
     bin_row,
@@ -182,10 +182,19 @@ def test_a_file_gone_mid_read_names_the_segment_and_the_gc_setting(milvus_stack,
 
 
 def test_storage_snapshot_while_writing_then_stream_equals_query(spark, milvus_stack, pymilvus_orm, scfg,
-                                                                  tmp_path):
+                                                                  tmp_path, s3):
+    """The snapshot's output into a Delta table on the S3 server (tests/milvus_real_pulsar/test_mirror_storage.py
+    runs the same into a local directory)."""
+    storage_snapshot_while_writing(spark, milvus_stack, pymilvus_orm, scfg, tmp_path, OnS3.make(s3, tmp_path, "t",
+                                                                                                "delta"))
+
+
+def storage_snapshot_while_writing(spark, milvus_stack, pymilvus_orm, scfg, tmp_path, on: OnS3 | None = None):
     """Several flushed segments, deletes in delete logs and in the growing segment, upserts, a writer running
-    through the snapshot; the table from storage + stream equals ``query`` row for row."""
+    through the snapshot; the table from storage + stream equals ``query`` row for row (``on``: the table on the
+    S3 server, also as plain readers read it; default a directory in ``tmp_path``)."""
     name = "st_mirror"
+    table, where, more = (on.uri, on.where, on.args) if on else (tmp_path / "t", {}, ())
     w = Workload(name, create_all_types(pymilvus_orm, name))
     w.insert(range(0, 600))
     w.collection.flush()
@@ -197,20 +206,23 @@ def test_storage_snapshot_while_writing_then_stream_equals_query(spark, milvus_s
     w.delete(list(range(600, 610)))
     w.upsert(range(620, 630), gen=2)  # in the growing segment: flushed by the job, or streamed
     before = len(w.acked)
-    chans = ["--channels", ",".join(pchannels(pymilvus_orm, name))]
+    chans = ["--channels", ",".join(pchannels(pymilvus_orm, name)), *more]
     writer = Writer([w], first_new=1300).start()
     try:
-        s = run_job(spark, scfg, name, tmp_path / "t", "delta", "--snapshot-source", "storage", *chans)
+        s = run_job(spark, scfg, name, table, "delta", "--snapshot-source", "storage", *chans)
     finally:
         writer.stop()
     snap = s["snapshot"]
     assert snap["source"] == "storage" and snap["mode"] == "initial" and snap["segments"] >= 2
     assert [x for x in w.acked[before:] if x.ts and x.ts > snap["S"]], "no write after S"
     await_ticks(milvus_stack, last_ts(w), pchannels(pymilvus_orm, name))
-    assert run_job(spark, scfg, name, tmp_path / "t", "delta", "--snapshot-source", "storage",
+    assert run_job(spark, scfg, name, table, "delta", "--snapshot-source", "storage",
                    *chans)["snapshot"]["mode"] == "resumed"
     load_for_query(w.collection)
-    assert_table_equals_query(tmp_path / "t", "delta", w)
+    assert_table_equals_query(table, "delta", w, **where)
+    if on:
+        want = milvus_rows(w.collection)
+        assert all(got == want for got in plain_reads(on.uri, "delta", name, where))
 
 
 def test_storage_route_refuses_a_missing_config_key(spark, milvus_stack, pymilvus_orm, scfg, tmp_path, capsys):
