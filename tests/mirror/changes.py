@@ -11,7 +11,8 @@ from dataclasses import dataclass
 import numpy as np
 import pyarrow as pa
 
-from msgstream_spark.mirror.order import seq_array
+from msgstream_spark.mirror import apply_batch
+from msgstream_spark.mirror.order import seq_array, snapshot_seq_array
 
 FIELDS = pa.schema([pa.field("pk", pa.int64()), pa.field("v", pa.string()), pa.field("fv", pa.list_(pa.float32(), 2))])
 
@@ -87,3 +88,42 @@ def table_state(t: pa.Table) -> dict[int, tuple]:
     for r in rows:
         assert list(r["fv"]) == vector(r["v"]), r
     return {r["pk"]: (r["v"], r["_ts"]) for r in rows}
+
+
+def mixed_batches(k: int, first: int = 0) -> list[list]:
+    """Batches ``first .. first + k - 1`` of one workload: batch 0 inserts keys 0..39, batch i upserts every 4th
+    key from ``i % 4`` and deletes keys ``i`` and ``i + 20``."""
+    out = [[insert(10, *[(p, f"a{p}") for p in range(40)])]] if first == 0 else []
+    for i in range(max(first, 1), first + k):
+        ts = 10 + 10 * i
+        out.append([*upsert(ts, *[(p, f"u{i}.{p}") for p in range(i % 4, 40, 4)]), delete(ts + 1, i, i + 20)])
+    return out
+
+
+def fill(t, batches: list[list], first: int = 0) -> list[Msg]:
+    """Each batch applied to the table ``t`` as batch ``first + i`` of query ``q``; the messages applied."""
+    seen: list[Msg] = []
+    for i, b in enumerate(batches):
+        assert apply_batch(t, to_arrow(b), "pk", "q", first + i)
+        seen += b
+    return seen
+
+
+class HeldMilvus:
+    """A ``MilvusSide`` over rows held here (pk -> v): what a verify or a repair reads of Milvus."""
+
+    pk, by_partition, json_columns = "pk", False, ()
+
+    def __init__(self, rows: dict[int, str]) -> None:
+        self.rows = rows
+
+    def rows_of(self, keys: list, schema: pa.Schema, s: int) -> pa.Table:
+        have = [k for k in keys if k in self.rows]
+        n = len(have)
+        return pa.table({"pk": pa.array(have, pa.int64()), "v": [self.rows[k] for k in have],
+                         "fv": pa.array([vector(self.rows[k]) for k in have], pa.list_(pa.float32())),
+                         "_ts": pa.array([s] * n, pa.int64()), "_seq": snapshot_seq_array(s, n),
+                         "_partition": pa.array([7] * n, pa.int64())}).select(schema.names).cast(schema)
+
+    def scan(self, schema: pa.Schema, s: int):
+        yield from self.rows_of(sorted(self.rows), schema, s).to_batches()

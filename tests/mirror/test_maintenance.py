@@ -15,7 +15,7 @@ import pytest
 from msgstream_spark.mirror import apply_batch, open_table
 from msgstream_spark.mirror.maintenance import compact, orphans, vacuum
 from msgstream_spark.mirror.write.layout import write_changes
-from tests.mirror.changes import FIELDS, delete, insert, model, table_state, to_arrow, upsert
+from tests.mirror.changes import FIELDS, delete, fill, insert, mixed_batches, model, table_state, to_arrow, upsert
 
 FORMATS = ["delta", "iceberg"]
 ROOT = Path(__file__).resolve().parents[2]
@@ -23,22 +23,6 @@ ROOT = Path(__file__).resolve().parents[2]
 
 def _open(fmt, loc):
     return open_table(fmt, str(loc), collection="coll", pk="pk", arrow_schema=FIELDS)
-
-
-def _batches(k: int) -> list[list]:
-    out = [[insert(10, *[(p, f"a{p}") for p in range(40)])]]
-    for i in range(1, k):
-        ts = 10 + 10 * i
-        out.append([*upsert(ts, *[(p, f"u{i}.{p}") for p in range(i % 4, 40, 4)]), delete(ts + 1, i, i + 20)])
-    return out
-
-
-def _fill(t, batches) -> list:
-    seen = []
-    for i, b in enumerate(batches):
-        assert apply_batch(t, to_arrow(b), "pk", "q", i)
-        seen += b
-    return seen
 
 
 def _no_file_twice(t) -> None:
@@ -49,7 +33,7 @@ def _no_file_twice(t) -> None:
 @pytest.mark.parametrize("fmt", FORMATS)
 def test_compaction_folds_deletes_and_small_files_away(fmt, tmp_path):
     t = _open(fmt, tmp_path / "t")
-    seen = _fill(t, _batches(6))
+    seen = fill(t, mixed_batches(6))
     before = t.live_files()
     assert any(len(f.deleted) for f in before) and len(before) > 2
     done = compact(t)
@@ -58,7 +42,7 @@ def test_compaction_folds_deletes_and_small_files_away(fmt, tmp_path):
     assert len(after) == 1 and not len(after[0].deleted)
     assert table_state(t.to_arrow()) == model(seen)
     assert compact(t).files_in == 0  # nothing left: compaction applies once
-    more = _batches(8)[6:]
+    more = mixed_batches(8)[6:]
     for i, b in enumerate(more):  # the stream goes on after a compaction
         assert apply_batch(t, to_arrow(b), "pk", "q", 6 + i)
     assert table_state(_open(fmt, tmp_path / "t").to_arrow()) == model(seen + [m for b in more for m in b])
@@ -70,7 +54,7 @@ def test_files_of_a_batch_killed_before_its_commit_are_orphans(fmt, tmp_path):
     """Tasks wrote a batch's files, the driver died before the table commit: nothing reads them, ``orphans``
     lists them, the batch applies on the rerun and ``vacuum`` removes them."""
     t = _open(fmt, tmp_path / "t")
-    seen = _fill(t, _batches(2))
+    seen = fill(t, mixed_batches(2))
     lost = to_arrow([insert(99, (1, "lost"), (77, "new"))])
     narrow = write_changes(lost, t.write_spec())  # what the tasks did before the kill
     written = sorted(set(narrow.column("_file").drop_null().to_pylist()))
@@ -88,7 +72,7 @@ def test_files_of_a_batch_killed_before_its_commit_are_orphans(fmt, tmp_path):
 @pytest.mark.parametrize("fmt", FORMATS)
 def test_a_compaction_killed_before_its_commit_changes_nothing(fmt, tmp_path):
     t = _open(fmt, tmp_path / "t")
-    seen = _fill(t, _batches(4))
+    seen = fill(t, mixed_batches(4))
     files = sorted(f.path for f in t.live_files())
     code = ("import sys\nfrom msgstream_spark.mirror import open_table\nfrom msgstream_spark.mirror.maintenance "
             "import compact\nfrom tests.mirror.changes import FIELDS\n"
@@ -117,7 +101,7 @@ def test_the_maintenance_entry_point_compacts_once_and_is_refused_beside_a_write
     from msgstream_spark.mirror.formats.lock import writer_lock
 
     t = _open(fmt, tmp_path / "t")
-    seen = _fill(t, _batches(3))
+    seen = fill(t, mixed_batches(3))
     argv = [sys.executable, "-m", "msgstream_spark", "mirror", "compact", "--table", str(tmp_path / "t"),
             "--table-format", fmt]
     env = dict(os.environ, PYTHONPATH=str(ROOT))
@@ -166,7 +150,7 @@ def test_msgstream_mirror_compact_sigkilled_then_rerun(fmt, step, tmp_path):
     from msgstream_spark.mirror.store.lease import LEASE_NAME
 
     loc = str(tmp_path / "t")
-    seen = _fill(_open(fmt, loc), _batches(4))
+    seen = fill(_open(fmt, loc), mixed_batches(4))
     want = model(seen)
     files = sorted(f.path for f in _open(fmt, loc).live_files())
     assert _plain_read(fmt, loc) == want and len(files) > 1
@@ -281,7 +265,7 @@ def test_leftover_temporary_files_of_killed_writers_are_orphans_once_old(fmt, tm
 
     loc = tmp_path / "t"
     t = _open(fmt, loc)
-    seen = _fill(t, _batches(3))
+    seen = fill(t, mixed_batches(3))
     data = next(iter(t.live_files())).path
     keys_dir = os.path.join(os.path.dirname(data), "_keys")
     os.makedirs(keys_dir, exist_ok=True)
@@ -305,7 +289,7 @@ def test_leftover_temporary_files_of_killed_writers_are_orphans_once_old(fmt, tm
 def test_iceberg_compaction_commits_a_replace_snapshot(tmp_path):
     """#38 item 7: compaction changes no row: its snapshot's operation is ``replace``, with the totals right."""
     t = _open("iceberg", tmp_path / "t")
-    seen = _fill(t, _batches(4))
+    seen = fill(t, mixed_batches(4))
     compact(t)
     snap = t._table().current_snapshot()
     assert snap.summary.operation.value == "replace"
@@ -321,7 +305,7 @@ def test_iceberg_re_snapshot_drops_the_old_position_delete_files(tmp_path):
 
     loc = tmp_path / "t"
     t = _open("iceberg", loc)
-    seen = _fill(t, _batches(3))
+    seen = fill(t, mixed_batches(3))
     tbl = t._table()
     assert len(tbl.inspect.delete_files()) > 0
     rows = conform(t.to_arrow(), t.write_spec().schema)

@@ -15,7 +15,18 @@ from msgstream_spark.mirror.maintenance import compact, orphans, vacuum
 from msgstream_spark.mirror.store import io_since, io_totals, open_store
 from msgstream_spark.mirror.write.batch import lookup_local
 from msgstream_spark.mirror.write.layout import plan, write_changes
-from tests.mirror.changes import FIELDS, delete, insert, model, table_state, to_arrow, upsert
+from tests.mirror.changes import (
+    FIELDS,
+    HeldMilvus,
+    delete,
+    fill,
+    insert,
+    mixed_batches,
+    model,
+    table_state,
+    to_arrow,
+    upsert,
+)
 from tests.mirror.store.racing import race
 
 
@@ -43,22 +54,6 @@ def _open(where: Where, name: str = "t", create: bool = True):
                       create=create, storage_options=where.opts)
 
 
-def _batches(k: int) -> list[list]:
-    out = [[insert(10, *[(p, f"a{p}") for p in range(40)])]]
-    for i in range(1, k):
-        ts = 10 + 10 * i
-        out.append([*upsert(ts, *[(p, f"u{i}.{p}") for p in range(i % 4, 40, 4)]), delete(ts + 1, i, i + 20)])
-    return out
-
-
-def _fill(t, batches, first: int = 0) -> list:
-    seen = []
-    for i, b in enumerate(batches):
-        assert apply_batch(t, to_arrow(b), "pk", "q", first + i)
-        seen += b
-    return seen
-
-
 def plain_reads(where: Where, name: str = "t") -> list[dict]:
     """The table as delta-rs, Polars and DuckDB read it (each configured with the same storage options)."""
     import deltalake
@@ -79,7 +74,7 @@ def plain_reads(where: Where, name: str = "t") -> list[dict]:
 
 def test_batches_on_the_store_are_what_plain_readers_read(where):
     t = _open(where)
-    seen = _fill(t, _batches(4))
+    seen = fill(t, mixed_batches(4))
     want = model(seen)
     assert table_state(t.to_arrow()) == want
     assert all(got == want for got in plain_reads(where))
@@ -93,7 +88,7 @@ def test_two_writers_racing_for_one_version_one_wins(where):
     """Two handles plan a batch on one version and publish at once, with no lease between them: the version is
     created once (put-if-absent: a hard link locally, If-None-Match: * on S3); the other commits nothing."""
     t = _open(where)
-    seen = _fill(t, _batches(1))
+    seen = fill(t, mixed_batches(1))
     writers, plans = [_open(where, create=False) for _ in range(2)], []
     for i, w in enumerate(writers):
         narrow = write_changes(to_arrow([insert(100 + i, (1, f"w{i}"), (50 + i, f"n{i}"))]), w.write_spec())
@@ -117,7 +112,7 @@ def test_checkpoints_are_written_and_read_on_the_store(where, monkeypatch):
 
     monkeypatch.setattr(delta_table, "CHECKPOINT_EVERY", 3)
     t = _open(where)
-    seen = _fill(t, _batches(4))  # versions 1..4 (0: the create): a checkpoint at 3
+    seen = fill(t, mixed_batches(4))  # versions 1..4 (0: the create): a checkpoint at 3
     store = where.store("t")
     last = store.read(store.join("_delta_log", "_last_checkpoint"))
     assert b'"version":3' in last.replace(b" ", b"")
@@ -139,13 +134,13 @@ def test_delta_rs_maintenance_between_batches_is_read_right(where, op):
     import deltalake
 
     t = _open(where)
-    seen = _fill(t, _batches(4))
+    seen = fill(t, mixed_batches(4))
     dt = deltalake.DeltaTable(where.uri("t"), storage_options=where.opts or {})
     if op == "optimize":
         got = dt.optimize.compact()
         assert got["numFilesRemoved"] > 1 and got["numFilesAdded"] == 1
     else:
-        _fill(t, [[delete(200, 30)]], 4)  # a removal a vacuum may act on
+        fill(t, [[delete(200, 30)]], 4)  # a removal a vacuum may act on
         seen += [delete(200, 30)]
         dt.update_incremental()
         dt.vacuum(retention_hours=0, enforce_retention_duration=False, dry_run=False)
@@ -158,7 +153,7 @@ def test_delta_rs_maintenance_between_batches_is_read_right(where, op):
 
 def test_a_deletion_vector_another_tool_removed_is_refused_naming_it(where):
     t = _open(where)
-    _fill(t, _batches(3))
+    fill(t, mixed_batches(3))
     dv = next(f for f in t.live_files() if len(f.deleted))
     store = where.store("t")
     gone = next(m.uri for m in store.list(where.uri("t")) if "deletion_vector_" in m.uri
@@ -171,7 +166,7 @@ def test_a_deletion_vector_another_tool_removed_is_refused_naming_it(where):
 
 def test_compaction_orphans_and_vacuum_on_the_store(where):
     t = _open(where)
-    seen = _fill(t, _batches(5))
+    seen = fill(t, mixed_batches(5))
     before = t.live_files()
     done = compact(t)
     assert done.files_in == len(before) and done.files_out == 1
@@ -201,29 +196,6 @@ def test_the_change_log_on_the_store(where):
                   .to_pylist()) == [(1, "a2")]
 
 
-class HeldMilvus:
-    """A ``MilvusSide`` over rows held here (pk -> v): what a verify reads of Milvus."""
-
-    pk, by_partition, json_columns = "pk", False, ()
-
-    def __init__(self, rows: dict[int, str]) -> None:
-        self.rows = rows
-
-    def rows_of(self, keys: list, schema: pa.Schema, s: int) -> pa.Table:
-        from msgstream_spark.mirror.order import snapshot_seq_array
-        from tests.mirror.changes import vector
-
-        have = [k for k in keys if k in self.rows]
-        n = len(have)
-        return pa.table({"pk": pa.array(have, pa.int64()), "v": [self.rows[k] for k in have],
-                         "fv": pa.array([vector(self.rows[k]) for k in have], pa.list_(pa.float32())),
-                         "_ts": pa.array([s] * n, pa.int64()), "_seq": snapshot_seq_array(s, n),
-                         "_partition": pa.array([7] * n, pa.int64())}).select(schema.names).cast(schema)
-
-    def scan(self, schema: pa.Schema, s: int):
-        yield from self.rows_of(sorted(self.rows), schema, s).to_batches()
-
-
 class NoLog:
     def newest_time(self, channels) -> int:
         return 5000 << 18
@@ -233,7 +205,7 @@ def test_verify_and_repair_on_the_store(where):
     from msgstream_spark.mirror.trust.verify_run import repair, run_verify
 
     t = _open(where)
-    seen = _fill(t, _batches(2))
+    seen = fill(t, mixed_batches(2))
     milvus = HeldMilvus({pk: v for pk, (v, _) in model(seen).items()})
     assert run_verify(t, milvus, NoLog(), checkpoint=None).equal
     milvus.rows[3] = "changed in Milvus"
@@ -246,7 +218,7 @@ def test_verify_and_repair_on_the_store(where):
 
 def test_what_a_batch_moves_through_the_store_is_counted(where):
     t = _open(where)
-    _fill(t, _batches(2))
+    fill(t, mixed_batches(2))
     before = io_totals()
     assert apply_batch(t, to_arrow([*upsert(500, (1, "x"), (2, "y"))]), "pk", "q", 2)
     moved = io_since(before)
@@ -377,7 +349,7 @@ def test_a_compaction_beside_a_running_job_is_refused_on_the_store(where):
     from tests.fixtures.s3_server import SECRET_KEY
 
     t = _open(where)
-    _fill(t, _batches(3))
+    fill(t, mixed_batches(3))
     root = Path(__file__).resolve().parents[2]
     opts = [f"--storage-option={k}={v}" for k, v in (where.opts or {}).items()]
 

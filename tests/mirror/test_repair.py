@@ -23,28 +23,10 @@ from msgstream_spark.mirror.trust.verify import Result
 from msgstream_spark.mirror.trust.verify_run import REPAIR_QUERY, repair
 from msgstream_spark.mirror.write.batch import lookup_local
 from msgstream_spark.mirror.write.layout import Plan
-from tests.mirror.changes import FIELDS, insert, table_state, to_arrow, vector
+from tests.mirror.changes import FIELDS, HeldMilvus, insert, table_state, to_arrow, vector
 
 T, S = 1000 << 18, 2000 << 18  # the table's changes, the repair's S
 AHEAD = snapshot_seq_array(S + (1000 << 18), 1)  # a _seq beyond any the log holds at S
-
-
-class HeldMilvus:
-    """``MilvusSide.rows_of`` over rows held here (pk -> v)."""
-
-    pk, by_partition, json_columns = "pk", False, ()
-
-    def __init__(self, rows: dict[int, str]) -> None:
-        self.rows = rows
-
-    def rows_of(self, keys: list, schema: pa.Schema, s: int) -> pa.Table:
-        have = [k for k in keys if k in self.rows]
-        n = len(have)
-        got = pa.table({"pk": pa.array(have, pa.int64()), "v": [self.rows[k] for k in have],
-                        "fv": pa.array([vector(self.rows[k]) for k in have], pa.list_(pa.float32())),
-                        "_ts": pa.array([s] * n, pa.int64()), "_seq": snapshot_seq_array(s, n),
-                        "_partition": pa.array([7] * n, pa.int64())})
-        return got.select(schema.names).cast(schema)
 
 
 class At:

@@ -13,32 +13,16 @@ from types import SimpleNamespace
 import pyarrow as pa
 import pytest
 
-from msgstream_spark.mirror import apply_batch, open_table
+from msgstream_spark.mirror import open_table
 from msgstream_spark.mirror.maintenance import compact, vacuum
 from msgstream_spark.mirror.trust.pinned import PinnedTable
-from tests.mirror.changes import FIELDS, delete, insert, model, table_state, to_arrow, upsert
+from tests.mirror.changes import FIELDS, fill, mixed_batches, model, table_state
 
 DAY = 86400.0
 
 
 def _open(fmt, loc):
     return open_table(fmt, str(loc), collection="coll", pk="pk", arrow_schema=FIELDS)
-
-
-def _batches(first: int, k: int) -> list[list]:
-    out = [[insert(10, *[(p, f"a{p}") for p in range(40)])]] if first == 0 else []
-    for i in range(max(first, 1), first + k):
-        ts = 10 + 10 * i
-        out.append([*upsert(ts, *[(p, f"u{i}.{p}") for p in range(i % 4, 40, 4)]), delete(ts + 1, i, i + 20)])
-    return out
-
-
-def _fill(t, batches, start: int) -> list:
-    seen = []
-    for i, b in enumerate(batches):
-        assert apply_batch(t, to_arrow(b), "pk", "q", start + i)
-        seen += b
-    return seen
 
 
 def _files(root: str) -> list[str]:
@@ -102,17 +86,17 @@ def eight_days_ago(monkeypatch):
 def test_a_reader_pinned_before_a_compaction_reads_its_version_after_a_vacuum(fmt, tmp_path, eight_days_ago):
     t = _open(fmt, tmp_path / "t")
     eight_days_ago(fmt == "iceberg")
-    seen = _fill(t, _batches(0, 4), 0)
-    more = _batches(4, 1)  # Delta: a batch after the pin supersedes the pinned version's deletion vectors
+    seen = fill(t, mixed_batches(4, 0), 0)
+    more = mixed_batches(1, 4)  # Delta: a batch after the pin supersedes the pinned version's deletion vectors
     if fmt == "iceberg":  # Iceberg: the pinned snapshot (8 days old) is replaced by the compaction only
-        seen += _fill(t, more, 4)
+        seen += fill(t, more, 4)
     eight_days_ago(False)
     _age(_files(t.root), 8 * DAY)  # every file of the pinned version was written 8 days ago
     old_files = set(_files(t.root))
     pinned, verify_pin = _pin(fmt, t), PinnedTable(_open(fmt, tmp_path / "t"))  # a reader; verify's pinned read
     want = model(seen)
     if fmt == "delta":
-        _fill(t, more, 4)
+        fill(t, more, 4)
     assert compact(t).files_in > 1
     assert not old_files & {f.path for f in t.live_files()}
 
@@ -135,7 +119,7 @@ def test_a_reader_pinned_before_a_compaction_reads_its_version_after_a_vacuum(fm
 def test_a_file_written_8_days_ago_and_removed_a_minute_ago_is_kept(fmt, tmp_path, eight_days_ago):
     t = _open(fmt, tmp_path / "t")
     eight_days_ago(fmt == "iceberg")
-    seen = _fill(t, _batches(0, 2), 0)
+    seen = fill(t, mixed_batches(2, 0), 0)
     eight_days_ago(False)
     _age(_files(t.root), 8 * DAY)
     before = {f.path for f in t.live_files()}
@@ -152,7 +136,7 @@ def test_a_file_written_8_days_ago_and_removed_a_minute_ago_is_kept(fmt, tmp_pat
 @pytest.mark.parametrize("fmt", ["delta", "iceberg"])
 def test_files_no_version_references_go_by_their_age(fmt, tmp_path):
     t = _open(fmt, tmp_path / "t")
-    seen = _fill(t, _batches(0, 2), 0)
+    seen = fill(t, mixed_batches(2, 0), 0)
     live = set(_files(t.root))
     old, young = os.path.join(t.root, "data", "killed-old.parquet"), os.path.join(t.root, "data", "killed-new.parquet")
     for p in (old, young):
@@ -173,7 +157,7 @@ def test_iceberg_metadata_expires_with_its_snapshots(tmp_path):
     t = _open("iceberg", tmp_path / "t")
     with t._table().transaction() as tx:
         tx.set_properties({"write.metadata.previous-versions-max": "3"})
-    seen = _fill(t, _batches(0, 5), 0)
+    seen = fill(t, mixed_batches(5, 0), 0)
     compact(t)
     meta_dir = os.path.join(t.root, "metadata")
     before = set(os.listdir(meta_dir))
@@ -198,12 +182,12 @@ def test_delta_removes_are_found_in_a_checkpoint_and_before_it(tombstones, tmp_p
     if tombstones:
         t._table().alter.set_table_properties({"delta.deletedFileRetentionDuration": tombstones},
                                               raise_if_not_exists=False)
-    seen = _fill(t, _batches(0, 3), 0)
+    seen = fill(t, mixed_batches(3, 0), 0)
     _age(_files(t.root), 8 * DAY)
     before = set(_files(t.root))
     compact(t)
     t._table().create_checkpoint()
-    seen += _fill(t, _batches(3, 1), 3)  # a commit after the checkpoint
+    seen += fill(t, mixed_batches(1, 3), 3)  # a commit after the checkpoint
     import pyarrow.parquet as pq
 
     ck = [n for n in os.listdir(os.path.join(t.root, "_delta_log")) if n.endswith(".checkpoint.parquet")]
