@@ -7,11 +7,11 @@ from __future__ import annotations
 
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.parquet as pq
 import pytest
 
 from msgstream_spark.mirror import open_table
 from msgstream_spark.mirror.write.batch import commit_plan
+from msgstream_spark.mirror.write.files import read_parquet
 from msgstream_spark.mirror.write.layout import TaskWriter
 from msgstream_spark.mirror.write.taskplan import (
     ChangesFile,
@@ -35,7 +35,7 @@ def _write(spec, at: str, chunks: list) -> pa.Table:
 
 def _plan_by_key_parity(t, written: pa.Table, existed: bool = False) -> pa.Table:
     """Two planning tasks: even keys and odd keys (every change of a key in one task, as a shuffle by key)."""
-    narrow = pa.concat_tables([pq.read_table(p) for p in changes_files(written)])
+    narrow = pa.concat_tables([read_parquet(t.store, p) for p in changes_files(written)])
     odd = pc.equal(pc.bit_wise_and(narrow.column("key"), 1), 1)
     files = t.live_files()
     return pa.concat_tables([plan_share(narrow.filter(pc.invert(odd)), files, t.pk, pa.int64(), existed),
@@ -110,3 +110,56 @@ def test_a_batch_skipped_on_re_run_removes_its_changes_directory(tmp_path):
     sink(None, 0)  # the re-run hands Spark's batch 0 again (the skip reads no row of it)
     assert sink.skipped == 1 and sink.batches == 0
     assert not os.path.exists(at) and table_state(t.to_arrow()) == model(batch)
+
+
+@pytest.mark.parametrize("kind", ["local", "s3"])
+def test_files_of_task_results_the_driver_never_got_are_deleted(kind, tmp_path, request):
+    """A writing task that finished its data file (and key index) on an executor that died before its result
+    reached the driver is run again; the lost attempt's file is in no commit and the driver deletes it once the
+    batch is committed, with its key index; the kept files stay, ``mirror orphans`` finds nothing. A batch run
+    again after a killed driver drops every file its earlier attempts claimed (none of them is committed)."""
+    from msgstream_spark.mirror.maintenance import orphans
+    from msgstream_spark.mirror.store import open_store
+    from msgstream_spark.mirror.write.keyindex import side_path
+    from msgstream_spark.mirror.write.taskplan import drop_lost_files, remove_changes
+
+    opts = None
+    loc = str(tmp_path / "t")
+    if kind == "s3":
+        s3 = request.getfixturevalue("s3")
+        opts, loc = s3.options(), s3.uri("lake", "t")
+    t = open_table("delta", loc, collection="coll", pk="pk", arrow_schema=FIELDS, storage_options=opts)
+    spec = t.write_spec()
+    store = open_store(loc, opts, env={})
+
+    def task(at: str, chunk: list) -> pa.Table:
+        w, ch = TaskWriter(spec, claims=f"{at}/claims"), ChangesFile(spec.store(), at, spec.key_type)
+        ch.add(w.add(to_arrow(chunk)))
+        return ch.close(w.close())
+
+    def data_paths(written: pa.Table) -> list[str]:
+        return [p for k, p in zip(written.column("kind").to_pylist(), written.column("path").to_pylist())
+                if k == "data"]
+
+    # a driver killed before batch 0's commit: its re-run finds the claimed file and drops it
+    at0 = changes_dir(spec.data_dir, "q", 0)
+    killed = data_paths(task(at0, [insert(5, (9, "z"))]))
+    assert store.head(killed[0]) is not None and store.head(side_path(killed[0])) is not None
+    assert drop_lost_files(store, at0, spec.data_dir) == killed
+    assert store.head(killed[0]) is None and store.head(side_path(killed[0])) is None
+    remove_changes(store, at0)
+
+    batch = [insert(10, (1, "a"), (2, "b")), insert(11, (3, "c"))]
+    kept = task(at0, batch[:1])
+    lost = task(at0, batch[1:])  # the task's result never reached the driver: it is run again
+    again = task(at0, batch[1:])
+    written = pa.concat_tables([kept, again])
+    lost_file = data_paths(lost)
+    assert commit_plan(t, merge_plans(written, _plan_by_key_parity(t, written)), set(), query_id="q",
+                       batch_id=0) is not None
+    assert [p for p in orphans(t) if "/_changes/" not in p] == lost_file  # what it was left as before #41
+    assert drop_lost_files(store, at0, spec.data_dir, written) == lost_file
+    assert store.head(lost_file[0]) is None and store.head(side_path(lost_file[0])) is None
+    assert all(store.head(p) is not None for p in data_paths(written))
+    remove_changes(store, at0)
+    assert orphans(t) == [] and table_state(t.to_arrow()) == model(batch)

@@ -83,9 +83,10 @@ class TaskWriter:
     (``narrow_schema``) of every change kept. A key in two chunks leaves two rows; the driver's ``plan`` deletes
     the older one in the same commit."""
 
-    def __init__(self, spec: WriteSpec) -> None:
+    def __init__(self, spec: WriteSpec, claims: str | None = None) -> None:
         self.spec = spec
         self.store = spec.store()
+        self.claims = claims  # where an empty object names each data file before it is opened (lost_files)
         self.out_schema = narrow_schema(spec.key_type)
         self._files: dict[tuple, list] = {}  # partition values -> [path, ParquetOut, rows written, key parts]
         self.done: list[Written] = []  # the files closed, as a commit records them
@@ -124,7 +125,10 @@ class TaskWriter:
         """Append ``rows`` to the file of partition ``key``; (its path, rows it held before)."""
         f = self._files.get(key)
         if f is None:
-            path = uri.join(self.spec.data_dir, f"{uuid.uuid4().hex}.parquet")
+            name = f"{uuid.uuid4().hex}.parquet"
+            path = uri.join(self.spec.data_dir, name)
+            if self.claims is not None:  # the driver deletes it if the task's result is lost (a dead executor's)
+                self.store.put(uri.join(self.claims, name), b"")
             f = self._files[key] = [path, ParquetOut(self.store, path, self.spec.schema, self.spec.pk,
                                                      compression="zstd"), 0, []]
         f[1].write_table(rows, row_group_size=128 * 1024)

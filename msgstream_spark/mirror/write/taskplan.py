@@ -11,8 +11,12 @@ not with the batch's rows: an insert-only batch of any size is a few rows per ta
 
 The changes files are the batch's persisted state between the two stages (a re-run planning task reads the
 same rows; a re-run writing task writes a new data file and a new changes file, and the lost attempt's files
-are in neither list). The driver deletes the batch's directory once the batch is committed or skipped; one
-a killed job left is removed when the batch runs again, else listed by ``msgstream mirror orphans``.
+are in neither list). Before it opens a data file a writing task claims its name with an empty object in the
+batch's directory; once the batch is committed (or when it runs again) the driver deletes the claimed files no
+task result named (:func:`drop_lost_files`): a task that finished its files on an executor that died before its
+result reached the driver leaves nothing behind. The driver deletes the batch's directory once the batch is
+committed or skipped; one a killed job left is removed when the batch runs again, else listed by ``msgstream
+mirror orphans``.
 """
 
 from __future__ import annotations
@@ -26,6 +30,7 @@ import pyarrow.compute as pc
 from msgstream_spark.mirror.order import SEQ, SEQ_TYPE
 from msgstream_spark.mirror.store import Store, uri
 from msgstream_spark.mirror.write.files import ParquetOut, Written, remove_tree
+from msgstream_spark.mirror.write.keyindex import side_path
 from msgstream_spark.mirror.write.layout import (
     COLLECTION,
     LiveFile,
@@ -38,7 +43,7 @@ from msgstream_spark.mirror.write.layout import (
     prune,
 )
 
-CHANGES_DIR = "_changes"
+CHANGES_DIR, CLAIMS_DIR = "_changes", "claims"
 DATA, CHANGES = "data", "changes"
 DELETE, APPLIED, EXISTED = "delete", "applied", "existed"
 
@@ -47,6 +52,32 @@ def changes_dir(data_dir: str, query_id: str, batch_id: int) -> str:
     """Where the writing tasks of batch ``batch_id`` of query ``query_id`` keep their changes files."""
     safe = "".join(c if c.isalnum() or c in "-_" else "_" for c in query_id)
     return uri.join(data_dir, CHANGES_DIR, f"{safe}-{int(batch_id)}")
+
+
+def claims_dir(directory: str) -> str:
+    """Where the writing tasks of a batch (changes files in ``directory``) claim their data files' names."""
+    return uri.join(directory, CLAIMS_DIR)
+
+
+def drop_lost_files(store: Store, directory: str, data_dir: str, kept: pa.Table | None = None) -> list[str]:
+    """Delete the data files (and their key indexes) claimed in ``directory`` by the batch's writing tasks that
+    are not among ``kept`` (the writing tasks' output rows the driver used; none: every claimed file). A task
+    that finished its files on an executor that died before its result reached the driver is run again and
+    writes new files; its own are in no commit. The deleted files' paths."""
+    keep = set()
+    if kept is not None:
+        keep = {p.rsplit("/", 1)[-1] for p in kept.filter(pc.equal(kept.column("kind"), DATA))
+                .column("path").to_pylist()}
+    lost = [m.uri.rsplit("/", 1)[-1] for m in store.list(claims_dir(directory))]
+    gone = []
+    for name in lost:
+        if name in keep:
+            continue
+        path = uri.join(data_dir, name)
+        store.delete(side_path(path))
+        store.delete(path)
+        gone.append(path)
+    return gone
 
 
 def remove_changes(store: Store, directory: str) -> None:
