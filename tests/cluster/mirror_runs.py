@@ -3,7 +3,9 @@ several times back to back in one application: one driver and its executors for 
 
 Run by tests/cluster/test_cluster_jobs.py: ``mirror_runs.py ARGV... [-- ARGV...]...``, each ``--``-separated part
 the arguments of one run; the test failpoint ``MSGSTREAM_MIRROR_FAILPOINT`` of the driver's environment applies to
-the first run only. Each run's summary is printed as one line ``SUMMARY <json>``.
+the first run only. Each run's summary is printed as one line ``SUMMARY <json>``. With ``--probe PYTHON`` first,
+the application then reports where executors find msgstream_spark, with the shipped environment and with the
+worker's bare interpreter ``PYTHON`` (``run_probe``), as one line ``PROBE <json>``.
 """
 
 import json
@@ -11,10 +13,37 @@ import os
 import sys
 
 
+def where(_):
+    """A task's report: its interpreter, working directory and where ``import msgstream_spark`` finds it."""
+    import os
+    import sys
+
+    try:
+        import msgstream_spark.spark.datasource as ds
+
+        found = ds.__file__
+    except ImportError as exc:
+        found = f"ImportError: {exc}"
+    yield {"python": sys.executable, "realpath": os.path.realpath(sys.executable), "cwd": os.getcwd(),
+           "msgstream_spark": found}
+
+
+def run_probe(sc, bare_python: str) -> dict:
+    """One task in the app's Python (the shipped environment), then one in ``bare_python`` (the context keeps
+    pointing at it: run last)."""
+    shipped = sc.parallelize([0], 1).mapPartitions(where).collect()[0]
+    sc.pythonExec = bare_python  # the worker's own interpreter for the next task
+    bare = sc.parallelize([0], 1).mapPartitions(where).collect()[0]
+    return {"shipped": shipped, "bare": bare}
+
+
 def main(argv: list[str]) -> int:
     from msgstream_spark.jobs import mirror
     from msgstream_spark.spark.mirror import FAILPOINT_ENV
 
+    probe = None
+    if argv[:1] == ["--probe"]:
+        probe, argv = argv[1], argv[2:]
     runs, part = [], []
     for a in argv:
         if a == "--":
@@ -28,6 +57,10 @@ def main(argv: list[str]) -> int:
             os.environ.pop(FAILPOINT_ENV, None)
         summary = mirror.run(mirror.build_parser().parse_args(args))
         print("SUMMARY " + json.dumps(summary, default=str), flush=True)
+    if probe is not None:  # last: it points the context's Python at the bare interpreter
+        from pyspark.sql import SparkSession
+
+        print("PROBE " + json.dumps(run_probe(SparkSession.getActiveSession().sparkContext, probe)), flush=True)
     return 0
 
 

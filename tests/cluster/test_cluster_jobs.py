@@ -68,25 +68,29 @@ def table_rows(path) -> tuple[dict, set]:
     return inserts, deletes
 
 
-def test_the_worker_python_lacks_the_package_and_executors_use_the_shipped_env(spark_cluster, cluster_submit):
+def test_the_worker_python_lacks_the_package(spark_cluster, cluster_submit):
+    """The Worker's own interpreter cannot import msgstream_spark: the jobs below run only because the packed
+    environment is shipped. Where executors find it, with and without that environment, is asked in the mirror
+    test's application (``mirror_runs.py --probe``, :func:`check_probe`): one spark-submit fewer."""
     worker_python = getattr(spark_cluster, "worker_python", None)
     if worker_python is None:
         pytest.skip("an external cluster: its workers' Python is not known here")
     bare = subprocess.run([worker_python, "-c", "import msgstream_spark"], capture_output=True, text=True,
                           timeout=60, cwd=cluster_submit.cwd.parent)
     assert bare.returncode != 0 and "No module named 'msgstream_spark'" in bare.stderr
-    proc = cluster_submit.run(ROOT / "tests" / "cluster" / "probe_app.py", worker_python)
-    assert proc.returncode == 0, cluster_submit.failure(proc)
+
+
+def check_probe(spark_cluster, proc: subprocess.CompletedProcess) -> None:
+    """Executors run the shipped environment, unpacked in their own work directory, while the Worker's own
+    interpreter without it cannot import the package (``mirror_runs.py --probe``'s report)."""
     line = next(ln for ln in proc.stdout.splitlines() if ln.startswith("PROBE "))
     probe = json.loads(line[len("PROBE "):])
     shipped, plain = probe["shipped"], probe["bare"]
     work = str(spark_cluster.work_dir)
-    # Executors run the shipped environment, unpacked in their own work directory...
     assert shipped["python"] == f"{shipped['cwd']}/environment/bin/python" and shipped["cwd"].startswith(work)
-    assert shipped["realpath"] == worker_python
+    assert shipped["realpath"] == spark_cluster.worker_python
     assert shipped["msgstream_spark"].startswith(f"{shipped['cwd']}/environment/lib/")
-    # ...while the same interpreter without it cannot import the package.
-    assert plain["realpath"] == worker_python
+    assert plain["realpath"] == spark_cluster.worker_python
     assert plain["msgstream_spark"].startswith("ImportError") and "msgstream_spark" in plain["msgstream_spark"]
 
 
@@ -210,9 +214,10 @@ def test_mirror_on_the_cluster_with_no_shared_directory(spark_cluster, cluster_s
     worker_umask = os.umask(0o022)
     os.umask(worker_umask)
     driver_umask = 0o077 if worker_umask != 0o077 else 0o022
-    proc = cluster_submit.run(ROOT / "tests" / "cluster" / "mirror_runs.py",
+    proc = cluster_submit.run(ROOT / "tests" / "cluster" / "mirror_runs.py", "--probe", spark_cluster.worker_python,
                               *[a for r in runs for a in ("--", *r)][1:], umask=driver_umask, env=driver_env)
     assert proc.returncode == 0, cluster_submit.failure(proc)
+    check_probe(spark_cluster, proc)
     assert SECRET_KEY not in proc.stdout + proc.stderr
     summaries = [json.loads(ln[len("SUMMARY "):]) for ln in proc.stdout.splitlines() if ln.startswith("SUMMARY ")]
     assert len(summaries) == 3
