@@ -1,7 +1,8 @@
 """The jobs on a Spark standalone cluster, submitted from outside the repo, on Kafka (tansu).
 
-ingest and replay are submitted as the README says without a checkout (the file ``job-path`` prints in the
-unpacked environment), publish through a checkout's launch file (jobs/publish.py), the mirror through
+ingest and replay run the files ``job-path`` prints in the unpacked environment, as the README says without a
+checkout (both in one application, each as spark-submit runs a file: tests/cluster/job_runs.py), publish is
+submitted through a checkout's launch file (jobs/publish.py), the mirror through
 tests/cluster/mirror_runs.py (the mirror job's ``run``, three tables in one application), into tables on the S3
 server with no directory shared between the driver and the Worker.
 
@@ -95,6 +96,9 @@ def check_probe(spark_cluster, proc: subprocess.CompletedProcess) -> None:
 
 
 def test_publish_ingest_replay_on_the_cluster(cluster_submit, kafka_env, tmp_path):
+    """publish through the checkout's launch file (one application); then ingest and replay, the files
+    ``job-path`` prints in the unpacked environment, each run as spark-submit runs a file (tests/cluster/
+    job_runs.py: one application for both, one driver and executor fewer)."""
     from msgstream_spark.cli.commands import latest_position
     from msgstream_spark.cli.main import main as msgstream_cli
 
@@ -114,34 +118,51 @@ def test_publish_ingest_replay_on_the_cluster(cluster_submit, kafka_env, tmp_pat
         assert row["score"] == pytest.approx((pk % 1000) / 10.0) and len(row["vec"]) == DIM
     assert sorted(pk for _, pk in deletes) == list(range(0, 300, 10))
 
-    # ingest: the channels into a Parquet change log, equal to the broker's content row by row
-    ingest_file = cluster_submit.job_path("ingest")
-    assert Path(ingest_file).resolve().is_relative_to((cluster_submit.cwd / "environment").resolve())
-    assert ingest_file.endswith("/site-packages/msgstream_spark/jobs/ingest.py")
-    out = tmp_path / "events"
-    proc = cluster_submit.run(ingest_file, "--config", cfg, "--channels", ",".join(chans),
-                              "--output", str(out), "--checkpoint", str(tmp_path / "chk"),
-                              "--subscription", "cluster-ingest", "--progress-interval", "1")
-    assert proc.returncode == 0, cluster_submit.failure(proc)
-    assert summary(proc)["rows"] == 330
-    assert table_rows(out) == (inserts, deletes)
-
-    # replay: from positions saved now, over 100 rows published afterwards (by the CLI, no Spark)
+    # positions saved now, then 100 rows published afterwards (by the CLI, no Spark): what replay reads
     with kafka_env.client() as c:
         saved = [latest_position(c, ch).to_json_dict() for ch in chans]
     pos_file = tmp_path / "pos.json"
     pos_file.write_text(json.dumps(saved))
     assert msgstream_cli(["publish", "--config", cfg, "--channels", ",".join(chans), "--synthetic", "100",
                           "--start", "300", "--dim", str(DIM), "--collection", "cluster", "--no-progress"]) == 0
-    more, _ = broker_rows(kafka_env, chans)
+    more, more_deletes = broker_rows(kafka_env, chans)
     new = {k: v for k, v in more.items() if k[1] >= 300}
-    assert len(new) == 100
-    rout = tmp_path / "replay"
-    proc = cluster_submit.run(cluster_submit.job_path("replay"), "--config", cfg, "--channels", ",".join(chans),
+    assert len(new) == 100 and more_deletes == deletes
+
+    # ingest: the channels into a Parquet change log, equal to the broker's content row by row; replay: from
+    # the saved positions, the 100 rows only
+    ingest_file, replay_file = cluster_submit.job_path("ingest"), cluster_submit.job_path("replay")
+    for f in (ingest_file, replay_file):
+        assert Path(f).resolve().is_relative_to((cluster_submit.cwd / "environment").resolve())
+    assert ingest_file.endswith("/site-packages/msgstream_spark/jobs/ingest.py")
+    out, rout = tmp_path / "events", tmp_path / "replay"
+    proc = cluster_submit.run(ROOT / "tests" / "cluster" / "job_runs.py",
+                              ingest_file, "--config", cfg, "--channels", ",".join(chans),
+                              "--output", str(out), "--checkpoint", str(tmp_path / "chk"),
+                              "--subscription", "cluster-ingest", "--progress-interval", "1",
+                              "--", replay_file, "--config", cfg, "--channels", ",".join(chans),
                               "--output", str(rout), "--from", "@" + str(pos_file))
     assert proc.returncode == 0, cluster_submit.failure(proc)
-    assert summary(proc)["rows"] == 100
+    ingest_out, replay_out = job_outputs(proc, 2)
+    assert summary(ingest_out)["rows"] == 430
+    assert table_rows(out) == (more, deletes)
+    assert summary(replay_out)["rows"] == 100
     assert table_rows(rout) == (new, set())
+
+
+def job_outputs(proc: subprocess.CompletedProcess, n: int) -> list[subprocess.CompletedProcess]:
+    """job_runs.py's output cut at its ``JOB-END <i> <rc>`` lines: one result per job, each exit 0."""
+    parts, cur = [], []
+    for ln in proc.stdout.splitlines():
+        if ln.startswith("JOB-END "):
+            _, i, rc = ln.split()
+            assert (int(i), int(rc)) == (len(parts), 0), ln
+            parts.append(subprocess.CompletedProcess(proc.args, 0, "\n".join(cur), ""))
+            cur = []
+        else:
+            cur.append(ln)
+    assert len(parts) == n, f"{len(parts)} of {n} jobs ended"
+    return parts
 
 
 def _modes(paths) -> set[int]:
