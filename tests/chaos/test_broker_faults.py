@@ -18,7 +18,7 @@ from tests.chaos.knobs import Figures, rng, size
 from tests.fixtures.backend_env import BackendEnv
 from tests.fixtures.kafka_env import kafka_config
 from tests.fixtures.pulsar_env import pulsar_config
-from tests.fixtures.waits import finish
+from tests.fixtures.waits import finish, wait_until
 from tests.spark.helpers import Publisher, spark_options
 
 START_S = 300
@@ -135,6 +135,11 @@ def _count(cfg: Config, ch: str) -> int:
         return n
 
 
+def _running_tasks(spark) -> int:
+    """Tasks running on the session's executors (the driver's in local mode), from Spark's status tracker."""
+    return sum(e.numRunningTasks() for e in spark.sparkContext._jsc.sc().statusTracker().getExecutorInfos())
+
+
 @pytest.mark.slow
 def test_local_log_locked_past_busy_timeout_is_a_clear_error_naming_the_file(spark, tmp_path):
     db = tmp_path / "log.db"
@@ -152,6 +157,10 @@ def test_local_log_locked_past_busy_timeout_is_a_clear_error_naming_the_file(spa
         with pytest.raises(Exception) as ei:
             df.write.format("msgstream").options(**spark_options(env)).option("channels", ch).mode("append").save()
         text = str(ei.value)
+        # the job fails at its first failed task; its other task, cancelled, may still run until Spark kills its
+        # Python worker: the lock stays held until no task runs (what it would write after is not this fault)
+        wait_until(lambda: _running_tasks(spark) == 0, 60, "the failed write's cancelled tasks to end",
+                   seen=lambda: _running_tasks(spark))
     finally:
         holder.stdin.close()
         holder.wait(30)
