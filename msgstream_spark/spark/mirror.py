@@ -272,13 +272,6 @@ class MirrorBatch:
         with writer_lock(self.table.store, self.table.location, f"batch {batch_id}", share=self.lock):
             return self._batch(df, batch_id)
 
-    def _drop_lost(self, batch_id: int, changes_at: str, data_dir: str, kept=None) -> None:
-        """Delete the data files the batch's task attempts claimed and no commit holds (taskplan.drop_lost_files)."""
-        gone = drop_lost_files(self.table.store, changes_at, data_dir, kept)
-        if gone:
-            log.info("batch %d: deleted %d data file(s) written by task attempts whose results were lost (a dead "
-                     "executor's or a killed earlier attempt's): %s", batch_id, len(gone), ", ".join(gone))
-
     def _batch(self, df, batch_id: int) -> None:
         qid = self.query_id
         last = self.table.last_batch(qid)
@@ -293,7 +286,7 @@ class MirrorBatch:
         kill = self._task_failpoint(batch_id)  # read here, shipped to the task (executors lack the driver's env)
         spec = self.table.write_spec()
         changes_at = changes_dir(spec.data_dir, qid, batch_id)
-        self._drop_lost(batch_id, changes_at, spec.data_dir)  # a killed attempt's, if any: none is committed
+        drop_lost_files(self.table.store, changes_at, spec.data_dir)  # a killed attempt's, if any: not committed
         remove_changes(self.table.store, changes_at)  # this attempt writes its own
         moved = self._traffic(df.sparkSession.sparkContext)
         before = {k: t.value() for k, t in moved.items()}
@@ -315,7 +308,7 @@ class MirrorBatch:
             self._history(df, spec, existed_keys(planned), qid, batch_id)
         plan = commit_plan(self.table, merge_plans(written, planned, base), collections, query_id=qid,
                            batch_id=batch_id, commit_info=info)
-        self._drop_lost(batch_id, changes_at, spec.data_dir, written)
+        drop_lost_files(self.table.store, changes_at, spec.data_dir, written)
         remove_changes(self.table.store, changes_at)
         self._timed(write=t1 - t0, plan=t3 - t2, commit=time.perf_counter() - t3)
         tasks = {k: _diff(t.value(), before[k]) for k, t in moved.items()}

@@ -21,6 +21,7 @@ mirror orphans``.
 
 from __future__ import annotations
 
+import logging
 import uuid
 
 import numpy as np
@@ -42,6 +43,8 @@ from msgstream_spark.mirror.write.layout import (
     plan,
     prune,
 )
+
+log = logging.getLogger(__name__)
 
 CHANGES_DIR, CLAIMS_DIR = "_changes", "claims"
 DATA, CHANGES = "data", "changes"
@@ -77,6 +80,9 @@ def drop_lost_files(store: Store, directory: str, data_dir: str, kept: pa.Table 
         store.delete(side_path(path))
         store.delete(path)
         gone.append(path)
+    if gone:
+        log.info("deleted %d data file(s) of %s written by task attempts whose results were lost (a dead "
+                 "executor's or a killed earlier attempt's): %s", len(gone), directory, ", ".join(gone))
     return gone
 
 
