@@ -205,7 +205,7 @@ def _timed(fn) -> float:
     return time.perf_counter() - t0
 
 
-def run(rows: int = 1_000_000, mem_rows: int = 10_000_000, kafka: bool = False) -> dict:
+def run(rows: int = 1_000_000, mem_rows: int = 10_000_000, kafka: bool = False, reps: int = REPS) -> dict:
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     from pyspark.sql import SparkSession
 
@@ -235,7 +235,7 @@ def run(rows: int = 1_000_000, mem_rows: int = 10_000_000, kafka: bool = False) 
         for f in (ours, synth):  # warm up workers
             f()
         runs: dict[str, list[float]] = {"syn": [], "ours": [], "coll": []}
-        for _ in range(REPS):  # interleaved A/B/C; medians
+        for _ in range(reps):  # interleaved A/B/C; medians
             runs["syn"].append(_timed(synth))
             runs["ours"].append(_timed(ours))
             runs["coll"].append(_timed(lambda: ours(collection="1")))

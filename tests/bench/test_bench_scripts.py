@@ -20,7 +20,7 @@ REPO = Path(__file__).resolve().parents[2]
 SCRIPT = """
 import json
 from bench import bench_freshness, bench_mirror, bench_spark_read, bench_spark_write, profile_split
-out = {"read": bench_spark_read.run(rows=4000, mem_rows=0, kafka=False),
+out = {"read": bench_spark_read.run(rows=4000, mem_rows=0, kafka=False, reps=1),
        "write": bench_spark_write.run(rows=2000, dim=8, reps=1),
        "split": profile_split.run(rows=20000, reps=1),
        "mirror": bench_mirror.run(rows=2000, snapshot_rows=0, reps=1),
