@@ -24,16 +24,21 @@ def run_job(path: str, args: list[str]) -> int:
         sys.argv, sys.path[:] = saved_argv, saved_path
 
 
-def main(argv: list[str]) -> int:
-    jobs, part = [], []
+def split_runs(argv: list[str]) -> list[list[str]]:
+    """``A... -- B... -- C...``: the ``--``-separated parts, each one run's arguments (also mirror_runs.py's)."""
+    runs, part = [], []
     for a in argv:
         if a == "--":
-            jobs.append(part)
+            runs.append(part)
             part = []
         else:
             part.append(a)
-    jobs.append(part)
-    for i, (path, *args) in enumerate(jobs):
+    runs.append(part)
+    return runs
+
+
+def main(argv: list[str]) -> int:
+    for i, (path, *args) in enumerate(split_runs(argv)):
         rc = run_job(path, args)
         sys.stderr.flush()
         print(f"JOB-END {i} {rc}", flush=True)

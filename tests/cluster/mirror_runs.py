@@ -38,21 +38,15 @@ def run_probe(sc, bare_python: str) -> dict:
 
 
 def main(argv: list[str]) -> int:
+    from job_runs import split_runs  # beside this file (the script's directory is first on sys.path)
+
     from msgstream_spark.jobs import mirror
     from msgstream_spark.spark.mirror import FAILPOINT_ENV
 
     probe = None
     if argv[:1] == ["--probe"]:
         probe, argv = argv[1], argv[2:]
-    runs, part = [], []
-    for a in argv:
-        if a == "--":
-            runs.append(part)
-            part = []
-        else:
-            part.append(a)
-    runs.append(part)
-    for i, args in enumerate(runs):
+    for i, args in enumerate(split_runs(argv)):
         if i:
             os.environ.pop(FAILPOINT_ENV, None)
         summary = mirror.run(mirror.build_parser().parse_args(args))

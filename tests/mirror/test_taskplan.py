@@ -121,7 +121,7 @@ def test_files_of_task_results_the_driver_never_got_are_deleted(kind, tmp_path, 
     from msgstream_spark.mirror.maintenance import orphans
     from msgstream_spark.mirror.store import open_store
     from msgstream_spark.mirror.write.keyindex import side_path
-    from msgstream_spark.mirror.write.taskplan import drop_lost_files, remove_changes
+    from msgstream_spark.mirror.write.taskplan import claims_dir, data_files, drop_lost_files, remove_changes
 
     opts = None
     loc = str(tmp_path / "t")
@@ -133,17 +133,13 @@ def test_files_of_task_results_the_driver_never_got_are_deleted(kind, tmp_path, 
     store = open_store(loc, opts, env={})
 
     def task(at: str, chunk: list) -> pa.Table:
-        w, ch = TaskWriter(spec, claims=f"{at}/claims"), ChangesFile(spec.store(), at, spec.key_type)
+        w, ch = TaskWriter(spec, claims=claims_dir(at)), ChangesFile(spec.store(), at, spec.key_type)
         ch.add(w.add(to_arrow(chunk)))
         return ch.close(w.close())
 
-    def data_paths(written: pa.Table) -> list[str]:
-        return [p for k, p in zip(written.column("kind").to_pylist(), written.column("path").to_pylist())
-                if k == "data"]
-
     # a driver killed before batch 0's commit: its re-run finds the claimed file and drops it
     at0 = changes_dir(spec.data_dir, "q", 0)
-    killed = data_paths(task(at0, [insert(5, (9, "z"))]))
+    killed = data_files(task(at0, [insert(5, (9, "z"))]))
     assert store.head(killed[0]) is not None and store.head(side_path(killed[0])) is not None
     assert drop_lost_files(store, at0, spec.data_dir) == killed
     assert store.head(killed[0]) is None and store.head(side_path(killed[0])) is None
@@ -154,12 +150,12 @@ def test_files_of_task_results_the_driver_never_got_are_deleted(kind, tmp_path, 
     lost = task(at0, batch[1:])  # the task's result never reached the driver: it is run again
     again = task(at0, batch[1:])
     written = pa.concat_tables([kept, again])
-    lost_file = data_paths(lost)
+    lost_file = data_files(lost)
     assert commit_plan(t, merge_plans(written, _plan_by_key_parity(t, written)), set(), query_id="q",
                        batch_id=0) is not None
     assert [p for p in orphans(t) if "/_changes/" not in p] == lost_file  # what it was left as before #41
     assert drop_lost_files(store, at0, spec.data_dir, written) == lost_file
     assert store.head(lost_file[0]) is None and store.head(side_path(lost_file[0])) is None
-    assert all(store.head(p) is not None for p in data_paths(written))
+    assert all(store.head(p) is not None for p in data_files(written))
     remove_changes(store, at0)
     assert orphans(t) == [] and table_state(t.to_arrow()) == model(batch)

@@ -86,7 +86,7 @@ class TaskWriter:
     def __init__(self, spec: WriteSpec, claims: str | None = None) -> None:
         self.spec = spec
         self.store = spec.store()
-        self.claims = claims  # where an empty object names each data file before it is opened (lost_files)
+        self.claims = claims  # an empty object there names each data file before it opens (drop_lost_files)
         self.out_schema = narrow_schema(spec.key_type)
         self._files: dict[tuple, list] = {}  # partition values -> [path, ParquetOut, rows written, key parts]
         self.done: list[Written] = []  # the files closed, as a commit records them

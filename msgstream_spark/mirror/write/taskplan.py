@@ -67,10 +67,7 @@ def drop_lost_files(store: Store, directory: str, data_dir: str, kept: pa.Table 
     are not among ``kept`` (the writing tasks' output rows the driver used; none: every claimed file). A task
     that finished its files on an executor that died before its result reached the driver is run again and
     writes new files; its own are in no commit. The deleted files' paths."""
-    keep = set()
-    if kept is not None:
-        keep = {p.rsplit("/", 1)[-1] for p in kept.filter(pc.equal(kept.column("kind"), DATA))
-                .column("path").to_pylist()}
+    keep = {p.rsplit("/", 1)[-1] for p in data_files(kept)} if kept is not None else set()
     lost = [m.uri.rsplit("/", 1)[-1] for m in store.list(claims_dir(directory))]
     gone = []
     for name in lost:
@@ -209,8 +206,17 @@ def existed_keys(planned: pa.Table) -> pa.Table:
     return pa.table({"key": got.column("key"), SEQ: got.column(SEQ)})
 
 
+def _paths(written: pa.Table, kind: str) -> list[str]:
+    return [p for k, p in zip(written.column("kind").to_pylist(), written.column("path").to_pylist()) if k == kind]
+
+
 def changes_files(written: pa.Table) -> list[str]:
-    return [p for k, p in zip(written.column("kind").to_pylist(), written.column("path").to_pylist()) if k == CHANGES]
+    return _paths(written, CHANGES)
+
+
+def data_files(written: pa.Table) -> list[str]:
+    """The data files the writing tasks' output rows name."""
+    return _paths(written, DATA)
 
 
 def batch_collections(written: pa.Table) -> set[int]:
