@@ -23,8 +23,6 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from pymilvus import DataType, MilvusClient
-
 from msgstream_spark.errors import MirrorError
 from msgstream_spark.mirror.snapshot.query.ranges import PkRange
 from msgstream_spark.mirror.snapshot.query.rpc import CollectionChanged, Querier, QueryTarget
@@ -60,6 +58,8 @@ class MilvusTarget:
             kw["token"] = self.token
         if self.db:
             kw["db_name"] = self.db
+        from pymilvus import MilvusClient  # lazily: the CLI starts without loading the SDK (and pandas)
+
         try:
             return MilvusClient(**kw)
         except Exception as exc:  # noqa: BLE001 - pymilvus raises its own tree; name the address
@@ -101,6 +101,8 @@ class CollectionInfo:
 def describe(target: MilvusTarget, mc=None, count: bool = True) -> CollectionInfo:
     """The collection's id, key and fields, and its row count (a Strong ``count(*)``; -1 without ``count``,
     when the caller counts at its own time)."""
+    from pymilvus import DataType
+
     own = mc is None
     mc = mc or target.client()
     try:

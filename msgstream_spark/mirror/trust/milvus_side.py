@@ -14,7 +14,6 @@ from dataclasses import replace
 from typing import Protocol
 
 import pyarrow as pa
-from pymilvus import DataType
 
 from msgstream_spark.mirror.snapshot.handover import (
     CollectionInfo,
@@ -51,6 +50,8 @@ class SdkMilvusSide:
     Strong for S = 0), by primary-key range (and per partition)."""
 
     def __init__(self, config, target: MilvusTarget) -> None:
+        from pymilvus import DataType  # lazily: importing the SDK costs every command ~0.5 s
+
         self.target = target
         mc = target.client()
         try:

@@ -8,7 +8,6 @@ from collections.abc import Iterator
 from typing import Any
 
 import pyarrow as pa
-import pyarrow.dataset as ds
 
 from msgstream_spark.errors import MirrorError
 from msgstream_spark.mirror.common import PROP_BATCH, PROP_COLLECTION, PROP_PK, PROP_QUERY
@@ -68,6 +67,8 @@ class PinnedTable:
             return pa.table({c: pa.array([], self.table.schema.field(c).type) for c in columns})
         if self.fmt == "delta":
             if not self._has_dvs():
+                import pyarrow.dataset as ds  # lazily: it loads pandas, ~0.4 s of every command's start
+
                 return self._dt.to_pyarrow_dataset().to_table(columns=columns, filter=ds.field(pk).isin(keys))
             parts = [pa.Table.from_batches(list(self._sql(columns, pk, keys[i:i + SQL_KEYS])),
                                            schema=self._schema(columns))
