@@ -17,6 +17,12 @@ import sys
 import time
 
 os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+T0 = time.time()
+
+
+def mark(what: str) -> None:
+    """A timestamped phase line in the driver's log (the tests' logs show where a (re)start's time went)."""
+    print(f"[phase] {what} t={time.time():.3f} (+{time.time() - T0:.1f}s)", flush=True)
 
 
 def session(master: str):
@@ -34,19 +40,10 @@ def session(master: str):
     return spark
 
 
-def main() -> None:
-    spec = json.loads(sys.argv[1])
-    spark = session(spec.get("master", "local[2]"))
-    opts = spec["options"]
-    if spec["mode"] == "phases":
-        phases(spark, spec)
-        return
-    if spec["mode"] == "batch":
-        df = spark.read.format("msgstream").options(**opts).load()
-        df.write.mode("overwrite").parquet(spec["out"])
-        print("done", flush=True)
-        return
-    src = spark.readStream.format("msgstream").options(**opts)
+def start_query(spark, spec: dict):
+    """The streaming query of a ``read`` or ``write`` spec, started in ``spark``. The chaos tests also call it in
+    their own session for the last restart (the drain), so killed and restarted drivers run the same query."""
+    src = spark.readStream.format("msgstream").options(**spec["options"])
     if spec.get("max_rows"):
         src = src.option("maxRowsPerTrigger", str(spec["max_rows"]))
     df = src.load()
@@ -59,10 +56,28 @@ def main() -> None:
         w = w.trigger(availableNow=True)
     else:
         w = w.trigger(processingTime="300 milliseconds")
-    q = w.start()
+    return w.start()
+
+
+def main() -> None:
+    spec = json.loads(sys.argv[1])
+    spark = session(spec.get("master", "local[2]"))
+    mark("session")
+    opts = spec["options"]
+    if spec["mode"] == "phases":
+        phases(spark, spec)
+        return
+    if spec["mode"] == "batch":
+        df = spark.read.format("msgstream").options(**opts).load()
+        df.write.mode("overwrite").parquet(spec["out"])
+        print("done", flush=True)
+        return
+    q = start_query(spark, spec)
     print("started", flush=True)
+    mark("started")
     watch(q, spec.get("timeout", 1800))
     print("done", flush=True)
+    mark("done")
 
 
 def watch(q, timeout: float) -> None:

@@ -13,7 +13,8 @@ import pytest
 from msgstream_spark.config import Config
 from msgstream_spark.mq.base import ProducerMessage
 from msgstream_spark.mq.registry import build_client
-from tests.chaos.harness import Driver, Producers, commits, wait_for
+from tests.chaos.driver import start_query
+from tests.chaos.harness import Producers, commits, wait_for
 from tests.chaos.knobs import Figures, rng, size
 from tests.fixtures.backend_env import BackendEnv
 from tests.fixtures.kafka_env import kafka_config
@@ -35,20 +36,29 @@ def test_pulsar_lite_restarted_mid_stream_the_query_continues_and_loses_nothing(
     spec = {"mode": "read", "out": str(out), "chk": str(chk), "max_rows": 5000,
             "options": {**spark_options(env), "channels": ",".join(channels), "subscription": "chaos",
                         "startingPositions": "earliest"}}
-    d = Driver(spec, tmp_path, "pulsar-lite-restart").start()
+    # The query runs in the test's own session (the broker is what is killed, not the driver): the chaos driver's
+    # query, started once, must go through every restart.
+    q = start_query(spark, spec)
     fig = Figures("broker-restart", "pulsar-lite")
+
+    def alive() -> None:
+        if not q.isActive:
+            raise AssertionError(f"the query ended: {q.exception()}")
+
     try:
-        wait_for(lambda: commits(chk) >= 1, START_S, "the first commit", d.alive)
+        wait_for(lambda: commits(chk) >= 1, START_S, "the first commit", alive)
         for i in range(size()["restarts"]):
             delay = rnd.uniform(0.0, 3.0)
             print(f"[chaos] pulsar-lite-restart: SIGKILL+restart {i + 1} {delay:.2f}s after commit {commits(chk)}",
                   flush=True)
             time.sleep(delay)  # the random moment, not a synchronisation
             t0 = time.monotonic()
+            old = b.proc
             b.restart(signal.SIGKILL)
+            assert old.returncode == -signal.SIGKILL and b.proc is not old, "the broker was not killed and restarted"
             fig.injected += 1
             base = commits(chk)
-            wait_for(lambda base=base: commits(chk) > base, START_S, f"a commit after restart {i + 1}", d.alive)
+            wait_for(lambda base=base: commits(chk) > base, START_S, f"a commit after restart {i + 1}", alive)
             fig.recovery_s.append(round(time.monotonic() - t0, 2))
         prod.stop()
         want = len(prod.inserted)
@@ -56,11 +66,11 @@ def test_pulsar_lite_restarted_mid_stream_the_query_continues_and_loses_nothing(
         def caught_up() -> bool:
             return spark.read.parquet(str(out)).count() >= want
 
-        wait_for(caught_up, START_S, "the query to catch up with the producers", d.alive, poll=3)
-        d.alive()  # the same driver went through every restart
+        wait_for(caught_up, START_S, "the query to catch up with the producers", alive, poll=1)
+        alive()  # the same query went through every restart
     finally:
         prod.stop()
-        d.kill()
+        q.stop()
     fig.count(prod.inserted, [r.pk for r in spark.read.parquet(str(out)).select("pk").collect()])
     fig.extra["producer_send_errors"] = len(prod.errors)  # sends retried while the broker was down
     fig.save()
