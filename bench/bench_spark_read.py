@@ -205,7 +205,9 @@ def _timed(fn) -> float:
     return time.perf_counter() - t0
 
 
-def run(rows: int = 1_000_000, mem_rows: int = 10_000_000, kafka: bool = False, reps: int = REPS) -> dict:
+def run(rows: int = 1_000_000, mem_rows: int = 10_000_000, kafka: bool = False, reps: int = REPS,
+        out_dir: str | Path = "bench/results") -> dict:
+    """``out_dir``: where spark_read.json and spark_read.png go (relative: to the working directory)."""
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     from pyspark.sql import SparkSession
 
@@ -271,7 +273,7 @@ def run(rows: int = 1_000_000, mem_rows: int = 10_000_000, kafka: bool = False, 
     print(table(lines))
     print(f"embedded log read = {res['local_vs_synthetic']:.2f} of the synthetic Arrow source (goal >= 0.8), "
           f"{res['local_vs_tuples']:.1f}x the tuple read (goal >= 4x)")
-    out_dir = Path("bench/results")
+    out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     (out_dir / "spark_read.json").write_text(json.dumps(res, indent=2))
     _chart(lines, out_dir / "spark_read.png")

@@ -59,7 +59,8 @@ def measure(fn) -> tuple[float, dict[str, float]]:
     return wall, {k: (after[k] - before[k]) / wall for k in SIDES}
 
 
-def run(rows: int = 2_000_000, dim: int = 8, reps: int = 3) -> dict:
+def run(rows: int = 2_000_000, dim: int = 8, reps: int = 3, stop: bool = True) -> dict:
+    """``stop`` False: the SparkSession is left running (for a caller that goes on using it)."""
     from bench import bench_read_shape as shape
     from bench.bench_spark_read import publish
     from msgstream_spark.config import Config
@@ -79,7 +80,8 @@ def run(rows: int = 2_000_000, dim: int = 8, reps: int = 3) -> dict:
                 for k, o in cases.items():
                     got[k].append(measure(lambda o=o: shape._spark_read(spark, o)))
         finally:
-            spark.stop()
+            if stop:
+                spark.stop()
     res: dict = {}
     print(f"-- one channel of {rows:,} rows ({dim}-d), local[2], noop sink, median of {reps} interleaved runs")
     head = "".join(f"{s + ' cores':>22}" for s in SIDES)
