@@ -206,8 +206,9 @@ def _timed(fn) -> float:
 
 
 def run(rows: int = 1_000_000, mem_rows: int = 10_000_000, kafka: bool = False, reps: int = REPS,
-        out_dir: str | Path = "bench/results") -> dict:
-    """``out_dir``: where spark_read.json and spark_read.png go (relative: to the working directory)."""
+        out_dir: str | Path = "bench/results", warmup: bool = True) -> dict:
+    """``out_dir``: where spark_read.json and spark_read.png go (relative: to the working directory); ``warmup``
+    False: no untimed first reads (the first timed ones then carry Spark's start of its Python workers)."""
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     from pyspark.sql import SparkSession
 
@@ -234,7 +235,7 @@ def run(rows: int = 1_000_000, mem_rows: int = 10_000_000, kafka: bool = False, 
             spark.read.format("bench_msgstream_tuples").options(**opts).load().write.format("noop") \
                 .mode("overwrite").save()
 
-        for f in (ours, synth):  # warm up workers
+        for f in (ours, synth) if warmup else ():  # warm up workers
             f()
         runs: dict[str, list[float]] = {"syn": [], "ours": [], "coll": []}
         for _ in range(reps):  # interleaved A/B/C; medians

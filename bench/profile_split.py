@@ -59,8 +59,9 @@ def measure(fn) -> tuple[float, dict[str, float]]:
     return wall, {k: (after[k] - before[k]) / wall for k in SIDES}
 
 
-def run(rows: int = 2_000_000, dim: int = 8, reps: int = 3, stop: bool = True) -> dict:
-    """``stop`` False: the SparkSession is left running (for a caller that goes on using it)."""
+def run(rows: int = 2_000_000, dim: int = 8, reps: int = 3, stop: bool = True, warmup: bool = True) -> dict:
+    """``stop`` False: the SparkSession is left running (for a caller that goes on using it); ``warmup`` False: no
+    untimed first read of each case."""
     from bench import bench_read_shape as shape
     from bench.bench_spark_read import publish
     from msgstream_spark.config import Config
@@ -73,7 +74,7 @@ def run(rows: int = 2_000_000, dim: int = 8, reps: int = 3, stop: bool = True) -
         cases = {"1 task": base, "2 tasks": {**base, "minPartitions": "2"}}
         spark = shape._spark()
         try:
-            for o in cases.values():
+            for o in cases.values() if warmup else ():
                 shape._spark_read(spark, o)  # warm-up: workers started, plans stored
             got: dict[str, list] = {k: [] for k in cases}
             for _ in range(reps):

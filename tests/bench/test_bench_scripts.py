@@ -23,7 +23,8 @@ REPO = Path(__file__).resolve().parents[2]
 # Spark's lookup and a registered one, so bench_spark_read's reads and the synthetic source's would start a set of
 # each (~5 s of CPU). profile_split leaves the session running (stop=False: a new one would start all again) and
 # bench_freshness stops it at the end. Sizes and counts are the smallest that give every figure checked below:
-# one rep, Kafka and the mirror part's Iceberg run left out (the S3 part runs both formats), one freshness sample.
+# one rep and no untimed warm-up reads, Kafka and the mirror part's Iceberg run left out (the S3 part runs both
+# formats), one freshness sample, the table polled every 0.2 s (not 0.05: on S3 each look is moto's requests).
 SCRIPT = """
 import json, sys
 from pyspark.sql import SparkSession
@@ -32,11 +33,11 @@ from msgstream_spark.spark.datasource import MsgStreamDataSource
 spark = (SparkSession.builder.master("local[2]").config("spark.ui.enabled", "false")
          .config("spark.ui.showConsoleProgress", "false").config("spark.sql.shuffle.partitions", "2").getOrCreate())
 spark.dataSource.register(MsgStreamDataSource)
-out = {"read": bench_spark_read.run(rows=4000, mem_rows=0, kafka=False, reps=1, out_dir=sys.argv[1]),
+out = {"read": bench_spark_read.run(rows=4000, mem_rows=0, kafka=False, reps=1, out_dir=sys.argv[1], warmup=False),
        "write": bench_spark_write.run(rows=2000, dim=8, reps=1, kafka=False),
-       "split": profile_split.run(rows=20000, reps=1, stop=False),
+       "split": profile_split.run(rows=20000, reps=1, stop=False, warmup=False),
        "mirror": bench_mirror.run(rows=2000, snapshot_rows=0, reps=1, mirror_formats=("delta",)),
-       "fresh": bench_freshness.run(small=100, large=1000, samples=1, interval=0, kafka=False)}  # stops Spark
+       "fresh": bench_freshness.run(small=100, large=1000, samples=1, interval=0, kafka=False, poll=0.2)}  # stops Spark
 print("RESULT " + json.dumps(out, default=str))
 """
 
