@@ -28,7 +28,15 @@ CDS := $(VENV)/spark-cds.jsa
 $(CDS): $(STAMP)
 	$(VPY) -m tests.fixtures.jvm_cds
 
-install: check-java $(STAMP) $(CDS)
+# pyspark.zip with compiled modules (tests/fixtures/pyspark_pyc.py): every Python process Spark starts (its workers,
+# a Python data source's planners, each streaming query's source runner) imports pyspark from that zip, which Python
+# otherwise compiles from source at each start (~0.5 s of CPU more a process); made once per venv (~3 s).
+PYSPARK_PYC := $(VENV)/.pyspark-pyc
+$(PYSPARK_PYC): $(STAMP)
+	$(VPY) -m tests.fixtures.pyspark_pyc
+	@touch $(PYSPARK_PYC)
+
+install: check-java $(STAMP) $(CDS) $(PYSPARK_PYC)
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .
@@ -40,7 +48,7 @@ lint: $(STAMP)
 # back: Spark waits a fixed 10 s for it (PythonWorkerFactory.createSimpleWorker, not configurable), which a Python
 # start on a loaded 2-core machine can exceed; any other failure fails the run. The summary lists re-runs (R). TEST_WORKERS=0 runs it serially.
 TEST_WORKERS ?= 3
-test: check-java postgres rest-catalog $(STAMP) $(CDS)
+test: check-java postgres rest-catalog $(STAMP) $(CDS) $(PYSPARK_PYC)
 	$(VENV)/bin/ruff check .
 	$(VPY) -m pytest -q -n $(TEST_WORKERS) --dist loadgroup --no-loadscope-reorder --durations=25 \
 	  --reruns 1 --only-rerun "Python worker failed to connect back" $(PYTEST_ARGS)

@@ -106,14 +106,14 @@ class _Job(threading.Thread):
                 return
 
 
-def _wait(cond, timeout: float, job: _Job) -> float | None:
+def _wait(cond, timeout: float, job: _Job, poll: float = POLL) -> float | None:
     t0 = time.perf_counter()
     while time.perf_counter() - t0 < timeout:
         if cond():
             return time.perf_counter() - t0
         if not job.is_alive():
             raise RuntimeError(f"the mirror job ended while measuring: {job.error!r}") from job.error
-        time.sleep(POLL)
+        time.sleep(poll)
     return None
 
 
@@ -156,7 +156,7 @@ def _profile(spark) -> dict:
 
 
 def one_size(spark, work: Path, backend: str, mq: dict, rows: int, samples: int, interval: float,
-             s3=None) -> dict:
+             s3=None, poll: float = POLL) -> dict:
     """The freshness samples with a table of ``rows`` rows, in a local directory or (``s3``: a BenchS3) in a
     bucket on the S3 server."""
     from msgstream_spark.jobs import mirror
@@ -180,14 +180,14 @@ def one_size(spark, work: Path, backend: str, mq: dict, rows: int, samples: int,
     reader = _Reader(table, options)
     job = _Job(args, spark)
     job.start()
-    if _wait(lambda: reader.has(rows), 300, job) is None:
+    if _wait(lambda: reader.has(rows), 300, job, poll) is None:
         raise RuntimeError(f"the job did not mirror the log's first row into the {rows}-row table within 300 s")
     lat = []
     for i in range(samples):
         pk = rows + 1 + i
         t0 = time.perf_counter()
         _publish(str(cfg), channels, pk, 1)
-        took = _wait(lambda pk=pk: reader.has(pk), 60, job)
+        took = _wait(lambda pk=pk: reader.has(pk), 60, job, poll)
         if took is None:
             raise RuntimeError(f"row {pk} did not appear in {table} within 60 s ({backend})")
         lat.append(time.perf_counter() - t0)
@@ -218,7 +218,8 @@ def _s3_vs_local(result: dict, small: int, large: int) -> None:
 
 
 def run(small: int = 1_000, large: int = 4_000_000, samples: int = 15, interval: float = 2.0,
-        kafka: bool = True, stores: tuple[str, ...] = ("local", "s3")) -> dict:
+        kafka: bool = True, stores: tuple[str, ...] = ("local", "s3"), poll: float = POLL) -> dict:
+    """``poll``: seconds between the reader's looks at the table (the latencies' resolution)."""
     from pyspark.sql import SparkSession
 
     from bench._s3 import load_average
@@ -259,8 +260,8 @@ def run(small: int = 1_000, large: int = 4_000_000, samples: int = 15, interval:
                 conf = mq()
                 server = on() if on is not None else None
                 label = backend.removesuffix("_s3")
-                s = one_size(spark, Path(d), label, conf, small, samples, interval, server)
-                b = one_size(spark, Path(d), label, conf, large, samples, interval, server)
+                s = one_size(spark, Path(d), label, conf, small, samples, interval, server, poll)
+                b = one_size(spark, Path(d), label, conf, large, samples, interval, server, poll)
                 ratio = round(b["p50_s"] / s["p50_s"], 3)
                 result[backend] = {"small": s, "large": b, "p50_ratio_large_small": ratio,
                                    "goal_met": max(s["p50_s"], b["p50_s"]) <= 3.0}

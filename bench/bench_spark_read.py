@@ -205,7 +205,10 @@ def _timed(fn) -> float:
     return time.perf_counter() - t0
 
 
-def run(rows: int = 1_000_000, mem_rows: int = 10_000_000, kafka: bool = False, reps: int = REPS) -> dict:
+def run(rows: int = 1_000_000, mem_rows: int = 10_000_000, kafka: bool = False, reps: int = REPS,
+        out_dir: str | Path = "bench/results", warmup: bool = True) -> dict:
+    """``out_dir``: where spark_read.json and spark_read.png go (relative: to the working directory); ``warmup``
+    False: no untimed first reads (the first timed ones then carry Spark's start of its Python workers)."""
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     from pyspark.sql import SparkSession
 
@@ -232,7 +235,7 @@ def run(rows: int = 1_000_000, mem_rows: int = 10_000_000, kafka: bool = False, 
             spark.read.format("bench_msgstream_tuples").options(**opts).load().write.format("noop") \
                 .mode("overwrite").save()
 
-        for f in (ours, synth):  # warm up workers
+        for f in (ours, synth) if warmup else ():  # warm up workers
             f()
         runs: dict[str, list[float]] = {"syn": [], "ours": [], "coll": []}
         for _ in range(reps):  # interleaved A/B/C; medians
@@ -271,7 +274,7 @@ def run(rows: int = 1_000_000, mem_rows: int = 10_000_000, kafka: bool = False, 
     print(table(lines))
     print(f"embedded log read = {res['local_vs_synthetic']:.2f} of the synthetic Arrow source (goal >= 0.8), "
           f"{res['local_vs_tuples']:.1f}x the tuple read (goal >= 4x)")
-    out_dir = Path("bench/results")
+    out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     (out_dir / "spark_read.json").write_text(json.dumps(res, indent=2))
     _chart(lines, out_dir / "spark_read.png")

@@ -71,12 +71,15 @@ def _spark_handoff(df) -> float:
     return time.perf_counter() - t0
 
 
-def _backends(tmp: Path, stack: contextlib.ExitStack) -> dict[str, str]:
-    """Config files: the embedded log, and Kafka (MSGSTREAM_TEST_KAFKA, else a tansu broker)."""
+def _backends(tmp: Path, stack: contextlib.ExitStack, with_kafka: bool = True) -> dict[str, str]:
+    """Config files: the embedded log, and Kafka (MSGSTREAM_TEST_KAFKA, else a tansu broker) unless not
+    ``with_kafka``."""
     out = {}
     local = tmp / "local.yaml"
     local.write_text(yaml.safe_dump({"mq.type": "local", "local.path": str(tmp / "bench.db")}))
     out["local"] = str(local)
+    if not with_kafka:
+        return out
     kafka = os.environ.get("MSGSTREAM_TEST_KAFKA")
     if not kafka:
         try:
@@ -92,7 +95,8 @@ def _backends(tmp: Path, stack: contextlib.ExitStack) -> dict[str, str]:
     return out
 
 
-def run(rows: int = 100_000, dim: int = 128, reps: int = 3) -> dict:
+def run(rows: int = 100_000, dim: int = 128, reps: int = 3, kafka: bool = True) -> dict:
+    """``kafka`` False: the embedded log only."""
     from msgstream_spark.jobs._common import spark_session
     from msgstream_spark.jobs.publish import synthetic_df
 
@@ -101,7 +105,7 @@ def run(rows: int = 100_000, dim: int = 128, reps: int = 3) -> dict:
     df.count()
     results: dict = {"rows": rows, "dim": dim}
     with tempfile.TemporaryDirectory() as d, contextlib.ExitStack() as stack:
-        for name, cfg in _backends(Path(d), stack).items():
+        for name, cfg in _backends(Path(d), stack, kafka).items():
             _spark_write(spark, cfg, [f"bench-warm-{uuid.uuid4().hex[:6]}_{i}" for i in range(2)], df.limit(1000))
             bare, sp, hand = [], [], []
             for _ in range(reps):  # interleaved; the best of each (shared machines are noisy)

@@ -59,7 +59,9 @@ def measure(fn) -> tuple[float, dict[str, float]]:
     return wall, {k: (after[k] - before[k]) / wall for k in SIDES}
 
 
-def run(rows: int = 2_000_000, dim: int = 8, reps: int = 3) -> dict:
+def run(rows: int = 2_000_000, dim: int = 8, reps: int = 3, stop: bool = True, warmup: bool = True) -> dict:
+    """``stop`` False: the SparkSession is left running (for a caller that goes on using it); ``warmup`` False: no
+    untimed first read of each case."""
     from bench import bench_read_shape as shape
     from bench.bench_spark_read import publish
     from msgstream_spark.config import Config
@@ -72,14 +74,15 @@ def run(rows: int = 2_000_000, dim: int = 8, reps: int = 3) -> dict:
         cases = {"1 task": base, "2 tasks": {**base, "minPartitions": "2"}}
         spark = shape._spark()
         try:
-            for o in cases.values():
+            for o in cases.values() if warmup else ():
                 shape._spark_read(spark, o)  # warm-up: workers started, plans stored
             got: dict[str, list] = {k: [] for k in cases}
             for _ in range(reps):
                 for k, o in cases.items():
                     got[k].append(measure(lambda o=o: shape._spark_read(spark, o)))
         finally:
-            spark.stop()
+            if stop:
+                spark.stop()
     res: dict = {}
     print(f"-- one channel of {rows:,} rows ({dim}-d), local[2], noop sink, median of {reps} interleaved runs")
     head = "".join(f"{s + ' cores':>22}" for s in SIDES)
