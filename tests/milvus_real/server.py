@@ -96,6 +96,69 @@ def _set_section(text: str, section: str, settings: dict[str, object]) -> str:
     return text[:m.start(1)] + body + text[m.end(1):]
 
 
+# Milvus's own intervals, shortened for a test server: each a key of Milvus 2.3.5's config (milvus.yaml), in the key's
+# own unit. What each one made the tests wait for, and why the tests still prove the same with it:
+TUNING: dict[str, object] = {
+    # ms a proxy's segment allocation stays valid (default 2000). The data coordinator flushes a sealed segment only
+    # once its channel's time passes the segment's last allocation's expiry (internal/datacoord
+    # segment_allocation_policy.go, flushPolicyV1: ``GetLastExpireTime() <= t``), so every flush (pymilvus's, the
+    # storage snapshot's) took >= 2 s. Rows are still assigned only under an unexpired allocation and flushed after
+    # it expires, whatever its length; the proxy asks for allocations more often. The template's warning (never lower
+    # it across a restart) is about data written under the old value: each test server starts on an empty directory.
+    "dataCoord.segment.assignmentExpiration": 200,
+    # ms between the query coordinator's rounds (defaults 1000, 1000, 1000, 500): its task scheduler, its channel and
+    # segment checkers (compare the load target with what the query node holds, make the load tasks) and its pull of
+    # the query node's distribution. A load waits for several rounds; what is loaded and when a load counts as done
+    # (querycoordv2 observers/collection_observer.go, every second: a constant) are unchanged. Cost: +0.15 s of
+    # Milvus CPU per 30 s with a loaded collection (1.29 against 1.14 s, measured).
+    "queryCoord.checkInterval": 100,
+    "queryCoord.checkChannelInterval": 100,
+    "queryCoord.checkSegmentInterval": 100,
+    "queryCoord.distPullInterval": 100,
+}
+KAFKA_TUNING: dict[str, object] = {
+    # s one read of Milvus's Kafka consumer waits for a message (default 10; a timeout is logged and the read
+    # repeated, pkg/mq/msgstream/mqwrapper/kafka/kafka_consumer.go). Closing a consumer waits for the read in
+    # flight, and a dropped collection's channels get no more messages: the data node took 10 s to release each
+    # channel of a collection a test dropped, and watched the next test's new collection's channels only after
+    # that, so its first flush waited up to 15 s (measured). Nothing is read differently.
+    "readTimeout": 1,
+}
+
+
+def _set_key(text: str, key: str, value: object) -> str:
+    """The dotted ``key`` (``dataCoord.segment.assignmentExpiration``) set to ``value`` in the config ``text`` as the
+    template writes it (two spaces a level; a comment after the value is kept). A last key its section lacks is
+    added at the section's top; a missing section is an error (not the template this was written for)."""
+    parts = key.split(".")
+    start, end = 0, len(text)  # where the key is looked for: the whole text, then each section's body
+    for depth, name in enumerate(parts):
+        indent = "  " * depth
+        m = re.compile(rf"(?m)^{indent}{re.escape(name)}:(.*)$").search(text, start, end)
+        last = depth == len(parts) - 1
+        if m is None:
+            if not last or depth == 0:
+                raise ValueError(f"config template: no section {'.'.join(parts[:depth + 1])!r}")
+            return text[:start] + f"{indent}{name}: {value}\n" + text[start:]
+        if last:
+            rest = m.group(1)
+            comment = rest[rest.index(" #"):] if " #" in rest else ""
+            return text[:m.start(1)] + f" {value}{comment}" + text[m.end(1):]
+        body = re.compile(rf"(?:{indent}[ \t]+.*\n|[ \t]*\n)*").match(text, m.end() + 1)
+        start, end = body.start(), body.end()
+    raise AssertionError("unreachable")
+
+
+def tune(text: str, mq_type: str) -> str:
+    """The rendered config with :data:`TUNING` (and :data:`KAFKA_TUNING` on Kafka) set."""
+    for k, v in TUNING.items():
+        text = _set_key(text, k, v)
+    if mq_type == "kafka":
+        for k, v in KAFKA_TUNING.items():
+            text = _set_key(text, f"kafka.{k}", v)
+    return text
+
+
 def render_config(template: str, values: dict[str, object], mq: MQ) -> str:
     """The template with its ``{{ name(type): default }}`` holes filled, on ``mq`` instead of rocksmq."""
 
@@ -192,7 +255,7 @@ class MilvusServer:
             f"listen-peer-urls: http://127.0.0.1:{peer}", f"initial-advertise-peer-urls: http://127.0.0.1:{peer}",
             f"initial-cluster: default=http://127.0.0.1:{peer}", ""]))
         values["etcd_config_path"] = str(etcd_yaml)
-        text = render_config((home / "config.yaml.template").read_text(), values, self.mq)
+        text = tune(render_config((home / "config.yaml.template").read_text(), values, self.mq), self.mq.type)
         (d / "configs" / "milvus.yaml").write_text(text)
         shutil.copy(home / "glog.conf", d / "configs" / "glog.conf")
         # Only what a service needs: Milvus maps environment variables onto its config keys.

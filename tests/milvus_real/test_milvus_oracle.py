@@ -35,7 +35,7 @@ def coll(milvus_stack, pymilvus_orm):
     w.delete(list(range(0, 10)) + list(range(200, 205)))
     w.upsert(range(10, 30), gen=1)
     w.insert(range(400, 500))
-    load_for_query(w.collection)
+    load_for_query(w.collection)  # flushed: the replay below starts at the checkpoints the flush moved
     return w
 
 
@@ -172,7 +172,7 @@ def bin_coll(milvus_stack, pymilvus_orm):
     for p, keys in parts.items():
         col.insert([bin_row(i) for i in keys], partition_name=p)
     col.delete('key in ["k10", "k11"]', partition_name="p1")
-    load_for_query(col, "bv")
+    load_for_query(col, "bv", flushed=False)  # for query
     return col, parts
 
 
@@ -201,8 +201,10 @@ def test_binary_vectors_varchar_keys_and_partitions(spark, milvus_stack, bin_col
 
 
 def await_ticks(stack, ts: int, chans: list[str], timeout: float = 30.0) -> None:
-    """Wait (bounded) until each channel's last message is a time tick at or after ``ts``:
-    then a stream aligned to ticks can take everything acknowledged up to ``ts``."""
+    """Wait (bounded) until each channel holds a message at or after ``ts`` (Milvus ticks the channels of live
+    collections every 200 ms): then a stream aligned to ticks can take everything acknowledged up to ``ts``. One
+    reader a channel, from its last message on, takes the messages as they come until one is that late (a
+    channel's messages are in time order: it was the channel's last message when it came)."""
     import time
 
     from msgstream_spark.stream.timeseek import message_time
@@ -210,17 +212,17 @@ def await_ticks(stack, ts: int, chans: list[str], timeout: float = 30.0) -> None
     deadline = time.monotonic() + timeout
     with stack.env.client() as c:
         for ch in chans:
-            while True:
-                r = c.reader(ch)
-                try:
-                    r.seek(c.latest_message_id(ch), inclusive=True)
-                    got = r.receive_batch(1, 5.0)
-                finally:
-                    r.unsubscribe()
-                if got and (message_time(got[0].payload, got[0].properties) or 0) >= ts:
-                    break
-                assert time.monotonic() < deadline, f"no time tick >= {ts} on {ch} within {timeout}s"
-                time.sleep(0.2)  # Milvus ticks every 200 ms; the loop is bounded by the deadline
+            r = c.reader(ch)
+            try:
+                r.seek(c.latest_message_id(ch), inclusive=True)
+                while True:
+                    left = deadline - time.monotonic()
+                    assert left > 0, f"no time tick >= {ts} on {ch} within {timeout}s"
+                    got = r.receive_batch(1, min(left, 5.0))
+                    if got and (message_time(got[0].payload, got[0].properties) or 0) >= ts:
+                        break
+            finally:
+                r.unsubscribe()
 
 
 def stream_once(spark, stack, name, checkpoint, out):
@@ -252,7 +254,7 @@ def test_streaming_available_now_restarted_in_the_middle(spark, milvus_stack, py
     assert max(keys.values()) == 1  # nothing twice across the restart
     batch = source(spark, milvus_stack, "streamed").select("op", "pk", "_ts").collect()
     assert sorted(keys) == sorted(tuple(r) for r in batch)
-    load_for_query(w.collection)
+    load_for_query(w.collection, flushed=False)  # for query
     assert apply(out) == milvus_rows(w.collection)
 
 

@@ -222,7 +222,7 @@ def snapshot_while_writing(spark, stack, alias: str, cfg: str, tmp_path: Path, p
     for p in plans:
         ws[p.name].insert(range(0, p.rows // 2))
         ws[p.name].insert(range(p.rows // 2, p.rows))
-        load_for_query(ws[p.name].collection)
+        load_for_query(ws[p.name].collection, flushed=False)  # for the snapshot's queries
     before = {name: len(w.acked) for name, w in ws.items()}
     chans = {p.name: ["--channels", ",".join(pchannels(alias, p.name)), *(p.s3.args if p.s3 else ())]
              for p in plans}
@@ -342,7 +342,7 @@ def test_exactly_once_across_a_driver_sigkill_between_the_two_commits(spark, mil
         assert lost and all("/data/" in p for p in lost)  # the tasks' files, in no version of the table
     s = run_job(spark, cfg, name, table, "delta", "--snapshot", "never", *chans, *rerun)
     assert s["skipped_batches"] == (1 if failpoint.startswith("kill-after-commit") else 0)
-    load_for_query(w.collection)
+    load_for_query(w.collection, flushed=False)  # for query
     assert_table_equals_query(table, "delta", w, **where)
     import deltalake
 
@@ -370,7 +370,7 @@ def test_bad_input_one_clear_error_and_nothing_written(spark, milvus_stack, pymi
 
     w = Workload("mir_bad", create_all_types(pymilvus_orm, "mir_bad"))
     w.insert(range(0, 50))
-    load_for_query(w.collection)
+    load_for_query(w.collection, flushed=False)
 
     def fails(argv) -> str:
         capsys.readouterr()
@@ -430,7 +430,7 @@ def test_when_needed_resnapshots_a_table_whose_resume_position_is_gone(spark, mi
 
     w = Workload("mir_wn", create_all_types(pymilvus_orm, "mir_wn"))
     w.insert(range(0, 400))
-    load_for_query(w.collection)
+    load_for_query(w.collection, flushed=False)  # for the snapshot's queries
     chans = ["--channels", ",".join(pchannels(pymilvus_orm, "mir_wn"))]
     table, checkpoint = tmp_path / "t", tmp_path / "t_checkpoint"
     first = run_job(spark, cfg, "mir_wn", table, "delta", "--snapshot", "when_needed", *chans)
@@ -460,5 +460,5 @@ def test_when_needed_resnapshots_a_table_whose_resume_position_is_gone(spark, mi
     await_ticks(milvus_stack, last_ts(w), pchannels(pymilvus_orm, "mir_wn"))
     again = run_job(spark, cfg, "mir_wn", table, "delta", "--snapshot", "when_needed", *chans)
     assert again["snapshot"]["mode"] == "resumed"
-    load_for_query(w.collection)
+    load_for_query(w.collection, flushed=False)  # loaded already: the index and load are no-ops
     assert_table_equals_query(table, "delta", w)

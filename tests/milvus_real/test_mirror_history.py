@@ -21,7 +21,7 @@ def test_as_of_equals_query_at_the_recorded_times(spark, milvus_stack, pymilvus_
 
     w = Workload("mir_hist", create_all_types(pymilvus_orm, "mir_hist"))
     w.insert(range(0, 200))
-    load_for_query(w.collection)
+    load_for_query(w.collection, flushed=False)  # for the snapshot's queries
     chans = ["--channels", ",".join(pchannels(pymilvus_orm, "mir_hist"))]
     table, hist = tmp_path / "t", tmp_path / "h"
     points: list[tuple[int, dict]] = []
@@ -72,7 +72,7 @@ def test_upsert_as_update_mirror_equals_query_and_logs_one_update_per_upsert(spa
 
     w = Workload("mir_upd", create_all_types(pymilvus_orm, "mir_upd"))
     w.insert(range(0, 300))
-    load_for_query(w.collection)
+    load_for_query(w.collection, flushed=False)  # for the snapshot's queries
     chans = ["--channels", ",".join(pchannels(pymilvus_orm, "mir_upd"))]
     table, hist = tmp_path / "t", tmp_path / "h"
 

@@ -54,7 +54,7 @@ def test_a_field_named_with_an_underscore_is_a_column(spark, milvus_stack, pymil
         return [{"pk": i, "_tag": f"t{i}.{gen}", "fv": [float(i), float(gen)]} for i in keys]
 
     col.insert(rows(range(0, 100)))
-    load_for_query(col)
+    load_for_query(col, flushed=False)  # for the snapshot's queries
     chans = ["--channels", ",".join(pchannels(pymilvus_orm, "mir_tag"))]
     first = run_job(spark, cfg, "mir_tag", tmp_path / "t", "iceberg", *chans)
     assert first["snapshot"]["mode"] == "initial" and first["snapshot"]["rows"] == 100
@@ -83,7 +83,7 @@ def test_a_key_in_two_partitions_is_one_row(spark, milvus_stack, pymilvus_orm, c
     col.insert(rows(range(0, 60), 0))
     col.insert(rows(range(60, 120), 1), partition_name="pa")
     col.insert(rows([5], 2), partition_name="pa")  # k5 in both partitions (Milvus does not forbid it)
-    load_for_query(col)
+    load_for_query(col, flushed=False)  # for the snapshot's queries
     chans = ["--channels", ",".join(pchannels(pymilvus_orm, "mir_moved"))]
     first = run_job(spark, cfg, "mir_moved", tmp_path / "t", "delta", "--snapshot-tasks", "2", *chans)
     assert first["snapshot"]["mode"] == "initial" and first["snapshot"]["rows"] == 120
@@ -112,7 +112,7 @@ def test_an_empty_table_without_a_start_is_snapshotted(spark, milvus_stack, pymi
 
     w = Workload("mir_empty", create_all_types(pymilvus_orm, "mir_empty"))
     w.insert(range(0, 200))
-    load_for_query(w.collection)
+    load_for_query(w.collection, flushed=False)  # for the snapshot's queries
     table = tmp_path / "t"  # what an earlier release's kill between its two Iceberg commits left
     open_table("iceberg", str(table), collection="mir_empty", pk="pk", create=True,
                arrow_schema=pa.schema([("pk", pa.int64())]))

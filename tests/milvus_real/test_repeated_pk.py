@@ -16,6 +16,7 @@ from msgstream_spark.mq.base import SubscriptionInitialPosition
 from msgstream_spark.msg import codec
 from msgstream_spark.msg.types import DeleteMsg, InsertMsg, TimeTickMsg
 from tests.milvus_real.test_milvus_oracle import pchannels
+from tests.milvus_real.workload import flush, load
 
 pytestmark = [pytest.mark.slow, pytest.mark.filterwarnings("ignore:.*ORM-style PyMilvus API")]
 
@@ -86,17 +87,17 @@ def repeated(milvus_stack, pymilvus_orm):
     from pymilvus import Collection
 
     col = Collection("repeated_pk", _schema(), using=pymilvus_orm, shards_num=1)
-    col.create_index("fv", {"index_type": "FLAT", "metric_type": "L2", "params": {}})
-    col.load(timeout=120)
+    col.create_index("fv", {"index_type": "FLAT", "metric_type": "L2", "params": {}}, sync=False)
+    load(col)
     results = {
         "insert": col.insert(_rows([(1, 10), (2, 20), (1, 11), (1, 12)])),
         "upsert_repeated": col.upsert(_rows([(3, 30), (4, 40), (3, 31)])),
         "upsert_one": col.upsert(_rows([(2, 21)])),
     }
     growing = _query(col)
-    col.flush()
+    flush(col)
     col.release()
-    col.load(timeout=120)
+    load(col)
     sealed = _query(col)
     last = max(int(r.timestamp) for r in results.values())
     chans = pchannels(pymilvus_orm, "repeated_pk")

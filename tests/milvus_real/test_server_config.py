@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 import yaml
 
-from tests.milvus_real.server import MQ, kafka_mq, pulsar_mq, render_config
+from tests.milvus_real.server import KAFKA_TUNING, MQ, TUNING, kafka_mq, pulsar_mq, render_config, tune
 
 IPS = "".join(f"{c}:\n  ip: # if not specify address, will use the first unicastable address as local ip\n"
               f"  port: {{{{ {c}_port(int): 1 }}}}\n" for c in ("rootCoord", "proxy", "queryCoord", "queryNode",
@@ -60,3 +60,29 @@ def test_pulsar_section_gets_address_port_and_webport_in_place():
 def test_another_mq_type_is_refused():
     with pytest.raises(ValueError, match="natsmq"):
         render(MQ("natsmq", {}))
+
+
+TUNED = """queryCoord:
+  checkInterval: 1000
+  distPullInterval: 500
+  port: 1
+dataCoord:
+  segment:
+    maxSize: 512 # Maximum size of a segment in MB
+    assignmentExpiration: 2000 # ms
+  port: 2
+"""
+
+
+def test_tuning_sets_nested_keys_in_place_and_adds_the_missing_ones():
+    kafka = tune(TUNED + "kafka:\n  brokerList: h:1\n", "kafka")
+    cfg = yaml.safe_load(kafka)
+    assert cfg["queryCoord"] == {"port": 1, **{k.split(".")[1]: v for k, v in TUNING.items() if k.startswith("queryC")}}
+    assert cfg["dataCoord"] == {"segment": {"maxSize": 512,
+                                            "assignmentExpiration": TUNING["dataCoord.segment.assignmentExpiration"]},
+                                "port": 2}
+    assert cfg["kafka"] == {"brokerList": "h:1", **KAFKA_TUNING}
+    assert "maxSize: 512 # Maximum size of a segment in MB" in kafka and "# ms" in kafka
+    assert "kafka" not in yaml.safe_load(tune(TUNED, "pulsar"))
+    with pytest.raises(ValueError, match="dataCoord.segment"):
+        tune(TUNED.replace("  segment:", "  other:"), "pulsar")

@@ -32,7 +32,7 @@ def test_snapshot_rows_equal_the_stream_rows(spark, milvus_stack, pymilvus_orm, 
     w = Workload("snap_bytes", create_all_types(ALIAS, "snap_bytes"))
     rows = [{**row(i), "j": JSONS[i % len(JSONS)]} for i in range(300)]
     w.collection.insert(rows)
-    load_for_query(w.collection)
+    load_for_query(w.collection, flushed=False)  # for the snapshot's queries
     stream = source(spark, milvus_stack, "snap_bytes").toArrow()
     info = w.collection.describe()
     settings = MilvusSettings(Config.from_dict({"mq": {"type": "milvus"}, "milvus": {

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import time
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -105,13 +106,52 @@ def create_all_types(alias: str, name: str, partitions: int = 3):
     return Collection(name, all_types_schema(), using=alias, shards_num=SHARDS, num_partitions=partitions)
 
 
-def load_for_query(col, vector: str = "fv") -> None:
-    col.flush()
+POLL = 0.05  # s between the asks of a wait below: Milvus answers each in a few ms
+
+
+def _until(done, what: str, timeout: float) -> None:
+    """Ask ``done()`` every POLL s until it is true; fail naming ``what`` after ``timeout`` s."""
+    deadline = time.monotonic() + timeout
+    while not done():
+        assert time.monotonic() < deadline, f"{what}: not done within {timeout:.0f} s"
+        time.sleep(POLL)  # polling Milvus's own progress answer, bounded by the deadline
+
+
+def flush(col, timeout: float = 120.0) -> None:
+    """``col.flush()``: Flush, then GetFlushState until Milvus says the segments it sealed are flushed and each
+    channel's checkpoint passed the flush, asked every POLL s (pymilvus's own wait asks every 0.5 s)."""
+    from pymilvus import connections
+    from pymilvus.client.utils import check_status
+    from pymilvus.grpc_gen import milvus_pb2
+
+    h = connections._fetch_handler(col._using)
+    resp = h._stub.Flush(milvus_pb2.FlushRequest(collection_names=[col.name]), timeout=30)
+    check_status(resp.status)
+    segments, flush_ts = list(resp.coll_segIDs[col.name].data), resp.coll_flush_ts[col.name]
+    _until(lambda: h.get_flush_state(segments, col.name, flush_ts, timeout=30), f"flush of {col.name}", timeout)
+
+
+def load(col, timeout: float = 120.0) -> None:
+    """``col.load()``, its progress asked every POLL s (pymilvus's own wait asks every 0.2 s)."""
+    from pymilvus import connections
+
+    col.load(_async=True)
+    h = connections._fetch_handler(col._using)
+    _until(lambda: h.get_loading_progress(col.name, timeout=30) >= 100, f"load of {col.name}", timeout)
+
+
+def load_for_query(col, vector: str = "fv", flushed: bool = True) -> None:
+    """An index on the vector field (2.3.5 loads no collection without one) and the collection loaded, for
+    ``query``; ``flushed``: flushed first (sealed segments, binlogs and the channels' checkpoints in etcd), which a
+    query does not need (it reads growing segments as well). The index is declared without waiting for its build
+    (pymilvus's wait sleeps 0.5 s before its first ask): a query does not use it."""
+    if flushed:
+        flush(col)
     if vector == "bv":
-        col.create_index("bv", {"index_type": "BIN_FLAT", "metric_type": "HAMMING", "params": {}})
+        col.create_index("bv", {"index_type": "BIN_FLAT", "metric_type": "HAMMING", "params": {}}, sync=False)
     else:
-        col.create_index("fv", {"index_type": "FLAT", "metric_type": "L2", "params": {}})
-    col.load(timeout=120)
+        col.create_index("fv", {"index_type": "FLAT", "metric_type": "L2", "params": {}}, sync=False)
+    load(col)
 
 
 def normalize(r: dict) -> dict:
