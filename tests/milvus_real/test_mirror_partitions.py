@@ -55,7 +55,7 @@ def test_snapshot_and_stream_rows_carry_the_partition_milvus_put_them_in(spark, 
 
     insert(range(0, 60), "_default")
     insert(range(60, 120), "pa")
-    load_for_query(col, "bv", flushed=False)  # for the snapshot's queries
+    load_for_query(col, "bv")  # flushed, as before: keys moved between partitions (see test_mirror_keys.py)
     chans = ["--channels", ",".join(pchannels(pymilvus_orm, "mir_parts"))]
     first = run_job(spark, cfg, "mir_parts", tmp_path / "t", "delta", "--snapshot-tasks", "2", *chans)
     assert first["snapshot"]["mode"] == "initial" and first["snapshot"]["rows"] == 120
