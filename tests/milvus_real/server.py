@@ -75,7 +75,12 @@ class MQ:
 
 
 def kafka_mq(brokers: str) -> MQ:
-    return MQ("kafka", {"brokerList": brokers})
+    """``readTimeout``: the seconds one read of Milvus's Kafka consumer waits for a message (default 10; a
+    timeout is logged and the read repeated, pkg/mq/msgstream/mqwrapper/kafka/kafka_consumer.go). Closing a consumer
+    waits for the read in flight, and a dropped collection's channels get no more messages: the data node took 10 s
+    to release each channel of a collection a test dropped, and watched the next test's new collection's channels
+    only after that, so its first flush waited up to 15 s (measured). Nothing is read differently."""
+    return MQ("kafka", {"brokerList": brokers, "readTimeout": 1})
 
 
 def pulsar_mq(host: str, port: int, web_port: int) -> MQ:
@@ -116,14 +121,6 @@ TUNING: dict[str, object] = {
     "queryCoord.checkSegmentInterval": 100,
     "queryCoord.distPullInterval": 100,
 }
-KAFKA_TUNING: dict[str, object] = {
-    # s one read of Milvus's Kafka consumer waits for a message (default 10; a timeout is logged and the read
-    # repeated, pkg/mq/msgstream/mqwrapper/kafka/kafka_consumer.go). Closing a consumer waits for the read in
-    # flight, and a dropped collection's channels get no more messages: the data node took 10 s to release each
-    # channel of a collection a test dropped, and watched the next test's new collection's channels only after
-    # that, so its first flush waited up to 15 s (measured). Nothing is read differently.
-    "readTimeout": 1,
-}
 
 
 def _set_key(text: str, key: str, value: object) -> str:
@@ -149,13 +146,10 @@ def _set_key(text: str, key: str, value: object) -> str:
     raise AssertionError("unreachable")
 
 
-def tune(text: str, mq_type: str) -> str:
-    """The rendered config with :data:`TUNING` (and :data:`KAFKA_TUNING` on Kafka) set."""
+def tune(text: str) -> str:
+    """The rendered config with :data:`TUNING` set."""
     for k, v in TUNING.items():
         text = _set_key(text, k, v)
-    if mq_type == "kafka":
-        for k, v in KAFKA_TUNING.items():
-            text = _set_key(text, f"kafka.{k}", v)
     return text
 
 
@@ -255,7 +249,7 @@ class MilvusServer:
             f"listen-peer-urls: http://127.0.0.1:{peer}", f"initial-advertise-peer-urls: http://127.0.0.1:{peer}",
             f"initial-cluster: default=http://127.0.0.1:{peer}", ""]))
         values["etcd_config_path"] = str(etcd_yaml)
-        text = tune(render_config((home / "config.yaml.template").read_text(), values, self.mq), self.mq.type)
+        text = tune(render_config((home / "config.yaml.template").read_text(), values, self.mq))
         (d / "configs" / "milvus.yaml").write_text(text)
         shutil.copy(home / "glog.conf", d / "configs" / "glog.conf")
         # Only what a service needs: Milvus maps environment variables onto its config keys.

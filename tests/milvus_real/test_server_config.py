@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 import yaml
 
-from tests.milvus_real.server import KAFKA_TUNING, MQ, TUNING, kafka_mq, pulsar_mq, render_config, tune
+from tests.milvus_real.server import MQ, TUNING, kafka_mq, pulsar_mq, render_config, tune
 
 IPS = "".join(f"{c}:\n  ip: # if not specify address, will use the first unicastable address as local ip\n"
               f"  port: {{{{ {c}_port(int): 1 }}}}\n" for c in ("rootCoord", "proxy", "queryCoord", "queryNode",
@@ -44,7 +44,7 @@ def render(mq: MQ) -> dict:
 
 def test_kafka_section_is_added_and_pulsar_left_as_it_was():
     cfg = render(kafka_mq("127.0.0.1:9092"))
-    assert cfg["mq"] == {"type": "kafka"} and cfg["kafka"] == {"brokerList": "127.0.0.1:9092"}
+    assert cfg["mq"] == {"type": "kafka"} and cfg["kafka"] == {"brokerList": "127.0.0.1:9092", "readTimeout": 1}
     assert cfg["pulsar"]["address"] == "localhost" and cfg["etcd"]["config"] == {"path": "/e.yaml"}
     assert {cfg[c]["ip"] for c in ("proxy", "dataNode")} == {"127.0.0.1"}
 
@@ -75,14 +75,12 @@ dataCoord:
 
 
 def test_tuning_sets_nested_keys_in_place_and_adds_the_missing_ones():
-    kafka = tune(TUNED + "kafka:\n  brokerList: h:1\n", "kafka")
-    cfg = yaml.safe_load(kafka)
+    tuned = tune(TUNED)
+    cfg = yaml.safe_load(tuned)
     assert cfg["queryCoord"] == {"port": 1, **{k.split(".")[1]: v for k, v in TUNING.items() if k.startswith("queryC")}}
     assert cfg["dataCoord"] == {"segment": {"maxSize": 512,
                                             "assignmentExpiration": TUNING["dataCoord.segment.assignmentExpiration"]},
                                 "port": 2}
-    assert cfg["kafka"] == {"brokerList": "h:1", **KAFKA_TUNING}
-    assert "maxSize: 512 # Maximum size of a segment in MB" in kafka and "# ms" in kafka
-    assert "kafka" not in yaml.safe_load(tune(TUNED, "pulsar"))
+    assert "maxSize: 512 # Maximum size of a segment in MB" in tuned and "# ms" in tuned
     with pytest.raises(ValueError, match="dataCoord.segment"):
-        tune(TUNED.replace("  segment:", "  other:"), "pulsar")
+        tune(TUNED.replace("  segment:", "  other:"))

@@ -142,9 +142,10 @@ def load(col, timeout: float = 120.0) -> None:
 
 def load_for_query(col, vector: str = "fv", flushed: bool = True) -> None:
     """An index on the vector field (2.3.5 loads no collection without one) and the collection loaded, for
-    ``query``; ``flushed``: flushed first (sealed segments, binlogs and the channels' checkpoints in etcd), which a
-    query does not need (it reads growing segments as well). The index is declared without waiting for its build
-    (pymilvus's wait sleeps 0.5 s before its first ask): a query does not use it."""
+    ``query``; ``flushed``: flushed first (sealed segments, binlogs and the channels' checkpoints in etcd). A query
+    reads growing segments as well, but 2.3.5 answered wrongly over them where a key sits in two segments (a key in
+    two partitions after an upsert; a re-inserted key with array fields): those tests flush. The index is declared
+    without waiting for its build (pymilvus's wait sleeps 0.5 s before its first ask): a query does not use it."""
     if flushed:
         flush(col)
     if vector == "bv":
