@@ -44,11 +44,13 @@ def test_a_second_sql_catalog_cannot_create_a_table_where_one_is(where):
     first = _open("iceberg", where, catalog_uri=where.catalog("a"))
     want = model(fill(first, mixed_batches(3)))
     before = where.files()
+    with pytest.raises(MirrorError, match="already holds an Iceberg table"):  # opened for a snapshot's add_files
+        _open("iceberg", where, catalog_uri=where.catalog("b"), create=False)
     with pytest.raises(MirrorError) as err:
         _open("iceberg", where, catalog_uri=where.catalog("b"))
     text = str(err.value)
     assert where.loc in text and "already holds an Iceberg table" in text and "metadata/*.metadata.json" in text
-    assert "Nothing was created" in text and "--catalog" in text
+    assert "Nothing was written" in text and "--catalog" in text
     assert where.files() == before  # nothing written at the location
     again = _open("iceberg", where, catalog_uri=where.catalog("a"))  # its own catalog still opens it
     assert table_state(again.to_arrow()) == want
@@ -67,8 +69,9 @@ def test_a_second_host_default_catalog_cannot_create_a_table_where_one_is(tmp_pa
     cat = tmp_path / "t_catalog.sqlite"
     cat.rename(tmp_path / "elsewhere.sqlite")  # the second host has no catalog file beside the table
     before = sorted(p for p in (tmp_path / "t").rglob("*"))
-    with pytest.raises(MirrorError, match=f"{loc} already holds an Iceberg table .* the default catalog "):
-        open_table("iceberg", loc, collection="coll", pk="pk", arrow_schema=FIELDS)
+    for create in (True, False):  # the job opens it with create=False, then its snapshot's add_files makes it
+        with pytest.raises(MirrorError, match=f"{loc} already holds an Iceberg table .* the default catalog "):
+            open_table("iceberg", loc, collection="coll", pk="pk", arrow_schema=FIELDS, create=create)
     assert sorted(p for p in (tmp_path / "t").rglob("*")) == before
     (tmp_path / "elsewhere.sqlite").rename(cat)
     assert table_state(open_table("iceberg", loc, collection="coll", pk="pk").to_arrow()) == want
@@ -95,10 +98,11 @@ def test_a_table_of_the_other_format_is_not_created_where_one_is(where, there, n
     want = model(fill(first, mixed_batches(2)))
     before = where.files()
     other = {"catalog_uri": where.catalog("b")} if new == "iceberg" else {}
-    with pytest.raises(MirrorError) as err:
-        _open(new, where, **other)
-    text = str(err.value)
     holds = {"iceberg": "an Iceberg table (Iceberg metadata/*.metadata.json", "delta": "a Delta table (a _delta_log/"}
-    assert f"{where.loc} already holds {holds[there]}" in text and f"--table-format {there}" in text
-    assert where.files() == before
+    for create in (True, False):  # created now, or opened for a snapshot's add_files to make (the job's way)
+        with pytest.raises(MirrorError) as err:
+            _open(new, where, create=create, **other)
+        text = str(err.value)
+        assert f"{where.loc} already holds {holds[there]}" in text and f"--table-format {there}" in text
+        assert where.files() == before
     assert table_state(_open(there, where, **kw).to_arrow()) == want

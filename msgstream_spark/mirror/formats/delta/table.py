@@ -86,10 +86,11 @@ class DeltaMirrorTable:
             check_identity(location, t.properties(), collection, pk, collection_id)
             if arrow_schema is not None:
                 t.evolve(table_schema(arrow_schema, pk))
-        elif create:
+            return t
+        refuse_occupied(t.store, location, "delta")  # an Iceberg table there (now or by add_files): refused
+        if create:
             if arrow_schema is None:
                 raise MirrorError(f"no Delta table at {location} and no schema to create it from")
-            refuse_occupied(t.store, location, "delta")  # an Iceberg table there: each would delete the other's
             props = identity_properties(collection, pk, collection_id)
             t._dt = dl.DeltaTable.create(t.root, table_schema(arrow_schema, pk), configuration=props,
                                          name=collection, raise_if_key_not_exists=False,
