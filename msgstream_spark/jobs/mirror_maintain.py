@@ -2,7 +2,9 @@
 
 ``msgstream mirror compact --table lake/products`` rewrites the files
 with deleted rows and the small ones (one commit, exactly once); ``orphans`` lists files no current
-version references (a batch or compaction killed before its commit); ``vacuum --retain-hours H`` deletes
+version references, split into expired history (an earlier version read them: superseded deletion vectors,
+files a compaction removed) and what writers killed or failed before their commit left (``left_by_writers``);
+``vacuum --retain-hours H`` deletes
 the files no version committed within H hours reads (a file removed at time T stays until T is H hours
 old; a file nothing references, once written H hours ago; Iceberg: the older snapshots expired first, and
 its metadata files with them). Each holds the table's writer lock: it is refused while a
@@ -17,6 +19,7 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
+from msgstream_spark.cli.job_commands import MIRROR_JOBS
 from msgstream_spark.cli.table_args import add_table_args, resolve_table_format, table_options
 from msgstream_spark.jobs._common import main_wrapper
 
@@ -32,7 +35,7 @@ def build_parser(action: str | None = None) -> argparse.ArgumentParser:
         p = argparse.ArgumentParser(prog="mirror_maintain", description=__doc__.split("\n\n")[0])
         p.add_argument("action", choices=ACTIONS, help="then that action's arguments (mirror_maintain ACTION --help)")
         return p
-    p = argparse.ArgumentParser(prog=f"mirror_maintain {action}", description=__doc__.split("\n\n")[0])
+    p = argparse.ArgumentParser(prog=f"mirror_maintain {action}", description=MIRROR_JOBS[action][1])
     p.set_defaults(action=action)
     add_table_args(p, checkpoint=False)
     if action == "compact":
