@@ -21,12 +21,11 @@ from typing import Any
 
 from msgstream_spark.cli.vocab import UsageError, parse_kv
 from msgstream_spark.errors import MirrorError
-from msgstream_spark.mirror.formats.detect import evidence, formats_at
+from msgstream_spark.mirror.formats.detect import NAMES, evidence, formats_at
 from msgstream_spark.mirror.formats.iceberg.catalog import is_identifier
 from msgstream_spark.mirror.store import uri
 from msgstream_spark.mirror.table import FORMATS
 
-NAMES = {"delta": "a Delta", "iceberg": "an Iceberg"}
 FORMAT_HELP = ("delta or iceberg (default: what the location holds: a _delta_log/ is Delta, Iceberg "
                "metadata/ is Iceberg{create})")
 CATALOG_URI_HELP = ("Iceberg: the SQL catalog's URI, a SQLAlchemy URL (default: the SQLite file "

@@ -5,8 +5,9 @@
   and adds; Iceberg: one snapshot removing the data files and every position-delete file, adding the new
   files). Exactly once: the swap is one commit; a compaction killed before it leaves only unreferenced new
   files (``orphans``), after it there is nothing left to compact. It holds the table's writer lease.
-- ``orphans``: files under the table's data directories that no current version references (a batch or a
-  compaction killed before its commit) and that are older than ``min_age_s``; and the temporary files a writer
+- ``orphans``: files under the table's data directories that no current version references and that are older
+  than ``min_age_s`` (``classify_orphans`` tells expired history, which an earlier version read, from what a batch,
+  a compaction or a snapshot task killed before its commit left); and the temporary files a writer
   killed mid-write left on a local store (a Delta commit's ``_delta_log/.N.json.*.tmp``, a data or key index
   file's ``.*.tmp``), once older than ``TMP_MIN_AGE_S`` too (an object store publishes a file whole or not at
   all: a killed multipart upload is S3's ``AbortIncompleteMultipartUpload`` lifecycle rule's to clean).
@@ -177,6 +178,33 @@ def orphans(table, min_age_s: float = 0.0) -> list[str]:
     files, tmps = _candidates(table.store, table.root)
     return sorted([m.uri for m in files if _key(table, m.uri) not in live and now - m.mtime >= min_age_s]
                   + [m.uri for m in tmps if now - m.mtime >= max(min_age_s, TMP_MIN_AGE_S)])
+
+
+ORPHAN_KINDS = {
+    "expired_history": "an earlier version of the table read it (a superseded deletion vector or position-delete "
+                       "file, a data file a compaction or a re-snapshot removed): normal history, which vacuum "
+                       "deletes once it was removed longer ago than the retention (--retain-hours)",
+    "left_by_writers": "no version ever referenced it: what a batch, a compaction or a snapshot task killed or failed "
+                       "before its commit wrote (or a killed writer's temporary file); vacuum deletes it once it was "
+                       "written longer ago than the retention (--retain-hours)",
+}
+
+
+@dataclass
+class OrphanKinds:
+    """``orphans``' files split by what left them (:data:`ORPHAN_KINDS`)."""
+
+    expired_history: list[str]
+    left_by_writers: list[str]
+
+
+def classify_orphans(table, paths: list[str]) -> OrphanKinds:
+    """Which of ``paths`` (``orphans``' answer) a version the table's history still records read (Delta: a
+    ``remove`` of its log names it; Iceberg: a snapshot the table keeps reads it) and which no version ever did."""
+    now = time.time()
+    seen = {_key(table, p) for p in table.retained_files(now, now)}  # a retention reaching back to the epoch
+    history = [p for p in paths if _key(table, p) in seen]
+    return OrphanKinds(history, [p for p in paths if _key(table, p) not in seen])
 
 
 def vacuum(table, retain_s: float = 7 * 86400, dry_run: bool = False) -> list[str]:

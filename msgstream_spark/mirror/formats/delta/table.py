@@ -41,6 +41,7 @@ from msgstream_spark.mirror.formats.delta.log import (
     write_replace_version,
 )
 from msgstream_spark.mirror.formats.delta.retention import TOMBSTONE_RETENTION_KEY, interval_ms, removed_after
+from msgstream_spark.mirror.formats.detect import refuse_occupied
 from msgstream_spark.mirror.store import Store, open_store, uri
 from msgstream_spark.mirror.write.batch import apply_local
 from msgstream_spark.mirror.write.layout import DATA_DIR, LiveFile, LiveFiles, Plan, WriteSpec, fence_message
@@ -85,7 +86,9 @@ class DeltaMirrorTable:
             check_identity(location, t.properties(), collection, pk, collection_id)
             if arrow_schema is not None:
                 t.evolve(table_schema(arrow_schema, pk))
-        elif create:
+            return t
+        refuse_occupied(t.store, location, "delta")  # an Iceberg table there (now or by add_files): refused
+        if create:
             if arrow_schema is None:
                 raise MirrorError(f"no Delta table at {location} and no schema to create it from")
             props = identity_properties(collection, pk, collection_id)

@@ -80,12 +80,15 @@ class IcebergMirrorTable(CatalogTable):
                        storage_options=storage_options, create=create)
         t = cls(location, collection, pk, collection_id, where, storage_options, catalog_uri)
         if t._catalog is None:
+            t._check_free()  # (another catalog's table there: refused before a snapshot is read for add_files)
             return t  # no catalog file yet, none made before a table is: add_files makes both
         t._tbl = t._find()
         ident = where.ident or _identifier(collection)
         if t._tbl is None and where.ident is None and t._catalog.table_exists(ident):
             raise MirrorError(f"the catalog already has a table {'.'.join(ident)} for {collection!r}, at "
                               f"{t._catalog.load_table(ident).location()}, not at {location}")
+        if t._tbl is None:
+            t._check_free()
         if t._tbl is not None:
             check_identity(t.location, t.properties(), collection, pk, collection_id)
             if arrow_schema is not None:
