@@ -230,8 +230,9 @@ DEDUPED_SCHEMA = pa.schema([("i", pa.int64()), ("path", pa.string()), ("rows", p
 def _drop_losers(path: str, store: Store, pk: str, winners: pa.Table) -> tuple[str | None, int]:
     """File ``path`` without its rows of a repeated key outside the key's winning partition: (the file that holds
     its rows now, the rows dropped). Unchanged: ``path`` itself; else a new file (a name of its own per attempt:
-    an attempt Spark gave up on leaves an uncommitted file, never one the snapshot names), then the old one
-    deleted; None when no row is left."""
+    an attempt Spark gave up on leaves an uncommitted file, never one the snapshot names); None when no row is
+    left. The task never deletes ``path``: a retry of it must still find it (the driver deletes it once every
+    task has answered)."""
     t = read_parquet(store, path)
     at = pc.index_in(t.column(pk), value_set=winners.column(pk).combine_chunks())
     keep_part = pc.take(winners.column(PARTITION).combine_chunks(), at)
@@ -246,7 +247,6 @@ def _drop_losers(path: str, store: Store, pk: str, winners: pa.Table) -> tuple[s
         with ParquetOut(store, new, t.schema, pk, **snapshot_options(t.schema)) as out:
             out.write_table(kept, row_group_size=128 * 1024)
             out.close()
-    store.delete(path)
     return new, n
 
 
@@ -282,6 +282,9 @@ def one_row_per_key(spark: SparkSession, files: list[str], pk: str, store: Store
     now = dict(zip(got.column("i").to_pylist(), got.column("path").to_pylist()))
     if sorted(now) != list(range(len(files))):
         raise MirrorError(f"snapshot: the key pass returned {len(now)} result(s) for {len(files)} file(s)")
+    for i, p in now.items():  # the files the key pass replaced, once every task has answered
+        if p != files[i]:
+            store.delete(files[i])
     dropped = int(pc.sum(got.column("rows")).as_py() or 0)
     log.warning("snapshot: %d key(s) were read in two partitions (moved during the snapshot, or inserted into "
                 "both): one row kept per key", winners.num_rows)

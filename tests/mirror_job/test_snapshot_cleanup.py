@@ -127,6 +127,26 @@ def test_a_key_read_in_two_partitions_is_one_snapshot_row(spark, tmp_path):
     assert one_row_per_key(spark, files, "pk", store) == (files, 0)
 
 
+def test_a_retried_key_pass_task_finds_its_file(tmp_path):
+    """A key-pass task rewrites its file without the losing rows; a retry of it (the first attempt's answer lost)
+    must still find the file: the task never deletes it (the driver does, once every task has answered)."""
+    import pyarrow.parquet as pq
+
+    from msgstream_spark.mirror.store import open_store
+    from msgstream_spark.spark.snapshot import _drop_losers
+
+    store = open_store(str(tmp_path / "t"))
+    (tmp_path / "t" / "s").mkdir(parents=True)
+    path = store.join("s", "part-1.parquet")
+    pq.write_table(pa.table({"pk": pa.array([1, 5], pa.int64()), "_partition": pa.array([11, 11], pa.int64())}),
+                   path)
+    winners = pa.table({"pk": pa.array([5], pa.int64()), "_partition": pa.array([12], pa.int64())})
+    first = _drop_losers(path, store, "pk", winners)
+    again = _drop_losers(path, store, "pk", winners)  # the retry: the old code had deleted ``path``
+    assert first[1] == again[1] == 1 and first[0] != again[0]
+    assert pq.read_table(again[0]).column("pk").to_pylist() == [1]
+
+
 class LateUpload(Store):
     """The driver's view of ``inner`` while a task attempt Spark gave up on finishes its upload late: right after
     the driver's first call once the tasks returned (a listing is answered first, then the file lands), a copy of
