@@ -13,6 +13,7 @@ a task writes.
 
 from __future__ import annotations
 
+import logging
 import os
 import threading
 import time
@@ -29,6 +30,7 @@ CONFLICT_RETRIES = 8  # S3 answers 409 ConditionalRequestConflict to a condition
 PART_SIZE = 16 * 1024 * 1024  # multipart part size of open_output (S3's parts: 5 MiB to 5 GiB)
 ENV_PREFIX = {"s3": "AWS_", "gcs": "GOOGLE_", "azure": "AZURE_"}  # the variables obstore reads, per kind
 _ENV_LOCK = threading.Lock()
+log = logging.getLogger(__name__)
 
 
 def _obstore() -> Any:
@@ -51,6 +53,12 @@ def _hidden_env(prefix: str | None) -> Iterator[None]:
             yield
         finally:
             os.environ.update(saved)
+
+
+def _racing(e: BaseException) -> bool:
+    """Whether an error is S3's 409 ``ConditionalRequestConflict``: another conditional write of the key is in
+    flight; retry (object_store retries it itself for ``If-Match`` only, and reports it as already-exists)."""
+    return "ConditionalRequestConflict" in str(e)
 
 
 class ObjectStore(Store):
@@ -151,22 +159,48 @@ class ObjectStore(Store):
             try:
                 r = ob.put(self.client(), self._key(target), data, mode=mode)
                 return ObjectMeta(target, len(data), r.get("e_tag"), time.time())
-            except exc.AlreadyExistsError as e:
-                raise AlreadyExists(settings.mask(f"{target} already exists: another writer created it first",
-                                                  self.options)) from e
-            except exc.PreconditionError as e:
-                if mode == "create":  # some stores answer a taken create with 412 as a precondition failure
-                    raise AlreadyExists(f"{target} already exists: another writer created it first") from e
-                raise Conflict(f"{target} changed or is gone since etag {mode['e_tag']} was read") from e
-            except FileNotFoundError as e:
-                if isinstance(mode, dict):
-                    raise Conflict(f"{target} is gone: it was deleted since etag {mode['e_tag']} was read") from e
-                raise StoreError(self._error(what, target, e)) from e
-            except Exception as e:  # noqa: BLE001
-                if "ConditionalRequestConflict" not in str(e) and "409 Conflict" not in str(e):
-                    raise self._fail(what, target, e) from e
-                time.sleep(min(0.05 * 2 ** attempt, 1.0))  # a racing conditional put: the store says retry
+            except Exception as e:  # noqa: BLE001 - obstore raises several kinds
+                if _racing(e):  # a conditional put of this key in flight (maybe our own lost one): retry
+                    time.sleep(min(0.05 * 2 ** attempt, 1.0))
+                    continue
+                refused = isinstance(e, (exc.AlreadyExistsError, exc.PreconditionError, FileNotFoundError))
+                if mode == "overwrite" or not refused:
+                    raise StoreError(self._error(what, target, e)) from e
+                landed = self._landed(target, data, e)
+                if landed is not None:
+                    return landed
+                raise self._refused(target, mode, what, e) from e
         raise StoreError(f"{what} {target}: {CONFLICT_RETRIES} conditional-put conflicts (409) in a row")
+
+    def _landed(self, target: str, data: bytes, refusal: BaseException) -> ObjectMeta | None:
+        """After a refused conditional put: the object's metadata if it holds exactly ``data`` (the put landed,
+        and its answer was lost: obstore retried it after a 5xx or a dropped connection, and the retry was
+        refused because of it), None if it holds anything else or nothing. Identical bytes are taken for this
+        writer's own: what the puts write is unique to one writer and one attempt (a lease record names its
+        holder's token and time, a Delta commit its data files' random names and its timestamp)."""
+        try:
+            got, meta = self.get(target)
+        except NotFound:
+            return None
+        except StoreError as e:
+            raise StoreError(settings.mask(f"{target}: the store refused a conditional put ({refusal}), and "
+                                           f"reading the object back to learn whether an earlier attempt of this "
+                                           f"put landed failed: {e}", self.options)) from e
+        if got != data:
+            return None
+        log.info("%s: a conditional put was refused but the object holds exactly its bytes: an earlier attempt "
+                 "landed and its answer was lost; taken as written", target)
+        return meta
+
+    def _refused(self, target: str, mode: Any, what: str, e: BaseException) -> StoreError:
+        if isinstance(mode, dict):
+            if isinstance(e, FileNotFoundError):
+                return Conflict(f"{target} is gone: it was deleted since etag {mode['e_tag']} was read")
+            return Conflict(f"{target} changed or is gone since etag {mode['e_tag']} was read")
+        if isinstance(e, FileNotFoundError):
+            return StoreError(self._error(what, target, e))
+        return AlreadyExists(settings.mask(f"{target} already exists: another writer created it first",
+                                           self.options))
 
     def put(self, target: str, data: bytes) -> ObjectMeta:
         return self._put(target, data, "overwrite", "writing")
