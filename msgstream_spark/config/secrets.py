@@ -21,9 +21,9 @@ from typing import Any
 MASK = "******"
 
 # a key holding any of these (normalised: lower case, "-", ".", "/" and spaces as "_") is a secret
-_PARTS = ("password", "passwd", "secret", "token", "credential", "authparams", "sasl_jaas", "authorization",
-          "connection_string", "private_key", "key_pem", "auth_user_info", "api_key", "apikey", "customer_key",
-          "account_key", "_sas_")
+_PARTS = ("password", "passwd", "secret", "token", "credential", "authparams", "authentication", "authorization",
+          "sasl_jaas", "connection_string", "private_key", "key_pem", "auth_user_info", "api_key", "apikey",
+          "customer_key", "account_key", "_sas_")
 # ... and a key ending in one of these (access_key, master_key, sas_key, service_account_key, encryption_key; a
 # GCS service account's file too; not s3.access-key-id, primary_key or sse_kms_key_id)
 _ENDS = ("access_key", "master_key", "sas_key", "service_account_key", "encryption_key",
