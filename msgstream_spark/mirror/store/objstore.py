@@ -6,30 +6,31 @@ ranged reader (docs/mirror.md, "Where the table lives", has the measurements beh
 
 The client is made lazily in each process from the plain settings, so the store pickles into Spark tasks. obstore's
 constructors also read the process's own object_store variables (``AWS_*``, ``GOOGLE_*``, ``AZURE_*``) under the
-settings given; a store whose settings were resolved in another process (a task's: unpickled, or built by
-``store_for``) is made with those variables hidden, so an executor's environment never changes where or as whom
-a task writes.
+settings given; for a store whose settings were resolved in another process (a task's: unpickled, or built by
+``store_for``) every such variable is overridden by an explicit setting, or refused (:mod:`.shipped`), so an
+executor's environment never changes where or as whom a task writes; the environment itself is never changed.
+
+A refused conditional put (412, already exists) is read back: if the object holds exactly the bytes sent, an
+earlier attempt of this put landed and its answer was lost (obstore retries after a 5xx or a dropped
+connection, and its retry is refused because of the first), and the put succeeded. S3's 409
+``ConditionalRequestConflict`` (another conditional write of the key in flight) is retried.
 """
 
 from __future__ import annotations
 
 import logging
 import os
-import threading
 import time
 from collections.abc import Iterator
-from contextlib import contextmanager
 from typing import Any
 
 from msgstream_spark.errors import MirrorError
-from msgstream_spark.mirror.store import settings, uri
+from msgstream_spark.mirror.store import settings, shipped, uri
 from msgstream_spark.mirror.store.base import COUNTS, ObjectMeta, Store
 from msgstream_spark.mirror.store.errors import AlreadyExists, Conflict, NotFound, StoreError
 
 CONFLICT_RETRIES = 8  # S3 answers 409 ConditionalRequestConflict to a conditional put racing another: retried
 PART_SIZE = 16 * 1024 * 1024  # multipart part size of open_output (S3's parts: 5 MiB to 5 GiB)
-ENV_PREFIX = {"s3": "AWS_", "gcs": "GOOGLE_", "azure": "AZURE_"}  # the variables obstore reads, per kind
-_ENV_LOCK = threading.Lock()
 log = logging.getLogger(__name__)
 
 
@@ -39,20 +40,6 @@ def _obstore() -> Any:
     except ImportError as e:
         raise MirrorError("a table in object storage needs obstore: pip install 'msgstream-spark[mirror]'") from e
     return obstore
-
-
-@contextmanager
-def _hidden_env(prefix: str | None) -> Iterator[None]:
-    """The process's variables starting with ``prefix`` removed while the block runs (None: nothing hidden)."""
-    if prefix is None:
-        yield
-        return
-    with _ENV_LOCK:
-        saved = {k: os.environ.pop(k) for k in [k for k in os.environ if k.upper().startswith(prefix)]}
-        try:
-            yield
-        finally:
-            os.environ.update(saved)
 
 
 def _racing(e: BaseException) -> bool:
@@ -86,10 +73,21 @@ class ObjectStore(Store):
             _obstore()
             from obstore.store import from_url
 
-            try:
-                config, client = settings.for_obstore(self.options)
-                with _hidden_env(ENV_PREFIX.get(self.kind) if self.shipped else None):
-                    self._client = from_url(self.bucket_root, config=config, client_options=client)
+            config, client = settings.for_obstore(self.options)
+            more: dict[str, Any] = {}
+            if self.shipped:  # undo what obstore would take from this process's environment (shipped.py)
+                pins, creds = shipped.pins(self.kind, self.options, self.bucket_root, os.environ)
+                config.update(pins)
+                if creds is not None:
+                    more["credential_provider"] = lambda: {**creds, "expires_at": None}
+            try:  # client options always given: they replace the environment's (AWS_ALLOW_HTTP, AWS_PROXY_URL...)
+                if "aws_endpoint_url_s3" in config:  # obstore 0.12's from_url loses this key (drops its aws_)
+                    from obstore.store import S3Store
+
+                    name = () if "aws_bucket" in config else (self.bucket_root.split("://", 1)[1],)
+                    self._client = S3Store(*name, config=config, client_options=client, **more)
+                else:
+                    self._client = from_url(self.bucket_root, config=config, client_options=client, **more)
             except Exception as e:  # noqa: BLE001 - obstore raises several kinds for a bad setting
                 raise StoreError(self._error("opening the store for", self.bucket_root, e)) from e
         return self._client
