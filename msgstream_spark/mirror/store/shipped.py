@@ -12,10 +12,12 @@ take effect and is not among the shipped settings, gives the value that undoes i
 (``false``, ``etag``, ``us-east-1``, the AWS endpoint of the bucket), or, for credentials, the shipped static
 credentials pinned through a credential provider (S3) or the shipped credential kind pinned by
 ``azure_credential_type`` (Azure). A variable that changes the store and has no such value (an S3 server-side
-encryption, a credential of another kind than the shipped one) is a StoreError naming it, with the fix: give the
-key in the driver's settings (``--storage-option``), or unset it on the executors. The HTTP client's variables
-(``AWS_ALLOW_HTTP``, ``AWS_PROXY_URL``, ...) are undone by always passing the client options, which replace them.
-Written against object_store 0.14 (obstore 0.12)'s keys.
+encryption, a credential of another kind than the shipped one that would take precedence over it) is a
+StoreError naming it, with the fix: give the key in the driver's settings (``--storage-option``), or unset it
+where the tasks run. The HTTP client's variables (``AWS_ALLOW_HTTP``, ``AWS_PROXY_URL``, ...) are undone by always
+passing the client options, which replace them. When the driver ships no credential at all (its machine's own
+identity: an instance role), each process uses its own machine's, so its credential variables stay in effect
+(an ECS task role, a pod identity). Written against object_store 0.14 (obstore 0.12)'s keys.
 """
 
 from __future__ import annotations
@@ -45,6 +47,10 @@ _S3_MOOT = {"aws_bucket", "aws_copy_if_not_exists"}  # the URL sets the bucket; 
 _S3_CREDENTIALS = {"aws_access_key_id", "aws_secret_access_key", "aws_session_token", "aws_web_identity_token_file",
                    "aws_role_arn", "aws_container_credentials_relative_uri", "aws_container_credentials_full_uri",
                    "aws_container_authorization_token_file"}
+# with no credential shipped (the driver's machine's own identity: an instance role), each process uses its own
+# machine's: its credential variables then stay in effect
+_S3_OWN = _S3_CREDENTIALS | {"aws_role_session_name", "aws_endpoint_url_sts", "aws_metadata_endpoint",
+                             "aws_imdsv1_fallback"}
 _GCS_ENV = {"google_service_account": "google_service_account", "google_service_account_path":
             "google_service_account", "service_account": "google_service_account",
             "google_service_account_key": "google_service_account_key", "google_bucket": "google_bucket",
@@ -135,7 +141,10 @@ def _s3(options: Mapping[str, str], foreign: dict, bucket: str) -> tuple[dict, d
         creds = {"access_key_id": options.get("aws_access_key_id", ""),
                  "secret_access_key": options.get("aws_secret_access_key", ""),
                  "token": options.get("aws_session_token")}
+    own = source == "instance" and not _true(options, "aws_skip_signature")
     for key in foreign:
+        if own and key in _S3_OWN:
+            continue
         if key in _S3_NEUTRAL:
             pin[key] = _S3_NEUTRAL[key]
         elif key in ("aws_region", "aws_default_region"):
@@ -152,7 +161,7 @@ def _s3(options: Mapping[str, str], foreign: dict, bucket: str) -> tuple[dict, d
         elif key in _S3_CREDENTIALS:
             if source != "static" and not _true(options, "aws_skip_signature") and \
                     _s3_source(set(options) | set(foreign)) != source:
-                stuck.add(key)  # another kind of credential than the shipped one
+                stuck.add(key)  # a credential of another kind than the shipped one, taking precedence
         elif key not in _S3_MOOT:
             stuck.add(key)  # the checksum, the server-side encryption: no value means "none"
     return pin, creds, stuck
@@ -171,7 +180,8 @@ def _gcs_source(keys: set[str]) -> str:
 def _gcs(options: Mapping[str, str], foreign: dict, bucket: str) -> tuple[dict, None, set]:
     pin = {"google_skip_signature": FALSE} if "google_skip_signature" in foreign else {}
     stuck = {k for k in foreign if k in ("google_base_url",)}
-    if _gcs_source(set(options)) != _gcs_source(set(options) | set(foreign)):
+    source = _gcs_source(set(options))
+    if source != "default" and source != _gcs_source(set(options) | set(foreign)):  # default: its own identity
         stuck |= {k for k in foreign if k not in ("google_bucket", "google_skip_signature", "google_base_url")}
     return pin, None, stuck
 
@@ -188,10 +198,11 @@ def _azure_kind(keys: set[str], options: Mapping[str, str]) -> str:
 
 def _azure(options: Mapping[str, str], foreign: dict, bucket: str) -> tuple[dict, None, set]:
     kind = options.get("azure_credential_type") or _azure_kind(set(options), options)
+    own = kind == "managed_identity" and not set(options) & (_AZ_READS[kind] | {"azure_credential_type"})
     pin: dict[str, str] = {}
-    if kind != "fabric" and "azure_credential_type" not in options:
+    if kind != "fabric" and not own and "azure_credential_type" not in options:
         pin["azure_credential_type"] = kind  # the shipped kind: another kind's variables are then never read
-    reads = set(_AZ_READS.get(kind, {"azure_storage_token", "azure_credential_type"}))
+    reads = set() if own else set(_AZ_READS.get(kind, {"azure_storage_token", "azure_credential_type"}))
     reads |= {"azure_storage_encryption_key", "azure_storage_endpoint"}
     if _true(options, "azure_storage_use_emulator"):  # the emulator takes any static credential, whatever the kind
         reads |= {"azure_storage_account_key", "azure_storage_token", "azure_storage_sas_key"}
@@ -199,7 +210,7 @@ def _azure(options: Mapping[str, str], foreign: dict, bucket: str) -> tuple[dict
         reads.add("azure_storage_account_name")  # az://container: the account is a setting, not in the URL
     stuck: set[str] = set()
     for key in foreign:
-        if key in _AZ_NEUTRAL:
+        if key in _AZ_NEUTRAL and not (own and key in ("azure_use_azure_cli", "azure_authority_host")):
             pin[key] = _AZ_NEUTRAL[key]
         elif key in reads:
             stuck.add(key)

@@ -185,22 +185,26 @@ def test_a_task_never_reads_its_own_object_store_variables(s3, monkeypatch, tmp_
 
 def test_a_task_variable_that_cannot_be_undone_is_refused_naming_it(s3, monkeypatch):
     """A variable object_store has no setting to undo (a server-side encryption), or a credential of another
-    kind than the driver's (keys where the driver had none): refused naming the variable and the fix, never
-    its value, the environment unchanged."""
+    kind than the driver's that would take precedence over it (static keys over a web identity): refused naming
+    the variable and the fix, never its value, the environment unchanged. With no credential shipped (the
+    driver's instance role), a task's own credential variables are its machine's identity: in effect."""
     from msgstream_spark.mirror.store import store_for
+    from msgstream_spark.mirror.store.shipped import pins
 
     monkeypatch.setenv("AWS_SERVER_SIDE_ENCRYPTION", "aws:kms")
     task = store_for(s3.uri("t"), s3.options())
     refused = r"environment sets AWS_SERVER_SIDE_ENCRYPTION.*--storage-option"
     with _environ_read_only(), pytest.raises(StoreError, match=refused):
         task.put(task.join("x"), b"1")
-    monkeypatch.delenv("AWS_SERVER_SIDE_ENCRYPTION")
-    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "AKWORKER")
-    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "worker-secret-value")
-    keyless = {k: v for k, v in s3.options().items() if "access_key" not in k}
+    web = {"aws_web_identity_token_file": "/var/run/token", "aws_role_arn": "arn:aws:iam::1:role/mirror"}
+    worker = {"AWS_ACCESS_KEY_ID": "AKWORKER", "AWS_SECRET_ACCESS_KEY": "worker-secret-value"}
     with pytest.raises(StoreError, match="AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY") as e:
-        store_for(s3.uri("t"), keyless).put(s3.uri("t", "x"), b"1")
+        pins("s3", web, "s3://b", worker)
     assert "worker-secret-value" not in str(e.value) and "AKWORKER" not in str(e.value)
+    own = {"AWS_CONTAINER_CREDENTIALS_RELATIVE_URI": "/v2/credentials/x", "AWS_ROLE_SESSION_NAME": "w", **worker}
+    assert pins("s3", {"aws_region": "eu-west-1"}, "s3://b", own) == ({}, None)
+    assert pins("s3", {"aws_region": "eu-west-1"}, "s3://b", {"AWS_ENDPOINT_URL": "http://elsewhere:1"}) == \
+        ({"aws_endpoint_url_s3": "https://s3.eu-west-1.amazonaws.com"}, None)
 
 
 def test_what_undoes_a_gcs_or_azure_tasks_variables(monkeypatch):
@@ -220,8 +224,10 @@ def test_what_undoes_a_gcs_or_azure_tasks_variables(monkeypatch):
         monkeypatch.setenv(k, v)
     with _environ_read_only():  # obstore takes the settings (object_store's keys) and builds the client
         assert "acct" in repr(store_for("az://box", az).client())
-    with pytest.raises(StoreError, match="environment sets AZURE_CLIENT_ID, MSI_ENDPOINT"):
-        pins("azure", {"azure_storage_account_name": "acct"}, "az://box", env)  # managed identity's own keys
+    with pytest.raises(StoreError, match="environment sets AZURE_CLIENT_ID, MSI_ENDPOINT"):  # another identity's
+        pins("azure", {"azure_storage_account_name": "acct", "azure_msi_resource_id": "/r/1"}, "az://box", env)
+    assert pins("azure", {"azure_storage_account_name": "acct"}, "az://box", env)[0] == \
+        {"azure_storage_use_emulator": "false"}  # none shipped: the task's own identity
     with pytest.raises(StoreError, match="AZURE_STORAGE_ACCOUNT_NAME"):
         pins("azure", {"azure_storage_account_key": "a2V5"}, "az://box", {"AZURE_STORAGE_ACCOUNT_NAME": "theirs"})
     assert pins("azure", {"azure_storage_account_key": "a2V5"}, "abfss://box@acct.dfs.core.windows.net",
@@ -233,4 +239,5 @@ def test_what_undoes_a_gcs_or_azure_tasks_variables(monkeypatch):
         with pytest.raises(StoreError, match=var):
             pins("gcs", gcs, "gs://b", {var: "x"})
     with pytest.raises(StoreError, match="SERVICE_ACCOUNT"):
-        pins("gcs", {}, "gs://b", {"SERVICE_ACCOUNT": "/theirs.json"})
+        pins("gcs", {"google_application_credentials": "/adc.json"}, "gs://b", {"SERVICE_ACCOUNT": "/theirs.json"})
+    assert pins("gcs", {}, "gs://b", {"SERVICE_ACCOUNT": "/own.json"}) == ({}, None)  # none shipped: its own
