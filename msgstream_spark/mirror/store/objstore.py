@@ -51,7 +51,7 @@ def _racing(e: BaseException) -> bool:
 class ObjectStore(Store):
     def __init__(self, root: str, options: dict[str, str] | None = None, shipped: bool = False) -> None:
         """``shipped``: ``options`` were resolved in another process (the driver); this process's own
-        object_store variables are never read."""
+        object_store variables never take effect (:mod:`.shipped`)."""
         super().__init__(root, options)
         loc = uri.parse(root)
         self.kind = loc.kind
