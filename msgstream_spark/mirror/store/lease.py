@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import socket
 import sys
 import threading
@@ -34,6 +33,7 @@ import time
 import uuid
 from collections.abc import Callable
 
+from msgstream_spark.config import mask_command
 from msgstream_spark.errors import MirrorError
 from msgstream_spark.mirror.store import uri as uris
 from msgstream_spark.mirror.store.base import Store
@@ -42,7 +42,6 @@ from msgstream_spark.mirror.store.settings import mask
 
 LEASE_NAME = "_msgstream_writer.lease"
 DEFAULT_EXPIRY_S = 60.0
-_ASSIGNMENT = re.compile(r"(?i)([\w.-]*(?:secret|token|password|credential|_key|sas)[\w.-]*=)\S+")
 
 
 class LeaseHeld(MirrorError):
@@ -54,8 +53,8 @@ class LeaseLost(MirrorError):
 
 
 def _command(store: Store) -> str:
-    cmd = " ".join(sys.argv)[:300]
-    return _ASSIGNMENT.sub(r"\1******", mask(cmd, store.options))
+    """This process's command line for the record, every secret masked (then cut to 300 characters)."""
+    return mask_command(sys.argv, store.options)[:300]
 
 
 class Lease:
@@ -186,6 +185,7 @@ class Lease:
 
 
 def _read(path: str) -> str:
+    """The text of a /proc file, "" if it cannot be read (absent, or hidden: ``hidepid``, a sandbox)."""
     try:
         with open(path) as f:
             return f.read().strip()
@@ -194,9 +194,11 @@ def _read(path: str) -> str:
 
 
 def _started(pid: int) -> str:
-    """The start time of process ``pid`` (clock ticks since boot, /proc), "" if there is no such process."""
+    """The start time of process ``pid`` (clock ticks since boot, /proc), "" if it cannot be read (no such
+    process, or /proc does not show it)."""
     stat = _read(f"/proc/{pid}/stat")
-    return stat.rsplit(")", 1)[1].split()[19] if ")" in stat else ""
+    fields = stat.rsplit(")", 1)[1].split() if ")" in stat else []
+    return fields[19] if len(fields) > 19 else ""
 
 
 def _identity(pid: int) -> dict:
@@ -211,13 +213,28 @@ def _identity(pid: int) -> dict:
 
 def holder_gone(rec: dict) -> bool:
     """Whether the record's holder is a process of this machine (same host, boot, pid namespace) that is no
-    longer running (its pid is free, or now another process's). False whenever that cannot be known."""
+    longer running: its pid is free (``kill(pid, 0)`` answers ``ESRCH``), or runs a process /proc shows started
+    at another time (the pid was reused). False whenever that cannot be known: a /proc that hides the process
+    (``hidepid``, gVisor) or a pid of another user's live process is taken for the holder, alive."""
     here = _identity(os.getpid())
     if not here["boot"] or not here["pidns"] or not rec.get("started"):
         return False
     if any(rec.get(k) != here[k] for k in ("host", "boot", "pidns")):
         return False
-    return _started(int(rec.get("pid") or 0)) != rec["started"]
+    try:
+        pid = int(rec.get("pid") or 0)
+    except (TypeError, ValueError):
+        return False
+    if pid <= 0:  # kill(0) and kill(-n) signal process groups: never a holder's pid
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True  # ESRCH: no process has the pid
+    except OSError:  # EPERM: it runs, as another user; anything else: unknown
+        return False
+    started = _started(pid)
+    return bool(started) and started != rec["started"]
 
 
 def _parse(data: bytes) -> dict:

@@ -4,20 +4,19 @@
 object_store keys; no other variable is looked at, so a login shell's ``TOKEN`` or ``ADDRESS`` never leaks in),
 then lets explicit options (``--storage-option KEY=VALUE``, the data source's and the Python API's) override them,
 case-insensitively and under any alias object_store accepts (``endpoint``, ``aws_endpoint_url``, ...). Keys come
-back canonical (``aws_endpoint``, ``aws_allow_http``). :func:`mask` is the one function that hides their secrets
-in every log line, error and printed summary. The ``for_*`` functions give the same settings in the form each
-reader takes (pyiceberg's FileIO properties, pyarrow's S3FileSystem).
+back canonical (``aws_endpoint``, ``aws_allow_http``). :func:`mask` hides their secrets in every log line, error
+and printed summary (by :mod:`msgstream_spark.config.secrets`, the package's one definition of a secret). The
+``for_*`` functions give the same settings in the form each reader takes (pyiceberg's FileIO properties,
+pyarrow's S3FileSystem).
 """
 
 from __future__ import annotations
 
 import os
-import re
 from collections.abc import Mapping
 from typing import Any, overload
 
-from msgstream_spark.config import is_secret_key
-from msgstream_spark.config.loader import MASK
+from msgstream_spark.config import mask_mapping, mask_text
 from msgstream_spark.errors import ConfigError
 
 # object_store's HTTP client keys: each kind takes them with its prefix (aws_allow_http) or bare (allow_http)
@@ -61,9 +60,6 @@ _AZURE = {"azure_storage_account_name": ("account_name",),
 # keys delta-rs reads for its own S3 log store (not object_store's): passed to deltalake only
 DELTA_ONLY = ("aws_s3_allow_unsafe_rename", "aws_s3_locking_provider", "delta_dynamo_table_name")
 _KINDS = {"s3": ("aws_", _S3), "gcs": ("google_", _GCS), "azure": ("azure_", _AZURE)}
-_USERINFO = re.compile(r"://([^:/@\s]+):([^@/\s]+)@")  # a password in a URL (postgresql://user:pw@host/db)
-_SECRETS = {"aws_secret_access_key", "aws_session_token", "google_service_account_key", "azure_storage_account_key",
-            "azure_client_secret", "azure_storage_sas_key", "azure_storage_token"}
 
 
 def _aliases(kind: str) -> dict[str, str]:
@@ -115,27 +111,17 @@ def _text(value: Any) -> str:
     return str(value)
 
 
-def is_secret(key: str) -> bool:
-    """Whether a storage setting (any spelling) holds a secret."""
-    k = key.lower()
-    return k in _SECRETS or is_secret_key(k) or k.endswith(("_key", "sas_token")) or "credential" in k
-
-
 @overload
 def mask(value: Mapping[str, Any], options: Mapping[str, Any] | None = None) -> dict[str, Any]: ...
 @overload
 def mask(value: str, options: Mapping[str, Any] | None = None) -> str: ...
 def mask(value, options=None):
-    """``value`` with every secret hidden: a mapping of settings gets its secret values replaced by ``******``; a
-    text (a log line, an error message) gets every secret value of ``options`` replaced wherever it appears."""
+    """``value`` with every secret hidden (:mod:`msgstream_spark.config.secrets`, the one definition of a secret):
+    a mapping of settings gets its secret values replaced by ``******``; a text (a log line, an error message)
+    gets passwords in URLs, secret assignments and every secret value of ``options`` replaced."""
     if isinstance(value, Mapping):
-        return {k: (MASK if is_secret(str(k)) and v not in ("", None) else v) for k, v in value.items()}
-    text = _USERINFO.sub(r"://\1:" + MASK + "@", str(value))
-    for k, v in (options or {}).items():
-        secret = _text(v) if v is not None else ""
-        if is_secret(str(k)) and len(secret) >= 4:
-            text = text.replace(secret, MASK)
-    return text
+        return mask_mapping(value)
+    return mask_text(str(value), options)
 
 
 def for_obstore(options: Mapping[str, str]) -> tuple[dict[str, str], dict[str, str]]:

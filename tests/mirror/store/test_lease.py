@@ -144,3 +144,112 @@ def test_two_holders_in_one_process_are_two_writers(tmp_path):
     with pytest.raises(LeaseHeld, match=f"pid {__import__('os').getpid()}"):
         Lease(store, store.root, "mirror run", auto_renew=False).acquire()
     a.release()
+
+
+def _hidden_proc(monkeypatch, lease_mod) -> None:
+    """/proc restricted (``hidepid``, gVisor): no process's /proc/<pid>/stat can be read."""
+    real = lease_mod._read
+    monkeypatch.setattr(lease_mod, "_read", lambda path: "" if path.endswith("/stat") else real(path))
+
+
+def _held_by(monkeypatch, lease_mod, store, pid: int) -> None:
+    """A lease acquired in the name of process ``pid`` of this machine (host, boot and pid namespace ours)."""
+    real = lease_mod._identity
+    monkeypatch.setattr(lease_mod, "_identity", lambda p: {**real(p), "pid": pid, "started": "4242"})
+    Lease(store, store.root, "mirror run", auto_renew=False).acquire()
+    monkeypatch.setattr(lease_mod, "_identity", real)
+
+
+def test_a_live_holder_is_not_taken_for_gone_where_proc_is_restricted(tmp_path, monkeypatch):
+    """A holder's /proc/<pid>/stat that cannot be read says nothing about it: a live holder (this process;
+    ``kill(pid, 0)`` succeeds) and another user's live process (``kill`` answers EPERM) keep their leases."""
+    import os
+
+    from msgstream_spark.mirror.store import lease as lease_mod
+
+    store = open_store(str(tmp_path / "t"))
+    Lease(store, store.root, "mirror run", auto_renew=False).acquire()  # names this process
+    _hidden_proc(monkeypatch, lease_mod)
+    with pytest.raises(LeaseHeld, match=f"pid {os.getpid()} on"):
+        Lease(store, store.root, "compact", auto_renew=False).acquire()
+
+    other = open_store(str(tmp_path / "u"))
+    with subprocess.Popen([sys.executable, "-c", "import sys; sys.stdin.read()"], stdin=subprocess.PIPE) as proc:
+        _held_by(monkeypatch, lease_mod, other, proc.pid)
+        real_kill = os.kill
+
+        def another_users(pid: int, sig: int) -> None:
+            if pid == proc.pid:
+                raise PermissionError(1, "Operation not permitted")
+            real_kill(pid, sig)
+
+        monkeypatch.setattr(os, "kill", another_users)
+        with pytest.raises(LeaseHeld, match=f"pid {proc.pid} on"):
+            Lease(other, other.root, "compact", auto_renew=False).acquire()
+        proc.stdin.close()
+
+
+def test_a_dead_holder_is_taken_over_at_once_where_proc_is_restricted(tmp_path, monkeypatch):
+    """ESRCH from ``kill(pid, 0)``: no process has the holder's pid, whatever /proc shows; its unexpired lease
+    is taken over at once."""
+    from msgstream_spark.mirror.store import lease as lease_mod
+
+    proc = subprocess.Popen([sys.executable, "-c", "pass"])
+    proc.wait(timeout=60)  # exited and reaped: its pid is free
+    store = open_store(str(tmp_path / "t"))
+    _held_by(monkeypatch, lease_mod, store, proc.pid)
+    _hidden_proc(monkeypatch, lease_mod)
+    got = Lease(store, store.root, "compact", auto_renew=False).acquire()
+    got.check()
+    assert json.loads(store.read(got.uri))["holder"] == got.token
+
+
+SECRET = "Zq9v7Kx2Wm41"  # a value no masking rule knows by its look
+# a command line naming a secret, in each backend's key names and each way a command gives one
+SECRET_ARGS = {
+    "s3 key": ["--storage-option", f"aws_secret_access_key={SECRET}"],
+    "s3 alias": ["--storage-option", f"secret_access_key={SECRET}"],
+    "s3 session token": ["--storage-option", f"AWS_SESSION_TOKEN={SECRET}"],
+    "s3 token alias": ["--storage-option", f"session_token={SECRET}"],
+    "gcs key": ["--storage-option", f"google_service_account_key={SECRET}"],
+    "azure key": ["--storage-option", f"azure_storage_account_key={SECRET}"],
+    "azure alias": ["--storage-option", f"account_key={SECRET}"],
+    "azure sas": ["--storage-option", f"azure_storage_sas_key=sv=2024&sig={SECRET}"],
+    "azure client secret": ["--storage-option", f"client_secret={SECRET}"],
+    "adls key": ["--catalog-option", f"adls.account-key={SECRET}"],
+    "adls connection string": ["--catalog-option",
+                               f"adls.connection-string=DefaultEndpointsProtocol=https;AccountKey={SECRET}"],
+    "adls sas": ["--catalog-option", f"adls.sas-token={SECRET}"],
+    "pyiceberg s3": ["--catalog-option", f"s3.secret-access-key={SECRET}"],
+    "pyiceberg session": ["--catalog-option", f"s3.session-token={SECRET}"],
+    "gcs oauth": ["--catalog-option", f"gcs.oauth2.token={SECRET}"],
+    "rest token": ["--catalog-option", f"token={SECRET}"],
+    "rest credential": ["--catalog-option", f"credential=client-id:{SECRET}"],
+    "rest header": ["--catalog-option", f"header.Authorization=Bearer {SECRET}"],
+    "rest header unquoted": ["--catalog-option", "header.Authorization=Bearer", SECRET],
+    "kafka sasl": ["--option", f"kafka.sasl.password={SECRET}"],
+    "milvus yaml key": ["--option", f"kafka.saslPassword={SECRET}"],
+    "pulsar auth": ["--option", f"pulsar.authParams=token:{SECRET}"],
+    "flag with =": [f"--storage-option=aws_secret_access_key={SECRET}"],
+    "secret flag": ["--password", SECRET],
+    "hadoop": [f"-Dspark.hadoop.fs.s3a.secret.key={SECRET}"],
+    "url": ["--catalog-uri", f"postgresql://mirror:{SECRET}@db:5432/catalog"],
+}
+
+
+@pytest.mark.parametrize("args", SECRET_ARGS.values(), ids=SECRET_ARGS.keys())
+def test_no_secret_of_the_command_line_in_the_lease_or_its_refusal(tmp_path, monkeypatch, args):
+    """The record names the holder's command line: every secret in it is masked, whatever the backend's key
+    name, in the record's bytes and in the refusal that quotes it (the store's settings hold none of them:
+    only the command line's own form gives it away)."""
+    store = open_store(str(tmp_path / "t"))
+    monkeypatch.setattr(sys, "argv", ["msgstream", "mirror", "run", "--table", "t", *args, "--trigger-s", "5"])
+    held = Lease(store, store.root, "mirror run", auto_renew=False).acquire()
+    record = store.read(held.uri)
+    assert SECRET.encode() not in record
+    command = json.loads(record)["command"]
+    assert command.startswith("msgstream mirror run --table t") and command.endswith("--trigger-s 5")
+    assert "******" in command
+    with pytest.raises(LeaseHeld) as e:
+        Lease(store, store.root, "compact", auto_renew=False).acquire()
+    assert "******" in str(e.value) and SECRET not in str(e.value)
