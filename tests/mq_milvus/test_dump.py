@@ -203,6 +203,8 @@ def test_bad_ids_are_decode_errors(client):
     assert back == mid and back.time_tick == 5 and back.last_confirmed == "rr" and back.offset == 1000
     legacy = client.bytes_to_message_id((1000).to_bytes(8, "little"))  # a MsgPosition's msgID (Kafka/RocksMQ form)
     assert legacy.offset == 1000 and legacy.id == "rs"
+    # 0x060a: bytes 0a 06 00.. also parse as a common.MessageID (field 1, six NULs): still the legacy offset
+    assert client.bytes_to_message_id((0x060A).to_bytes(8, "little")).offset == 0x060A
 
 
 def test_the_latest_id_cache_is_bounded(milvus_proxy, client, monkeypatch):
@@ -244,3 +246,17 @@ def test_a_cached_latest_id_from_another_wal_at_the_same_address_is_not_trusted(
             assert c.latest_message_id(ch) == proxy_id(new[-2])  # the new WAL's last insert, not the old one
     finally:
         other.stop()
+
+
+def test_a_bare_id_and_a_delivered_one_compare_by_wal_position():
+    """Delivered ids (with ``_tt``) order as the proxy sends them, by ``_tt``; a bare id (a position's legacy
+    bytes) names a WAL entry, so it compares with them by WAL position (a start at or after the first
+    message is no loss)."""
+    def rocks(offset: int, tt: int | None = None) -> MilvusMessageID:
+        return MilvusMessageID(WalMessageId(WALName.RocksMQ, P.b36(offset)), tt, P.b36(2) if tt else None)
+
+    commit, insert = rocks(11, tt=23), rocks(9, tt=24)  # an insert written while the txn was open
+    assert commit < insert and sorted([insert, commit]) == [commit, insert]  # delivery order
+    bare = rocks(10)
+    assert insert < bare < commit and not bare < insert and bare > insert and bare <= commit
+    assert rocks(9) < rocks(10) and rocks(9) == insert  # bare ids by WAL position; equality is the entry's
