@@ -248,15 +248,16 @@ def test_a_cached_latest_id_from_another_wal_at_the_same_address_is_not_trusted(
         other.stop()
 
 
-def test_a_bare_id_and_a_delivered_one_compare_by_wal_position():
+def test_a_bare_id_and_a_delivered_one_compare_as_positions():
     """Delivered ids (with ``_tt``) order as the proxy sends them, by ``_tt``; a bare id (a position's legacy
-    bytes) names a WAL entry, so it compares with them by WAL position (a start at or after the first
-    message is no loss)."""
-    def rocks(offset: int, tt: int | None = None) -> MilvusMessageID:
-        return MilvusMessageID(WalMessageId(WALName.RocksMQ, P.b36(offset)), tt, P.b36(2) if tt else None)
+    bytes) is a position, and a delivered id compared with one stands for its own position, its ``_lc``."""
+    def rocks(offset: int, tt: int | None = None, lc: int | None = None) -> MilvusMessageID:
+        return MilvusMessageID(WalMessageId(WALName.RocksMQ, P.b36(offset)), tt, None if lc is None else P.b36(lc))
 
-    commit, insert = rocks(11, tt=23), rocks(9, tt=24)  # an insert written while the txn was open
+    commit, insert = rocks(11, tt=23, lc=2), rocks(9, tt=24, lc=2)  # an insert written while the txn was open
     assert commit < insert and sorted([insert, commit]) == [commit, insert]  # delivery order
-    bare = rocks(10)
-    assert insert < bare < commit and not bare < insert and bare > insert and bare <= commit
-    assert rocks(9) < rocks(10) and rocks(9) == insert  # bare ids by WAL position; equality is the entry's
+    assert rocks(1) < insert and rocks(1) < commit and insert < rocks(3) and commit < rocks(3)  # their _lc: 2
+    assert not rocks(2) < commit and rocks(2) <= commit and rocks(2) >= commit  # at the first one's _lc: no loss
+    assert rocks(11) == commit and not rocks(11) < commit and not commit < rocks(11)  # the entry itself
+    assert rocks(4, tt=5) < rocks(5) and not rocks(4, tt=5) > rocks(4)  # no _lc: its own id
+    assert rocks(9) < rocks(10)  # bare ids by WAL position
