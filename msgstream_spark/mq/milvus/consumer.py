@@ -15,7 +15,11 @@ A transaction arrives as BeginTxn, bodies, CommitTxn (each re-timed to the commi
 out only once complete, so a broken stream never leaves half a transaction delivered. A broken or
 stalled stream (no item for ``milvus.idleTimeout``) is reopened after the last delivered message.
 The proxy never sends TimeTicks; with ``ticks`` (``milvus.timeTicks``), a synthetic one at the last
-delivered ``_tt`` follows each burst, so tick-aligned readers (TtMsgStream) can cut batches.
+delivered ``_tt`` follows each burst, so tick-aligned readers (TtMsgStream) can cut batches. It
+carries that message's ``_lc``: a batch ending at it ends at Milvus's own position of the message
+(start AT the ``_lc``, skip ``_tt`` <= the tick), never at a WAL id, because the proxy sends by
+``_tt``: an entry still to come may lie before the last delivered one in the WAL (an insert
+written while a transaction was open comes after that transaction's Commit).
 """
 
 from __future__ import annotations
@@ -168,13 +172,20 @@ class MilvusConsumer(Consumer):
 
     def _add_tick(self) -> None:
         """A synthetic TimeTick at the last delivered ``_tt``: the proxy sends an entry only once a tick at or
-        above its ``_tt`` was written, and never sends ticks; tick-aligned readers need them to cut."""
+        above its ``_tt`` was written, and never sends ticks; tick-aligned readers need them to cut.
+
+        The tick carries that message's ``_lc``, so its position (a pack's end) is Milvus's own position of
+        the message: start AT the ``_lc``, skip ``_tt`` <= the tick. Not the tick's id: the proxy sends by
+        ``_tt``, so a message still to come can lie *before* it in the WAL (an insert written while a
+        transaction was open comes after that transaction's Commit, whose id is larger)."""
         last, self._tick_after = self._tick_after, None
         if last is None or not self._ticks:
             return
-        props = MappingProxyType({"_v": "1", "_t": "1", "_tt": b36encode(last.time_tick)})
+        props = {"_v": "1", "_t": "1", "_tt": b36encode(last.time_tick)}
+        if last.last_confirmed:
+            props["_lc"] = last.last_confirmed
         tick = MilvusMessageID(last.wal_id, last.time_tick, last.last_confirmed, tick=True)
-        self._ready.append(Message(self.channel, b"", props, tick, last.time_tick))
+        self._ready.append(Message(self.channel, b"", MappingProxyType(props), tick, last.time_tick))
 
     def _stream_ended(self) -> None:
         self._drop_stream()
