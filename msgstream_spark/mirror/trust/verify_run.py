@@ -197,4 +197,4 @@ def replace_rows(table, keys: pa.Array, rows: pa.Table, *, query_id: str, batch_
             deletes[path] = np.unique(pos.to_numpy().astype(np.uint64))
         plan = Plan(adds, deletes, len(keys))
         hold.check()
-        return plan if table.commit(plan, query_id=query_id, batch_id=batch_id) else None
+        return plan if table.commit(plan, query_id=query_id, batch_id=batch_id, epoch=hold.epoch) else None
