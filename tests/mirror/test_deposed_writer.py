@@ -18,11 +18,10 @@ from msgstream_spark.mirror import apply_batch, open_table
 from msgstream_spark.mirror.formats import lock
 from msgstream_spark.mirror.store import Lease, LeaseHeld, LeaseLost, open_store
 from msgstream_spark.spark.mirror import MirrorBatch
-from tests.mirror.changes import FIELDS, delete, insert, model, table_state, to_arrow, upsert
+from tests.mirror.changes import FIELDS, model, table_state, to_arrow
+from tests.mirror.writers import BATCHES, Clock, planned
 
 EXPIRY_S = 2.0  # the writers' lease (renewed every 2/3 s): a stalled one is taken over within seconds
-BATCHES = [[insert(10, *[(p, f"a{p}") for p in range(8)])],
-           [*upsert(20, (1, "b1"), (9, "b9")), delete(21, 2)]]
 
 
 class Place:
@@ -198,37 +197,6 @@ def test_a_writer_whose_lease_is_lost_starts_no_batch(tmp_path, spark, short_lea
     assert table_state(t.to_arrow()) == model(BATCHES[0]) and t.last_batch("q") == 0
 
 
-class Clock:
-    """The writers' clocks, injected: the wall clock their lease records carry and their monotonic clock, whose
-    waits pass at once (``sleep`` moves it)."""
-
-    def __init__(self) -> None:
-        self.now = 1_000_000.0
-
-    def __call__(self) -> float:
-        return self.now
-
-    def sleep(self, seconds: float) -> None:
-        self.now += seconds
-
-    def hold(self, store, location: str, what: str) -> lock.Hold:
-        lease = Lease(store, location, what, expiry_s=60, clock=self, monotonic=self, sleep=self.sleep,
-                      auto_renew=False)
-        return lock.Hold(what, lease.acquire())
-
-
-def _planned(t, msgs):
-    """A batch as the write path makes it, up to its commit: files written, keys looked up, planned."""
-    from msgstream_spark.mirror.write.batch import lookup_local
-    from msgstream_spark.mirror.write.layout import plan, write_changes
-
-    changes = to_arrow(msgs)
-    t.prepare(changes.schema)
-    narrow = write_changes(changes, t.write_spec())
-    files = t.live_files()
-    return plan(narrow, lookup_local(t, narrow.column("key").combine_chunks(), files), files.version)
-
-
 @pytest.mark.parametrize("fmt", ["delta", "iceberg"])
 def test_a_deposed_writer_that_passed_every_check_loses_the_race_to_the_new_epoch(fmt, place, monkeypatch):
     """A stalls inside its commit, after it read the table and checked its epoch, right before it publishes; B
@@ -243,7 +211,7 @@ def test_a_deposed_writer_that_passed_every_check_loses_the_race_to_the_new_epoc
     assert apply_batch(t_a, to_arrow(BATCHES[0]), "pk", "q", 0)
     clock = Clock()
     hold_a = clock.hold(t_a.store, place.loc, "writer A")
-    p = _planned(t_a, BATCHES[1])
+    p = planned(t_a, BATCHES[1])
     module, name = (delta_table, "write_commit") if fmt == "delta" else (iceberg_table, "commit_files")
     real = getattr(module, name)
     holds = []
@@ -260,16 +228,16 @@ def test_a_deposed_writer_that_passed_every_check_loses_the_race_to_the_new_epoc
         rf"moved from snapshot {p.base}, which batch 1 of query q was planned on"
     with pytest.raises(MirrorError, match=want):
         commit_plan(t_a, p, set(), query_id="q", batch_id=1, hold=hold_a)
-    monkeypatch.undo()
+    monkeypatch.setattr(module, name, real)
     hold_b = holds[0]
     assert hold_b.epoch == hold_a.epoch + 1 and place.open(fmt, create=False).writer_epoch() == hold_b.epoch
     assert place.read(fmt) == model(BATCHES[0])
     with pytest.raises(LeaseLost, match="no longer this writer's"):  # A's own check, if it gets that far
-        commit_plan(t_a, _planned(t_a, BATCHES[1]), set(), query_id="q", batch_id=1, hold=hold_a)
+        commit_plan(t_a, planned(t_a, BATCHES[1]), set(), query_id="q", batch_id=1, hold=hold_a)
     with pytest.raises(LeaseLost, match=f"writer epoch {hold_b.epoch} is above this writer's {hold_a.epoch}"):
-        t_a.commit(_planned(t_a, BATCHES[1]), query_id="q", batch_id=1, epoch=hold_a.epoch)  # the table's
+        t_a.commit(planned(t_a, BATCHES[1]), query_id="q", batch_id=1, epoch=hold_a.epoch)  # the table's
     t_b = place.open(fmt, create=False)
-    assert commit_plan(t_b, _planned(t_b, BATCHES[1]), set(), query_id="q", batch_id=1, hold=hold_b) is not None
+    assert commit_plan(t_b, planned(t_b, BATCHES[1]), set(), query_id="q", batch_id=1, hold=hold_b) is not None
     assert place.read(fmt) == model(BATCHES[0] + BATCHES[1])
 
 
@@ -294,8 +262,8 @@ def test_a_lease_made_anew_takes_an_epoch_above_the_tables(fmt, tmp_path):
     third.fence(t)
     assert t.live_files().version == head  # published once
     with pytest.raises(LeaseLost, match="writer epoch 3 is above this writer's 2"):
-        t.commit(_planned(t, BATCHES[0]), query_id="q", batch_id=0, epoch=second.epoch)
-    assert t.commit(_planned(t, BATCHES[0]), query_id="q", batch_id=0, epoch=third.epoch)
+        t.commit(planned(t, BATCHES[0]), query_id="q", batch_id=0, epoch=second.epoch)
+    assert t.commit(planned(t, BATCHES[0]), query_id="q", batch_id=0, epoch=third.epoch)
     assert table_state(t.to_arrow()) == model(BATCHES[0])
 
 
