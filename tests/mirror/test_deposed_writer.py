@@ -366,3 +366,29 @@ def test_a_batch_skipped_on_re_run_deletes_the_files_its_claims_name(fmt, tmp_pa
     assert all(t.store.head(p) is None for p in data_files(lost))
     assert not list(t.store.list(at)) and orphans(t) == []
     assert table_state(t.to_arrow()) == model(BATCHES[0])
+
+
+@pytest.mark.parametrize("fmt", ["delta", "iceberg"])
+def test_a_vacuum_fences_a_deposed_writer_before_it_deletes(fmt, tmp_path):
+    """A vacuum that deletes every unreferenced file (``retain_s=0``) takes the lease from a writer that stalled
+    with its batch's files written and not committed: it publishes its epoch first, so the writer's commit of
+    the files it deleted is refused when the writer wakes, and the table stays readable."""
+    from msgstream_spark.mirror.maintenance import vacuum
+
+    loc = str(tmp_path / "t")
+    t = open_table(fmt, loc, collection="coll", pk="pk", arrow_schema=FIELDS)
+    assert apply_batch(t, to_arrow(BATCHES[0]), "pk", "q", 0)
+    hold_a = lock.Hold("writer A", Lease(t.store, loc, "writer A", expiry_s=0.3, auto_renew=False).acquire())
+    p = planned(t, BATCHES[1])  # then A stalls, renewing nothing
+    deadline = time.monotonic() + 60
+    while True:
+        try:
+            gone = vacuum(open_table(fmt, loc, collection="coll", pk="pk"), retain_s=0)
+            break
+        except LeaseHeld:
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+    assert set(p.adds) <= set(gone)
+    with pytest.raises(LeaseLost, match="another writer took the table over"):
+        t.commit(p, query_id="q", batch_id=1, epoch=hold_a.epoch)
+    assert table_state(open_table(fmt, loc, collection="coll", pk="pk").to_arrow()) == model(BATCHES[0])

@@ -1,10 +1,10 @@
 """One writer per table: the table's writer lease on its store (:class:`msgstream_spark.mirror.store.Lease`,
-``<table>/_msgstream_writer.lease``), held while a batch commits, for a whole compaction or vacuum, and for a
+``<table>/_msgstream_writer.lease``), held for a batch or a commit, for a whole compaction or vacuum, and for a
 mirror job's whole run. The second writer is refused at once with the holder's host, pid and command.
 
 The lease lives in the table's own store, so it excludes writers wherever they run (other hosts, other
-containers; a local directory too). A killed holder blocks the next writer for at most the lease's expiry
-(60 s; at once on the same machine, where its death is seen) and nothing has to be cleared by hand. Every batch
+containers; a local directory too). A killed holder blocks the next writer for at most twice the lease's
+expiry (60 s; at once on the same machine, where its death is seen) and nothing has to be cleared by hand. Every batch
 and every commit calls :meth:`Hold.check` first: a holder that knows it lost its lease stops there.
 
 A lease is not a fence: a holder can pass its check, stall past the expiry (a GC or VM pause, the store client's
@@ -12,11 +12,12 @@ retries) while another writer takes the lease, and commit after waking. So each 
 its predecessor's (the lease record carries it), and the table itself refuses a deposed holder: before a holder
 deletes files another attempt may commit (an earlier attempt's claimed files of a batch, a vacuum's), it
 publishes its epoch in the table (:meth:`Hold.fence`: a Delta version of its own / an Iceberg snapshot of its own),
-and every commit passes its holder's epoch to the format, which refuses it if the table holds a higher one. A
-deposed holder's commit read the table before the epoch (then it loses the race for the next version, or the
-catalog refuses the snapshot it planned on, which the epoch's moved) or after it (then it sees the higher epoch):
-either way nothing of it lands once the epoch is in. A holder deletes another attempt's files only after its own
-epoch, or its own commit of that batch, is in the table.
+and every commit that names files (a batch's, a compaction's, a repair's) passes its holder's epoch to the
+format, which refuses it if the table holds a higher one. A deposed holder's commit read the table before the
+epoch (then it loses the race for the next version, or the catalog refuses the snapshot it planned on, which
+the epoch's moved) or after it (then it sees the higher epoch): either way nothing of it lands once the epoch is
+in. A holder deletes another attempt's files only after its own epoch, or its own commit of that batch, is in
+the table.
 
 Within a process the lease is held by a thread (nested holds of that thread pass), not by the process: a second
 thread is refused like a second process, unless it is handed the hold (``writer_lock(..., share=hold)``: the
