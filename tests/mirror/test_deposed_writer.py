@@ -1,14 +1,17 @@
 """#45 item 1: a writer that stalls past its lease cannot make the table unreadable, and #45 item 7: a release
 never deletes another writer's lease, a skipped batch deletes the files its claims name. Real Delta and Iceberg
 tables on a local directory and on the S3 server, the mirror's Spark path (``MirrorBatch``) on a local
-SparkSession; each writer holds the lease as the mirror job does (``writer_lock``), with a 2 s expiry so that a
-takeover takes seconds, not minutes."""
+SparkSession; each writer holds the lease as the mirror job does (``writer_lock``). Time is injected, never
+slept: the stalled writer's renewals stop, and the writer that takes over sees its record unchanged for the
+expiry on a monotonic clock of its own that moves while it waits (its wall clock an hour ahead, so the record's
+written expiry has passed)."""
 
 from __future__ import annotations
 
-import functools
+import re
 import threading
 import time
+from contextlib import contextmanager
 
 import pyarrow as pa
 import pytest
@@ -20,8 +23,6 @@ from msgstream_spark.mirror.store import Lease, LeaseHeld, LeaseLost, open_store
 from msgstream_spark.spark.mirror import MirrorBatch
 from tests.mirror.changes import FIELDS, model, table_state, to_arrow
 from tests.mirror.writers import BATCHES, Clock, planned
-
-EXPIRY_S = 2.0  # the writers' lease (renewed every 2/3 s): a stalled one is taken over within seconds
 
 
 class Place:
@@ -74,38 +75,34 @@ def place(request, tmp_path) -> Place:
     return Place(request.param, tmp_path, request.getfixturevalue("s3") if request.param == "s3" else None)
 
 
-@pytest.fixture
-def short_leases(monkeypatch):
-    """Every writer_lock takes a lease of ``EXPIRY_S``."""
-    monkeypatch.setattr(lock, "Lease", functools.partial(Lease, expiry_s=EXPIRY_S))
-
-
 def _stall(lease: Lease) -> None:
     """The holder's process pauses (a GC or VM pause): its renewals stop too."""
     lease._stop.set()
     lease._thread.join(timeout=30)
 
 
-def _take_over(store, location: str, what: str):
-    """``writer_lock`` entered by another writer once the stalled holder's lease is free (bounded)."""
-    deadline = time.monotonic() + 60
-    while True:
-        cm = lock.writer_lock(store, location, what)
-        try:
-            return cm, cm.__enter__()
-        except LeaseHeld:
-            if time.monotonic() > deadline:
-                raise
-            time.sleep(0.05)
+def _clocks_of_b() -> dict:
+    """Writer B's clocks: its wall clock an hour ahead of this machine's, a monotonic clock its waits move."""
+    wall, mono = Clock(time.time() + 3600), Clock()
+    return {"clock": wall, "monotonic": mono, "sleep": mono.sleep}
 
 
-@pytest.mark.parametrize("fmt", ["delta", "iceberg"])
-def test_a_writer_stalled_past_its_lease_cannot_make_the_table_unreadable(fmt, place, spark, short_leases,
-                                                                          monkeypatch):
-    """Writer A writes batch 1's files, passes its lease check and stalls before its commit; B takes the lease
-    over, runs the same batch of the same query and deletes the files A's attempt claimed; A wakes. A's commit
-    must be refused (the table holds B's epoch), and the table stays readable: every file it names exists and
-    it holds both batches once. Before #45 A's commit landed and named B's deleted files."""
+@pytest.fixture
+def writer_b_clocks(monkeypatch):
+    """The leases writer_lock takes on the thread named "writer B" run on B's clocks."""
+    real, b = lock.Lease, _clocks_of_b()
+
+    def lease(store, location, what, **kw):
+        return real(store, location, what, **{**kw, **(b if threading.current_thread().name == "writer B" else {})})
+
+    monkeypatch.setattr(lock, "Lease", lease)
+
+
+def _stalled_writer(fmt: str, place: Place, spark, monkeypatch, stall_in) -> MirrorError:
+    """Writer A (``MirrorBatch`` in A's job) commits batch 0, writes batch 1's files and passes its lease check;
+    ``stall_in(t_a, stall)`` patches the point where A stalls (``with stall(): <A's next step>``): its renewals
+    stop, B takes the lease over and runs batch 1 of the same query up to the writing of its own files (having
+    deleted what A's attempt claimed), A's next step runs, then B's batch completes. What A's batch raised."""
     from msgstream_spark.spark import mirror as spark_mirror
 
     cleared, a_done, errors = threading.Event(), threading.Event(), []
@@ -121,46 +118,97 @@ def test_a_writer_stalled_past_its_lease_cannot_make_the_table_unreadable(fmt, p
 
     def writer_b() -> None:
         try:
-            cm, hold_b = _take_over(place.store(), place.loc, "writer B's job")
-            try:
+            with lock.writer_lock(place.store(), place.loc, "writer B's job") as hold_b:
                 sink = MirrorBatch(place.open(fmt, create=False), "pk", query_id="q", lock=hold_b)
                 sink(spark.createDataFrame(to_arrow(BATCHES[1])), 1)
-            finally:
-                cm.__exit__(None, None, None)
         except BaseException as e:  # noqa: BLE001 - reported by the test's thread below
             errors.append(e)
             cleared.set()
 
     t_a = place.open(fmt)
+    b = threading.Thread(target=writer_b, name="writer B")
     with lock.writer_lock(t_a.store, t_a.location, "writer A's job") as hold_a:
         sink_a = MirrorBatch(t_a, "pk", query_id="q", lock=hold_a)
         sink_a(spark.createDataFrame(to_arrow(BATCHES[0])), 0)
-        real_commit = t_a.commit
-        b = threading.Thread(target=writer_b, name="writer B")
 
-        def stalled_commit(*args, **kw):  # A passed its check: it stalls, B takes over, then A commits
+        @contextmanager
+        def stall():
             _stall(hold_a.lease)
             held, lock._held = lock._held, {}  # B is another process: its own holds
             b.start()
             try:
                 assert cleared.wait(timeout=300)
-                return real_commit(*args, **kw)
+                yield
             finally:
                 a_done.set()
                 b.join(timeout=300)
                 lock._held = held
 
-        t_a.commit = stalled_commit
-        with pytest.raises(MirrorError, match="another writer took the table over") as refused:
+        stall_in(t_a, stall)
+        with pytest.raises(MirrorError) as refused:
             sink_a(spark.createDataFrame(to_arrow(BATCHES[1])), 1)
     assert not errors, errors
-    assert isinstance(refused.value, LeaseLost) and "batch 1 of query q refused, nothing committed" in str(
-        refused.value)
     assert place.read(fmt) == model(BATCHES[0] + BATCHES[1])
     assert place.open(fmt, create=False).last_batch("q") == 1
+    return refused.value
 
 
-def test_a_writer_whose_lease_is_lost_starts_no_batch(tmp_path, spark, short_leases):
+@pytest.mark.parametrize("fmt", ["delta", "iceberg"])
+def test_a_writer_stalled_past_its_lease_cannot_make_the_table_unreadable(fmt, place, spark, writer_b_clocks,
+                                                                          monkeypatch):
+    """Writer A writes batch 1's files, passes its lease check and stalls before its commit; B takes the lease
+    over, runs the same batch of the same query and deletes the files A's attempt claimed; A wakes. A's commit
+    is refused (the table holds B's epoch), and the table stays readable: every file it names exists and it
+    holds both batches once. Before #45 A's commit landed and named B's deleted files (Delta; Iceberg's commit
+    happened to read the deleted files' footers first and failed)."""
+    def before_the_commit(t_a, stall) -> None:
+        real = t_a.commit
+
+        def commit(*args, **kw):
+            with stall():  # A commits while B is at work
+                return real(*args, **kw)
+
+        t_a.commit = commit
+
+    refused = _stalled_writer(fmt, place, spark, monkeypatch, before_the_commit)
+    assert isinstance(refused, LeaseLost), refused
+    assert "another writer took the table over" in str(refused)
+    assert "batch 1 of query q refused, nothing committed" in str(refused)
+
+
+@pytest.mark.parametrize("fmt", ["delta", "iceberg"])
+def test_a_writer_stalled_right_before_its_publication_loses_the_race(fmt, tmp_path, spark, writer_b_clocks,
+                                                                      monkeypatch):
+    """The same, A stalling inside its commit after every check and read, right before the put of its Delta
+    version / the catalog commit of its Iceberg snapshot: B's epoch, published before B deleted A's files,
+    took the version (Delta) / moved the snapshot A's commit asserts (Iceberg). Before #45 A's commit landed in
+    both formats and every reader of the table failed on a deleted file."""
+    from pyiceberg.table import Transaction
+
+    from msgstream_spark.mirror.formats.delta import table as delta_table
+
+    # Delta: the put-if-absent of the version; Iceberg: the transaction's commit in the catalog
+    module, name = (delta_table, "write_commit") if fmt == "delta" else (Transaction, "commit_transaction")
+
+    def at_the_publication(t_a, stall) -> None:
+        real, main = getattr(module, name), threading.current_thread()
+
+        def publish(*args, **kw):
+            if threading.current_thread() is main and getattr(module, name) is publish:
+                monkeypatch.setattr(module, name, real)  # once
+                with stall():  # A publishes while B is at work
+                    return real(*args, **kw)
+            return real(*args, **kw)
+
+        monkeypatch.setattr(module, name, publish)
+
+    refused = _stalled_writer(fmt, Place("local", tmp_path), spark, monkeypatch, at_the_publication)
+    want = r"Delta version \d+ was written by another writer meanwhile" if fmt == "delta" else \
+        r"moved from snapshot \d+, which batch 1 of query q was planned on"
+    assert re.search(want, str(refused)), refused
+
+
+def test_a_writer_whose_lease_is_lost_starts_no_batch(tmp_path, spark):
     """A stalled writer's renewal finds its lease taken over (it is marked lost): its next batch is refused
     before it deletes anything, so the files of the new holder's batch in flight stay. Before #45 the batch
     deleted them (an earlier attempt's, it took them for) and was refused only at its commit."""
@@ -173,14 +221,7 @@ def test_a_writer_whose_lease_is_lost_starts_no_batch(tmp_path, spark, short_lea
         assert apply_batch(t, to_arrow(BATCHES[0]), "pk", "q", 0)
         df = spark.createDataFrame(to_arrow(BATCHES[1]))
         _stall(hold_a.lease)
-        b = None
-        deadline = time.monotonic() + 60
-        while b is None:  # B, another process, takes the lease over once it is free
-            try:
-                b = Lease(t.store, loc, "writer B's job", expiry_s=EXPIRY_S).acquire()
-            except LeaseHeld:
-                assert time.monotonic() < deadline
-                time.sleep(0.05)
+        b = Lease(t.store, loc, "writer B's job", **_clocks_of_b()).acquire()  # B, another process, takes over
         try:  # B's batch 1 in flight: a writing task's claimed data file
             spec = t.write_spec()
             at = changes_dir(spec.data_dir, "q", 1)

@@ -15,8 +15,8 @@ class Clock:
     """The writers' clocks, injected: the wall clock their lease records carry and their monotonic clock, whose
     waits pass at once (``sleep`` moves it)."""
 
-    def __init__(self) -> None:
-        self.now = 1_000_000.0
+    def __init__(self, now: float = 1_000_000.0) -> None:
+        self.now = now
 
     def __call__(self) -> float:
         return self.now
