@@ -1,7 +1,9 @@
 """The writer lease on the store, on a local directory and on the S3 server: one holder at a time (a race of
 writers has one winner), a refusal that names the holder with secrets masked, renewal by compare-and-swap,
-takeover of an expired lease (a killed writer blocks the next for at most the expiry, nothing to clear), and a
-holder that lost its lease finding out before it commits. Expiry is driven by injected clocks, not sleeps."""
+takeover of an expired lease (a killed writer blocks the next for at most twice the expiry, nothing to clear;
+the expiry judged on the taker's own monotonic clock, never by comparing wall clocks), a holder that lost its
+lease finding out before it commits, and the epoch every holder gets. Expiry is driven by injected clocks, not
+sleeps."""
 
 from __future__ import annotations
 
@@ -134,8 +136,9 @@ def test_a_killed_writer_on_this_machine_is_taken_over_at_once(s3):
 
 
 def test_a_writer_gone_elsewhere_blocks_the_next_for_at_most_the_expiry(store, monkeypatch):
-    """A holder on another host that stopped renewing (killed, or cut off): refused until its lease expires,
-    then taken over with no command; the record names the host."""
+    """A holder on another host that stopped renewing (killed, or cut off): refused while its record says it is
+    live, then (its written expiry past) taken over with no command once the taker has seen the record unchanged
+    for the expiry on its own clock; the record names the host."""
     from msgstream_spark.mirror.store import lease as lease_mod
 
     clock = Clock()
@@ -147,7 +150,9 @@ def test_a_writer_gone_elsewhere_blocks_the_next_for_at_most_the_expiry(store, m
     with pytest.raises(LeaseHeld, match=r"pid 4711 on host-b: .* expires in 1s"):
         Lease(store, store.root, "mirror run", **clock.kw(), auto_renew=False).acquire()
     clock.now += 2
+    before = clock.now
     Lease(store, store.root, "mirror run", **clock.kw(), auto_renew=False).acquire().check()
+    assert clock.now - before >= 60  # the watch, on the taker's (injected) clock
 
 
 def test_two_holders_in_one_process_are_two_writers(tmp_path):
