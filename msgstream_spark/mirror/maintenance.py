@@ -95,8 +95,7 @@ def compact(table, target_bytes: int = TARGET_BYTES) -> Compaction:
         for group in groups.values():
             rows += _rewrite(table.store, group, spec, target_bytes, out)
         _failpoint("kill-in-compaction")
-        hold.check()
-        table.swap_files(picked, out, base=files.version, epoch=hold.epoch)
+        hold.commit(table, lambda epoch: table.swap_files(picked, out, base=files.version, epoch=epoch))
         _failpoint("kill-after-compaction-commit")
         deleted = sum(len(f.deleted) for f in picked)
         return Compaction(len(picked), len(out), rows, deleted)

@@ -8,6 +8,7 @@ written expiry has passed)."""
 
 from __future__ import annotations
 
+import json
 import re
 import threading
 import time
@@ -286,7 +287,8 @@ def test_a_deposed_writer_that_passed_every_check_loses_the_race_to_the_new_epoc
 def test_a_lease_made_anew_takes_an_epoch_above_the_tables(fmt, tmp_path):
     """The lease object deleted by hand while the table holds epoch 2: the next holder's lease starts at 1 and
     its fence raises it above the table's before publishing; the holder of epoch 2 is refused from then on. A
-    holder's second fence publishes nothing more."""
+    holder's second fence publishes nothing more. A commit's own lease made anew below the table's epoch has
+    its epoch raised (it still holds its lease: the table's epoch is from before it) and commits."""
     t = open_table(fmt, str(tmp_path / "t"), collection="coll", pk="pk", arrow_schema=FIELDS)
     clock = Clock()
     first = clock.hold(t.store, t.location, "writer A")
@@ -305,7 +307,11 @@ def test_a_lease_made_anew_takes_an_epoch_above_the_tables(fmt, tmp_path):
     with pytest.raises(LeaseLost, match="writer epoch 3 is above this writer's 2"):
         t.commit(planned(t, BATCHES[0]), query_id="q", batch_id=0, epoch=second.epoch)
     assert t.commit(planned(t, BATCHES[0]), query_id="q", batch_id=0, epoch=third.epoch)
-    assert table_state(t.to_arrow()) == model(BATCHES[0])
+    third.lease.release()
+    t.store.delete(third.lease.uri)  # again: the next commit's own lease starts at 1, below the table's 3
+    assert apply_batch(t, to_arrow(BATCHES[1]), "pk", "q", 1)  # its epoch raised to 4, the commit made again
+    assert json.loads(t.store.read(third.lease.uri))["epoch"] == 4
+    assert table_state(t.to_arrow()) == model(BATCHES[0] + BATCHES[1])
 
 
 def test_a_deposed_writer_deletes_nothing_of_its_successors_attempt(tmp_path):

@@ -4,8 +4,8 @@ mirror job's whole run. The second writer is refused at once with the holder's h
 
 The lease lives in the table's own store, so it excludes writers wherever they run (other hosts, other
 containers; a local directory too). A killed holder blocks the next writer for at most twice the lease's
-expiry (60 s; at once on the same machine, where its death is seen) and nothing has to be cleared by hand. Every batch
-and every commit calls :meth:`Hold.check` first: a holder that knows it lost its lease stops there.
+expiry (60 s; at once on the same machine, where its death is seen) and nothing has to be cleared by hand. Every
+batch and every commit calls :meth:`Hold.check` first: a holder that knows it lost its lease stops there.
 
 A lease is not a fence: a holder can pass its check, stall past the expiry (a GC or VM pause, the store client's
 retries) while another writer takes the lease, and commit after waking. So each holder has an *epoch*, one above
@@ -28,11 +28,15 @@ from __future__ import annotations
 
 import os
 import threading
+from collections.abc import Callable
 from contextlib import contextmanager
+from typing import TypeVar
 
 from msgstream_spark.errors import MirrorError
-from msgstream_spark.mirror.store import Lease, Store, uri
+from msgstream_spark.mirror.store import Lease, LeaseLost, Store, uri
 from msgstream_spark.mirror.store.lease import LEASE_NAME
+
+T = TypeVar("T")
 
 
 class Hold:
@@ -69,6 +73,26 @@ class Hold:
                 self.lease.raise_epoch(have + 1)  # LeaseLost if another writer took the lease (and published)
             table.publish_epoch(self.epoch)  # LeaseLost if a higher epoch got in first
             self.published = True
+
+    def commit(self, table, commit: Callable[[int], T]) -> T:
+        """``commit(epoch)``, a commit of ``table`` passing this holder's epoch, after the lease check. A table
+        that refuses the epoch as below its own when this holder published none is either a successor's (the
+        lease was taken over: LeaseLost) or from before the lease object was made anew (the lease is still
+        this holder's: its epoch is raised above the table's, and the commit made again)."""
+        self.check()
+        try:
+            return commit(self.epoch)
+        except LeaseLost as refused:
+            if self.published:
+                raise
+            with self._fencing:
+                have = table.writer_epoch()
+                try:
+                    if have >= self.epoch:
+                        self.lease.raise_epoch(have + 1)
+                except LeaseLost as lost:  # another writer took the lease: the table's refusal stands
+                    raise refused from lost
+        return commit(self.epoch)
 
 
 _held: dict[str, Hold] = {}  # locations this process holds

@@ -6,7 +6,7 @@ expires). A writer *acquires* it by put-if-absent; while it works, a background 
 an expired record the same way. A second writer finds a live lease and is refused at once with an error naming the
 holder. A lease whose holder stopped renewing (it was killed, or lost the store) is *taken over* by
 compare-and-swap on its etag, so of two writers that find it free exactly one gets it; nothing has to be cleared
-by hand, and a killed writer blocks the next for at most ``expiry_s`` (default 60 s).
+by hand, and a killed writer blocks the next for at most twice ``expiry_s`` (default 60 s; see below).
 
 Expiry is judged on the taker's own monotonic clock, never by comparing two machines' wall clocks: a record is
 free once the taker has seen the same etag unchanged for the record's ``expiry_s`` (a record whose written expiry

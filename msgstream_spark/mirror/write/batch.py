@@ -67,8 +67,8 @@ def _commit_held(table: Any, hold: Hold, p: Plan, query_id: str, batch_id: int,
     """The plan committed by ``hold``'s writer: its lease checked right before the commit publishes (a writer
     that knows it lost its lease commits nothing), its epoch checked by the table in the commit (a writer
     deposed meanwhile commits nothing either)."""
-    hold.check()
-    done = table.commit(p, query_id=query_id, batch_id=batch_id, commit_info=commit_info, epoch=hold.epoch)
+    done = hold.commit(table, lambda epoch: table.commit(p, query_id=query_id, batch_id=batch_id,
+                                                        commit_info=commit_info, epoch=epoch))
     return p if done else None
 
 
