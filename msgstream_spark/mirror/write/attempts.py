@@ -16,7 +16,6 @@ stalled deletes nothing of the writer that took over. And a writer whose lease i
 
 from __future__ import annotations
 
-import logging
 import time
 from typing import Any
 
@@ -30,8 +29,6 @@ from msgstream_spark.mirror.write.taskplan import (
     drop_lost_files,
     remove_changes,
 )
-
-log = logging.getLogger(__name__)
 
 # a batch found in the table keeps the claimed files a version of this long ago reads (vacuum's default
 # retention): a file committed with it and compacted away since stays for readers of the older versions

@@ -50,6 +50,7 @@ from msgstream_spark.mirror.write.layout import (
 log = logging.getLogger(__name__)
 
 CHANGES_DIR, CLAIMS_DIR = "_changes", "claims"
+EPOCH_DIR = "e"  # an attempt's directory in its batch's: e<epoch of its writer>
 DATA, CHANGES = "data", "changes"
 DELETE, APPLIED, EXISTED = "delete", "applied", "existed"
 
@@ -68,9 +69,6 @@ def claims_dir(directory: str) -> str:
 def attempt_dir(directory: str, epoch: int) -> str:
     """Where an attempt of the batch (changes files in ``directory``) by a writer of ``epoch`` keeps its files."""
     return uri.join(directory, f"{EPOCH_DIR}{int(epoch)}")
-
-
-EPOCH_DIR = "e"
 
 
 def _in_batch(directory: str, target: str) -> tuple[int, list[str]]:
