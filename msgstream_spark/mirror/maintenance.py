@@ -96,8 +96,7 @@ def compact(table, target_bytes: int = TARGET_BYTES) -> Compaction:
         for group in groups.values():
             rows += _rewrite(table.store, group, spec, target_bytes, out)
         _failpoint("kill-in-compaction")
-        hold.check()
-        table.swap_files(picked, out, base=files.version)
+        hold.commit(table, lambda epoch: table.swap_files(picked, out, base=files.version, epoch=epoch))
         _failpoint("kill-after-compaction-commit")
         deleted = sum(len(f.deleted) for f in picked)
         return Compaction(len(picked), len(out), rows, deleted)
@@ -213,9 +212,10 @@ def vacuum(table, retain_s: float = 7 * 86400, dry_run: bool = False) -> list[st
     Iceberg: the snapshots current within it are kept, the others expired first); a file no version ever
     referenced (a killed writer's) goes once it was written more than ``retain_s`` ago."""
     with writer_lock(table.store, table.location, "the vacuum") as hold:
+        if not dry_run:  # a deposed writer's commit of files deleted below is refused from here on
+            hold.fence(table)
         now = time.time()
         if not dry_run:  # Iceberg: one commit expires the snapshots not current within the retention
-            hold.check()
             table.expire(retain_s, now)
         keep = {_key(table, p) for p in table.retained_files(retain_s, now)}
         files, tmps = _candidates(table.store, table.root)

@@ -38,6 +38,7 @@ from msgstream_spark.mirror.maintenance import compact
 from msgstream_spark.mirror.store import io_since, io_totals
 from msgstream_spark.mirror.trust.historywrite import existed_from_matches
 from msgstream_spark.mirror.trust.watermark import PROP_WATERMARK, checkpoint_offset, freshness_ms
+from msgstream_spark.mirror.write.attempts import begin_batch, end_batch
 from msgstream_spark.mirror.write.batch import commit_plan
 from msgstream_spark.mirror.write.files import read_parquet
 from msgstream_spark.mirror.write.layout import TaskWriter, WriteSpec, narrow_schema
@@ -45,15 +46,12 @@ from msgstream_spark.mirror.write.taskplan import (
     ChangesFile,
     batch_collections,
     changes_count,
-    changes_dir,
     changes_files,
     claims_dir,
-    drop_lost_files,
     existed_keys,
     merge_plans,
     plan_out_schema,
     plan_share,
-    remove_changes,
     written_schema,
 )
 from msgstream_spark.spark.failpoints import worker_failpoint
@@ -231,7 +229,7 @@ class MirrorBatch:
     collection was dropped and re-created under its name) fails instead of mixing the two.
     ``compact_every``: compact the table after every N committed batches (0: never). ``lock``: the table's writer
     lease held by the caller for the whole query (a ``formats.lock.Hold``, e.g. the mirror job's): each batch runs
-    inside it (Spark calls the function on threads of its own); without it each commit takes the lease.
+    inside it (Spark calls the function on threads of its own); without it each batch takes the lease.
     """
 
     def __init__(self, table, pk: str, *, query_id: str | None = None, checkpoint: str | None = None,
@@ -267,17 +265,14 @@ class MirrorBatch:
         return self._query_id
 
     def __call__(self, df, batch_id: int) -> None:
-        if self.lock is None:
-            return self._batch(df, batch_id)
-        with writer_lock(self.table.store, self.table.location, f"batch {batch_id}", share=self.lock):
-            return self._batch(df, batch_id)
+        with writer_lock(self.table.store, self.table.location, f"batch {batch_id}", share=self.lock) as hold:
+            return self._batch(df, batch_id, hold)
 
-    def _batch(self, df, batch_id: int) -> None:
+    def _batch(self, df, batch_id: int, hold) -> None:
         qid = self.query_id
-        last = self.table.last_batch(qid)
-        if last is not None and last >= batch_id:  # its commit survived a kill: so may its changes files
-            log.info("batch %d of query %s is already in the table (last %d): skipped", batch_id, qid, last)
-            remove_changes(self.table.store, changes_dir(self.table.write_spec().data_dir, qid, batch_id))
+        changes_at = begin_batch(self.table, hold, qid, batch_id)  # earlier attempts' files cleared (attempts.py)
+        if changes_at is None:  # its commit survived a kill (or another writer's did)
+            log.info("batch %d of query %s is already in the table: skipped", batch_id, qid)
             self.skipped += 1
             return
         from pyspark.sql.pandas.types import to_arrow_schema
@@ -285,9 +280,6 @@ class MirrorBatch:
         self.table.prepare(to_arrow_schema(df.schema, timezone="UTC"))
         kill = self._task_failpoint(batch_id)  # read here, shipped to the task (executors lack the driver's env)
         spec = self.table.write_spec()
-        changes_at = changes_dir(spec.data_dir, qid, batch_id)
-        drop_lost_files(self.table.store, changes_at, spec.data_dir)  # a killed attempt's, if any: not committed
-        remove_changes(self.table.store, changes_at)  # this attempt writes its own
         moved = self._traffic(df.sparkSession.sparkContext)
         before = {k: t.value() for k, t in moved.items()}
         io0, t0 = io_totals(), time.perf_counter()
@@ -307,9 +299,8 @@ class MirrorBatch:
         if self.history is not None:  # before the merge: a re-run batch finds the table as the log saw it
             self._history(df, spec, existed_keys(planned), qid, batch_id)
         plan = commit_plan(self.table, merge_plans(written, planned, base), collections, query_id=qid,
-                           batch_id=batch_id, commit_info=info)
-        drop_lost_files(self.table.store, changes_at, spec.data_dir, written)
-        remove_changes(self.table.store, changes_at)
+                           batch_id=batch_id, commit_info=info, hold=hold)
+        end_batch(self.table, hold, changes_at, written if plan is not None else None)
         self._timed(write=t1 - t0, plan=t3 - t2, commit=time.perf_counter() - t3)
         tasks = {k: _diff(t.value(), before[k]) for k, t in moved.items()}
         self._moved(write=_plus(_diff(io1, io0), tasks["write"]), plan=_plus(_diff(io3, io2), tasks["plan"]),

@@ -196,5 +196,5 @@ def replace_rows(table, keys: pa.Array, rows: pa.Table, *, query_id: str, batch_
             pos = matches.filter(pc.equal(matches.column(FILE), path)).column(POS)
             deletes[path] = np.unique(pos.to_numpy().astype(np.uint64))
         plan = Plan(adds, deletes, len(keys))
-        hold.check()
-        return plan if table.commit(plan, query_id=query_id, batch_id=batch_id) else None
+        done = hold.commit(table, lambda epoch: table.commit(plan, query_id=query_id, batch_id=batch_id, epoch=epoch))
+        return plan if done else None

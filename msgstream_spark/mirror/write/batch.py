@@ -12,7 +12,7 @@ from typing import Any
 import pyarrow as pa
 
 from msgstream_spark.mirror.common import PROP_COLLECTION_ID
-from msgstream_spark.mirror.formats.lock import writer_lock
+from msgstream_spark.mirror.formats.lock import Hold, writer_lock
 from msgstream_spark.mirror.write.layout import (
     LiveFiles,
     Plan,
@@ -45,20 +45,31 @@ def finish(table: Any, narrow: pa.Table, matches: pa.Table, *, query_id: str, ba
 
 
 def commit_plan(table: Any, p: Plan, collections: set[int], *, query_id: str, batch_id: int,
-                commit_info: dict[str, str] | None = None) -> Plan | None:
+                commit_info: dict[str, str] | None = None, hold: Hold | None = None) -> Plan | None:
     """Commit a plan the tasks made (``collections``: the ids the batch's rows carry, checked against the
     table's); None if the batch is already in the table. MirrorError, nothing committed, if the table moved
-    since the plan's lookup read it (``p.base``)."""
+    since the plan's lookup read it (``p.base``). ``hold``: the writer lease the caller holds (default: taken
+    for the commit)."""
     check_collections(collections, _collection_id(table), table.location, table.collection)
+    if hold is not None:
+        return _commit_held(table, hold, p, query_id, batch_id, commit_info)
     return _commit(table, p, query_id, batch_id, commit_info)
 
 
 def _commit(table: Any, p: Plan, query_id: str, batch_id: int, commit_info: dict[str, str] | None) -> Plan | None:
-    """The plan committed under the table's writer lease, checked right before the commit publishes (a writer
-    that lost its lease commits nothing)."""
+    """The plan committed under the table's writer lease."""
     with writer_lock(table.store, table.location, f"the commit of batch {batch_id}") as hold:
-        hold.check()
-        return p if table.commit(p, query_id=query_id, batch_id=batch_id, commit_info=commit_info) else None
+        return _commit_held(table, hold, p, query_id, batch_id, commit_info)
+
+
+def _commit_held(table: Any, hold: Hold, p: Plan, query_id: str, batch_id: int,
+                 commit_info: dict[str, str] | None) -> Plan | None:
+    """The plan committed by ``hold``'s writer: its lease checked right before the commit publishes (a writer
+    that knows it lost its lease commits nothing), its epoch checked by the table in the commit (a writer
+    deposed meanwhile commits nothing either)."""
+    done = hold.commit(table, lambda epoch: table.commit(p, query_id=query_id, batch_id=batch_id,
+                                                        commit_info=commit_info, epoch=epoch))
+    return p if done else None
 
 
 def apply_local(table: Any, changes: pa.Table, *, query_id: str, batch_id: int,

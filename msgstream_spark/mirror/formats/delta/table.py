@@ -20,6 +20,8 @@ from msgstream_spark.mirror.common import (
     PROP_PREFIX,
     PROP_QUERY,
     PROP_SNAPSHOT_TS,
+    PROP_WRITER_EPOCH,
+    check_epoch,
     check_identity,
     check_prefix,
     conform,
@@ -37,6 +39,7 @@ from msgstream_spark.mirror.formats.delta.log import (
     loose_stats,
     removal,
     write_commit,
+    write_epoch,
     write_first_version,
     write_replace_version,
 )
@@ -191,14 +194,26 @@ class DeltaMirrorTable:
         rel = uri.relative(self.root, path)
         return path if rel is None else rel
 
-    def commit(self, plan: Plan, *, query_id: str, batch_id: int, commit_info: dict[str, str] | None = None) -> bool:
+    def writer_epoch(self) -> int:
+        """The epoch of the newest writer that published one (``formats/lock.py``; 0: none)."""
+        self._table()
+        return self._state().txns.get(PROP_WRITER_EPOCH, 0)
+
+    def publish_epoch(self, epoch: int) -> None:
+        """Make ``epoch`` the table's writer epoch (a version of its own); LeaseLost if it has a higher one."""
+        if write_epoch(self.store, self.root, self._state(), epoch, self.location):
+            self._dt.update_incremental()
+
+    def commit(self, plan: Plan, *, query_id: str, batch_id: int, commit_info: dict[str, str] | None = None,
+               epoch: int | None = None) -> bool:
         """One Delta version: the new files, a deletion vector per file that loses rows, the batch's ``txn``.
         Fenced: published as version ``plan.base + 1`` (a put that fails if another writer took it), refused
-        when the table moved since the plan's lookup."""
+        when the table moved since the plan's lookup, or when it holds a writer epoch above ``epoch``."""
         state = self._state()
         done = state.txns.get(query_id)
         if done is not None and done >= batch_id:
             return False
+        check_epoch(self.location, state.txns.get(PROP_WRITER_EPOCH, 0), epoch, f"batch {batch_id} of query {query_id}")
         self._fence(plan.base, state.version, f"batch {batch_id} of query {query_id}")
         now = int(time.time() * 1000)
         # every vector of the commit (a touched file's old deletes merged in) in one DV file: one write and
@@ -244,12 +259,14 @@ class DeltaMirrorTable:
 
     def merged_queries(self) -> set[str]:
         """The query ids whose batches were merged into the table (the log's ``txn`` actions)."""
-        return set(self._state().txns)
+        return set(self._state().txns) - {PROP_WRITER_EPOCH}
 
-    def swap_files(self, old: list[LiveFile], new: list[str], base: int | None = None) -> None:
+    def swap_files(self, old: list[LiveFile], new: list[str], base: int | None = None,
+                   epoch: int | None = None) -> None:
         """One version (a compaction): the ``old`` files removed, the ``new`` ones added; no data change.
-        ``base``: the version ``old`` was read at (refused if the table moved since)."""
+        ``base``: the version ``old`` was read at (refused if the table moved since); ``epoch``: the writer's."""
         state = self._state()
+        check_epoch(self.location, state.txns.get(PROP_WRITER_EPOCH, 0), epoch, "the compaction")
         self._fence(base, state.version, "the compaction")
         now = int(time.time() * 1000)
         actions = []

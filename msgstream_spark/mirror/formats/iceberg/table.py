@@ -27,6 +27,7 @@ from msgstream_spark.mirror.common import (
     PROP_PREFIX,
     PROP_QUERY,
     PROP_SNAPSHOT_TS,
+    check_epoch,
     check_identity,
     check_prefix,
     identity_properties,
@@ -35,7 +36,14 @@ from msgstream_spark.mirror.common import (
     table_schema,
 )
 from msgstream_spark.mirror.formats.iceberg.catalog import _identifier, locate, manifest_uri
-from msgstream_spark.mirror.formats.iceberg.commit import assert_head, commit_files, fenced, head_id
+from msgstream_spark.mirror.formats.iceberg.commit import (
+    assert_head,
+    commit_epoch,
+    commit_files,
+    fenced,
+    head_id,
+    table_epoch,
+)
 from msgstream_spark.mirror.formats.iceberg.expiry import (
     metadata_dir_files,
     metadata_json_files,
@@ -216,14 +224,27 @@ class IcebergMirrorTable(CatalogTable):
         """A data file as its manifest names it (a live file's own spelling; a new file: its full URI)."""
         return self._names.get(path) or manifest_uri(path)
 
-    def commit(self, plan: Plan, *, query_id: str, batch_id: int, commit_info: dict[str, str] | None = None) -> bool:
+    def writer_epoch(self) -> int:
+        """The epoch of the newest writer that published one (``formats/lock.py``; 0: none)."""
+        tbl = self._table()
+        tbl.refresh()
+        return table_epoch(tbl.metadata)
+
+    def publish_epoch(self, epoch: int) -> None:
+        """Make ``epoch`` the table's writer epoch (a snapshot of its own); LeaseLost if it has a higher one."""
+        commit_epoch(self._table(), epoch, self.location)
+
+    def commit(self, plan: Plan, *, query_id: str, batch_id: int, commit_info: dict[str, str] | None = None,
+               epoch: int | None = None) -> bool:
         """One Iceberg snapshot: the new data files, one position-delete file, the batch's id in the properties.
-        Fenced: based on the snapshot the plan's lookup read (``plan.base``), refused if the table moved."""
+        Fenced: based on the snapshot the plan's lookup read (``plan.base``), refused if the table moved, or if
+        it holds a writer epoch above ``epoch`` (whose snapshot moved it: the catalog refuses the commit then)."""
         done = self.last_batch(query_id)
         if done is not None and done >= batch_id:
             return False
         tbl = self._table()
         what = f"batch {batch_id} of query {query_id}"
+        check_epoch(self.location, table_epoch(tbl.metadata), epoch, what)
         if plan.base is not None and head_id(tbl.metadata) != plan.base:
             raise MirrorError(fence_message(self.location, "snapshot", plan.base, head_id(tbl.metadata), what))
         adds = [data_file(self._store_for(p), tbl.metadata, p) for p in plan.adds]
@@ -245,14 +266,16 @@ class IcebergMirrorTable(CatalogTable):
             tx.set_properties({PROP_BATCH_OF + query_id: str(int(batch_id))})
         return True
 
-    def swap_files(self, old: list[LiveFile], new: list[str], base: int | None = None) -> None:
+    def swap_files(self, old: list[LiveFile], new: list[str], base: int | None = None,
+                   epoch: int | None = None) -> None:
         """One ``replace`` snapshot (a compaction): the ``old`` data files and every position-delete file removed
         (each names only files with deletes, which a compaction always takes), the ``new`` files added.
-        ``base``: the snapshot ``old`` was read at (refused if the table moved since)."""
+        ``base``: the snapshot ``old`` was read at (refused if the table moved since); ``epoch``: the writer's."""
         from pyiceberg.table.snapshots import Operation
 
         tbl = self._table()
         tbl.refresh()
+        check_epoch(self.location, table_epoch(tbl.metadata), epoch, "the compaction")
         if base is not None and head_id(tbl.metadata) != base:
             raise MirrorError(fence_message(self.location, "snapshot", base, head_id(tbl.metadata), "the compaction"))
         want = {f.path for f in old}
