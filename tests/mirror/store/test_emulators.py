@@ -6,7 +6,8 @@ through obstore (what the store uses) and the emulators' own HTTP APIs, before a
   tests/mirror/test_on_emulators.py).
 - gcp-storage-emulator (GCS) refuses neither: it ignores ``x-goog-if-generation-match`` (what object_store sends
   for a create) and ``ifGenerationMatch`` (the JSON API's), and answers an XML API upload without the ``ETag``
-  header object_store needs, so obstore cannot write to it at all. A mirror on it could not prove single-writer
+  header object_store needs, and does not implement the XML API's listing, so obstore can neither write to it
+  nor list it. A mirror on it could not prove single-writer
   safety even if it could write: docs/mirror.md, "Where the table lives", names the gap.
 """
 
@@ -48,15 +49,19 @@ def test_gcs_emulator_accepts_a_second_conditional_create(gcs):
     assert _read(end, b, "lease") == b"holder b"
 
 
-def test_gcs_emulator_answers_an_upload_without_the_etag_obstore_needs(gcs):
+def test_gcs_emulator_answers_obstore_neither_an_upload_nor_a_listing(gcs):
     """obstore's put (the store's every write) fails on this emulator: its XML API answers an upload without an
-    ``ETag`` header; the error names the object. The store, the lease and the mirror cannot run on it."""
+    ``ETag`` header; and a listing (the XML API's ``list-type=2``, also what delta-rs asks to find a table) with
+    501 Not Implemented. The errors name the object and the prefix. The store, the lease and the mirror cannot
+    run on it."""
     store = open_store(gcs.uri("lake", "t"), gcs.options(), env={})
     target = store.join("_delta_log", "00000000000000000000.json")
     with pytest.raises(StoreError, match=r"(?s)_delta_log/00000000000000000000\.json.*ETag Header missing"):
         store.put_if_absent(target, b"{}")
     with pytest.raises(StoreError, match="ETag Header missing"):
         store.put(store.join("data"), b"x")
+    with pytest.raises(StoreError, match=rf"(?s)listing {store.root}.*501 Not Implemented"):
+        list(store.list(store.root))
 
 
 def test_azurite_refuses_a_second_create_and_a_stale_etag(azure):
