@@ -1,8 +1,9 @@
-"""A Delta mirror table on the emulated object stores, Spark-free (the emulators: tests/fixtures/emulators.py;
-what each enforces of a conditional put: tests/mirror/store/test_emulators.py).
+"""Delta and Iceberg mirror tables on the emulated object stores, Spark-free (the emulators:
+tests/fixtures/emulators.py; what each enforces of a conditional put: tests/mirror/store/test_emulators.py).
 
 On Azurite (``az://``): batches committed by put-if-absent under the writer lease, read back by delta-rs and
-Polars with the same storage options; two writers racing for one version, one wins. None on
+Polars with the same storage options; two writers racing for one version, one wins; an Iceberg table at
+``abfs://`` read back by plain pyiceberg. None on
 gcp-storage-emulator (``gs://``): it answers neither obstore's uploads nor its listings (test_emulators.py)."""
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from msgstream_spark.mirror import open_table
 from msgstream_spark.mirror.store import open_store
 from msgstream_spark.mirror.write.batch import lookup_local
 from msgstream_spark.mirror.write.layout import plan, write_changes
+from tests.fixtures.emulators import Bucket
 from tests.mirror.changes import FIELDS, fill, insert, mixed_batches, model, table_state, to_arrow
 from tests.mirror.store.racing import race
 
@@ -60,3 +62,28 @@ def test_two_writers_racing_for_one_version_on_azurite_one_wins(azure):
     assert table_state(_open(azure, create=False).to_arrow()) == model(seen + [insert(100 + i, (1, f"w{i}"),
                                                                                       (50 + i, f"n{i}"))])
 
+
+
+def test_an_iceberg_mirror_on_azurite_is_what_pyiceberg_reads(azure, tmp_path, monkeypatch):
+    """An Iceberg table at ``abfs://container/...`` (data files through the store, metadata through pyiceberg's
+    FileIO configured from the same settings: pyarrow's AzureFileSystem on Azurite), its SQL catalog on SQLite,
+    read back by a plain pyiceberg catalog given the same settings (under the name the catalog keeps its rows by)."""
+    from pyiceberg.catalog import load_catalog
+
+    from msgstream_spark.mirror.store.settings import for_pyiceberg
+
+    monkeypatch.setenv("PYICEBERG_HOME", str(tmp_path))  # no .pyiceberg.yaml of the machine's user
+    abfs = Bucket("abfs", azure.server, azure.name)
+    loc, db = abfs.uri("lake", "books"), f"sqlite:///{tmp_path}/catalog.sqlite"
+    t = open_table("iceberg", loc, collection="coll", pk="pk", arrow_schema=FIELDS, catalog_uri=db,
+                   storage_options=abfs.options())
+    seen = fill(t, mixed_batches(3))
+    want = model(seen)
+    assert table_state(t.to_arrow()) == want
+    plain = load_catalog("msgstream", type="sql", uri=db, **for_pyiceberg(abfs.options()))\
+        .load_table(("msgstream", "coll"))
+    assert plain.metadata_location.startswith(loc + "/metadata/")
+    assert table_state(plain.scan().to_arrow()) == want
+    names = {m.uri.removeprefix(loc + "/") for m in open_store(loc, abfs.options(), env={}).list(loc)}
+    assert any(n.startswith("metadata/") and n.endswith(".metadata.json") for n in names)
+    assert any(n.startswith("data/") for n in names)

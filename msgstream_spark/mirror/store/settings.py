@@ -151,12 +151,14 @@ _PYICEBERG = {"aws_endpoint": "s3.endpoint", "aws_access_key_id": "s3.access-key
 
 # object_store's Azure emulator (``azure_storage_use_emulator``): Azurite's default Blob address and its account
 _AZURITE = ("http://127.0.0.1:10000", "devstoreaccount1")
+_ARROW_IO = "pyiceberg.io.pyarrow.PyArrowFileIO"
 
 
 def for_pyiceberg(options: Mapping[str, str]) -> dict[str, str]:
     """The same settings as pyiceberg FileIO properties (``s3.*``, ``gcs.*``, ``adls.*``): an S3 endpoint as
     ``s3.endpoint``, a GCS base URL as ``gcs.service.host``, an Azure endpoint (or the emulator) as the
-    ``adls.*-storage-authority`` and ``-scheme`` pyarrow's AzureFileSystem takes."""
+    ``adls.*-storage-authority`` and ``-scheme`` pyarrow's AzureFileSystem takes, which an Azure store's FileIO
+    is (``py-io-impl``; a catalog's own configuration may choose another)."""
     out = {_PYICEBERG[k]: v for k, v in options.items() if k in _PYICEBERG}
     if "s3.region" not in out and "aws_default_region" in options:
         out["s3.region"] = options["aws_default_region"]
@@ -168,6 +170,8 @@ def for_pyiceberg(options: Mapping[str, str]) -> dict[str, str]:
         out.setdefault("adls.account-name", _AZURITE[1])
     if endpoint:
         out.update(_adls_endpoint(endpoint, out.get("adls.account-name", "")))
+    if any(k.startswith("azure_") for k in options):  # pyarrow's, as for s3:// and gs:// (pyiceberg's first
+        out["py-io-impl"] = _ARROW_IO  # choice for abfs:// is fsspec's, which needs adlfs, not a dependency)
     return out
 
 

@@ -79,7 +79,8 @@ def test_reader_forms_of_gcs_and_azure():
                                    "endpoint": "http://127.0.0.1:10000/devstoreaccount1", "allow_http": "true"}, {})
     assert for_pyiceberg(az) == {"adls.account-name": "devstoreaccount1", "adls.account-key": "k",
                                  "adls.blob-storage-authority": "127.0.0.1:10000", "adls.blob-storage-scheme": "http",
-                                 "adls.dfs-storage-authority": "127.0.0.1:10000", "adls.dfs-storage-scheme": "http"}
+                                 "adls.dfs-storage-authority": "127.0.0.1:10000", "adls.dfs-storage-scheme": "http",
+                                 "py-io-impl": "pyiceberg.io.pyarrow.PyArrowFileIO"}
     own = for_pyiceberg(resolve_options("azure", {"account_name": "acct", "endpoint": "https://acct.blob.example"}, {}))
     assert own["adls.blob-storage-authority"] == ".blob.example" and own["adls.dfs-storage-authority"] == ".dfs.example"
     emu = for_pyiceberg(resolve_options("azure", {"use_emulator": "true"}, {}))
