@@ -41,7 +41,8 @@ _S3 = {"aws_access_key_id": ("access_key_id",), "aws_secret_access_key": ("secre
 _GCS = {"google_service_account": ("service_account", "google_service_account_path", "service_account_path"),
         "google_service_account_key": ("service_account_key",),
         "google_bucket": ("google_bucket_name", "bucket", "bucket_name"),
-        "google_application_credentials": ("application_credentials",), "google_skip_signature": ("skip_signature",)}
+        "google_application_credentials": ("application_credentials",), "google_skip_signature": ("skip_signature",),
+        "google_base_url": ("base_url",)}
 _AZURE = {"azure_storage_account_name": ("account_name",),
           "azure_storage_account_key": ("azure_storage_access_key", "azure_storage_master_key", "account_key",
                                         "access_key", "master_key"),
@@ -148,12 +149,47 @@ _PYICEBERG = {"aws_endpoint": "s3.endpoint", "aws_access_key_id": "s3.access-key
               "azure_client_secret": "adls.client-secret"}
 
 
+# object_store's Azure emulator (``azure_storage_use_emulator``): Azurite's default Blob address and its account
+_AZURITE = ("http://127.0.0.1:10000", "devstoreaccount1")
+_ARROW_IO = "pyiceberg.io.pyarrow.PyArrowFileIO"
+
+
 def for_pyiceberg(options: Mapping[str, str]) -> dict[str, str]:
-    """The same settings as pyiceberg FileIO properties (``s3.endpoint``, ``s3.access-key-id``, ``adls.*``)."""
+    """The same settings as pyiceberg FileIO properties (``s3.*``, ``gcs.*``, ``adls.*``): an S3 endpoint as
+    ``s3.endpoint``, a GCS base URL as ``gcs.service.host``, an Azure endpoint (or the emulator) as the
+    ``adls.*-storage-authority`` and ``-scheme`` pyarrow's AzureFileSystem takes, which an Azure store's FileIO
+    is (``py-io-impl``; a catalog's own configuration may choose another)."""
     out = {_PYICEBERG[k]: v for k, v in options.items() if k in _PYICEBERG}
     if "s3.region" not in out and "aws_default_region" in options:
         out["s3.region"] = options["aws_default_region"]
+    if options.get("google_base_url"):
+        out["gcs.service.host"] = options["google_base_url"]
+    endpoint = options.get("azure_storage_endpoint")
+    if not endpoint and _true(options.get("azure_storage_use_emulator")):
+        endpoint = _AZURITE[0]
+        out.setdefault("adls.account-name", _AZURITE[1])
+    if endpoint:
+        out.update(_adls_endpoint(endpoint, out.get("adls.account-name", "")))
+    if any(k.startswith("azure_") for k in options):  # pyarrow's, as for s3:// and gs:// (pyiceberg's first
+        out["py-io-impl"] = _ARROW_IO  # choice for abfs:// is fsspec's, which needs adlfs, not a dependency)
     return out
+
+
+def _adls_endpoint(endpoint: str, account: str) -> dict[str, str]:
+    """An Azure Blob endpoint as pyarrow's AzureFileSystem takes it: an authority that starts with a dot is the
+    host after the account's name (``https://acct.blob.core.windows.net``: ``.blob.core.windows.net``), any
+    other is a host to which the account is the first path segment (Azurite: ``http://127.0.0.1:10000/acct``)."""
+    scheme, _, rest = endpoint.partition("://")
+    if not rest:
+        scheme, rest = "https", endpoint
+    host = rest.split("/", 1)[0]
+    if account and host.startswith(account + "."):
+        blob = host[len(account):]
+        dfs = blob.replace(".blob.", ".dfs.", 1)
+    else:
+        blob = dfs = host
+    return {"adls.blob-storage-authority": blob, "adls.blob-storage-scheme": scheme,
+            "adls.dfs-storage-authority": dfs, "adls.dfs-storage-scheme": scheme}
 
 
 def for_pyarrow_s3(options: Mapping[str, str]) -> dict[str, Any]:

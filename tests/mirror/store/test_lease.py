@@ -1,4 +1,4 @@
-"""The writer lease on the store, on a local directory and on the S3 server: one holder at a time (a race of
+"""The writer lease on the store, on a local directory, the S3 server and Azurite: one holder at a time (a race of
 writers has one winner), a refusal that names the holder with secrets masked, renewal by compare-and-swap,
 takeover of an expired lease (a killed writer blocks the next for at most twice the expiry, nothing to clear;
 the expiry judged on the taker's own monotonic clock, never by comparing wall clocks), a holder that lost its

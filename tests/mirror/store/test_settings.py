@@ -69,6 +69,24 @@ def test_reader_forms():
                                     "endpoint_override": "127.0.0.1:9000", "scheme": "http"}
 
 
+
+def test_reader_forms_of_gcs_and_azure():
+    """pyiceberg's FileIO gets the same GCS and Azure settings: the base URL, the account, its key and the endpoint
+    (path-style, as an emulator's; or the account's own host), or object_store's emulator switch."""
+    gcs = resolve_options("gcs", {"base_url": "http://127.0.0.1:4443", "service_account": "/sa.json"}, {})
+    assert for_pyiceberg(gcs) == {"gcs.service.host": "http://127.0.0.1:4443"}
+    az = resolve_options("azure", {"account_name": "devstoreaccount1", "account_key": "k",
+                                   "endpoint": "http://127.0.0.1:10000/devstoreaccount1", "allow_http": "true"}, {})
+    assert for_pyiceberg(az) == {"adls.account-name": "devstoreaccount1", "adls.account-key": "k",
+                                 "adls.blob-storage-authority": "127.0.0.1:10000", "adls.blob-storage-scheme": "http",
+                                 "adls.dfs-storage-authority": "127.0.0.1:10000", "adls.dfs-storage-scheme": "http",
+                                 "py-io-impl": "pyiceberg.io.pyarrow.PyArrowFileIO"}
+    own = for_pyiceberg(resolve_options("azure", {"account_name": "acct", "endpoint": "https://acct.blob.example"}, {}))
+    assert own["adls.blob-storage-authority"] == ".blob.example" and own["adls.dfs-storage-authority"] == ".dfs.example"
+    emu = for_pyiceberg(resolve_options("azure", {"use_emulator": "true"}, {}))
+    assert emu["adls.account-name"] == "devstoreaccount1" and emu["adls.blob-storage-authority"] == "127.0.0.1:10000"
+
+
 def test_a_store_from_the_environment_and_its_printed_form(s3, capsys):
     st = open_store(s3.uri("t"), None, env=s3.env())
     assert st.options == s3.options()
