@@ -27,7 +27,7 @@ import time
 import numpy as np
 import pyarrow as pa
 
-from bench._util import median, table
+from bench._util import describe, figure, median, table
 from msgstream_spark.config import Config
 from msgstream_spark.mq.base import ProducerMessage
 from msgstream_spark.mq.registry import build_client
@@ -80,8 +80,9 @@ def _plan(opts: dict) -> int:
     return len(ds.reader(ds.schema()).partitions())
 
 
-def _interleaved(cases: dict, reps: int, setup: dict | None = None) -> dict[str, float]:
-    """Median wall seconds of each case, run in turn ``reps`` times (``setup[case]`` runs untimed before it)."""
+def _interleaved(cases: dict, reps: int, setup: dict | None = None, runs_out: dict | None = None) -> dict[str, float]:
+    """Median wall seconds of each case, run in turn ``reps`` times (``setup[case]`` runs untimed before it);
+    ``runs_out`` receives every case's seconds, run by run."""
     runs: dict[str, list[float]] = {k: [] for k in cases}
     for _ in range(reps):
         for k, fn in cases.items():
@@ -90,6 +91,8 @@ def _interleaved(cases: dict, reps: int, setup: dict | None = None) -> dict[str,
             t0 = time.perf_counter()
             fn()
             runs[k].append(time.perf_counter() - t0)
+    if runs_out is not None:
+        runs_out.update(runs)
     return {k: median(v) for k, v in runs.items()}
 
 
@@ -175,7 +178,8 @@ def spark_cases(d: str, rows: int, split_rows: int, reps: int, which: set[str]) 
     try:
         for o in cases.values():
             _spark_read(spark, o)  # warm up the workers
-        t = _interleaved({k: (lambda o=o: _spark_read(spark, o)) for k, o in cases.items()}, reps)
+        runs: dict[str, list[float]] = {}
+        t = _interleaved({k: (lambda o=o: _spark_read(spark, o)) for k, o in cases.items()}, reps, runs_out=runs)
         parts = {k: _plan(o) for k, o in cases.items()}
     finally:
         spark.stop()
@@ -183,23 +187,24 @@ def spark_cases(d: str, rows: int, split_rows: int, reps: int, which: set[str]) 
     lines = []
     if "2ch" in t:
         res["channels"] = {"rows": rows, "rows_s_2": rows / t["2ch"], "rows_s_16": rows / t["16ch"],
-                           "ratio": t["2ch"] / t["16ch"], "partitions_2": parts["2ch"], "partitions_16": parts["16ch"]}
+                           "ratio": t["2ch"] / t["16ch"], "partitions_2": parts["2ch"], "partitions_16": parts["16ch"],
+                           "figure": figure(runs["2ch"], runs["16ch"], CHANNELS_GOAL)}
         lines += [(f"{rows:,} rows on 2 channels", rows / t["2ch"], None),
                   ("same rows on 16 channels", rows / t["16ch"], t["2ch"] / t["16ch"])]
     if "1task" in t:
         res["split"] = {"rows": split_rows, "rows_s_1": split_rows / t["1task"],
                         "rows_s_2": split_rows / t["2tasks"], "ratio": t["1task"] / t["2tasks"],
-                        "partitions_1": parts["1task"], "partitions_2": parts["2tasks"]}
+                        "partitions_1": parts["1task"], "partitions_2": parts["2tasks"],
+                        "figure": figure(runs["1task"], runs["2tasks"], SPLIT_GOAL)}
         lines += [(f"one channel, {split_rows:,} rows, 1 task", split_rows / t["1task"], None),
                   (f"same, minPartitions=2 ({parts['2tasks']} tasks)", split_rows / t["2tasks"],
                    t["1task"] / t["2tasks"])]
     print(f"-- Spark batch reads, local[2], noop sink, median of {reps} interleaved runs")
     print(table(lines))
     if "channels" in res:
-        print(f"16 channels read at {res['channels']['ratio']:.2f} of 2 channels' rate (goal >= {CHANNELS_GOAL})")
+        print(f"16 channels vs 2, rate: {describe(res['channels']['figure'])}")
     if "split" in res:
-        print(f"a split channel reads at {res['split']['ratio']:.2f}x one task's rate (goal >= {SPLIT_GOAL})",
-              flush=True)
+        print(f"a split channel vs one task, rate: {describe(res['split']['figure'])}", flush=True)
     return res
 
 
