@@ -26,7 +26,9 @@ class LocalClient(Client):
 
     def create_producer(self, channel: str) -> Producer:
         self._check_name(channel)
-        return LocalProducer(self.settings, channel)
+        if self._closed:
+            raise ConsumeError("the embedded-log client is closed")
+        return LocalProducer(self.settings, channel, self._db)  # the client's connection: it closes it
 
     def subscribe(self, channel: str, subscription: str,
                   initial_position: SubscriptionInitialPosition = SubscriptionInitialPosition.EARLIEST) -> Consumer:
