@@ -156,7 +156,7 @@ def _spark_read(spark, opts: dict) -> None:
     spark.read.format("msgstream").options(**opts).load().write.format("noop").mode("overwrite").save()
 
 
-def spark_cases(d: str, rows: int, split_rows: int, reps: int, which: set[str]) -> dict:
+def spark_cases(d: str, rows: int, split_rows: int, reps: int, which: set[str], dim: int = DIM) -> dict:
     from bench.bench_spark_read import publish
 
     path = f"{d}/shape.db"
@@ -166,10 +166,10 @@ def spark_cases(d: str, rows: int, split_rows: int, reps: int, which: set[str]) 
     if "channels" in which:
         for n in (2, 16):
             chans = [f"ch{n}_{i}" for i in range(n)]
-            publish(cfg, rows, DIM, text=False, channels=chans)
+            publish(cfg, rows, dim, text=False, channels=chans)
             cases[f"{n}ch"] = {**base, "channels": ",".join(chans)}
     if "split" in which:
-        publish(cfg, split_rows, DIM, text=False, channels=["long_0"])
+        publish(cfg, split_rows, dim, text=False, channels=["long_0"])
         cases["1task"] = {**base, "channels": "long_0"}
         cases["2tasks"] = {**base, "channels": "long_0", "minPartitions": "2"}
     if not cases:
@@ -209,7 +209,8 @@ def spark_cases(d: str, rows: int, split_rows: int, reps: int, which: set[str]) 
 
 
 def run(plan_rows: list[int] | None = None, rows: int = 1_000_000, split_rows: int = 2_000_000, kafka: bool = True,
-        reps: int = REPS, skip: tuple[str, ...] = (), pulsar: bool = True) -> dict:
+        reps: int = REPS, skip: tuple[str, ...] = (), pulsar: bool = True, dim: int = DIM) -> dict:
+    """``dim``: the vector dimension of the Spark cases' rows (#47's channel figure: 64)."""
     plan_rows = plan_rows or [100_000, 10_000_000]
     res: dict = {"goals": {"plan": PLAN_GOAL, "channels": CHANNELS_GOAL, "split": SPLIT_GOAL}}
     with tempfile.TemporaryDirectory() as d, contextlib.ExitStack() as stack:
@@ -234,7 +235,8 @@ def run(plan_rows: list[int] | None = None, rows: int = 1_000_000, split_rows: i
                 res["plan_pulsar"] = planning("Pulsar (pulsar-lite)", pcfg, {"mq.type": "pulsar",
                                               **{f"pulsar.{k}": str(v) for k, v in pkeys.items()}}, plan_rows, reps)
                 stack.close()
-        res.update(spark_cases(d, rows, split_rows, reps, {"channels", "split"} - set(skip)))
+        res.update(spark_cases(d, rows, split_rows, reps, {"channels", "split"} - set(skip), dim))
+    res["dim"] = dim
     return res
 
 
@@ -249,6 +251,5 @@ if __name__ == "__main__":
     ap.add_argument("--skip", default="")
     ap.add_argument("--dim", type=int, default=DIM, help="vector dimension of the Spark cases' rows")
     a = ap.parse_args()
-    DIM = a.dim
     run([int(x) for x in a.plan_rows.split(",")], a.rows, a.split_rows, not a.no_kafka, a.reps,
-        tuple(x for x in a.skip.split(",") if x), not a.no_pulsar)
+        tuple(x for x in a.skip.split(",") if x), not a.no_pulsar, a.dim)
