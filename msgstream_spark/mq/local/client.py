@@ -34,6 +34,15 @@ class LocalClient(Client):
                   initial_position: SubscriptionInitialPosition = SubscriptionInitialPosition.EARLIEST) -> Consumer:
         self._check_name(channel)
         pos = SubscriptionInitialPosition.parse(initial_position)
+        if pos == SubscriptionInitialPosition.UNKNOWN:  # a reader: nothing to record, no write lock to wait for
+            with self._db.lock:
+                conn = self._conn()
+                known = conn.execute("SELECT 1 FROM channels WHERE name = ?", (channel,)).fetchone() is not None
+                row = conn.execute("SELECT cursor FROM subscriptions WHERE sub = ? AND channel = ?",
+                                   (subscription, channel)).fetchone()
+            if known:
+                return LocalConsumer(self.settings, channel, subscription, None if row is None else row[0],
+                                     recorded=row is not None)
         with self._db.lock:
             conn = self._conn()
             with write_txn(conn, channel):
@@ -51,7 +60,8 @@ class LocalClient(Client):
                         after = -1
                     conn.execute("INSERT INTO subscriptions (sub, channel, cursor) VALUES (?, ?, ?)",
                                  (subscription, channel, after))
-        return LocalConsumer(self.settings, channel, subscription, after)
+        return LocalConsumer(self.settings, channel, subscription, after,
+                             recorded=row is not None or pos != SubscriptionInitialPosition.UNKNOWN)
 
     @staticmethod
     def _check_name(channel: str) -> None:
