@@ -67,28 +67,18 @@ class _Timer:
 
     def _wrap_fetch(self) -> None:
         from msgstream_spark.mq.base import Client
+        from msgstream_spark.mq.kafka.client import KafkaClient
+        from msgstream_spark.mq.kafka.consumer import KafkaConsumer
+        from msgstream_spark.mq.local.consumer import LocalConsumer
 
-        t, timer = self.t, self
-
-        orig = Client.reader
-
-        def reader(client, channel):
-            t0 = time.perf_counter()
-            c = orig(client, channel)
-            t["open"] += time.perf_counter() - t0
-            if not getattr(type(c), "_bench_timed", False):
-                timer.wrap(type(c), "receive_batch", "fetch")
-                type(c)._bench_timed = True
-            return c
-
-        Client.reader = reader
-        self._undo.append((Client, "reader", orig))
+        for cls in (Client, KafkaClient):  # the readers' creation (Kafka's has its own)
+            self.wrap(cls, "reader", "open")
+        for cls in (LocalConsumer, KafkaConsumer):
+            self.wrap(cls, "receive_batch", "fetch")
 
     def __exit__(self, *exc) -> None:
         for owner, name, fn in reversed(self._undo):
             setattr(owner, name, fn)
-            if name == "receive_batch":
-                del owner._bench_timed
 
 
 def in_process(opts: dict, reps: int) -> dict:
