@@ -23,7 +23,7 @@ log = logging.getLogger(__name__)
 
 # A task validates and encodes this much before producing. Small enough that a Spark task's first produce
 # starts while Spark still hands it the next Arrow batches (a 16 MiB buffer held a 25k-row task of 128-d
-# vectors until its input ended: docs/benchmarks.md, #47), large enough for few backend round trips.
+# vectors until its input ended: docs/benchmarks.md), large enough for few backend round trips.
 DEFAULT_BUFFER_BYTES = 4 * 1024 * 1024
 # Option names that are passed to the config loader (``.option("kafka.brokerList", ...)``).
 CONFIG_PREFIXES = ("mq.", "local.", "kafka.", "pulsar.", "msgstream.", "msgchannel.", "rootcoord.")
