@@ -91,12 +91,16 @@ def plan_tasks(client: Any, ranges: list[ReadRange], opts: ReadOptions) -> list[
     return [[ranges[i] for i in g] for g in groups]
 
 
-def read_range(part: ReadRange, schema: pa.Schema) -> Iterator[pa.RecordBatch]:
-    """Read one range and yield RecordBatches of ``schema`` (the output's Arrow schema)."""
+def read_range(part: ReadRange, schema: pa.Schema, client: Any = None) -> Iterator[pa.RecordBatch]:
+    """Read one range and yield RecordBatches of ``schema`` (the output's Arrow schema). ``client``: a backend
+    client of the range's config that the caller keeps open (a task reading several ranges opens it once);
+    without it the read opens and closes one of its own."""
     opts = part.opts
     group = opts.subscription
     dedupe = ReplayFilter() if opts.dedupe else None
-    client = opts.client()
+    own_client = client is None
+    if own_client:
+        client = opts.client()
     consumer = None
     try:
         consumer = client.reader(part.channel)  # records nothing on the broker
@@ -140,7 +144,8 @@ def read_range(part: ReadRange, schema: pa.Schema) -> Iterator[pa.RecordBatch]:
     finally:
         if consumer is not None:
             _drop(consumer)
-        client.close()
+        if own_client:
+            client.close()
 
 
 class _Bound:
