@@ -179,9 +179,9 @@ def run(args: argparse.Namespace, spark=None) -> dict[str, Any]:
     spark = spark or spark_session("msgstream-mirror", args.master)  # Spark first, then pymilvus clients
     from msgstream_spark.jobs.mirror_start import decide_start
     from msgstream_spark.mirror.formats.iceberg.catalog import is_identifier
-    from msgstream_spark.mirror.formats.lock import writer_lock
+    from msgstream_spark.mirror.history.table import HistoryTable
+    from msgstream_spark.mirror.store.writer import writer_lock
     from msgstream_spark.mirror.table import open_table
-    from msgstream_spark.mirror.trust.history import HistoryTable
     from msgstream_spark.spark.mirror import MirrorBatch
 
     probe = _stream(spark, args, cfg, None)

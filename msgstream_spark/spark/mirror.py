@@ -33,14 +33,14 @@ import pyarrow as pa
 from msgstream_spark.errors import MirrorError
 from msgstream_spark.mirror.common import PROP_BATCH, PROP_QUERY
 from msgstream_spark.mirror.formats.delta.table import DeltaMirrorTable
-from msgstream_spark.mirror.formats.lock import writer_lock
+from msgstream_spark.mirror.history.write import existed_from_matches
 from msgstream_spark.mirror.maintenance import compact
 from msgstream_spark.mirror.store import io_since, io_totals
-from msgstream_spark.mirror.trust.historywrite import existed_from_matches
-from msgstream_spark.mirror.trust.watermark import PROP_WATERMARK, checkpoint_offset, freshness_ms
+from msgstream_spark.mirror.store.parquet import read_parquet
+from msgstream_spark.mirror.store.writer import writer_lock
+from msgstream_spark.mirror.watermark import PROP_WATERMARK, checkpoint_offset, freshness_ms
 from msgstream_spark.mirror.write.attempts import begin_batch, end_batch
 from msgstream_spark.mirror.write.batch import commit_plan
-from msgstream_spark.mirror.write.files import read_parquet
 from msgstream_spark.mirror.write.layout import TaskWriter, WriteSpec, narrow_schema
 from msgstream_spark.mirror.write.taskplan import (
     ChangesFile,
@@ -228,7 +228,7 @@ class MirrorBatch:
     ``checkpoint``). ``collection_id``: when set, a batch holding rows of another collection id (the
     collection was dropped and re-created under its name) fails instead of mixing the two.
     ``compact_every``: compact the table after every N committed batches (0: never). ``lock``: the table's writer
-    lease held by the caller for the whole query (a ``formats.lock.Hold``, e.g. the mirror job's): each batch runs
+    lease held by the caller for the whole query (a ``store.writer.Hold``, e.g. the mirror job's): each batch runs
     inside it (Spark calls the function on threads of its own); without it each batch takes the lease.
     """
 

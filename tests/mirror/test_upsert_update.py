@@ -14,7 +14,7 @@ import pytest
 
 from msgstream_spark.errors import MirrorError
 from msgstream_spark.mirror import apply_batch, open_table
-from msgstream_spark.mirror.trust.history import history_rows
+from msgstream_spark.mirror.history.table import history_rows
 from msgstream_spark.mirror.write.batch import commit_plan, finish, lookup_local
 from msgstream_spark.mirror.write.layout import TaskWriter, plan
 from msgstream_spark.mirror.write.taskplan import ChangesFile, changes_dir, merge_plans, plan_share

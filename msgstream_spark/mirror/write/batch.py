@@ -1,4 +1,4 @@
-"""One micro-batch through the merge-on-read write path, the tasks' steps run by a ``runner``.
+"""One micro-batch through the merge-on-read write path, its steps run in one of two places.
 
 ``apply_local`` runs every step in this process (the library call, ``apply_batch``);
 ``msgstream_spark.spark.mirror`` runs the writing and lookup steps in Spark tasks and keeps only the narrow
@@ -12,7 +12,7 @@ from typing import Any
 import pyarrow as pa
 
 from msgstream_spark.mirror.common import PROP_COLLECTION_ID
-from msgstream_spark.mirror.formats.lock import Hold, writer_lock
+from msgstream_spark.mirror.store.writer import Hold, writer_lock
 from msgstream_spark.mirror.write.layout import (
     LiveFiles,
     Plan,

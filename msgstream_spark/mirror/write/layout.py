@@ -26,7 +26,7 @@ from msgstream_spark.mirror.collapse import OP, WRITES, check_ops, collapse
 from msgstream_spark.mirror.common import TS, conform
 from msgstream_spark.mirror.order import SEQ, SEQ_TYPE
 from msgstream_spark.mirror.store import Store, store_for, uri
-from msgstream_spark.mirror.write.files import ParquetOut, Written, write_table
+from msgstream_spark.mirror.store.parquet import ParquetOut, Written, write_table
 from msgstream_spark.mirror.write.keyindex import KeyIndex, find_keys, indexable, save_index
 
 FILE = "_file"

@@ -17,7 +17,7 @@ task result named (:func:`drop_lost_files`): a task that finished its files on a
 result reached the driver leaves nothing behind. The driver deletes the batch's directory once the batch is
 committed or skipped; one a killed job left is removed when the batch runs again, else listed by ``msgstream
 mirror orphans``. Each attempt of a batch writes under ``<batch directory>/e<epoch>/`` (its writer's epoch,
-``formats/lock.py``; an earlier release wrote straight into the batch's directory: epoch 0), and the deletions
+``store/writer.py``; an earlier release wrote straight into the batch's directory: epoch 0), and the deletions
 take a range of epochs: which attempts' files may go, and when, is ``write/attempts.py``'s rule.
 """
 
@@ -33,7 +33,7 @@ import pyarrow.compute as pc
 
 from msgstream_spark.mirror.order import SEQ, SEQ_TYPE
 from msgstream_spark.mirror.store import Store, uri
-from msgstream_spark.mirror.write.files import ParquetOut, Written, remove_tree
+from msgstream_spark.mirror.store.parquet import ParquetOut, Written, remove_tree
 from msgstream_spark.mirror.write.keyindex import side_path
 from msgstream_spark.mirror.write.layout import (
     COLLECTION,

@@ -141,7 +141,7 @@ class DeltaMirrorTable:
 
     def merge(self, collapsed: pa.Table, *, query_id: str, batch_id: int,
               commit_info: dict[str, str] | None = None) -> bool:
-        """Apply changes in this process through the merge-on-read write path (``writepath.apply_local``)."""
+        """Apply changes in this process through the merge-on-read write path (``write.batch.apply_local``)."""
         return apply_local(self, collapsed, query_id=query_id, batch_id=batch_id, commit_info=commit_info)
 
     def _state(self) -> LogState:
@@ -195,7 +195,7 @@ class DeltaMirrorTable:
         return path if rel is None else rel
 
     def writer_epoch(self) -> int:
-        """The epoch of the newest writer that published one (``formats/lock.py``; 0: none)."""
+        """The epoch of the newest writer that published one (``store/writer.py``; 0: none)."""
         self._table()
         return self._state().txns.get(PROP_WRITER_EPOCH, 0)
 

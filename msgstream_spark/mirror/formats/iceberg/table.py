@@ -145,7 +145,7 @@ class IcebergMirrorTable(CatalogTable):
 
     def merge(self, collapsed: pa.Table, *, query_id: str, batch_id: int,
               commit_info: dict[str, str] | None = None) -> bool:
-        """Apply changes in this process through the merge-on-read write path (``writepath.apply_local``)."""
+        """Apply changes in this process through the merge-on-read write path (``write.batch.apply_local``)."""
         return apply_local(self, collapsed, query_id=query_id, batch_id=batch_id, commit_info=commit_info)
 
     def prepare(self, columns: pa.Schema) -> None:
@@ -225,7 +225,7 @@ class IcebergMirrorTable(CatalogTable):
         return self._names.get(path) or manifest_uri(path)
 
     def writer_epoch(self) -> int:
-        """The epoch of the newest writer that published one (``formats/lock.py``; 0: none)."""
+        """The epoch of the newest writer that published one (``store/writer.py``; 0: none)."""
         tbl = self._table()
         tbl.refresh()
         return table_epoch(tbl.metadata)

@@ -1,5 +1,5 @@
 """``msgstream mirror verify``: the library call behind it (:func:`run_verify`), the report table and
-``--repair``. See :mod:`msgstream_spark.mirror.trust.verify` for the method and docs/mirror.md for its use."""
+``--repair``. See :mod:`msgstream_spark.mirror.verify.compare` for the method and docs/mirror.md for its use."""
 
 from __future__ import annotations
 
@@ -14,13 +14,11 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from msgstream_spark.mirror.collapse import OP
-from msgstream_spark.mirror.formats.lock import writer_lock
 from msgstream_spark.mirror.order import SEQ, snapshot_seq_array
 from msgstream_spark.mirror.snapshot.handover import snapshot_ts, take_positions
 from msgstream_spark.mirror.store import open_store, uri
-from msgstream_spark.mirror.trust.milvus_side import MilvusSide
-from msgstream_spark.mirror.trust.pinned import PinnedTable
-from msgstream_spark.mirror.trust.verify import (
+from msgstream_spark.mirror.store.writer import writer_lock
+from msgstream_spark.mirror.verify.compare import (
     DEFAULT_BUCKETS,
     Result,
     compare,
@@ -29,7 +27,9 @@ from msgstream_spark.mirror.trust.verify import (
     split_flux,
     summarize,
 )
-from msgstream_spark.mirror.trust.watermark import Watermark, checkpoint_query_id, table_watermark
+from msgstream_spark.mirror.verify.milvus_side import MilvusSide
+from msgstream_spark.mirror.verify.pinned import PinnedTable
+from msgstream_spark.mirror.watermark import Watermark, checkpoint_query_id, table_watermark
 from msgstream_spark.mirror.write.batch import lookup_local
 from msgstream_spark.mirror.write.layout import FILE, POS, Plan, TaskWriter
 from msgstream_spark.source.arrow import output_schema, read_options, schema_json

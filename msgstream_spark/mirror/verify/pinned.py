@@ -13,7 +13,7 @@ from msgstream_spark.errors import MirrorError
 from msgstream_spark.mirror.common import PROP_BATCH, PROP_COLLECTION, PROP_PK, PROP_QUERY
 from msgstream_spark.mirror.formats.delta.table import DeltaMirrorTable
 from msgstream_spark.mirror.formats.iceberg.table import PROP_BATCH_OF, IcebergMirrorTable
-from msgstream_spark.mirror.trust.watermark import PROP_WATERMARK
+from msgstream_spark.mirror.watermark import PROP_WATERMARK
 
 
 class PinnedTable:
