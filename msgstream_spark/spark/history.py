@@ -11,9 +11,9 @@ from __future__ import annotations
 
 import pyarrow as pa
 
+from msgstream_spark.mirror.formats.base import LiveFile
 from msgstream_spark.mirror.history.write import HistorySpec, HistoryWriter, files_schema, seed_file
 from msgstream_spark.mirror.order import SEQ
-from msgstream_spark.mirror.write.layout import LiveFile
 
 
 def _history_fn(spec: HistorySpec, existed_bc):

@@ -32,7 +32,8 @@ import pyarrow as pa
 
 from msgstream_spark.errors import MirrorError
 from msgstream_spark.mirror.common import PROP_BATCH, PROP_QUERY
-from msgstream_spark.mirror.formats.delta.table import DeltaMirrorTable
+from msgstream_spark.mirror.formats import registry
+from msgstream_spark.mirror.formats.base import WriteSpec
 from msgstream_spark.mirror.history.write import existed_from_matches
 from msgstream_spark.mirror.maintenance import compact
 from msgstream_spark.mirror.store import io_since, io_totals
@@ -41,7 +42,7 @@ from msgstream_spark.mirror.store.writer import writer_lock
 from msgstream_spark.mirror.watermark import PROP_WATERMARK, checkpoint_offset, freshness_ms
 from msgstream_spark.mirror.write.attempts import begin_batch, end_batch
 from msgstream_spark.mirror.write.batch import commit_plan
-from msgstream_spark.mirror.write.layout import TaskWriter, WriteSpec, narrow_schema
+from msgstream_spark.mirror.write.layout import TaskWriter, narrow_schema
 from msgstream_spark.mirror.write.taskplan import (
     ChangesFile,
     batch_collections,
@@ -239,10 +240,12 @@ class MirrorBatch:
         self.table, self.pk, self.checkpoint = table, pk, checkpoint
         self._query_id = query_id
         self.collection_id = collection_id
-        if history is not None and not isinstance(table, DeltaMirrorTable):
-            raise MirrorError(f"a history table (--history-table {history.location}) is kept beside a Delta mirror "
-                              f"only; {table.location} is not a Delta table (--table-format iceberg): run without "
-                              "--history-table, or mirror into Delta")
+        fmt = registry.of(table)
+        if history is not None and not fmt.history:
+            raise MirrorError(f"a history table (--history-table {history.location}) is kept beside a "
+                              f"{registry.titles('history')} mirror only; {table.location} is {fmt.article} table "
+                              f"(--table-format {fmt.name}): run without --history-table, or mirror into "
+                              f"{registry.titles('history')}")
         self.history = history  # a mirror.history.HistoryTable: every change appended once, before the merge
         self.batches = 0
         self.skipped = 0

@@ -13,12 +13,13 @@ import pyarrow.parquet as pq
 import pytest
 
 from msgstream_spark.mirror import open_table
+from msgstream_spark.mirror.formats.base import LiveFile
 from msgstream_spark.mirror.maintenance import compact, vacuum
 from msgstream_spark.mirror.order import SEQ, SEQ_TYPE
 from msgstream_spark.mirror.write import keyindex
 from msgstream_spark.mirror.write.batch import finish, lookup_local
 from msgstream_spark.mirror.write.keyindex import KEYS_DIR, side_path
-from msgstream_spark.mirror.write.layout import LiveFile, lookup_file, match_schema, write_changes
+from msgstream_spark.mirror.write.layout import lookup_file, match_schema, write_changes
 from tests.mirror.changes import FIELDS, insert, table_state, to_arrow
 
 

@@ -18,11 +18,11 @@ import pyarrow.parquet as pq
 import pytest
 
 from msgstream_spark.mirror import apply_batch, open_table
+from msgstream_spark.mirror.formats.base import Plan
 from msgstream_spark.mirror.order import snapshot_seq_array
 from msgstream_spark.mirror.verify.compare import Result
 from msgstream_spark.mirror.verify.run import REPAIR_QUERY, repair
 from msgstream_spark.mirror.write.batch import lookup_local
-from msgstream_spark.mirror.write.layout import Plan
 from tests.mirror.changes import FIELDS, HeldMilvus, insert, table_state, to_arrow, vector
 
 T, S = 1000 << 18, 2000 << 18  # the table's changes, the repair's S

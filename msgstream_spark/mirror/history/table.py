@@ -26,6 +26,7 @@ import pyarrow.compute as pc
 from msgstream_spark.errors import MirrorError
 from msgstream_spark.mirror.collapse import OP, collapse
 from msgstream_spark.mirror.common import PROP_BATCH, PROP_QUERY, TS
+from msgstream_spark.mirror.formats.base import DATA_DIR
 from msgstream_spark.mirror.formats.delta.log import add_of, write_commit
 from msgstream_spark.mirror.formats.delta.table import CHECKPOINT_EVERY
 from msgstream_spark.mirror.history.write import (
@@ -42,7 +43,7 @@ from msgstream_spark.mirror.history.write import (
 from msgstream_spark.mirror.order import SEQ
 from msgstream_spark.mirror.store import open_store, uri
 from msgstream_spark.mirror.watermark import physical_ms
-from msgstream_spark.mirror.write.layout import DATA_DIR, FILE
+from msgstream_spark.mirror.write.layout import FILE
 
 VALID_FROM, VALID_TO, IS_CURRENT = "_valid_from", "_valid_to", "_is_current"
 SEED_APP = "msgstream.history.seed"  # the app id of the seed commit: the mirrored rows when the history began

@@ -14,6 +14,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from msgstream_spark.mirror.collapse import OP
+from msgstream_spark.mirror.formats.base import Plan
 from msgstream_spark.mirror.order import SEQ, snapshot_seq_array
 from msgstream_spark.mirror.snapshot.handover import snapshot_ts, take_positions
 from msgstream_spark.mirror.store import open_store, uri
@@ -31,7 +32,7 @@ from msgstream_spark.mirror.verify.milvus_side import MilvusSide
 from msgstream_spark.mirror.verify.pinned import PinnedTable
 from msgstream_spark.mirror.watermark import Watermark, checkpoint_query_id, table_watermark
 from msgstream_spark.mirror.write.batch import lookup_local
-from msgstream_spark.mirror.write.layout import FILE, POS, Plan, TaskWriter
+from msgstream_spark.mirror.write.layout import FILE, POS, TaskWriter
 from msgstream_spark.source.arrow import output_schema, read_options, schema_json
 from msgstream_spark.source.offsets import Offset, resolve_end
 from msgstream_spark.source.read import collection_filter, plan_reads, read_range

@@ -12,10 +12,9 @@ from typing import Any
 import pyarrow as pa
 
 from msgstream_spark.mirror.common import PROP_COLLECTION_ID
+from msgstream_spark.mirror.formats.base import LiveFiles, Plan
 from msgstream_spark.mirror.store.writer import Hold, writer_lock
 from msgstream_spark.mirror.write.layout import (
-    LiveFiles,
-    Plan,
     check_collections,
     check_narrow_collection,
     lookup_file,
