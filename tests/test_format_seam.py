@@ -31,7 +31,6 @@ SEAM = ("msgstream_spark.mirror.formats", "msgstream_spark.mirror.formats.base",
 # module -> why it may name a format: auxiliary tables that are Delta by design, not mirror tables
 ALLOWED = {
     "msgstream_spark/mirror/history/table.py": "the change history is itself a Delta log (docs/mirror.md, History)",
-    "msgstream_spark/mirror/verify/run.py": "verify's report (--report-table) is appended to a Delta table",
     "msgstream_spark/jobs/demo.py": "the demo mirrors into a Delta table, as a user chooses a format",
     # (left for now: the file belongs to the emulators work; the keys belong in formats/delta with its store)
     "msgstream_spark/mirror/store/settings.py": "DELTA_ONLY: the keys delta-rs's own S3 log store reads",
@@ -151,3 +150,20 @@ def test_mirror_imports_go_downward_only():
             if MIRROR_RANK[dst] > MIRROR_RANK[src]:
                 bad.append(f"{path.relative_to(ROOT)}:{line}: mirror/{src} imports {target} (mirror/{dst} is above)")
     assert not bad, "upward imports inside mirror/:\n" + "\n".join(sorted(bad))
+
+
+def test_one_batch_protocol():
+    """A batch is committed in one place (``write.batch.run_batch``, through ``commit_plan``) whichever runner ran
+    its steps (the local one of ``apply_batch``, ``MirrorBatch``'s Spark one, the repair's), and a table has no
+    ``merge`` of its own: ``apply_batch`` is the one name for applying a batch."""
+    found = []
+    for path in sorted(PKG.rglob("*.py")):
+        where = path.relative_to(ROOT).as_posix()
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "commit"
+                    and any(k.arg == "query_id" for k in node.keywords)
+                    and where != "msgstream_spark/mirror/write/batch.py"):
+                found.append(f"{where}:{node.lineno}: a batch's commit outside write/batch.py")
+            if isinstance(node, ast.FunctionDef) and node.name in ("merge", "apply_local"):
+                found.append(f"{where}:{node.lineno}: def {node.name} (apply_batch applies a batch)")
+    assert not found, "\n".join(found)

@@ -14,6 +14,7 @@ import pyarrow as pa
 from msgstream_spark.errors import MirrorError
 from msgstream_spark.mirror.formats import detect
 from msgstream_spark.mirror.formats.base import Format, MirrorTable, Pinned
+from msgstream_spark.mirror.formats.delta.append import append_rows
 from msgstream_spark.mirror.formats.delta.pinned import DeltaPinned
 from msgstream_spark.mirror.formats.delta.table import DeltaMirrorTable
 from msgstream_spark.mirror.formats.iceberg.catalog import is_identifier
@@ -96,6 +97,12 @@ def stored_properties(name: str, location: str, **options: Any) -> dict[str, str
     """The ``msgstream.*`` properties of format ``name``'s table at ``location``; MirrorError if there is none."""
     f = get(name)
     return f.stored_properties(location, **_given(f, options))
+
+
+def append_report(location: str, rows: pa.Table, storage_options: Mapping[str, str] | None = None) -> None:
+    """``rows`` appended to a report table of the mirror's own at ``location`` (a Delta table, whatever the
+    mirrored table's format: docs/mirror.md, verify's ``--report-table``)."""
+    append_rows(location, rows, storage_options)
 
 
 def pin(table: Any) -> Pinned:
