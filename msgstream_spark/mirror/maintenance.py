@@ -35,11 +35,11 @@ import numpy as np
 import pyarrow as pa
 
 from msgstream_spark.mirror.common import conform
-from msgstream_spark.mirror.formats.lock import writer_lock
+from msgstream_spark.mirror.formats.base import DATA_DIR, LiveFile
 from msgstream_spark.mirror.store import ObjectMeta, Store, uri
-from msgstream_spark.mirror.write.files import ParquetOut, read_parquet
+from msgstream_spark.mirror.store.parquet import ParquetOut, read_parquet
+from msgstream_spark.mirror.store.writer import writer_lock
 from msgstream_spark.mirror.write.keyindex import remove_side_file
-from msgstream_spark.mirror.write.layout import DATA_DIR, LiveFile
 
 TARGET_BYTES = 256 << 20
 # tests: kill-in-compaction-write (a new file half written), kill-in-compaction (the new files written, before

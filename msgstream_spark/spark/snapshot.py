@@ -4,7 +4,7 @@ One task per primary-key range (:func:`msgstream_spark.mirror.snapshot.query.rea
 ``Query`` itself for answer-sized pieces of its range (``RangeReader``, several in flight) and writes their Arrow
 batches with pyarrow as one Parquet file straight into the table's store (a local directory or an object store: no
 shared disk, no Hadoop file system), with the snapshot's write options
-(:func:`msgstream_spark.mirror.write.files.snapshot_options`), as the storage route's tasks do: no row goes through
+(:func:`msgstream_spark.mirror.store.parquet.snapshot_options`), as the storage route's tasks do: no row goes through
 the JVM (Spark's own writer converted every vector to rows, slower than Milvus serves them, and the reads waited for
 it). The driver gets only each file's path and row count from the tasks (never the rows), and those paths are the
 files the snapshot commits, as the storage route's and the batch writer's are (never a listing of the directory,
@@ -31,7 +31,7 @@ from msgstream_spark.mirror.snapshot.query.ranges import PkRange
 from msgstream_spark.mirror.snapshot.query.reader import RangeReader, ReadStats
 from msgstream_spark.mirror.snapshot.storage.reader import StorageReader
 from msgstream_spark.mirror.store import Store, store_for, uri
-from msgstream_spark.mirror.write.files import ParquetOut, footer, read_parquet, remove_tree, snapshot_options
+from msgstream_spark.mirror.store.parquet import ParquetOut, footer, read_parquet, remove_tree, snapshot_options
 from msgstream_spark.mq.milvus.connection import pb_modules
 
 log = logging.getLogger(__name__)

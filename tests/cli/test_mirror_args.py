@@ -134,7 +134,7 @@ def _iceberg_copy(milvus_proxy, local_env, name: str, location: str) -> None:
     """An Iceberg mirror table holding what the proxy's ``Query`` answers (through verify's own reader)."""
     from msgstream_spark.mirror.apply import apply_batch
     from msgstream_spark.mirror.snapshot.handover import MilvusTarget
-    from msgstream_spark.mirror.trust.milvus_side import SdkMilvusSide
+    from msgstream_spark.mirror.verify.milvus_side import SdkMilvusSide
     from msgstream_spark.msg.schema import collection_arrow_schema
     from tests.milvus_proxy.wal import tso_now
     from tests.mq_milvus.collection_log import collection_schema

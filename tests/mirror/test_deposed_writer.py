@@ -19,8 +19,8 @@ import pytest
 
 from msgstream_spark.errors import MirrorError
 from msgstream_spark.mirror import apply_batch, open_table
-from msgstream_spark.mirror.formats import lock
 from msgstream_spark.mirror.store import Lease, LeaseHeld, LeaseLost, open_store
+from msgstream_spark.mirror.store import writer as lock
 from msgstream_spark.spark.mirror import MirrorBatch
 from tests.mirror.changes import FIELDS, model, table_state, to_arrow
 from tests.mirror.writers import BATCHES, Clock, planned

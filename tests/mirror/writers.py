@@ -3,8 +3,8 @@ planned up to its commit."""
 
 from __future__ import annotations
 
-from msgstream_spark.mirror.formats import lock
 from msgstream_spark.mirror.store import Lease
+from msgstream_spark.mirror.store import writer as lock
 from tests.mirror.changes import delete, insert, to_arrow, upsert
 
 BATCHES = [[insert(10, *[(p, f"a{p}") for p in range(8)])],

@@ -59,7 +59,7 @@ def test_the_snapshot_files_go_straight_into_an_s3_table(spark, milvus_proxy, s3
     from msgstream_spark.mirror.snapshot.query.reader import plan_ranges
     from msgstream_spark.mirror.snapshot.query.rpc import Querier
     from msgstream_spark.mirror.store import open_store
-    from msgstream_spark.mirror.write.files import footer, read_parquet
+    from msgstream_spark.mirror.store.parquet import footer, read_parquet
     from msgstream_spark.mq.milvus.settings import MilvusSettings
     from msgstream_spark.msg.schema import collection_arrow_schema
     from msgstream_spark.spark.snapshot import write_snapshot

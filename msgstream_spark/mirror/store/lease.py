@@ -15,7 +15,7 @@ a later ``acquire`` of the same ``Lease`` once that long has passed). The holder
 of its last successful renewal on its own monotonic clock.
 
 Every holder gets an *epoch*, one above its predecessor's (the record carries it): the table formats keep the
-epoch of the newest holder that published one, and refuse the commits of a lower one (``formats/lock.py``). A
+epoch of the newest holder that published one, and refuse the commits of a lower one (``store/writer.py``). A
 lease is not a fence: a holder that stalled past its expiry and woke up is stopped by the table, not by the lease.
 A holder that lost its lease (taken over, or renewals failing) also learns it at its next :meth:`Lease.check`,
 which a writer calls before each batch and commit: it reads the lease's etag from the store and refuses if it is
@@ -83,7 +83,7 @@ class Lease:
         self.token = uuid.uuid4().hex
         self.etag: str | None = None
         self.expires = 0.0
-        self.epoch = 0  # this holder's place in the table's line of holders (see formats/lock.py)
+        self.epoch = 0  # this holder's place in the table's line of holders (see store/writer.py)
         self.lost: str | None = None
         self.last_error = "no renewal failed"
         self._renewed = 0.0  # this process's monotonic time just before the put of the record now held

@@ -1,7 +1,7 @@
 """A batch's attempts on the Spark path, and which of their files the driver may delete, when.
 
 Each attempt of a batch keeps its changes files and its tasks' claims under ``<batch directory>/e<epoch>/``
-(``taskplan.attempt_dir``; the epoch of its writer's hold, ``formats/lock.py``). The data files an attempt claimed
+(``taskplan.attempt_dir``; the epoch of its writer's hold, ``store/writer.py``). The data files an attempt claimed
 are another attempt's to delete only once nothing can commit them any more:
 
 - when the batch starts, the files of attempts of earlier epochs, once this holder's epoch is in the table
@@ -21,7 +21,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from msgstream_spark.mirror.formats.lock import Hold
+from msgstream_spark.mirror.store.writer import Hold
 from msgstream_spark.mirror.write.taskplan import (
     attempt_dir,
     attempt_epochs,

@@ -6,7 +6,7 @@ file* of its own (``<data>/_changes/<batch>/<uuid>.parquet``) and returns one ro
 task, whichever writing task wrote it); a planning task looks its keys up in the table's live files
 (``layout.lookup_file``), runs ``layout.plan`` on its share and returns the positions to delete per data file
 and the number of changes applied (:func:`plan_out_schema`). The driver merges those rows (:func:`merge_plans`)
-into one ``layout.Plan`` and commits it. What reaches the driver grows with the files and the deleted rows,
+into one ``formats.base.Plan`` and commits it. What reaches the driver grows with the files and the deleted rows,
 not with the batch's rows: an insert-only batch of any size is a few rows per task.
 
 The changes files are the batch's persisted state between the two stages (a re-run planning task reads the
@@ -17,7 +17,7 @@ task result named (:func:`drop_lost_files`): a task that finished its files on a
 result reached the driver leaves nothing behind. The driver deletes the batch's directory once the batch is
 committed or skipped; one a killed job left is removed when the batch runs again, else listed by ``msgstream
 mirror orphans``. Each attempt of a batch writes under ``<batch directory>/e<epoch>/`` (its writer's epoch,
-``formats/lock.py``; an earlier release wrote straight into the batch's directory: epoch 0), and the deletions
+``store/writer.py``; an earlier release wrote straight into the batch's directory: epoch 0), and the deletions
 take a range of epochs: which attempts' files may go, and when, is ``write/attempts.py``'s rule.
 """
 
@@ -31,14 +31,13 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from msgstream_spark.mirror.formats.base import LiveFile, Plan
 from msgstream_spark.mirror.order import SEQ, SEQ_TYPE
 from msgstream_spark.mirror.store import Store, uri
-from msgstream_spark.mirror.write.files import ParquetOut, Written, remove_tree
+from msgstream_spark.mirror.store.parquet import ParquetOut, Written, remove_tree
 from msgstream_spark.mirror.write.keyindex import side_path
 from msgstream_spark.mirror.write.layout import (
     COLLECTION,
-    LiveFile,
-    Plan,
     lookup_file,
     match_schema,
     narrow_schema,

@@ -18,10 +18,10 @@ import pytest
 from msgstream_spark.errors import ConfigError, MirrorError
 from msgstream_spark.mirror import open_table
 from msgstream_spark.mirror.common import conform, table_schema
+from msgstream_spark.mirror.formats.base import Plan
 from msgstream_spark.mirror.store import uri
 from msgstream_spark.mirror.store.settings import for_pyiceberg
 from msgstream_spark.mirror.table import open_existing
-from msgstream_spark.mirror.write.layout import Plan
 from tests.fixtures.plain_readers import duckdb_on_s3
 from tests.mirror.changes import FIELDS, table_state, to_arrow, upsert
 from tests.mirror.store.racing import race

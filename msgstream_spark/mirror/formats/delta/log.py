@@ -25,7 +25,7 @@ import pyarrow.parquet as pq
 from msgstream_spark.errors import MirrorError
 from msgstream_spark.mirror.common import PROP_WRITER_EPOCH, check_epoch
 from msgstream_spark.mirror.store import AlreadyExists, NotFound, Store, StoreError, uri
-from msgstream_spark.mirror.write.files import footer, key_stats
+from msgstream_spark.mirror.store.parquet import footer, key_stats
 
 FIRST = "00000000000000000000.json"
 EPOCH_TRIES = 10  # versions a writer epoch's publication tries, each lost to another writer's commit

@@ -1,8 +1,8 @@
 """The mirrored table as Delta Lake, through delta-rs (``deltalake``, no JVM).
 
-Exactly once: every merge commits a Delta application transaction (app id = the query id, version =
+Exactly once: every batch's commit carries a Delta application transaction (app id = the query id, version =
 the batch id) in the same commit as the data. delta-rs does not itself refuse a repeated
-(app id, version) (delta-rs issues 2580, 3821), so ``merge`` reads the last version of the app id from the log
+(app id, version) (delta-rs issues 2580, 3821), so ``commit`` reads the last version of the app id from the log
 first (``LogState.txns``) and skips a batch already in the table. One writer at a time.
 """
 
@@ -30,6 +30,7 @@ from msgstream_spark.mirror.common import (
     schema_difference,
     table_schema,
 )
+from msgstream_spark.mirror.formats.base import DATA_DIR, LiveFile, LiveFiles, Plan, WriteSpec, fence_message
 from msgstream_spark.mirror.formats.delta.dv import dv_file_path, read_dv, write_dv_file
 from msgstream_spark.mirror.formats.delta.log import (
     LogState,
@@ -46,8 +47,6 @@ from msgstream_spark.mirror.formats.delta.log import (
 from msgstream_spark.mirror.formats.delta.retention import TOMBSTONE_RETENTION_KEY, interval_ms, removed_after
 from msgstream_spark.mirror.formats.detect import refuse_occupied
 from msgstream_spark.mirror.store import Store, open_store, uri
-from msgstream_spark.mirror.write.batch import apply_local
-from msgstream_spark.mirror.write.layout import DATA_DIR, LiveFile, LiveFiles, Plan, WriteSpec, fence_message
 
 
 def _deltalake():
@@ -139,11 +138,6 @@ class DeltaMirrorTable:
         self._table()
         return self._state().txns.get(query_id)
 
-    def merge(self, collapsed: pa.Table, *, query_id: str, batch_id: int,
-              commit_info: dict[str, str] | None = None) -> bool:
-        """Apply changes in this process through the merge-on-read write path (``writepath.apply_local``)."""
-        return apply_local(self, collapsed, query_id=query_id, batch_id=batch_id, commit_info=commit_info)
-
     def _state(self) -> LogState:
         if self._log is None:
             self._log = LogState(self.store, self.root)
@@ -195,7 +189,7 @@ class DeltaMirrorTable:
         return path if rel is None else rel
 
     def writer_epoch(self) -> int:
-        """The epoch of the newest writer that published one (``formats/lock.py``; 0: none)."""
+        """The epoch of the newest writer that published one (``store/writer.py``; 0: none)."""
         self._table()
         return self._state().txns.get(PROP_WRITER_EPOCH, 0)
 

@@ -18,7 +18,7 @@ from contextlib import contextmanager
 
 from msgstream_spark.errors import MirrorError
 from msgstream_spark.mirror.common import PROP_WRITER_EPOCH, check_epoch
-from msgstream_spark.mirror.write.layout import NO_SNAPSHOT, fence_message
+from msgstream_spark.mirror.formats.base import NO_SNAPSHOT, fence_message
 
 EPOCH_TRIES = 10  # commits a writer epoch's publication tries, each refused for another writer's commit
 

@@ -12,6 +12,7 @@ import pyarrow as pa
 
 from msgstream_spark.errors import MirrorError
 from msgstream_spark.mirror.common import identity_properties
+from msgstream_spark.mirror.formats.base import LiveFile
 from msgstream_spark.mirror.formats.detect import refuse_occupied
 from msgstream_spark.mirror.formats.iceberg.catalog import (
     NAMESPACE,
@@ -24,7 +25,6 @@ from msgstream_spark.mirror.formats.iceberg.catalog import (
     same_location,
 )
 from msgstream_spark.mirror.store import Store, open_store, uri
-from msgstream_spark.mirror.write.layout import LiveFile
 
 
 class CatalogTable:

@@ -7,7 +7,7 @@ development and one writer; or a catalog you run (``--catalog NAME``: SQL on Pos
 what a table in object storage needs. Every file the mirror reads or writes goes through the table's store
 (``table.store``); pyiceberg writes its metadata files, manifest lists and manifests through its FileIO, given
 the same storage settings. Manifests and position-delete files name every file by a full URI.
-Exactly once: each merge is one Iceberg transaction (its data and position-delete files and the table property
+Exactly once: each batch's commit is one Iceberg transaction (its data and position-delete files and the table property
 ``msgstream.batch.<query id>`` = batch id), whose snapshots carry the query id and batch id in their summary;
 a batch whose id is not above the stored one is skipped; the transaction is fenced at the snapshot its plan read
 (``commit.py``), so a concurrent writer's commit refuses it in the catalog.
@@ -35,6 +35,15 @@ from msgstream_spark.mirror.common import (
     schema_difference,
     table_schema,
 )
+from msgstream_spark.mirror.formats.base import (
+    DATA_DIR,
+    NO_SNAPSHOT,
+    LiveFile,
+    LiveFiles,
+    Plan,
+    WriteSpec,
+    fence_message,
+)
 from msgstream_spark.mirror.formats.iceberg.catalog import _identifier, locate, manifest_uri
 from msgstream_spark.mirror.formats.iceberg.commit import (
     assert_head,
@@ -59,16 +68,6 @@ from msgstream_spark.mirror.formats.iceberg.files import (
 )
 from msgstream_spark.mirror.formats.iceberg.handle import CatalogTable
 from msgstream_spark.mirror.store import uri
-from msgstream_spark.mirror.write.batch import apply_local
-from msgstream_spark.mirror.write.layout import (
-    DATA_DIR,
-    NO_SNAPSHOT,
-    LiveFile,
-    LiveFiles,
-    Plan,
-    WriteSpec,
-    fence_message,
-)
 
 PROP_BATCH_OF = "msgstream.batch."
 
@@ -142,11 +141,6 @@ class IcebergMirrorTable(CatalogTable):
     def merged_queries(self) -> set[str]:
         """The query ids whose batches were merged into the table (its ``msgstream.batch.<query id>`` properties)."""
         return {k.removeprefix(PROP_BATCH_OF) for k in self.properties() if k.startswith(PROP_BATCH_OF)}
-
-    def merge(self, collapsed: pa.Table, *, query_id: str, batch_id: int,
-              commit_info: dict[str, str] | None = None) -> bool:
-        """Apply changes in this process through the merge-on-read write path (``writepath.apply_local``)."""
-        return apply_local(self, collapsed, query_id=query_id, batch_id=batch_id, commit_info=commit_info)
 
     def prepare(self, columns: pa.Schema) -> None:
         """Add the collection fields ``columns`` carry that the table lacks (before tasks write files)."""
@@ -225,7 +219,7 @@ class IcebergMirrorTable(CatalogTable):
         return self._names.get(path) or manifest_uri(path)
 
     def writer_epoch(self) -> int:
-        """The epoch of the newest writer that published one (``formats/lock.py``; 0: none)."""
+        """The epoch of the newest writer that published one (``store/writer.py``; 0: none)."""
         tbl = self._table()
         tbl.refresh()
         return table_epoch(tbl.metadata)
