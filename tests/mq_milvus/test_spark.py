@@ -110,7 +110,8 @@ def test_restarted_stream_reads_exactly_the_new_2_6_rows(spark, milvus_proxy, tm
 def test_batch_reads_from_every_pack_end_of_a_tt_stream_give_the_rest_once(spark, milvus_proxy, tmp_path):
     """A TtMsgStream's pack end positions (Milvus's form: the legacy bytes of an ``_lc`` and the tick) as a
     batch read's ``startingPositions``: every later row once, every earlier one never. The pack ending at a
-    Commit sent after a later insert (the proxy sends by ``_tt``) is among them."""
+    Commit sent after a later insert (the proxy sends by ``_tt``) is among them. As ``endingPositions``: the
+    rows up to the pack end, none after (a range stopped before the end's ``_lc`` and lost rows there)."""
     from msgstream_spark.mq.registry import build_client
     from msgstream_spark.stream import TtMsgStream
     from tests.fixtures.milvus_env import milvus_config
@@ -125,13 +126,21 @@ def test_batch_reads_from_every_pack_end_of_a_tt_stream_give_the_rest_once(spark
             ends.append((end_tt, _packs_to(s, milvus_proxy, end_tt)[-1].end_positions[0]))
             milvus_proxy.state.release()
     every = _scenario_rows()
-    reader = (spark.read.format("msgstream").option("mq.type", "milvus")
-              .option("milvus.address", milvus_proxy.address).option("milvus.requestTimeout", "10")
-              .option("milvus.metadataPath", str(tmp_path / "meta.json")).option("channels", ch))
-    assert _spark_rows(reader.load()) == every
+
+    def reader(**positions):  # a DataFrameReader keeps the options set on it: a fresh one each time
+        return (spark.read.format("msgstream").option("mq.type", "milvus")
+                .option("milvus.address", milvus_proxy.address).option("milvus.requestTimeout", "10")
+                .option("milvus.metadataPath", str(tmp_path / "meta.json")).option("channels", ch)
+                .options(**{k: p.to_base64() for k, p in positions.items() if p is not None}))
+
+    assert _spark_rows(reader().load()) == every
     for end_tt, pos in ends:
-        got = _spark_rows(reader.option("startingPositions", pos.to_base64()).load())
+        got = _spark_rows(reader(startingPositions=pos).load())
         assert got == [r for r in every if r[2] > end_tt], f"from the pack end at TT{end_tt - _TT:+d}"
+    # bounded by the next pack end (endingPositions): exactly the rows of the packs between
+    for (lo, start), (hi, end) in zip([(None, None), *ends], ends):
+        got = _spark_rows(reader(startingPositions=start, endingPositions=end).load())
+        assert got == [r for r in every if (lo is None or r[2] > lo) and r[2] <= hi], f"up to TT{hi - _TT:+d}"
 
 
 def _scenario_rows() -> list:

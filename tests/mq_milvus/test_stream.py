@@ -26,8 +26,9 @@ LAST = ALL[-1][2]  # the last message's _tt: where the last pack through the pro
 SERVED = 11  # what the proxy sends of the scenario: no ticks, no rolled-back transaction
 # Every pack end of the scenario: (messages the proxy sent up to it, the pack's end tick). The proxy sends
 # I1 (TT - 30, a version-0 entry), I2 (TT + 1), txn 31 (4 messages at TT + 5), txn 33 (4 at its Commit's
-# TT + 23), then the TT + 24 insert.
-PACK_ENDS = [(1, TT - 30), (2, TT + 1), (6, TT + 5), (10, TT + 23), (11, TT + 24)]
+# TT + 23), then the TT + 24 insert. After I1 the pack ends at TT - 31: other version-0 entries may share
+# its _tt (test_positions.py), so it is left for the next pack.
+PACK_ENDS = [(1, TT - 31), (2, TT + 1), (6, TT + 5), (10, TT + 23), (11, TT + 24)]
 _IDS = ["after-I1", "after-I2", "after-txn31", "after-txn33-commit", "after-I6"]
 
 

@@ -16,8 +16,11 @@ no loss (it is often a TimeTick before that message, which the proxy never sends
 increasing in delivery order: an insert written while a transaction was open comes after that
 transaction's Commit, with a smaller id.
 Equality is the entry's: the same WAL id (and the same synthetic-tick flag) whatever the hints.
-A *synthetic tick* id (``tick``) is the time tick the consumer adds after a delivered message
-(consumer.py): it orders right after that message.
+A *synthetic tick* id (``tick``) is a time tick the consumer adds (consumer.py). :data:`TICK_AFTER`: after a
+delivered message, it orders right after it and a resume from it continues after that message.
+:data:`TICK_BEFORE`: before version-0 entries that share the ``_tt`` right above the tick's (the rest of
+them may still come): it orders before them and a resume from it starts at their ``_lc`` with
+``start_timetick`` = that ``_tt``, so all of them come again.
 """
 
 from __future__ import annotations
@@ -32,6 +35,7 @@ from msgstream_spark.msg.wal26.types import b36decode
 from msgstream_spark.msg.wire import encode_varint, iter_fields
 
 _TICK_FIELD = 13  # our resume hints; not in common.MessageID
+TICK_AFTER, TICK_BEFORE = 1, 2  # the kinds of synthetic ticks (``tick``; 0: a message)
 _TT_FIELD = 14
 _LC_FIELD = 15
 
@@ -55,11 +59,11 @@ class MilvusMessageID(MessageID):
     __slots__ = ("wal_id", "time_tick", "last_confirmed", "tick")
 
     def __init__(self, wal_id: WalMessageId, time_tick: int | None = None,
-                 last_confirmed: str | None = None, tick: bool = False) -> None:
+                 last_confirmed: str | None = None, tick: int = 0) -> None:
         self.wal_id = wal_id
         self.time_tick = time_tick
         self.last_confirmed = last_confirmed
-        self.tick = tick
+        self.tick = int(tick)
 
     @property
     def wal(self) -> WALName:
@@ -72,7 +76,7 @@ class MilvusMessageID(MessageID):
     def serialize(self) -> bytes:
         out = self.wal_id.to_proto_bytes()
         if self.tick:
-            out += encode_varint(_TICK_FIELD << 3) + b"\x01"
+            out += encode_varint(_TICK_FIELD << 3) + encode_varint(self.tick)
         if self.time_tick:
             out += encode_varint(_TT_FIELD << 3) + encode_varint(self.time_tick)
         if self.last_confirmed:
@@ -83,11 +87,11 @@ class MilvusMessageID(MessageID):
     @classmethod
     def deserialize(cls, data: bytes) -> MilvusMessageID:
         data = bytes(data)
-        wid, wal, tt, lc, tick = "", 0, None, None, False
+        wid, wal, tt, lc, tick = "", 0, None, None, 0
         try:
             for num, wire, val, start in iter_fields(data):
                 if num == _TICK_FIELD and wire == 0:
-                    tick = bool(val)
+                    tick = val if val in (TICK_AFTER, TICK_BEFORE) else 0
                 elif num == 1 and wire == 2:
                     wid = data[start:start + val].decode("utf-8")
                 elif num == 2 and wire == 0:
@@ -111,7 +115,7 @@ class MilvusMessageID(MessageID):
 
     def sort_key(self) -> tuple:
         """``(_tt, WAL position, tick)``: delivery order; ``_tt`` 0 for a bare id."""
-        return (self.time_tick or 0, self.wal_key(), int(self.tick))
+        return (self.time_tick or 0, self.wal_key(), self.tick)
 
     def _keys(self, other: MessageID) -> tuple[tuple, tuple]:
         """The keys ``self`` and ``other`` compare by: delivery order when both know their ``_tt`` (or neither
