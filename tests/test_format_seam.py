@@ -167,3 +167,44 @@ def test_one_batch_protocol():
             if isinstance(node, ast.FunctionDef) and node.name in ("merge", "apply_local"):
                 found.append(f"{where}:{node.lineno}: def {node.name} (apply_batch applies a batch)")
     assert not found, "\n".join(found)
+
+
+STORAGE_CLIENTS = ("pyarrow.fs", "fsspec", "s3fs", "gcsfs", "adlfs", "boto3", "botocore")
+ARROW_FILESYSTEMS = {"FileSystem", "LocalFileSystem", "S3FileSystem", "GcsFileSystem", "AzureFileSystem",
+                     "HadoopFileSystem", "SubTreeFileSystem", "PyFileSystem", "FileSelector"}
+
+
+def _other_storage_clients(path: Path, module: str) -> list[str]:
+    where = path.relative_to(ROOT).as_posix() if path.is_relative_to(ROOT) else path.name
+    out = [f"{where}:{line}: imports {target}" for target, line, _ in _imports(path, module, typing=True)
+           if any(target == c or target.startswith(c + ".") for c in STORAGE_CLIENTS)]  # also from pyarrow import fs
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        name = node.attr if isinstance(node, ast.Attribute) else node.id if isinstance(node, ast.Name) else None
+        if name in ARROW_FILESYSTEMS:
+            out.append(f"{where}:{node.lineno}: {name} (a pyarrow file system)")
+        if isinstance(node, ast.keyword) and node.arg == "filesystem":
+            out.append(f"{where}:{node.lineno}: filesystem= (a pyarrow file system handed to a reader or writer)")
+    return out
+
+
+def test_one_storage_client():
+    """Everything the mirror reads or writes (tables, the storage snapshot's Milvus files, key indexes, leases)
+    goes through ``mirror.store.Store`` (obstore, or the local file system): no product module makes a pyarrow
+    file system or imports another object-storage client (pyiceberg's FileIO and delta-rs are handed the store's
+    settings)."""
+    bad = []
+    for path in [*sorted(PKG.rglob("*.py")), *sorted((ROOT / "jobs").glob("*.py")),
+                 *sorted((ROOT / "pyspark_msgstream").glob("*.py"))]:
+        if path.name.endswith("_pb2.py"):
+            continue
+        module = ".".join(path.relative_to(ROOT).with_suffix("").parts).removesuffix(".__init__")
+        bad += _other_storage_clients(path, module)
+    assert not bad, "a storage client other than the Store:\n" + "\n".join(sorted(set(bad)))
+
+
+def test_the_storage_client_check_finds_a_pyarrow_file_system(tmp_path):
+    src = tmp_path / "probe.py"
+    src.write_text('"""S3FileSystem in prose."""\nfrom pyarrow import fs\nimport boto3\n'
+                   'x = fs.S3FileSystem()\npq.read_table("p", filesystem=x)\n')
+    got = _other_storage_clients(src, "probe")
+    assert sorted(int(g.split(":")[1]) for g in got) == [2, 3, 4, 5], got

@@ -6,8 +6,8 @@ then lets explicit options (``--storage-option KEY=VALUE``, the data source's an
 case-insensitively and under any alias object_store accepts (``endpoint``, ``aws_endpoint_url``, ...). Keys come
 back canonical (``aws_endpoint``, ``aws_allow_http``). :func:`mask` hides their secrets in every log line, error
 and printed summary (by :mod:`msgstream_spark.config.secrets`, the package's one definition of a secret). The
-``for_*`` functions give the same settings in the form each reader takes (pyiceberg's FileIO properties,
-pyarrow's S3FileSystem).
+``for_*`` functions give the same settings in the form each other client takes (obstore's config and client
+options, pyiceberg's FileIO properties).
 """
 
 from __future__ import annotations
@@ -190,27 +190,6 @@ def _adls_endpoint(endpoint: str, account: str) -> dict[str, str]:
         blob = dfs = host
     return {"adls.blob-storage-authority": blob, "adls.blob-storage-scheme": scheme,
             "adls.dfs-storage-authority": dfs, "adls.dfs-storage-scheme": scheme}
-
-
-def for_pyarrow_s3(options: Mapping[str, str]) -> dict[str, Any]:
-    """Keyword arguments of ``pyarrow.fs.S3FileSystem`` for the same S3 settings."""
-    kw: dict[str, Any] = {}
-    pairs = {"aws_access_key_id": "access_key", "aws_secret_access_key": "secret_key",
-             "aws_session_token": "session_token", "aws_role_arn": "role_arn"}
-    kw.update((pairs[k], v) for k, v in options.items() if k in pairs)
-    region = options.get("aws_region") or options.get("aws_default_region")
-    if region:
-        kw["region"] = region
-    endpoint = options.get("aws_endpoint")
-    if endpoint:
-        scheme, _, host = endpoint.partition("://")
-        kw["endpoint_override"] = host.rstrip("/") if host else endpoint
-        kw["scheme"] = scheme if host else ("http" if _true(options.get("aws_allow_http")) else "https")
-    if _true(options.get("aws_virtual_hosted_style_request")):
-        kw["force_virtual_addressing"] = True
-    if _true(options.get("aws_skip_signature")):
-        kw["anonymous"] = True
-    return kw
 
 
 def _true(value: str | None) -> bool:

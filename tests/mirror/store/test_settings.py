@@ -12,7 +12,7 @@ import pytest
 
 from msgstream_spark.errors import ConfigError
 from msgstream_spark.mirror.store import AlreadyExists, StoreError, mask, open_store, resolve_options
-from msgstream_spark.mirror.store.settings import for_pyarrow_s3, for_pyiceberg, known_keys
+from msgstream_spark.mirror.store.settings import for_pyiceberg, known_keys
 from tests.fixtures.login_env import DECOYS, login_env
 from tests.fixtures.s3_server import SECRET_KEY
 
@@ -65,8 +65,6 @@ def test_reader_forms():
                                   "secret_access_key": "SK", "region": "us-east-1", "allow_http": "true"}, {})
     assert for_pyiceberg(opts) == {"s3.endpoint": "http://127.0.0.1:9000", "s3.access-key-id": "AK",
                                    "s3.secret-access-key": "SK", "s3.region": "us-east-1"}
-    assert for_pyarrow_s3(opts) == {"access_key": "AK", "secret_key": "SK", "region": "us-east-1",
-                                    "endpoint_override": "127.0.0.1:9000", "scheme": "http"}
 
 
 
