@@ -34,7 +34,7 @@ _S3 = {"aws_access_key_id": ("access_key_id",), "aws_secret_access_key": ("secre
        "aws_unsigned_payload": ("unsigned_payload",), "aws_checksum_algorithm": ("checksum_algorithm",),
        "aws_container_credentials_relative_uri": (), "aws_container_credentials_full_uri": (),
        "aws_container_authorization_token_file": (), "aws_web_identity_token_file": (), "aws_role_arn": (),
-       "aws_role_session_name": (), "aws_sts_endpoint": (), "aws_skip_signature": ("skip_signature",),
+       "aws_role_session_name": (), "aws_endpoint_url_sts": (), "aws_skip_signature": ("skip_signature",),
        "aws_server_side_encryption": (), "aws_sse_kms_key_id": (), "aws_sse_bucket_key_enabled": (),
        "aws_conditional_put": ("conditional_put",), "aws_copy_if_not_exists": ("copy_if_not_exists",),
        "aws_disable_tagging": ("disable_tagging",), "aws_request_payer": ("request_payer",)}
