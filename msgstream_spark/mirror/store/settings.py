@@ -13,7 +13,7 @@ options, pyiceberg's FileIO properties).
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any, overload
 
 from msgstream_spark.config import mask_mapping, mask_text
@@ -58,9 +58,17 @@ _AZURE = {"azure_storage_account_name": ("account_name",),
           "azure_use_fabric_endpoint": ("use_fabric_endpoint",), "azure_use_azure_cli": ("use_azure_cli",),
           "azure_skip_signature": ("skip_signature",), "azure_container_name": ("container_name",),
           "azure_disable_tagging": ("disable_tagging",)}
-# keys delta-rs reads for its own S3 log store (not object_store's): passed to deltalake only
-DELTA_ONLY = ("aws_s3_allow_unsafe_rename", "aws_s3_locking_provider", "delta_dynamo_table_name")
 _KINDS = {"s3": ("aws_", _S3), "gcs": ("google_", _GCS), "azure": ("azure_", _AZURE)}
+_OBJECT_STORE_KEYS = frozenset(k for _, table in _KINDS.values() for k in table)
+# kind -> keys a table format's own library reads beyond object_store's (registered by mirror.formats.registry:
+# the store knows no format); accepted as they are, handed to the table library, never to obstore
+_LIBRARY_KEYS: dict[str, set[str]] = {}
+
+
+def accept_library_keys(kind: str, keys: Iterable[str]) -> None:
+    """Let ``keys`` through :func:`resolve_options` for stores of ``kind``: settings a table format's library
+    reads itself (not object_store's), given to that library with the others and left out of obstore's."""
+    _LIBRARY_KEYS.setdefault(kind, set()).update(keys)
 
 
 def _aliases(kind: str) -> dict[str, str]:
@@ -71,8 +79,7 @@ def _aliases(kind: str) -> dict[str, str]:
         out.update((o, canon) for o in others)
     for key in _CLIENT:
         out[key] = out[prefix + key] = prefix + key
-    if kind == "s3":
-        out.update((k, k) for k in DELTA_ONLY)
+    out.update((k, k) for k in _LIBRARY_KEYS.get(kind, ()))
     return out
 
 
@@ -126,15 +133,16 @@ def mask(value, options=None):
 
 
 def for_obstore(options: Mapping[str, str]) -> tuple[dict[str, str], dict[str, str]]:
-    """The settings as obstore takes them: (store config, HTTP client options without their prefix), delta-rs's
-    own log-store keys left out (obstore 0.12 panics on a client key given in the store config)."""
+    """The settings as obstore takes them: (store config, HTTP client options without their prefix); only
+    object_store's own keys go into the config (a table library's own keys are left out: obstore refuses a key it
+    does not know, and 0.12 panics on a client key given in the store config)."""
     config: dict[str, str] = {}
     client: dict[str, str] = {}
     for k, v in options.items():
         bare = k.split("_", 1)[1] if "_" in k else k
         if bare in _CLIENT:
             client[bare] = v
-        elif k not in DELTA_ONLY:
+        elif k in _OBJECT_STORE_KEYS:
             config[k] = v
     return config, client
 
