@@ -12,7 +12,9 @@ options, pyiceberg's FileIO properties).
 
 from __future__ import annotations
 
+import json
 import os
+import time
 from collections.abc import Iterable, Mapping
 from typing import Any, overload
 
@@ -42,7 +44,7 @@ _GCS = {"google_service_account": ("service_account", "google_service_account_pa
         "google_service_account_key": ("service_account_key",),
         "google_bucket": ("google_bucket_name", "bucket", "bucket_name"),
         "google_application_credentials": ("application_credentials",), "google_skip_signature": ("skip_signature",),
-        "google_base_url": ("base_url",)}
+        "google_base_url": ("base_url",), "google_bearer_token": ("bearer_token",)}
 _AZURE = {"azure_storage_account_name": ("account_name",),
           "azure_storage_account_key": ("azure_storage_access_key", "azure_storage_master_key", "account_key",
                                         "access_key", "master_key"),
@@ -170,8 +172,7 @@ def for_pyiceberg(options: Mapping[str, str]) -> dict[str, str]:
     out = {_PYICEBERG[k]: v for k, v in options.items() if k in _PYICEBERG}
     if "s3.region" not in out and "aws_default_region" in options:
         out["s3.region"] = options["aws_default_region"]
-    if options.get("google_base_url"):
-        out["gcs.service.host"] = options["google_base_url"]
+    out.update(_gcs(options))
     endpoint = options.get("azure_storage_endpoint")
     if not endpoint and _true(options.get("azure_storage_use_emulator")):
         endpoint = _AZURITE[0]
@@ -180,6 +181,29 @@ def for_pyiceberg(options: Mapping[str, str]) -> dict[str, str]:
         out.update(_adls_endpoint(endpoint, out.get("adls.account-name", "")))
     if any(k.startswith("azure_") for k in options):  # pyarrow's, as for s3:// and gs:// (pyiceberg's first
         out["py-io-impl"] = _ARROW_IO  # choice for abfs:// is fsspec's, which needs adlfs, not a dependency)
+    return out
+
+
+TOKEN_LIFE_S = 3600  # a Google OAuth access token lives an hour at most
+
+
+def _gcs(options: Mapping[str, str]) -> dict[str, str]:
+    """GCS settings as pyiceberg's ``gcs.*``: the base URL, a bearer token, the project of an inline service-account
+    key. (A service-account key file reaches pyarrow's GCS file system, pyiceberg's FileIO for ``gs://``, only as
+    the machine's default credentials: ``GOOGLE_APPLICATION_CREDENTIALS``; it takes no key file.)"""
+    out = {}
+    if options.get("google_base_url"):
+        out["gcs.service.host"] = options["google_base_url"]
+    if options.get("google_bearer_token"):  # pyarrow takes a token only with its expiry: a Google OAuth token's
+        out["gcs.oauth2.token"] = options["google_bearer_token"]  # longest life from now (object_store's has none)
+        out["gcs.oauth2.token-expires-at"] = str(int((time.time() + TOKEN_LIFE_S) * 1000))
+    try:
+        project = json.loads(options.get("google_service_account_key") or "{}").get("project_id")
+    except (ValueError, AttributeError) as e:
+        raise ConfigError(f"storage option google_service_account_key is not a service-account key's JSON: "
+                          f"{type(e).__name__}") from None
+    if project:
+        out["gcs.project-id"] = str(project)
     return out
 
 
