@@ -194,3 +194,14 @@ def test_each_attempt_of_a_snapshot_task_writes_a_file_of_its_own(s3):
     assert first["path"] != second["path"] and first["rows"] == second["rows"] == 5
     assert table_store.head(first["path"]).etag == kept.etag
     assert sorted(m.uri for m in table_store.list(out_dir)) == sorted([first["path"], second["path"]])
+
+
+def test_a_snapshot_read_from_azure_blob_through_the_store(azure):
+    """The same files in an Azure Blob container (Azurite), read through the same Store: the storage snapshot
+    reads wherever the mirror's tables can live (pyarrow's S3 file system read S3 and local disks only)."""
+    store = open_store(azure.uri(), azure.options(), env={})
+    for rel, data in milvus_files().items():
+        store.put(azure.uri("files", rel), data)
+    settings = StorageSettings(azure.uri("files"), azure.options())
+    assert settings.kind == "azure"
+    assert _read(_reader(settings)).column("pk").to_pylist() == [0, 1, 2, 4, 5]
