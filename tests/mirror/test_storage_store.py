@@ -19,6 +19,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from msgstream_spark.config.loader import Config
+from msgstream_spark.errors import MirrorError
 from msgstream_spark.mirror.common import table_schema
 from msgstream_spark.mirror.snapshot.storage.access import SegmentGoneError, StorageSettings, storage_settings
 from msgstream_spark.mirror.snapshot.storage.binlog import (
@@ -149,6 +150,10 @@ def test_a_local_milvus_s_files_through_the_same_reader(tmp_path):
                                                              "localStorage.path": str(tmp_path)}))
     assert settings.kind == "local" and settings.store().kind == "local"
     assert _read(_reader(settings)).column("pk").to_pylist() == [0, 1, 2, 4, 5]
+    (tmp_path / _rel(TITLE)).unlink()  # a file the OS refuses to read (a directory in its place): named
+    (tmp_path / _rel(TITLE)).mkdir()
+    with pytest.raises(MirrorError, match=f"cannot read .*{_rel(TITLE)}.* of segment {SEG}"):
+        _read(_reader(settings))
 
 
 def test_milvus_yaml_keys_of_azure_and_gcs_storage():

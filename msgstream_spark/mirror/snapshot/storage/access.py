@@ -129,7 +129,7 @@ def read_bytes(settings: StorageSettings, rel: str, segment: int, store: Store |
         return (store if store is not None else settings.store()).read(path)
     except NotFound as exc:
         raise SegmentGoneError(segment, path, settings) from exc
-    except StoreError as exc:
+    except (StoreError, OSError) as exc:  # a local store's other errors (permissions) are the OS's
         raise MirrorError(f"cannot read {path} ({settings.where()}) of segment {segment}: {exc}") from exc
 
 
