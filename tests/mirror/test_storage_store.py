@@ -210,3 +210,26 @@ def test_a_snapshot_read_from_azure_blob_through_the_store(azure):
     settings = StorageSettings(azure.uri("files"), azure.options())
     assert settings.kind == "azure"
     assert _read(_reader(settings)).column("pk").to_pylist() == [0, 1, 2, 4, 5]
+
+
+def test_the_spark_route_reads_through_the_store_and_takes_only_what_tasks_returned(spark, s3):
+    """``write_storage_snapshot`` in Spark: its tasks read Milvus's files from the S3 server with the settings the
+    driver resolved and write into the table's bucket; a file another attempt left in the output directory (a
+    speculative copy's, a failed attempt's) is not among the files handed to the table."""
+    from msgstream_spark.spark.storage_snapshot import write_storage_snapshot
+
+    src = open_store(s3.uri(), s3.options(), env={})
+    for rel, data in milvus_files().items():
+        src.put(s3.uri("files", rel), data)
+    reader = _reader(storage_settings(_minio_keys(s3)))
+    plan = _plan()
+    reader.load_deletes(plan)
+    packing = pack(plan, read_bounds(reader.settings, plan), 2)
+    table_store = open_store(s3.uri("table"), s3.options(), env={})
+    out_dir = s3.uri("table", "snapshot-9")
+    stray = table_store.join("snapshot-9", "part-00000-0123456789abcdef.parquet")
+    table_store.put(stray, b"another attempt's bytes")
+    got = write_storage_snapshot(spark, reader, packing, out_dir, plan.rows, store=table_store)
+    assert got.rows == 5 and stray not in got.files and len(got.files) == len(packing.tasks)
+    rows = pa.concat_tables([pq.read_table(table_store.open_input(f)) for f in got.files])
+    assert sorted(rows.column("pk").to_pylist()) == [0, 1, 2, 4, 5]
