@@ -72,8 +72,6 @@ class HistoryTable:
     def commit_files(self, files: pa.Table, app: str, version: int, info: dict[str, str]) -> bool:
         """One version of the log adding the files tasks wrote (``history.write.files_schema`` rows) with the
         application transaction (``app``, ``version``); False (nothing written) if the log already holds it."""
-        if not self.log.exists():
-            raise MirrorError(f"no history table at {self.location} (HistoryTable.spec creates it)")
         paths = [p for p, n in zip(files.column(FILE).to_pylist(), files.column(ROWS).to_pylist()) if n]
         return self.log.append(paths, app, version, info)
 

@@ -33,7 +33,7 @@ class DeltaChangeLog:
     def _existing(self):
         dt = self._dt()
         if dt is None:
-            raise MirrorError(f"no history table at {self.location}")
+            raise MirrorError(f"no history table at {self.location} (ensure creates it: HistoryTable.spec)")
         return dt
 
     def exists(self) -> bool:
