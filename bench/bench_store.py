@@ -33,15 +33,22 @@ def _table(mib: int) -> pa.Table:
     return pa.table({"pk": np.arange(n, dtype=np.int64), "v": rng.random(n)})
 
 
+def _arrow_s3(server):
+    """pyarrow's S3 file system on the test server (a candidate measured here; the product has no pyarrow file
+    system: everything goes through its Store)."""
+    from pyarrow import fs
+
+    opts = server.options()
+    scheme, _, host = opts["aws_endpoint"].partition("://")
+    return fs.S3FileSystem(access_key=opts["aws_access_key_id"], secret_key=opts["aws_secret_access_key"],
+                           region=opts["aws_region"], endpoint_override=host, scheme=scheme)
+
+
 def _parquet(tbl: pa.Table, store, server, bucket: str, local: Path) -> dict[str, tuple[float, float]]:
     """(write s, read s) per candidate, best of 3."""
     import boto3
     import obstore
-    from pyarrow import fs
-
-    from msgstream_spark.mirror.store.settings import for_pyarrow_s3
-
-    s3fs = fs.S3FileSystem(**for_pyarrow_s3(server.options()))
+    s3fs = _arrow_s3(server)
     ob = store.client()
     b3 = boto3.client("s3", endpoint_url=server.endpoint, aws_access_key_id=server.options()["aws_access_key_id"],
                       aws_secret_access_key=server.options()["aws_secret_access_key"], region_name="us-east-1")
@@ -107,15 +114,14 @@ def _parquet(tbl: pa.Table, store, server, bucket: str, local: Path) -> dict[str
 def _small(n: int, store, server, bucket: str, local: Path) -> dict[str, tuple[float, float]]:
     """(create-if-absent of n 1-KiB objects s, head + read + one listing s) per candidate."""
     import boto3
-    from pyarrow import fs
+    from pyarrow.fs import FileSelector
 
     from msgstream_spark.mirror.store import open_store
-    from msgstream_spark.mirror.store.settings import for_pyarrow_s3
 
     data = bytes(1024)
     b3 = boto3.client("s3", endpoint_url=server.endpoint, aws_access_key_id=server.options()["aws_access_key_id"],
                       aws_secret_access_key=server.options()["aws_secret_access_key"], region_name="us-east-1")
-    s3fs = fs.S3FileSystem(**for_pyarrow_s3(server.options()))
+    s3fs = _arrow_s3(server)
     out = {}
     for name, st in (("store (obstore)", store), ("local store (no S3)", open_store(str(local)))):
         pre = st.join(f"small-{uuid.uuid4().hex}")
@@ -143,7 +149,7 @@ def _small(n: int, store, server, bucket: str, local: Path) -> dict[str, tuple[f
         for i in range(n):
             with s3fs.open_input_stream(f"{pre}/{i:06d}") as f:
                 f.read()
-        s3fs.get_file_info(fs.FileSelector(pre, recursive=True))
+        s3fs.get_file_info(FileSelector(pre, recursive=True))
 
     out["pyarrow S3FileSystem (no conditional put)"] = (best_of(put_arrow, 1), best_of(read_arrow, 1))
     return out

@@ -4,15 +4,19 @@ path above them). Parses the source with ``ast``; a violation is reported with i
 
 What counts as naming a format, in code outside ``msgstream_spark/mirror/formats/`` (the package, ``jobs/``,
 ``pyspark_msgstream/``):
-- an import of a format's own modules (``mirror.formats.delta``, ``mirror.formats.iceberg``, ``formats.detect``;
-  ``formats.base`` and ``formats.registry`` are the seam) or of a table library (``deltalake``, ``pyiceberg``);
+- an import of a format's own modules (``mirror.formats.delta``, ``mirror.formats.iceberg``, ``formats.detect``, any
+  other than the seam: ``formats.base`` and ``formats.registry``) or of a table library (``deltalake``,
+  ``pyiceberg``, ``lance``, ``lancedb``);
 - an identifier (a name, attribute, function, class or argument) with a format's name as a word of it
-  (``DeltaMirrorTable``, ``is_iceberg``; ``_delta_log`` is a file name, not a format: a word starts after ``_``
-  only when the name is split on it, so ``delta`` must be a whole ``_``-separated or CamelCase part);
-- a string constant equal to a format's name (``"delta"``, case aside): a format chosen by code.
+  (``DeltaMirrorTable``, ``is_iceberg``, ``DELTA_ONLY``; ``_delta_log`` is a file name, not a format: a word starts
+  after ``_`` only when the name is split on it, so ``delta`` must be a whole ``_``-separated or CamelCase part);
+- a string constant equal to a format's name (``"delta"``, case aside): a format chosen by code;
+- an ``isinstance`` / ``issubclass`` test against a table class (a class whose name ends in ``Table``, other than
+  pyarrow's ``pa.Table``): the registry's ``of(table)`` says which format a table is.
 Prose (docstrings, comments, messages and help text that mention a format) is not counted: help text that lists
-the formats is generated from the registry. ``ALLOWED`` lists the modules that use Delta for a table of their
-own, not a mirror table, and why.
+the formats is generated from the registry. No module is exempt (``ALLOWED`` is empty: the change history's log,
+the demo's choice of format and delta-rs's own storage keys are the registry's: ``change_log``, ``default``,
+``Format.storage_keys``).
 """
 
 from __future__ import annotations
@@ -24,17 +28,13 @@ from pathlib import Path
 from tests.test_layers import PKG, _imports, _modules
 
 ROOT = PKG.parent
-FORMAT_NAMES = ("delta", "iceberg")  # the registry's names (test_the_names_are_the_registrys checks)
-TABLE_LIBRARIES = ("deltalake", "pyiceberg")
+# every format's name, the registry's and the one being added (the registry's names are a subset: checked below)
+FORMAT_NAMES = ("delta", "iceberg", "lance")
+TABLE_LIBRARIES = ("deltalake", "pyiceberg", "lance", "lancedb")
 SEAM = ("msgstream_spark.mirror.formats", "msgstream_spark.mirror.formats.base",
         "msgstream_spark.mirror.formats.registry")
-# module -> why it may name a format: auxiliary tables that are Delta by design, not mirror tables
-ALLOWED = {
-    "msgstream_spark/mirror/history/table.py": "the change history is itself a Delta log (docs/mirror.md, History)",
-    "msgstream_spark/jobs/demo.py": "the demo mirrors into a Delta table, as a user chooses a format",
-    # (left for now: the file belongs to the emulators work; the keys belong in formats/delta with its store)
-    "msgstream_spark/mirror/store/settings.py": "DELTA_ONLY: the keys delta-rs's own S3 log store reads",
-}
+# module -> why it may name a format (none now; a new entry needs its reason and a note in docs/internals.md)
+ALLOWED: dict[str, str] = {}
 # identifiers whose "delta" is no table format
 NOT_FORMATS = {"delta_path": "Milvus's delta (delete) binlogs"}
 # mirror/'s own layers, lowest first: a module imports its own layer and those below it
@@ -88,6 +88,12 @@ def _namings(path: Path) -> list[str]:
         for n in names:
             if (_words(n) & set(FORMAT_NAMES) or n in TABLE_LIBRARIES) and n not in NOT_FORMATS:
                 found.append(f"{where}:{node.lineno}: {n}")
+        if (isinstance(node, ast.Call) and isinstance(node.func, ast.Name)
+                and node.func.id in ("isinstance", "issubclass") and len(node.args) == 2):
+            for cls in (node.args[1].elts if isinstance(node.args[1], ast.Tuple) else [node.args[1]]):
+                text = ast.unparse(cls)
+                if text.endswith("Table") and text not in ("pa.Table", "pyarrow.Table"):
+                    found.append(f"{where}:{node.lineno}: isinstance test on a table class {text} (ask registry.of)")
     return found
 
 
@@ -115,9 +121,10 @@ def test_no_code_outside_formats_names_a_format():
 
 
 def test_the_names_are_the_registrys():
+    """Every format the registry lists is one the check looks for (a new format adds its name above)."""
     from msgstream_spark.mirror.formats import registry
 
-    assert registry.names() == FORMAT_NAMES
+    assert set(registry.names()) <= set(FORMAT_NAMES), registry.names()
 
 
 def test_the_check_finds_a_format_named(tmp_path):
@@ -125,9 +132,11 @@ def test_the_check_finds_a_format_named(tmp_path):
     src = tmp_path / "probe.py"
     src.write_text('"""Delta or Iceberg: prose."""\nimport deltalake\nfrom x import DeltaMirrorTable\n'
                    'fmt = "iceberg"\nif isinstance(t, IcebergMirrorTable):\n    pass\nmark = "_delta_log"\n'
-                   'msg = f"a Delta table {fmt}"\n')
+                   'msg = f"a Delta table {fmt}"\nok = isinstance(x, pa.Table) or isinstance(t, (int, HistTable))\n'
+                   'import lance\nLANCE_KEYS = 1\n')
     got = _namings(src)
-    assert [g.split(":")[1] for g in got] == ["2", "3", "4", "5"], got
+    assert sorted({int(g.split(":")[1]) for g in got}) == [2, 3, 4, 5, 9, 10, 11], got
+    assert any("isinstance test on a table class HistTable" in g for g in got), got
 
 
 def _mirror_part(module: str) -> str | None:
@@ -167,3 +176,44 @@ def test_one_batch_protocol():
             if isinstance(node, ast.FunctionDef) and node.name in ("merge", "apply_local"):
                 found.append(f"{where}:{node.lineno}: def {node.name} (apply_batch applies a batch)")
     assert not found, "\n".join(found)
+
+
+STORAGE_CLIENTS = ("pyarrow.fs", "fsspec", "s3fs", "gcsfs", "adlfs", "boto3", "botocore")
+ARROW_FILESYSTEMS = {"FileSystem", "LocalFileSystem", "S3FileSystem", "GcsFileSystem", "AzureFileSystem",
+                     "HadoopFileSystem", "SubTreeFileSystem", "PyFileSystem", "FileSelector"}
+
+
+def _other_storage_clients(path: Path, module: str) -> list[str]:
+    where = path.relative_to(ROOT).as_posix() if path.is_relative_to(ROOT) else path.name
+    out = [f"{where}:{line}: imports {target}" for target, line, _ in _imports(path, module, typing=True)
+           if any(target == c or target.startswith(c + ".") for c in STORAGE_CLIENTS)]  # also from pyarrow import fs
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        name = node.attr if isinstance(node, ast.Attribute) else node.id if isinstance(node, ast.Name) else None
+        if name in ARROW_FILESYSTEMS:
+            out.append(f"{where}:{node.lineno}: {name} (a pyarrow file system)")
+        if isinstance(node, ast.keyword) and node.arg == "filesystem":
+            out.append(f"{where}:{node.lineno}: filesystem= (a pyarrow file system handed to a reader or writer)")
+    return out
+
+
+def test_one_storage_client():
+    """Everything the mirror reads or writes (tables, the storage snapshot's Milvus files, key indexes, leases)
+    goes through ``mirror.store.Store`` (obstore, or the local file system): no product module makes a pyarrow
+    file system or imports another object-storage client (pyiceberg's FileIO and delta-rs are handed the store's
+    settings)."""
+    bad = []
+    for path in [*sorted(PKG.rglob("*.py")), *sorted((ROOT / "jobs").glob("*.py")),
+                 *sorted((ROOT / "pyspark_msgstream").glob("*.py"))]:
+        if path.name.endswith("_pb2.py"):
+            continue
+        module = ".".join(path.relative_to(ROOT).with_suffix("").parts).removesuffix(".__init__")
+        bad += _other_storage_clients(path, module)
+    assert not bad, "a storage client other than the Store:\n" + "\n".join(sorted(set(bad)))
+
+
+def test_the_storage_client_check_finds_a_pyarrow_file_system(tmp_path):
+    src = tmp_path / "probe.py"
+    src.write_text('"""S3FileSystem in prose."""\nfrom pyarrow import fs\nimport boto3\n'
+                   'x = fs.S3FileSystem()\npq.read_table("p", filesystem=x)\n')
+    got = _other_storage_clients(src, "probe")
+    assert sorted(int(g.split(":")[1]) for g in got) == [2, 3, 4, 5], got

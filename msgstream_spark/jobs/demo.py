@@ -7,9 +7,10 @@ On the embedded backend in ``demo-output/`` (recreated each run):
 4. publish more rows (and deletes);
 5. replay from the saved position into another table, and ingest again (incremental);
 6. print rows per op and per channel, positions and throughput, and check the counts;
-7. mirror the collection into a Delta table (``mirror run --snapshot never``: the embedded log holds
-   every event, and there is no Milvus to snapshot from) and show a few of its rows next to what the
-   collection holds, computed from what the demo published (the synthetic rows minus the deleted keys).
+7. mirror the collection into a table of the registry's default format, Delta (``mirror run --snapshot never``:
+   the embedded log holds every event, and there is no Milvus to snapshot from) and show a few of its rows next
+   to what the collection holds, computed from what the demo published (the synthetic rows minus the deleted
+   keys).
 """
 
 from __future__ import annotations
@@ -170,7 +171,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     print("[6/7] summary", flush=True)
     summary = _summary(args, step, work, t_start, saved, (pub1, pub2), (ing1, ing2), rep, (events, replay_out))
     _print_summary(summary)
-    print("[7/7] mirror the collection into a Delta table", flush=True)
+    print(f"[7/7] mirror the collection into {_format().article} table", flush=True)
     summary["mirror"] = _mirror(args, common, work, step, spark)
     summary["got"]["mirror_equals_collection"] = summary["mirror"]["equal"]
     summary["expected"]["mirror_equals_collection"] = True
@@ -198,23 +199,31 @@ def _collection_state(args, step: int, events: Path):
     return state
 
 
+def _format():
+    """The format the demo mirrors into: the registry's default, as a user who gives no preference gets it."""
+    from msgstream_spark.mirror.formats import registry
+
+    return registry.get(registry.default())
+
+
 def _mirror(args, common: dict[str, str], work: Path, step: int, spark) -> dict[str, Any]:
     from msgstream_spark.jobs import mirror
     from msgstream_spark.mirror.table import open_table
 
     table = work / "lake" / "mirror"
+    fmt = _format().name
     margs = mirror.build_parser().parse_args([
         "--config", common["config"], "--channels", common["channels"], "--collection", "demo",
-        "--table", str(table), "--table-format", "delta", "--snapshot", "never"])
+        "--table", str(table), "--table-format", fmt, "--snapshot", "never"])
     t0 = time.perf_counter()
     res = mirror.run(margs, spark)
     secs = time.perf_counter() - t0
-    got = open_table("delta", str(table), collection="demo", pk="pk", create=False).to_arrow()
+    got = open_table(fmt, str(table), collection="demo", pk="pk", create=False).to_arrow()
     rows = {r["pk"]: r for r in got.select(["pk", "category", "score", "vec", "_ts"]).to_pylist()}
     want = _collection_state(args, step, work / "lake" / "events")
     equal = rows.keys() == want.keys() and all(
         (rows[k]["category"], rows[k]["score"], rows[k]["vec"]) == v for k, v in want.items())
-    print(f"\n== mirrored table {table} (delta, {len(rows)} rows, {res['merged_batches']} merge(s), "
+    print(f"\n== mirrored table {table} ({fmt}, {len(rows)} rows, {res['merged_batches']} merge(s), "
           f"{secs:.1f} s) next to what the collection holds ({len(want)} rows) ==")
     print(f"{'pk':>8}  {'table: category':>16} {'score':>6} {'_ts':>19}   {'collection: category':>20} {'score':>6}")
     for pk in list(range(0, 4)) + [args.rows - 1, args.rows]:

@@ -2,17 +2,19 @@
 
 The plan's binlog groups are packed into units and tasks (:func:`msgstream_spark.mirror.snapshot.storage.units.pack`:
 units hold disjoint key sets, about as many tasks as cores unless the binlogs are large). Each task reads
-its units column-wise and writes them as one Parquet file with pyarrow straight into the table's store (no rows
-through the JVM, no shared disk); it answers only the file's path and row count, which the driver collects and
-hands to the table, as the query route does (:mod:`msgstream_spark.spark.snapshot`). Only where a unit would be
-too large (many segments of one channel re-inserting one key range) does a key pass run first: a job over those
-segments' timestamps and keys, hashed into a few partitions, bringing the repeated keys with their newest
-``_seq`` to the driver.
+its units column-wise (Milvus's files through the mirror's ``Store``, built from the settings the driver resolved)
+and writes them as one Parquet file with pyarrow straight into the table's store (no rows through the JVM, no
+shared disk), under a name unique to the attempt; it answers only the file's path and row count, which the driver
+collects and hands to the table, as the query route does (:mod:`msgstream_spark.spark.snapshot`). Only where a
+unit would be too large (many segments of one channel re-inserting one key range) does a key pass run first: a
+job over those segments' timestamps and keys, hashed into a few partitions, bringing the repeated keys with their
+newest ``_seq`` to the driver.
 """
 
 from __future__ import annotations
 
 import logging
+import uuid
 
 import pyarrow as pa
 from pyspark.sql import SparkSession
@@ -31,21 +33,27 @@ log = logging.getLogger(__name__)
 
 def _keys_fn(reader: StorageReader, tasks: list[ReadTask]):
     def read(batches):
-        fs_ = reader.settings.filesystem()
+        milvus = reader.settings.store()  # from the driver's resolved settings, not the executor's environment
         for b in batches:
             for i in b.column(0).to_pylist():
-                yield reader.read_keys(tasks[i], fs_)
+                yield reader.read_keys(tasks[i], milvus)
 
     return read
 
 
+def part_name(i: int) -> str:
+    """Task ``i``'s file name, unique to this attempt: a retried or speculative attempt of the task writes a file
+    of its own, never over another attempt's (the driver takes only the files the successful attempts return)."""
+    return f"part-{i:05d}-{uuid.uuid4().hex}.parquet"
+
+
 def _write_fn(reader: StorageReader, bins: list[list[Unit]], out_dir: str, acc, store: Store):
     def write(batches):
-        fs_ = reader.settings.filesystem()
+        milvus = reader.settings.store()  # from the driver's resolved settings, not the executor's environment
         for b in batches:
             for i in b.column(0).to_pylist():
-                path = uri.join(out_dir, f"part-{i:05d}.parquet")
-                rows = write_units(reader, bins[i], path, fs_, acc, store)
+                path = uri.join(out_dir, part_name(i))
+                rows = write_units(reader, bins[i], path, milvus, acc, store)
                 yield pa.RecordBatch.from_pydict({"path": [path], "rows": [rows]})
 
     return write

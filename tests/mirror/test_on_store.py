@@ -388,3 +388,17 @@ def test_sparks_checkpoint_stays_on_the_drivers_disk():
     with pytest.raises(UsageError, match=r"--checkpoint s3a://b/ck: Spark's checkpoint is a directory on the driver"):
         checkpoint_of(Namespace(table="s3://b/t", checkpoint="s3a://b/ck"), required=True)
     assert checkpoint_of(Namespace(table="lake/t/", checkpoint=None), required=True) == "lake/t_checkpoint"
+
+
+def test_a_delta_table_whose_log_cannot_be_listed_is_named_in_the_error(s3):
+    """delta-rs's listing of ``_delta_log/`` fails (no such bucket): the error is the mirror's, naming the table's
+    location, no secret in it (it was a bare OSError without the location)."""
+    from tests.fixtures.s3_server import SECRET_KEY
+
+    loc = "s3://no-such-bucket-for-a-table/lake/t"
+    for call in (lambda: open_table("delta", loc, collection="c", pk="pk", arrow_schema=pa.schema(
+                     [pa.field("pk", pa.int64())]), storage_options=s3.options()),
+                 lambda: open_table("delta", loc, collection="c", pk="pk", create=False, storage_options=s3.options())):
+        with pytest.raises(MirrorError, match=f"Delta table at {loc}: listing its log") as e:
+            call()
+        assert SECRET_KEY not in str(e.value)

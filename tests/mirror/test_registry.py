@@ -51,3 +51,33 @@ def test_the_features_are_the_formats():
     assert registry.with_feature("history") == ["delta"]  # the change log is a Delta log beside a Delta mirror
     assert registry.with_feature("catalogs") == ["iceberg"]
     assert registry.with_feature("time_travel") == list(NAMES)
+
+
+def test_a_formats_own_storage_keys_reach_its_library_and_not_obstore(s3):
+    """The storage options a format's library reads itself (delta-rs's S3 log store keys: ``Format.storage_keys``,
+    no longer a list in the store's settings) are accepted with object_store's, handed to the table library
+    (``storage_options()``) and left out of obstore's config (which refuses a key it does not know)."""
+    from msgstream_spark.mirror.store import open_store, resolve_options
+    from msgstream_spark.mirror.store.settings import for_obstore
+
+    own = {k for f in NAMES for k in registry.get(f).storage_keys.get("s3", ())}
+    assert own, "a format with keys of its own (delta-rs's log store)"
+    key = sorted(own)[0]
+    opts = resolve_options("s3", {**s3.options(), key: "true"}, {})
+    assert opts[key] == "true" and key not in for_obstore(opts)[0]
+    st = open_store(s3.uri("t"), {**s3.options(), key: "true"}, env={})
+    assert st.storage_options()[key] == "true"
+    st.put(st.join("x"), b"1")  # obstore's client made without it
+    assert st.read(st.join("x")) == b"1"
+
+
+def test_the_change_log_and_the_default_format_come_from_the_registry(tmp_path):
+    """The change history's log is the registry's choice (``change_log``), as is the format the demo creates
+    (``default``): no module outside formats/ names one."""
+    log = registry.change_log(str(tmp_path / "h"), "pk")
+    assert not log.exists() and log.last_batch("q") is None
+    log.ensure(pa.schema([pa.field("pk", pa.int64())]), "h")
+    assert log.exists() and log.append([], "q", 3, {"k": "v"}) and not log.append([], "q", 3, {})
+    assert log.last_batch("q") == 3 and log.to_arrow().num_rows == 0
+    assert any(c.get("k") == "v" for c in log.commit_infos())
+    assert registry.default() in NAMES

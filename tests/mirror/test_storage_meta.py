@@ -100,9 +100,10 @@ def test_storage_settings_from_milvus_yaml_keys_and_the_secret_masked():
                                                       "minio.port": 9000, "minio.bucketName": "b",
                                                       "minio.rootPath": "files", "minio.accessKeyID": "ak",
                                                       "minio.secretAccessKey": "sekrit"}))
-    assert (s.kind, s.root, s.endpoint, s.scheme) == ("s3", "b/files", "h:9000", "http")
+    assert (s.kind, s.location, s.options["aws_endpoint"]) == ("s3", "s3://b/files", "http://h:9000")
+    assert s.options["aws_allow_http"] == "true" and s.options["aws_secret_access_key"] == "sekrit"
     assert "sekrit" not in repr(s) and "sekrit" not in str(s)
-    assert s.path("insert_log/1") == "b/files/insert_log/1"
+    assert s.path("insert_log/1") == "s3://b/files/insert_log/1"
     with pytest.raises(ConfigError, match="localStorage.path"):
         storage_settings(Config.load(None, overrides={"common.storageType": "local"}))
-    assert StorageSettings("local", "/x").path("a") == "/x/a"
+    assert StorageSettings("/x").path("a") == "/x/a"

@@ -12,7 +12,7 @@ To add a format: a package beside ``delta/`` and ``iceberg/`` with a table class
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
@@ -193,6 +193,31 @@ class Pinned(Protocol):
         """Every row at this version, streamed."""
 
 
+class ChangeLog(Protocol):
+    """An append-only log of Parquet files written by tasks (the mirror's change history), in the format
+    ``registry.change_log`` chooses: one version per append with an application transaction (exactly once)."""
+
+    location: str
+    store: Any  # the log's Store (its files are written and read through it)
+    root: str
+
+    def exists(self) -> bool: ...
+
+    def last_batch(self, app: str) -> int | None:
+        """The last version of application ``app`` the log holds (None: none, or no log yet)."""
+
+    def ensure(self, schema: pa.Schema, name: str) -> None:
+        """Create the log with ``schema``, or add the columns it lacks."""
+
+    def append(self, paths: list[str], app: str, version: int, info: dict[str, str]) -> bool:
+        """One version adding ``paths``; False if the log already holds (``app``, ``version``)."""
+
+    def commit_infos(self) -> list[dict]:
+        """Every version's commit info, newest first."""
+
+    def to_arrow(self) -> pa.Table: ...
+
+
 @dataclass(frozen=True)
 class Format:
     """A table format as the rest of the code asks of it (``formats/registry.py`` lists them).
@@ -203,7 +228,9 @@ class Format:
     version. ``options`` the format takes of ``catalog_uri``, ``storage_options``, ``catalog``,
     ``catalog_options`` are named in ``takes``. Features: ``history`` (the mirror job's change history can follow
     it), ``partitions`` (the user's identity partitions), ``time_travel`` (a read at an older version),
-    ``catalogs`` (the table may be named in a catalog: ``namespace.table``)."""
+    ``catalogs`` (the table may be named in a catalog: ``namespace.table``). ``storage_keys``: storage options the
+    format's own library reads beyond object_store's, by kind of store (accepted by the store's settings, handed
+    to that library only)."""
 
     name: str
     title: str  # for messages: "Delta", "Iceberg"
@@ -216,6 +243,7 @@ class Format:
     partitions: bool = False
     time_travel: bool = True
     catalogs: bool = False
+    storage_keys: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
 
     @property
     def article(self) -> str:

@@ -13,13 +13,16 @@ import pyarrow as pa
 
 from msgstream_spark.errors import MirrorError
 from msgstream_spark.mirror.formats import detect
-from msgstream_spark.mirror.formats.base import Format, MirrorTable, Pinned
+from msgstream_spark.mirror.formats.base import ChangeLog, Format, MirrorTable, Pinned
 from msgstream_spark.mirror.formats.delta.append import append_rows
+from msgstream_spark.mirror.formats.delta.changelog import DeltaChangeLog
+from msgstream_spark.mirror.formats.delta.handle import LOG_STORE_KEYS
 from msgstream_spark.mirror.formats.delta.pinned import DeltaPinned
 from msgstream_spark.mirror.formats.delta.table import DeltaMirrorTable
 from msgstream_spark.mirror.formats.iceberg.catalog import is_identifier
 from msgstream_spark.mirror.formats.iceberg.pinned import IcebergPinned
 from msgstream_spark.mirror.formats.iceberg.table import IcebergMirrorTable
+from msgstream_spark.mirror.store.settings import accept_library_keys
 
 _CATALOG = ("catalog_uri", "storage_options", "catalog", "catalog_options")
 
@@ -30,16 +33,24 @@ def _iceberg_stored(location: str, *, catalog_uri: str | None = None, **more: An
 
 _ENTRIES = (
     Format("delta", "Delta", DeltaMirrorTable, DeltaMirrorTable.open, DeltaMirrorTable.stored_properties,
-           DeltaPinned, history=True),
+           DeltaPinned, history=True, storage_keys={"s3": LOG_STORE_KEYS}),
     Format("iceberg", "Iceberg", IcebergMirrorTable, IcebergMirrorTable.open, _iceberg_stored, IcebergPinned,
            takes=_CATALOG, partitions=True, catalogs=True),
 )
 FORMATS: dict[str, Format] = {f.name: f for f in _ENTRIES}
+for _f in _ENTRIES:  # the store's settings accept the keys each format's library reads itself
+    for _kind, _keys in _f.storage_keys.items():
+        accept_library_keys(_kind, _keys)
 
 
 def names() -> tuple[str, ...]:
     """Every format's name, as ``--table-format`` takes it."""
     return tuple(FORMATS)
+
+
+def default() -> str:
+    """The format a table is created in when the caller has no preference (the demo): the first entry."""
+    return _ENTRIES[0].name
 
 
 def get(name: str) -> Format:
@@ -103,6 +114,12 @@ def append_report(location: str, rows: pa.Table, storage_options: Mapping[str, s
     """``rows`` appended to a report table of the mirror's own at ``location`` (a Delta table, whatever the
     mirrored table's format: docs/mirror.md, verify's ``--report-table``)."""
     append_rows(location, rows, storage_options)
+
+
+def change_log(location: str, pk: str, storage_options: Mapping[str, str] | None = None) -> ChangeLog:
+    """The mirror's change history at ``location``: an append-only log of the files tasks write, one version per
+    batch (a Delta table, whatever the mirrored table's format: docs/mirror.md, History)."""
+    return DeltaChangeLog(location, pk, storage_options)
 
 
 def pin(table: Any) -> Pinned:

@@ -9,14 +9,13 @@ group's outcome, else the mirrored table's row before the batch) makes an insert
 of an absent key no change at all (``history.write.history_rows``).
 
 The rows are written as Parquet files by tasks (``history.write``; Spark's tasks in the job) and committed
-here: the file list, one Delta version with an application transaction (query id, batch id), skipped when
-the log already holds the batch. Delta tables, next to a Delta mirror. Spark-free. See docs/mirror.md,
-"History".
+here: the file list, one version of the log with an application transaction (query id, batch id), skipped when
+the log already holds the batch. The log's format is the registry's choice (``formats.registry.change_log``);
+beside a mirror whose format has the ``history`` feature. Spark-free. See docs/mirror.md, "History".
 """
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
 
 import numpy as np
@@ -26,9 +25,8 @@ import pyarrow.compute as pc
 from msgstream_spark.errors import MirrorError
 from msgstream_spark.mirror.collapse import OP, collapse
 from msgstream_spark.mirror.common import PROP_BATCH, PROP_QUERY, TS
+from msgstream_spark.mirror.formats import registry
 from msgstream_spark.mirror.formats.base import DATA_DIR
-from msgstream_spark.mirror.formats.delta.log import add_of, write_commit
-from msgstream_spark.mirror.formats.delta.table import CHECKPOINT_EVERY
 from msgstream_spark.mirror.history.write import (
     MAX_TS,
     ROWS,
@@ -41,7 +39,7 @@ from msgstream_spark.mirror.history.write import (
     seed_local,
 )
 from msgstream_spark.mirror.order import SEQ
-from msgstream_spark.mirror.store import open_store, uri
+from msgstream_spark.mirror.store import uri
 from msgstream_spark.mirror.watermark import physical_ms
 from msgstream_spark.mirror.write.layout import FILE
 
@@ -51,70 +49,31 @@ PROP_BEGAN = "msgstream.history.began"  # Milvus time from which as_of answers
 __all__ = ["HistoryTable", "as_of", "history_rows", "scd2"]
 
 
-def _deltalake():
-    try:
-        import deltalake
-    except ImportError as e:
-        raise MirrorError("the history table needs the 'deltalake' package: pip install "
-                          "'msgstream-spark[mirror]'") from e
-    return deltalake
-
-
 class HistoryTable:
-    """The change log at ``location`` (Delta): a seed commit once, then one commit per (query id, batch id)."""
+    """The change log at ``location``: a seed commit once, then one commit per (query id, batch id)."""
 
     def __init__(self, location: str, pk: str, storage_options: dict | None = None) -> None:
         self.location, self.pk = location, pk
-        self.store = open_store(location, storage_options)
-        self.root = uri.parse(location).uri()
-
-    def _dt(self):
-        dl = _deltalake()
-        so = self.store.storage_options()
-        return dl.DeltaTable(self.root, storage_options=so) if dl.DeltaTable.is_deltatable(self.root, so) else None
+        self.log = registry.change_log(location, pk, storage_options)
+        self.store, self.root = self.log.store, self.log.root
 
     def last_batch(self, query_id: str) -> int | None:
-        dt = self._dt()
-        v = None if dt is None else dt.transaction_version(query_id)
-        return None if v is None else int(v)
+        return self.log.last_batch(query_id)
 
     def seeded(self) -> bool:
         return self.last_batch(SEED_APP) is not None
 
     def spec(self, table_schema: pa.Schema, snapshot_ts: int | None = None) -> HistorySpec:
         """What the writing tasks need; creates the log (no rows) or adds the mirror's new columns first."""
-        dl = _deltalake()
         schema = history_schema(table_schema)
-        dt = self._dt()
-        if dt is None:
-            dl.DeltaTable.create(self.root, schema, name="msgstream history", raise_if_key_not_exists=False,
-                                 storage_options=self.store.storage_options())
-        else:
-            have = set(dt.schema().to_arrow().names)
-            extra = [f for f in schema if f.name not in have]
-            if extra:
-                dt.alter.add_columns([dl.Field.from_arrow(f.with_nullable(True)) for f in extra])
+        self.log.ensure(schema, "msgstream history")
         return HistorySpec(schema, self.pk, uri.join(self.root, DATA_DIR), snapshot_ts, dict(self.store.options))
 
     def commit_files(self, files: pa.Table, app: str, version: int, info: dict[str, str]) -> bool:
-        """One Delta version adding the files tasks wrote (``history.write.files_schema`` rows) with the
+        """One version of the log adding the files tasks wrote (``history.write.files_schema`` rows) with the
         application transaction (``app``, ``version``); False (nothing written) if the log already holds it."""
-        dt = self._dt()
-        if dt is None:
-            raise MirrorError(f"no history table at {self.location} (HistoryTable.spec creates it)")
-        done = dt.transaction_version(app)
-        if done is not None and int(done) >= version:
-            return False
-        now = int(time.time() * 1000)
-        actions = [{"add": add_of(self.store, self.root, p, self.pk, now, None)}
-                   for p, n in zip(files.column(FILE).to_pylist(), files.column(ROWS).to_pylist()) if n]
-        actions.append({"txn": {"appId": app, "version": int(version), "lastUpdated": now}})
-        version_now = dt.version() + 1
-        write_commit(self.store, self.root, version_now, actions, "WRITE", info)
-        if version_now % CHECKPOINT_EVERY == 0:  # readers start from the last checkpoint, not every JSON
-            dt.update_incremental()
-            dt.create_checkpoint()
-        return True
+        paths = [p for p, n in zip(files.column(FILE).to_pylist(), files.column(ROWS).to_pylist()) if n]
+        return self.log.append(paths, app, version, info)
 
     def commit_seed(self, files: pa.Table) -> bool:
         """The seed commit (once): the files of the mirrored rows when the history began; records the newest
@@ -145,19 +104,13 @@ class HistoryTable:
         return self.commit_files(w.close(), query_id, batch_id, {PROP_QUERY: query_id, PROP_BATCH: str(batch_id)})
 
     def began(self) -> int:
-        dt = self._dt()
-        if dt is None:
-            raise MirrorError(f"no history table at {self.location}")
-        for commit in reversed(dt.history()):  # oldest first: the seed's commit records it
+        for commit in reversed(self.log.commit_infos()):  # oldest first: the seed's commit records it
             if PROP_BEGAN in commit:
                 return int(commit[PROP_BEGAN])
         raise MirrorError(f"history table {self.location} has no seed commit yet (no batch was logged)")
 
     def to_arrow(self) -> pa.Table:
-        dt = self._dt()
-        if dt is None:
-            raise MirrorError(f"no history table at {self.location}")
-        return pa.table(dt.to_pyarrow_table())
+        return self.log.to_arrow()
 
 
 def as_of(history: HistoryTable, ts: int) -> pa.Table:

@@ -6,14 +6,16 @@ then lets explicit options (``--storage-option KEY=VALUE``, the data source's an
 case-insensitively and under any alias object_store accepts (``endpoint``, ``aws_endpoint_url``, ...). Keys come
 back canonical (``aws_endpoint``, ``aws_allow_http``). :func:`mask` hides their secrets in every log line, error
 and printed summary (by :mod:`msgstream_spark.config.secrets`, the package's one definition of a secret). The
-``for_*`` functions give the same settings in the form each reader takes (pyiceberg's FileIO properties,
-pyarrow's S3FileSystem).
+``for_*`` functions give the same settings in the form each other client takes (obstore's config and client
+options, pyiceberg's FileIO properties).
 """
 
 from __future__ import annotations
 
+import json
 import os
-from collections.abc import Mapping
+import time
+from collections.abc import Iterable, Mapping
 from typing import Any, overload
 
 from msgstream_spark.config import mask_mapping, mask_text
@@ -34,7 +36,7 @@ _S3 = {"aws_access_key_id": ("access_key_id",), "aws_secret_access_key": ("secre
        "aws_unsigned_payload": ("unsigned_payload",), "aws_checksum_algorithm": ("checksum_algorithm",),
        "aws_container_credentials_relative_uri": (), "aws_container_credentials_full_uri": (),
        "aws_container_authorization_token_file": (), "aws_web_identity_token_file": (), "aws_role_arn": (),
-       "aws_role_session_name": (), "aws_sts_endpoint": (), "aws_skip_signature": ("skip_signature",),
+       "aws_role_session_name": (), "aws_endpoint_url_sts": (), "aws_skip_signature": ("skip_signature",),
        "aws_server_side_encryption": (), "aws_sse_kms_key_id": (), "aws_sse_bucket_key_enabled": (),
        "aws_conditional_put": ("conditional_put",), "aws_copy_if_not_exists": ("copy_if_not_exists",),
        "aws_disable_tagging": ("disable_tagging",), "aws_request_payer": ("request_payer",)}
@@ -42,7 +44,7 @@ _GCS = {"google_service_account": ("service_account", "google_service_account_pa
         "google_service_account_key": ("service_account_key",),
         "google_bucket": ("google_bucket_name", "bucket", "bucket_name"),
         "google_application_credentials": ("application_credentials",), "google_skip_signature": ("skip_signature",),
-        "google_base_url": ("base_url",)}
+        "google_base_url": ("base_url",), "google_bearer_token": ("bearer_token",)}
 _AZURE = {"azure_storage_account_name": ("account_name",),
           "azure_storage_account_key": ("azure_storage_access_key", "azure_storage_master_key", "account_key",
                                         "access_key", "master_key"),
@@ -58,9 +60,17 @@ _AZURE = {"azure_storage_account_name": ("account_name",),
           "azure_use_fabric_endpoint": ("use_fabric_endpoint",), "azure_use_azure_cli": ("use_azure_cli",),
           "azure_skip_signature": ("skip_signature",), "azure_container_name": ("container_name",),
           "azure_disable_tagging": ("disable_tagging",)}
-# keys delta-rs reads for its own S3 log store (not object_store's): passed to deltalake only
-DELTA_ONLY = ("aws_s3_allow_unsafe_rename", "aws_s3_locking_provider", "delta_dynamo_table_name")
 _KINDS = {"s3": ("aws_", _S3), "gcs": ("google_", _GCS), "azure": ("azure_", _AZURE)}
+_OBJECT_STORE_KEYS = frozenset(k for _, table in _KINDS.values() for k in table)
+# kind -> keys a table format's own library reads beyond object_store's (registered by mirror.formats.registry:
+# the store knows no format); accepted as they are, handed to the table library, never to obstore
+_LIBRARY_KEYS: dict[str, set[str]] = {}
+
+
+def accept_library_keys(kind: str, keys: Iterable[str]) -> None:
+    """Let ``keys`` through :func:`resolve_options` for stores of ``kind``: settings a table format's library
+    reads itself (not object_store's), given to that library with the others and left out of obstore's."""
+    _LIBRARY_KEYS.setdefault(kind, set()).update(keys)
 
 
 def _aliases(kind: str) -> dict[str, str]:
@@ -71,8 +81,7 @@ def _aliases(kind: str) -> dict[str, str]:
         out.update((o, canon) for o in others)
     for key in _CLIENT:
         out[key] = out[prefix + key] = prefix + key
-    if kind == "s3":
-        out.update((k, k) for k in DELTA_ONLY)
+    out.update((k, k) for k in _LIBRARY_KEYS.get(kind, ()))
     return out
 
 
@@ -126,15 +135,16 @@ def mask(value, options=None):
 
 
 def for_obstore(options: Mapping[str, str]) -> tuple[dict[str, str], dict[str, str]]:
-    """The settings as obstore takes them: (store config, HTTP client options without their prefix), delta-rs's
-    own log-store keys left out (obstore 0.12 panics on a client key given in the store config)."""
+    """The settings as obstore takes them: (store config, HTTP client options without their prefix); only
+    object_store's own keys go into the config (a table library's own keys are left out: obstore refuses a key it
+    does not know, and 0.12 panics on a client key given in the store config)."""
     config: dict[str, str] = {}
     client: dict[str, str] = {}
     for k, v in options.items():
         bare = k.split("_", 1)[1] if "_" in k else k
         if bare in _CLIENT:
             client[bare] = v
-        elif k not in DELTA_ONLY:
+        elif k in _OBJECT_STORE_KEYS:
             config[k] = v
     return config, client
 
@@ -162,8 +172,7 @@ def for_pyiceberg(options: Mapping[str, str]) -> dict[str, str]:
     out = {_PYICEBERG[k]: v for k, v in options.items() if k in _PYICEBERG}
     if "s3.region" not in out and "aws_default_region" in options:
         out["s3.region"] = options["aws_default_region"]
-    if options.get("google_base_url"):
-        out["gcs.service.host"] = options["google_base_url"]
+    out.update(_gcs(options))
     endpoint = options.get("azure_storage_endpoint")
     if not endpoint and _true(options.get("azure_storage_use_emulator")):
         endpoint = _AZURITE[0]
@@ -172,6 +181,29 @@ def for_pyiceberg(options: Mapping[str, str]) -> dict[str, str]:
         out.update(_adls_endpoint(endpoint, out.get("adls.account-name", "")))
     if any(k.startswith("azure_") for k in options):  # pyarrow's, as for s3:// and gs:// (pyiceberg's first
         out["py-io-impl"] = _ARROW_IO  # choice for abfs:// is fsspec's, which needs adlfs, not a dependency)
+    return out
+
+
+TOKEN_LIFE_S = 3600  # a Google OAuth access token lives an hour at most
+
+
+def _gcs(options: Mapping[str, str]) -> dict[str, str]:
+    """GCS settings as pyiceberg's ``gcs.*``: the base URL, a bearer token, the project of an inline service-account
+    key. (A service-account key file reaches pyarrow's GCS file system, pyiceberg's FileIO for ``gs://``, only as
+    the machine's default credentials: ``GOOGLE_APPLICATION_CREDENTIALS``; it takes no key file.)"""
+    out = {}
+    if options.get("google_base_url"):
+        out["gcs.service.host"] = options["google_base_url"]
+    if options.get("google_bearer_token"):  # pyarrow takes a token only with its expiry: a Google OAuth token's
+        out["gcs.oauth2.token"] = options["google_bearer_token"]  # longest life from now (object_store's has none)
+        out["gcs.oauth2.token-expires-at"] = str(int((time.time() + TOKEN_LIFE_S) * 1000))
+    try:
+        project = json.loads(options.get("google_service_account_key") or "{}").get("project_id")
+    except (ValueError, AttributeError) as e:
+        raise ConfigError(f"storage option google_service_account_key is not a service-account key's JSON: "
+                          f"{type(e).__name__}") from None
+    if project:
+        out["gcs.project-id"] = str(project)
     return out
 
 
@@ -190,27 +222,6 @@ def _adls_endpoint(endpoint: str, account: str) -> dict[str, str]:
         blob = dfs = host
     return {"adls.blob-storage-authority": blob, "adls.blob-storage-scheme": scheme,
             "adls.dfs-storage-authority": dfs, "adls.dfs-storage-scheme": scheme}
-
-
-def for_pyarrow_s3(options: Mapping[str, str]) -> dict[str, Any]:
-    """Keyword arguments of ``pyarrow.fs.S3FileSystem`` for the same S3 settings."""
-    kw: dict[str, Any] = {}
-    pairs = {"aws_access_key_id": "access_key", "aws_secret_access_key": "secret_key",
-             "aws_session_token": "session_token", "aws_role_arn": "role_arn"}
-    kw.update((pairs[k], v) for k, v in options.items() if k in pairs)
-    region = options.get("aws_region") or options.get("aws_default_region")
-    if region:
-        kw["region"] = region
-    endpoint = options.get("aws_endpoint")
-    if endpoint:
-        scheme, _, host = endpoint.partition("://")
-        kw["endpoint_override"] = host.rstrip("/") if host else endpoint
-        kw["scheme"] = scheme if host else ("http" if _true(options.get("aws_allow_http")) else "https")
-    if _true(options.get("aws_virtual_hosted_style_request")):
-        kw["force_virtual_addressing"] = True
-    if _true(options.get("aws_skip_signature")):
-        kw["anonymous"] = True
-    return kw
 
 
 def _true(value: str | None) -> bool:

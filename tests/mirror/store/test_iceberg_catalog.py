@@ -126,3 +126,30 @@ def test_a_table_in_the_store_created_in_a_new_sql_catalog_file(s3, tmp_path):
         "s3.secret-access-key": SECRET_KEY, "s3.region": "us-east-1"})
     assert plain.list_tables("msgstream") == [("msgstream", "books")]
     assert plain.load_table(("msgstream", "books")).location().rstrip("/") == location.rstrip("/")
+
+
+def test_the_file_io_of_a_gs_and_an_abfs_table_carries_the_store_settings(monkeypatch, tmp_path):
+    """pyiceberg's FileIO for a ``gs://`` and an ``abfs://`` table is configured from the table's storage settings
+    (the ``gcs.*`` and ``adls.*`` properties), and the pyarrow file system it builds for the location uses them:
+    the endpoint, the credentials (a GCS bearer token: ``gcs.oauth2.token``; an Azure account and key)."""
+    import json
+
+    monkeypatch.setenv("PYICEBERG_HOME", str(tmp_path))  # no .pyiceberg.yaml of the machine's user
+    key = json.dumps({"type": "service_account", "project_id": "lake-project", "private_key": "k"})
+    gcs = resolve_catalog("gs://bkt/lake/t", catalog_uri=f"sqlite:///{tmp_path / 'g.db'}", storage_options={
+        "base_url": "http://127.0.0.1:4443", "bearer_token": "ya29.token", "service_account_key": key})
+    io = gcs._load_file_io(location="gs://bkt/lake/t")
+    want = {"gcs.service.host": "http://127.0.0.1:4443", "gcs.oauth2.token": "ya29.token",
+            "gcs.project-id": "lake-project"}
+    assert {k: io.properties.get(k) for k in want} == want
+    made = io.fs_by_scheme("gs", "bkt").__reduce__()[1][0]
+    assert (made["scheme"], made["endpoint_override"], made["access_token"]) == ("http", "127.0.0.1:4443", "ya29.token")
+    assert made["credential_token_expiration"] is not None  # pyarrow takes a token only with its expiry
+
+    az = resolve_catalog("abfs://cont/lake/t", catalog_uri=f"sqlite:///{tmp_path / 'a.db'}", storage_options={
+        "account_name": "devstoreaccount1", "account_key": "a2V5", "endpoint": "http://127.0.0.1:10000/devstoreaccount1"})
+    io = az._load_file_io(location="abfs://cont/lake/t")
+    assert io.properties["adls.account-name"] == "devstoreaccount1" and io.properties["adls.account-key"] == "a2V5"
+    made = io.fs_by_scheme("abfs", "cont").__reduce__()[1][0]
+    assert (made["account_name"], made["account_key"], made["blob_storage_authority"], made["blob_storage_scheme"]) \
+        == ("devstoreaccount1", "a2V5", "127.0.0.1:10000", "http")

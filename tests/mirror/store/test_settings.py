@@ -12,7 +12,7 @@ import pytest
 
 from msgstream_spark.errors import ConfigError
 from msgstream_spark.mirror.store import AlreadyExists, StoreError, mask, open_store, resolve_options
-from msgstream_spark.mirror.store.settings import for_pyarrow_s3, for_pyiceberg, known_keys
+from msgstream_spark.mirror.store.settings import for_pyiceberg, known_keys
 from tests.fixtures.login_env import DECOYS, login_env
 from tests.fixtures.s3_server import SECRET_KEY
 
@@ -65,8 +65,6 @@ def test_reader_forms():
                                   "secret_access_key": "SK", "region": "us-east-1", "allow_http": "true"}, {})
     assert for_pyiceberg(opts) == {"s3.endpoint": "http://127.0.0.1:9000", "s3.access-key-id": "AK",
                                    "s3.secret-access-key": "SK", "s3.region": "us-east-1"}
-    assert for_pyarrow_s3(opts) == {"access_key": "AK", "secret_key": "SK", "region": "us-east-1",
-                                    "endpoint_override": "127.0.0.1:9000", "scheme": "http"}
 
 
 
@@ -259,3 +257,28 @@ def test_what_undoes_a_gcs_or_azure_tasks_variables(monkeypatch):
     with pytest.raises(StoreError, match="SERVICE_ACCOUNT"):
         pins("gcs", {"google_application_credentials": "/adc.json"}, "gs://b", {"SERVICE_ACCOUNT": "/theirs.json"})
     assert pins("gcs", {}, "gs://b", {"SERVICE_ACCOUNT": "/own.json"}) == ({}, None)  # none shipped: its own
+
+
+def test_every_key_the_settings_take_is_one_obstore_takes():
+    """A key ``resolve_options`` accepts reaches obstore 0.12 as one of its store's config keys (a key obstore does
+    not know is refused when the client is made: the STS endpoint is ``aws_endpoint_url_sts``)."""
+    from obstore.exceptions import UnknownConfigurationKeyError
+    from obstore.store import AzureStore, GCSStore, S3Store
+
+    from msgstream_spark.mirror.store.settings import for_obstore
+
+    unknown = []
+    for kind, make in (("s3", lambda c: S3Store("b", config=c)), ("gcs", lambda c: GCSStore("b", config=c)),
+                       ("azure", lambda c: AzureStore("c", config=c))):
+        for key in known_keys(kind):
+            config, _ = for_obstore({key: "x"})
+            try:
+                make(config)
+            except UnknownConfigurationKeyError:
+                unknown.append(f"{kind}: {key}")
+            except Exception:  # noqa: BLE001 - a known key with a value it refuses ("x"): not what is checked
+                pass
+    assert not unknown, unknown
+    opts = resolve_options("s3", {"aws_endpoint_url_sts": "http://127.0.0.1:1", "region": "us-east-1"}, {})
+    assert opts["aws_endpoint_url_sts"] == "http://127.0.0.1:1"
+    assert open_store("s3://b/t", opts, env={}).client() is not None

@@ -32,6 +32,8 @@ from msgstream_spark.mirror.common import (
 )
 from msgstream_spark.mirror.formats.base import DATA_DIR, LiveFile, LiveFiles, Plan, WriteSpec, fence_message
 from msgstream_spark.mirror.formats.delta.dv import dv_file_path, read_dv, write_dv_file
+from msgstream_spark.mirror.formats.delta.handle import deltalake as _deltalake
+from msgstream_spark.mirror.formats.delta.handle import is_table, table_at
 from msgstream_spark.mirror.formats.delta.log import (
     LogState,
     add_of,
@@ -47,16 +49,6 @@ from msgstream_spark.mirror.formats.delta.log import (
 from msgstream_spark.mirror.formats.delta.retention import TOMBSTONE_RETENTION_KEY, interval_ms, removed_after
 from msgstream_spark.mirror.formats.detect import refuse_occupied
 from msgstream_spark.mirror.store import Store, open_store, uri
-
-
-def _deltalake():
-    try:
-        import deltalake
-    except ImportError as e:
-        raise MirrorError("the delta table format needs the 'deltalake' package: pip install "
-                          "'msgstream-spark[mirror]'") from e
-    return deltalake
-
 
 CHECKPOINT_EVERY = 100  # commits between checkpoints (Delta's default delta.checkpointInterval)
 
@@ -83,7 +75,7 @@ class DeltaMirrorTable:
              collection_id: int | None, storage_options: dict | None = None) -> DeltaMirrorTable:
         dl = _deltalake()
         t = cls(location, collection, pk, collection_id, open_store(location, storage_options))
-        if dl.DeltaTable.is_deltatable(t.root, storage_options=t.store.storage_options()):
+        if is_table(location, t.root, t.store.storage_options()):
             t._dt = t._handle()
             check_identity(location, t.properties(), collection, pk, collection_id)
             if arrow_schema is not None:
@@ -101,17 +93,16 @@ class DeltaMirrorTable:
 
     def _handle(self):
         """A delta-rs handle of the table at its current version (the store's settings as its options)."""
-        return _deltalake().DeltaTable(self.root, storage_options=self.store.storage_options())
+        return table_at(self.location, self.root, self.store.storage_options())
 
     @staticmethod
     def stored_properties(location: str, storage_options: dict | None = None) -> dict[str, str]:
         """The ``msgstream.*`` properties of the Delta table at ``location``; MirrorError if there is none."""
-        dl = _deltalake()
         so = open_store(location, storage_options).storage_options()
         root = uri.parse(location).uri()
-        if not dl.DeltaTable.is_deltatable(root, storage_options=so):
+        if not is_table(location, root, so):
             raise MirrorError(f"no Delta table at {location}")
-        conf = dl.DeltaTable(root, storage_options=so).metadata().configuration
+        conf = table_at(location, root, so).metadata().configuration
         return {k: v for k, v in conf.items() if k.startswith(PROP_PREFIX)}
 
     def _table(self):

@@ -81,14 +81,14 @@ class StorageReader:
     def read_field_ids(self) -> list[int]:
         return [f.id for f in self.fields if f.name in self.schema.names]
 
-    def load_deletes(self, plan: StoragePlan, filesystem=None) -> int:
+    def load_deletes(self, plan: StoragePlan, store: Store | None = None) -> int:
         """The plan's delete logs -> ``deletes`` (driver side: a delete log holds keys and times only)."""
-        fs_ = filesystem or self.settings.filesystem()
+        milvus = store if store is not None else self.settings.store()
         key_type = self.schema.field(self.pk).type
         newest: dict = {}
         n = 0
         for seg, cp_ts, path in plan.deltas:
-            pks, tss = read_deletes(read_bytes(self.settings, path, seg, fs_), path, pa.types.is_string(key_type))
+            pks, tss = read_deletes(read_bytes(self.settings, path, seg, milvus), path, pa.types.is_string(key_type))
             for pk, ts in zip(pks, tss.tolist()):
                 if ts <= cp_ts and ts > newest.get(pk, 0):
                     newest[pk] = ts
@@ -97,18 +97,18 @@ class StorageReader:
                                                                                          pa.uint64())})
         return n
 
-    def _column(self, task: ReadTask, fid: int, fs_) -> pa.Array:
+    def _column(self, task: ReadTask, fid: int, milvus) -> pa.Array:
         path = task.path(fid)
-        _, arr = read_column(read_bytes(self.settings, path, task.segment, fs_), path)
+        _, arr = read_column(read_bytes(self.settings, path, task.segment, milvus), path)
         if len(arr) != task.rows:
             raise MirrorError(f"segment {task.segment}: binlog {path} holds {len(arr)} rows, its metadata says "
                               f"{task.rows}")
         return arr
 
-    def _keep(self, task: ReadTask, fs_, bounds: Bounds | None = None) -> _Kept:
+    def _keep(self, task: ReadTask, milvus, bounds: Bounds | None = None) -> _Kept:
         """The rows of ``task`` kept by the checkpoint, the deletes and the key pass's winners."""
-        ts = self._column(task, TIMESTAMP, fs_).to_numpy(zero_copy_only=False).astype(np.uint64)
-        pks = self._column(task, self.pk_field.id, fs_)
+        ts = self._column(task, TIMESTAMP, milvus).to_numpy(zero_copy_only=False).astype(np.uint64)
+        pks = self._column(task, self.pk_field.id, milvus)
         if bounds is not None and bounds.known and len(pks):
             mm = pc.min_max(pks)
             if mm["min"].as_py() < bounds.lo or mm["max"].as_py() > bounds.hi:
@@ -132,25 +132,25 @@ class StorageReader:
     def _seq(task: ReadTask, idx: np.ndarray, ts: np.ndarray) -> pa.Array:
         return seq_array(ts, "insert", row=(idx + task.offset).astype(np.int64))
 
-    def read_keys(self, task: ReadTask, filesystem=None) -> pa.RecordBatch:
+    def read_keys(self, task: ReadTask, store: Store | None = None) -> pa.RecordBatch:
         """The kept rows' keys and ``_seq`` (the pass that finds keys written more than once)."""
-        fs_ = filesystem or self.settings.filesystem()
-        k = self._keep(task, fs_)
+        milvus = store if store is not None else self.settings.store()
+        k = self._keep(task, milvus)
         return pa.RecordBatch.from_arrays([k.pks, k.seq], names=[self.pk, SEQ])
 
-    def read_unit(self, unit: Unit, filesystem=None) -> Iterator[pa.RecordBatch]:
+    def read_unit(self, unit: Unit, store: Store | None = None) -> Iterator[pa.RecordBatch]:
         """The unit's kept rows, one batch per binlog group: the timestamps and keys of every group first (each
         binlog is read once), one row per key across the unit, then the other fields of each group."""
-        fs_ = filesystem or self.settings.filesystem()
-        kept = _one_per_key([self._keep(t, fs_, unit.bounds.get(t.segment)) for t in unit.tasks])
+        milvus = store if store is not None else self.settings.store()
+        kept = _one_per_key([self._keep(t, milvus, unit.bounds.get(t.segment)) for t in unit.tasks])
         for k in kept:
-            yield self._batch(k, fs_)
+            yield self._batch(k, milvus)
 
-    def read(self, task: ReadTask, filesystem=None) -> pa.RecordBatch:
+    def read(self, task: ReadTask, store: Store | None = None) -> pa.RecordBatch:
         """One binlog group's kept rows (a unit of its own)."""
-        return next(self.read_unit(Unit([task]), filesystem))
+        return next(self.read_unit(Unit([task]), store))
 
-    def _batch(self, k: _Kept, fs_) -> pa.RecordBatch:
+    def _batch(self, k: _Kept, milvus) -> pa.RecordBatch:
         take = pa.array(k.idx)
         by_name = {f.name: f for f in self.fields}
         extra = {TS: pa.array(k.ts.astype(np.int64)), SEQ: k.seq,
@@ -163,7 +163,7 @@ class StorageReader:
                 cols.append(to_table_column(k.pks, by_name[f.name].data_type, f.type, f.name))
             elif f.name in by_name:
                 spec = by_name[f.name]
-                arr = self._column(k.task, spec.id, fs_)
+                arr = self._column(k.task, spec.id, milvus)
                 arr = arr if len(k.idx) == len(arr) else arr.take(take)  # all kept: no copy
                 cols.append(to_table_column(arr, spec.data_type, f.type, f.name))
             else:
@@ -214,16 +214,17 @@ def _one_per_key(kept: list[_Kept]) -> list[_Kept]:
     return out
 
 
-def write_units(reader: StorageReader, units: list[Unit], path: str, filesystem=None, acc=None,
+def write_units(reader: StorageReader, units: list[Unit], path: str, milvus: Store | None = None, acc=None,
                 store: Store | None = None) -> int:
-    """The units' rows as one Parquet file at ``path`` in ``store`` (default: the local one of ``path``; the file
-    appears whole when complete: a retried task replaces it whole) with the snapshot's write options
+    """The units' rows (read from Milvus's files through ``milvus``, default a store made from the reader's
+    settings) as one Parquet file at ``path`` in ``store`` (default: the local one of ``path``; the file appears
+    whole when complete) with the snapshot's write options
     (:func:`msgstream_spark.mirror.store.parquet.snapshot_options`); the rows written (the file is written even
     when empty)."""
     with ParquetOut(store if store is not None else store_for(path), path, reader.schema, reader.pk,
                     **snapshot_options(reader.schema)) as out:
         for unit in units:
-            for batch in reader.read_unit(unit, filesystem):
+            for batch in reader.read_unit(unit, milvus):
                 if batch.num_rows:
                     out.write_batch(batch, row_group_size=128 * 1024)
                     if acc is not None:

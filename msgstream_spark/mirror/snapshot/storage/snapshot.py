@@ -51,9 +51,9 @@ def prepare(config: Any, mc, collection: str, schema: pa.Schema, pk: str, flush:
     reader = StorageReader(storage_settings(config), fields, schema, pk)
     pk_id = reader.pk_field.id
     plan = build_plan(meta, cid, [f for f in reader.read_field_ids() if f != pk_id] + [pk_id], pk_id)
-    fs_ = reader.settings.filesystem()
-    n = reader.load_deletes(plan, fs_)
-    bounds = read_bounds(reader.settings, plan, fs_)
+    milvus = reader.settings.store()
+    n = reader.load_deletes(plan, milvus)
+    bounds = read_bounds(reader.settings, plan, milvus)
     log.info("storage snapshot of %s: etcd revision %d, %d segment(s), %d task(s), %d row(s) in binlogs, %d delete "
              "log row(s), checkpoints %s", collection, plan.revision, len(plan.segments), len(plan.tasks), plan.rows,
              n, {ch: p.timestamp for ch, p in sorted(plan.checkpoints.items())})

@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from msgstream_spark.errors import MirrorError
 from msgstream_spark.mirror.snapshot.storage.access import StorageSettings, read_bytes
 from msgstream_spark.mirror.snapshot.storage.plan import ReadTask, StoragePlan
+from msgstream_spark.mirror.store import Store
 
 TASK_BYTES = 256 << 20  # binlog bytes per Spark task before more tasks than cores are planned
 MAX_UNIT_ROWS = 20_000_000  # above it a unit's key sets are reconciled by a key pass (keys + _seq in memory)
@@ -86,13 +87,14 @@ def _stats_bounds(data: bytes, where: str) -> Bounds:
     return Bounds(lo, hi)
 
 
-def read_bounds(settings: StorageSettings, plan: StoragePlan, filesystem=None) -> dict[int, Bounds]:
-    """segment -> its key bounds, from the plan's stats logs (driver side: a few small JSON files per segment)."""
-    fs_ = filesystem or settings.filesystem()
+def read_bounds(settings: StorageSettings, plan: StoragePlan, store: Store | None = None) -> dict[int, Bounds]:
+    """segment -> its key bounds, from the plan's stats logs (driver side: a few small JSON files per segment;
+    ``store``: Milvus's, default one made from ``settings``)."""
+    milvus = store if store is not None else settings.store()
     out: dict[int, Bounds] = {}
     for seg in plan.segments:
         paths = plan.stats.get(seg, [])
-        parts = [_stats_bounds(read_bytes(settings, p, seg, fs_), p) for p in paths]
+        parts = [_stats_bounds(read_bytes(settings, p, seg, milvus), p) for p in paths]
         if not parts or not all(b.known for b in parts):
             out[seg] = Bounds()
             continue
