@@ -328,6 +328,10 @@ def infer_arrow(opts: ReadOptions, channels: list[str]) -> tuple[pa.Schema, str 
     """(Arrow schema of the output, pk name, collection id) for ``opts``; SchemaError if nothing is found."""
     if opts.output == "messages":
         return messages_arrow_schema(), None, None
+    if opts.output == "collections":
+        from msgstream_spark.source.multi import collections_arrow_schema
+
+        return collections_arrow_schema(), None, None
     coll, cid = infer_collection(opts, channels)
     return rows_arrow_schema(collection_arrow_schema(coll)), primary_key(coll), cid
 
