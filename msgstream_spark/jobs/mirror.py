@@ -30,13 +30,16 @@ from msgstream_spark.errors import MirrorError
 from msgstream_spark.jobs._common import (
     add_config_args,
     main_wrapper,
-    parse_kv,
     source_options,
     spark_error_line,
     spark_session,
     trigger_kwargs,
 )
 from msgstream_spark.jobs.ingest import Progress
+from msgstream_spark.jobs.mirror_many import await_query as _await
+from msgstream_spark.jobs.mirror_many import channels_option as _channels_option
+from msgstream_spark.jobs.mirror_many import config_of as _config
+from msgstream_spark.jobs.mirror_many import run_many
 
 log = logging.getLogger("msgstream_spark.jobs.mirror")
 
@@ -95,19 +98,6 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
-def _config(args):
-    from msgstream_spark.config.loader import Config
-
-    return Config.load(args.config, overrides=parse_kv(args.option) or None)
-
-
-def _channels_option(args, cfg) -> dict[str, str]:
-    if args.channels:
-        return {"channels": args.channels}
-    prefix = cfg.dml_channel_names(1)[0].rsplit("_", 1)[0]
-    return {"channelPattern": f"^{prefix}_[0-9]+$"}
-
-
 def _stream(spark, args, cfg, starting: str | None):
     sub = args.subscription or f"mirror-{args.collection}-{os.path.basename(args.table.rstrip('/'))}"
     opts = source_options(args, collection=args.collection, subscription=sub, startingPositions=starting,
@@ -134,17 +124,6 @@ def rows_arrow_schema(df):
 
 
 SCHEMA_RESTARTS = 3  # a 2.6 AlterCollection adding a field: restart the query, which infers the new schema
-
-
-def _await(query, trig: dict, timeout: float | None) -> None:
-    try:
-        if "processingTime" in trig and timeout is not None:
-            if not query.awaitTermination(timeout):
-                query.stop()
-        else:
-            query.awaitTermination()
-    except KeyboardInterrupt:
-        query.stop()
 
 
 def _stream_into(spark, args, cfg, starting: str | None, sink, checkpoint: str, trig: dict):
@@ -177,8 +156,6 @@ def _stream_all(spark, args, cfg, start, sink, checkpoint, trig) -> tuple[int, i
 def run(args: argparse.Namespace, spark=None) -> dict[str, Any]:
     logging.getLogger("py4j").setLevel(logging.WARNING)  # its callback server logs every call at INFO
     if args.collection is None:  # --database / --collections / --include: many collections, one read
-        from msgstream_spark.jobs.mirror_many import run_many
-
         return run_many(args, spark)
     if args.table is None or args.table_root is not None:
         raise UsageError("--collection mirrors one collection into --table LOCATION (--table-root is for "

@@ -20,11 +20,36 @@ from typing import Any
 from msgstream_spark.cli.table_args import table_options
 from msgstream_spark.cli.vocab import UsageError, at_file
 from msgstream_spark.errors import MirrorError
-from msgstream_spark.jobs._common import source_options, spark_error_line, spark_session, trigger_kwargs
+from msgstream_spark.jobs._common import parse_kv, source_options, spark_error_line, spark_session, trigger_kwargs
 from msgstream_spark.mirror.common import PROP_COLLECTION_ID, PROP_SNAPSHOT_TS
 from msgstream_spark.mirror.many import DEFAULT_DB, Known, ManyState, parse_selection, table_location
 
 log = logging.getLogger("msgstream_spark.jobs.mirror")
+
+
+def config_of(args):
+    from msgstream_spark.config.loader import Config
+
+    return Config.load(args.config, overrides=parse_kv(args.option) or None)
+
+
+def channels_option(args, cfg) -> dict[str, str]:
+    """The source's channels: --channels, else the config's DML channels (a pattern: Milvus may add some)."""
+    if args.channels:
+        return {"channels": args.channels}
+    prefix = cfg.dml_channel_names(1)[0].rsplit("_", 1)[0]
+    return {"channelPattern": f"^{prefix}_[0-9]+$"}
+
+
+def await_query(query, trig: dict, timeout: float | None) -> None:
+    try:
+        if "processingTime" in trig and timeout is not None:
+            if not query.awaitTermination(timeout):
+                query.stop()
+        else:
+            query.awaitTermination()
+    except KeyboardInterrupt:
+        query.stop()
 
 
 def check_args(args: argparse.Namespace) -> None:
@@ -78,13 +103,12 @@ class Tables:
             s = schema_pb2.CollectionSchema()
             s.ParseFromString(schema_bytes)
             return s
-        from msgstream_spark.jobs.mirror import _channels_option
         from msgstream_spark.source.options import parse_read_options
         from msgstream_spark.source.read import list_channels
         from msgstream_spark.source.schema import infer_collection
 
-        opts = parse_read_options(source_options(self.args, collection=str(k.cid), **_channels_option(self.args,
-                                                                                                        self.cfg)))
+        named = channels_option(self.args, self.cfg)
+        opts = parse_read_options(source_options(self.args, collection=str(k.cid), **named))
         client = opts.client()
         try:
             channels = list_channels(opts, client)
@@ -117,16 +141,13 @@ class Tables:
 
 
 def _stream(spark, args, cfg, starting: str | None, sub: str):
-    from msgstream_spark.jobs.mirror import _channels_option
-
     opts = source_options(args, output="collections", subscription=sub, startingPositions=starting,
-                          maxRowsPerTrigger=args.max_rows_per_trigger, **_channels_option(args, cfg))
+                          maxRowsPerTrigger=args.max_rows_per_trigger, **channels_option(args, cfg))
     return spark.readStream.format("msgstream").options(**opts).load()
 
 
 def _run_query(spark, args, cfg, starting, sink, checkpoint: str) -> int:
     from msgstream_spark.jobs.ingest import Progress
-    from msgstream_spark.jobs.mirror import _await
 
     trig = trigger_kwargs(args.trigger)
     sub = args.subscription or f"mirror-{os.path.basename(args.table_root.rstrip('/'))}"
@@ -135,7 +156,7 @@ def _run_query(spark, args, cfg, starting, sink, checkpoint: str) -> int:
              .trigger(**trig).queryName(f"mirror-many-{uuid.uuid4().hex[:8]}").start())
     progress = Progress(query, args.progress_interval).start()
     try:
-        _await(query, trig, args.timeout)
+        await_query(query, trig, args.timeout)
     finally:
         progress.stop()
     err = query.exception()
@@ -155,14 +176,13 @@ def _opened(state: ManyState, tables: Tables) -> dict[int, Any]:
 
 def run_many(args: argparse.Namespace, spark=None) -> dict[str, Any]:
     """The many-collection job (``mirror run`` with a selection)."""
-    from msgstream_spark.jobs.mirror import _config
     from msgstream_spark.spark.mirror_many import ManyBatch
 
     check_args(args)
     selection = parse_selection(args.database, args.collections, args.include)
     args.starting = at_file(args.starting)
     checkpoint = _checkpoint(args)
-    cfg = _config(args)
+    cfg = config_of(args)
     spark = spark or spark_session("msgstream-mirror", args.master)
     state = ManyState.load(checkpoint)
     tables = Tables(args, cfg, checkpoint)

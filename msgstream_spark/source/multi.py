@@ -20,10 +20,11 @@ from __future__ import annotations
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from msgstream_spark.msg.columns import field_data_to_arrow
 from msgstream_spark.msg.types import DeleteMsg, InsertMsg, MsgType
-from msgstream_spark.source.rows import METADATA, OP, RowsBuilder, ddl_fields, rows_arrow_schema
+from msgstream_spark.source.rows import RowsBuilder, ddl_fields, rows_arrow_schema
 
 KEY = "$key"  # a delete piece's key column (Milvus field names cannot hold '$' but its own $meta)
 KIND_ROWS, KIND_CREATE, KIND_DROP = "rows", "create", "drop"
@@ -127,13 +128,5 @@ def unpack(payloads: list[bytes], schema: pa.Schema, pk: str, min_ts: int | None
         parts.append(pa.Table.from_arrays(cols, schema=schema))
     out = pa.concat_tables(parts) if parts else schema.empty_table()
     if min_ts is not None and out.num_rows:
-        import pyarrow.compute as pc
-
         out = out.filter(pc.greater(out.column("_ts"), pa.scalar(min_ts, pa.int64())))
     return out
-
-
-def extra_fields(payload: bytes, schema: pa.Schema) -> list[str]:
-    """The fields a piece carries that ``schema`` lacks (besides op and the metadata columns)."""
-    names = pa.ipc.open_stream(payload).schema.names
-    return [n for n in names if n not in schema.names and n not in (OP, KEY, *METADATA)]

@@ -21,10 +21,10 @@ import pyarrow as pa
 from msgstream_spark.errors import ConsumeError, DataLossError
 from msgstream_spark.sink.dedupe import ReplayFilter
 from msgstream_spark.source.apply import RowsHandler, handle_message
+from msgstream_spark.source.multi import CollectionsBuilder
 from msgstream_spark.source.offsets import Entry, Offset, unb64
 from msgstream_spark.source.options import ReadOptions
 from msgstream_spark.source.ranges import MIN_TASKS, pack, piece_size, plan_ranges
-from msgstream_spark.source.multi import CollectionsBuilder
 from msgstream_spark.source.rows import MessagesBuilder, RowsBuilder
 from msgstream_spark.source.upserts import Pairer
 from msgstream_spark.stream.seek import AFTER, BEFORE, DONE, EndFilter, SeekFilter

@@ -23,7 +23,6 @@ from typing import Any
 
 import pyarrow as pa
 
-from msgstream_spark.errors import MirrorError
 from msgstream_spark.mirror.many import PROP_DROPPED_TS, ManyState, Selection
 from msgstream_spark.source.multi import KIND_CREATE, KIND_DROP, KIND_ROWS, unpack
 from msgstream_spark.spark.mirror import MirrorBatch
@@ -161,12 +160,3 @@ class ManyBatch:
                 "id": cid, "table": m.table.location, "batches": m.sink.batches, "skipped": m.sink.skipped,
                 "changes": m.sink.rows, "dropped_ts": k.dropped_ts if k else None}
         return {"batches": self.batches, "tables": tables}
-
-
-def check_unique(mirrored: dict[int, Mirrored]) -> None:
-    """MirrorError if two collections were given one table."""
-    seen: dict[str, int] = {}
-    for cid, m in mirrored.items():
-        other = seen.setdefault(m.table.location, cid)
-        if other != cid:
-            raise MirrorError(f"collections {other} and {cid} map to one table {m.table.location}")

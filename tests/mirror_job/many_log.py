@@ -89,7 +89,8 @@ class ManyLog:
             req = msg_pb2.InsertRequest(
                 base=_base(400, ts, next(self._ids)), shardName=self._vch(cid, i), db_name=db, collection_name=name,
                 partition_name="_default", collectionID=cid, partitionID=cid * 10, segmentID=cid * 100 + 1,
-                num_rows=len(rows), fields_data=columns(schema(name), rows), version=msg_pb2.InsertDataVersion.ColumnBased)
+                num_rows=len(rows), fields_data=columns(schema(name), rows),
+                version=msg_pb2.InsertDataVersion.ColumnBased)
             req.timestamps.extend([ts] * len(rows))
             req.rowIDs.extend(next(self._ids) for _ in rows)
             self._send(i, req, {"msg_type": "Insert"}, ts)
