@@ -72,6 +72,7 @@ class Known:
     db: str = ""
     schema: str = ""  # base64 CollectionSchema of its CreateCollection ("" if the stream did not carry it)
     created_ts: int | None = None
+    schema_ts: int | None = None  # the time of its newest schema change (None: the creation's schema)
     dropped_ts: int | None = None
     location: str = ""  # its table, once made
 
@@ -117,9 +118,18 @@ class ManyState:
         k.created_ts = k.created_ts or ts
 
     def seen(self, cid: int, name: str, db: str) -> None:
+        """Rows of the collection: their request's names (a database left empty there is Milvus's default)."""
         k = self.get(cid)
         k.name = k.name or name
-        k.db = k.db or db or ""
+        k.db = k.db or db or DEFAULT_DB
+
+    def altered(self, cid: int, schema: bytes, ts: int) -> bool:
+        """A newer schema (2.6 AlterCollection / SchemaChange); False if the one kept is as new."""
+        k = self.get(cid)
+        if k.schema_ts is not None and k.schema_ts >= ts:
+            return False
+        k.schema, k.schema_ts = base64.b64encode(schema).decode(), ts
+        return True
 
     def schema_bytes(self, cid: int) -> bytes | None:
         k = self.known.get(cid)

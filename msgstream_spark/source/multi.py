@@ -4,8 +4,8 @@ A ``rows`` read has one schema, so it holds one collection. A many-collection re
 ``--database`` / ``--collections`` / ``--include`` job) reads the channels once with this output instead: one
 output row per piece of one collection's rows (``kind`` ``rows``: the piece as an Arrow IPC stream in
 ``payload``, its columns those of ``rows`` output: ``op``, the fields the insert carries, the metadata
-columns) and one per DDL message (``kind`` ``create`` with the serialized ``CollectionSchema`` in ``payload``,
-``drop``). Decoding stays here, in the Spark-free read core, column-wise: each collection's rows are built by
+columns) and one per DDL message (``kind`` ``create`` with the serialized ``CollectionSchema`` in ``payload``;
+``alter``, a 2.6 AlterCollection / SchemaChange, with the new schema; ``drop``). Decoding stays here, in the Spark-free read core, column-wise: each collection's rows are built by
 its own :class:`~msgstream_spark.source.rows.RowsBuilder` exactly as a ``rows`` read of that collection builds
 them (``_seq``, ``_position``, metadata), and the reader of a piece turns it back into Arrow with
 :func:`unpack` (no row passes through Python objects).
@@ -24,10 +24,11 @@ import pyarrow.compute as pc
 
 from msgstream_spark.msg.columns import field_data_to_arrow
 from msgstream_spark.msg.types import DeleteMsg, InsertMsg, MsgType
+from msgstream_spark.msg.wal26 import WalMsg
 from msgstream_spark.source.rows import RowsBuilder, ddl_fields, rows_arrow_schema
 
 KEY = "$key"  # a delete piece's key column (Milvus field names cannot hold '$' but its own $meta)
-KIND_ROWS, KIND_CREATE, KIND_DROP = "rows", "create", "drop"
+KIND_ROWS, KIND_CREATE, KIND_DROP, KIND_ALTER = "rows", "create", "drop", "alter"
 COLLECTIONS_DDL = ("kind string, _collection bigint, name string, db string, _ts bigint, rows bigint, "
                    "payload binary")
 _TYPES = {"string": pa.string(), "bigint": pa.int64(), "binary": pa.binary()}
@@ -86,13 +87,19 @@ class CollectionsBuilder:
         self.rows += b.rows - before
 
     def ddl(self, msg: Any) -> None:
-        """A CreateCollection (its schema) or DropCollection, after the rows read before it."""
+        """A CreateCollection (its schema), a 2.6 AlterCollection / SchemaChange with a schema (the new one), a
+        DropCollection: after the rows read before it."""
         kind = {MsgType.CreateCollection: KIND_CREATE, MsgType.DropCollection: KIND_DROP}.get(msg.msg_type)
+        if kind is None and isinstance(msg, WalMsg):
+            kind = KIND_ALTER  # a 2.6 AlterCollection / SchemaChange (the full new schema)
         if kind is None:
             return
+        schema = msg.schema if kind != KIND_DROP else None
+        if kind == KIND_ALTER and schema is None:
+            return  # an AlterCollection of properties, names or description only
         self._pieces()
-        name, db = _ddl_names(msg)
-        payload = msg.schema.SerializeToString() if kind == KIND_CREATE and msg.schema is not None else None
+        name, db = _ddl_names(msg) if kind != KIND_ALTER else (schema.name, "")
+        payload = schema.SerializeToString() if schema is not None else None
         self.out.append({"kind": kind, "_collection": msg.collection_id, "name": name, "db": db,
                          "_ts": msg.timestamp, "rows": 0, "payload": payload})
 

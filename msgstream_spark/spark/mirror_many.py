@@ -24,7 +24,10 @@ from typing import Any
 import pyarrow as pa
 
 from msgstream_spark.mirror.many import PROP_DROPPED_TS, ManyState, Selection
-from msgstream_spark.source.multi import KIND_CREATE, KIND_DROP, KIND_ROWS, unpack
+from msgstream_spark.msg.pb import schema_pb2
+from msgstream_spark.msg.schema import collection_arrow_schema
+from msgstream_spark.source.multi import KIND_ALTER, KIND_CREATE, KIND_DROP, KIND_ROWS, unpack
+from msgstream_spark.source.rows import rows_arrow_schema
 from msgstream_spark.spark.mirror import MirrorBatch
 
 log = logging.getLogger(__name__)
@@ -35,6 +38,13 @@ class Mirrored:
 
     def __init__(self, table: Any, pk: str, rows_schema: pa.Schema, sink: MirrorBatch, min_ts: int | None) -> None:
         self.table, self.pk, self.rows_schema, self.sink, self.min_ts = table, pk, rows_schema, sink, min_ts
+
+
+def rows_schema_of(schema: bytes) -> pa.Schema:
+    """The ``rows`` schema of a serialized ``CollectionSchema``."""
+    s = schema_pb2.CollectionSchema()
+    s.ParseFromString(schema)
+    return rows_arrow_schema(collection_arrow_schema(s))
 
 
 # the job's: (the collection's Known entry, its CollectionSchema or None) -> its Mirrored (table made if missing)
@@ -84,6 +94,8 @@ class ManyBatch:
         for r in ddl:
             if r["kind"] == KIND_CREATE:
                 self.state.created(r["_collection"], r["name"] or "", r["db"] or "", r["payload"], r["_ts"])
+            elif r["kind"] == KIND_ALTER:
+                self._altered(r["_collection"], r["payload"], r["_ts"])
         for r in touched:
             self.state.seen(r["_collection"], r["name"] or "", r["db"] or "")
         self.state.save()  # before any table is written: a restart knows what this batch's stream told
@@ -95,6 +107,16 @@ class ManyBatch:
         for r in ddl:
             if r["kind"] == KIND_DROP:
                 self._drop(r["_collection"], r["_ts"])
+
+    def _altered(self, cid: int, schema: bytes, ts: int) -> None:
+        """A 2.6 schema change: the collection's newest schema; its table gains the new fields as columns (the
+        batch's write adds them before any file is written)."""
+        if not self.state.altered(cid, schema, ts):
+            return
+        m = self.mirrored.get(cid)
+        if m is not None:
+            m.rows_schema = rows_schema_of(schema)
+            log.info("collection id %d: schema changed at %d; its table takes the new fields", cid, ts)
 
     def _mirrored(self, cid: int) -> Mirrored | None:
         """The collection's table (made from the schema its CreateCollection carried), or None when it is not

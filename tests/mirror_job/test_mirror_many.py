@@ -155,3 +155,28 @@ def test_the_driver_killed_between_two_tables_commits_of_one_batch(local_env, tm
     for t in ("db1/a", "db2/c"):
         ids = batches_committed(root / t)
         assert ids and len(ids) == len(set(ids)), (t, ids)
+
+
+def test_a_26_wal_collection_created_altered_and_dropped(spark, local_env, tmp_path):
+    """The 2.6 WAL test producers (tests/wal26/producer.py): CreateCollection per vchannel (its header names no
+    database, the insert neither: Milvus's default), an AlterCollection adding a field, a DropCollection."""
+    from msgstream_spark.jobs import mirror
+    from tests.spark import wal26_data as D
+    from tests.wal26 import producer as P
+
+    ch, tt = local_env.new_channel("many26"), D.TT
+    with local_env.client() as c, c.create_producer(ch) as prod:
+        P.write(prod, [P.create_collection(tt), P.insert(tt + 1, [1, 2, 3]), P.timetick(tt + 2),
+                       P.alter_collection(tt + 3, "note"), P.delete(tt + 4, [2]), P.timetick(tt + 5),
+                       P.drop_collection(tt + 6), P.timetick(tt + 7)])
+    root = tmp_path / "lake"
+    out = mirror.run(mirror.build_parser().parse_args([
+        "--config", config_file(local_env, tmp_path), "--database", "default", "--table-root", str(root),
+        "--table-format", "delta", "--snapshot", "never", "--channels", ch, "--max-rows-per-trigger", "2",
+        "--progress-interval", "1"]), spark)
+    assert list(out["tables"]) == ["default.c26"] and out["tables"]["default.c26"]["id"] == P.COLLECTION
+    dt = deltalake.DeltaTable(str(root / "default" / "c26"))
+    got = pa.table(deltalake.QueryBuilder().register("t", dt).execute("SELECT pk, vec, note FROM t ORDER BY pk")
+                   .read_all()).to_pylist()
+    assert got == [{"pk": 1, "vec": [1.0, -1.0], "note": None}, {"pk": 3, "vec": [3.0, -3.0], "note": None}]
+    assert dt.metadata().configuration[PROP_DROPPED_TS] == str(tt + 6)
