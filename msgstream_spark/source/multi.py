@@ -5,8 +5,8 @@ A ``rows`` read has one schema, so it holds one collection. A many-collection re
 output row per piece of one collection's rows (``kind`` ``rows``: the piece as an Arrow IPC stream in
 ``payload``, its columns those of ``rows`` output: ``op``, the fields the insert carries, the metadata
 columns) and one per DDL message (``kind`` ``create`` with the serialized ``CollectionSchema`` in ``payload``;
-``alter``, a 2.6 AlterCollection / SchemaChange, with the new schema; ``drop``). Decoding stays here, in the Spark-free read core, column-wise: each collection's rows are built by
-its own :class:`~msgstream_spark.source.rows.RowsBuilder` exactly as a ``rows`` read of that collection builds
+``alter``, a 2.6 AlterCollection / SchemaChange, with the new schema; ``drop``). Decoding stays here, in the
+Spark-free read core, column-wise: each collection's rows are built by its own :class:`~msgstream_spark.source.rows.RowsBuilder` exactly as a ``rows`` read of that collection builds
 them (``_seq``, ``_position``, metadata), and the reader of a piece turns it back into Arrow with
 :func:`unpack` (no row passes through Python objects).
 
