@@ -6,9 +6,10 @@ output row per piece of one collection's rows (``kind`` ``rows``: the piece as a
 ``payload``, its columns those of ``rows`` output: ``op``, the fields the insert carries, the metadata
 columns) and one per DDL message (``kind`` ``create`` with the serialized ``CollectionSchema`` in ``payload``;
 ``alter``, a 2.6 AlterCollection / SchemaChange, with the new schema; ``drop``). Decoding stays here, in the
-Spark-free read core, column-wise: each collection's rows are built by its own :class:`~msgstream_spark.source.rows.RowsBuilder` exactly as a ``rows`` read of that collection builds
-them (``_seq``, ``_position``, metadata), and the reader of a piece turns it back into Arrow with
-:func:`unpack` (no row passes through Python objects).
+Spark-free read core, column-wise: each collection's rows are built by its own
+:class:`~msgstream_spark.source.rows.RowsBuilder` exactly as a ``rows`` read of that collection builds them
+(``_seq``, ``_position``, metadata), and the reader of a piece turns it back into Arrow with :func:`unpack`
+(no row passes through Python objects).
 
 A piece's schema comes from the message itself (the insert's field data), so a task needs no collection's
 schema: a delete piece names its key column ``$key`` (a name Milvus refuses for a field), which :func:`unpack`
