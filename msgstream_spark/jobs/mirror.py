@@ -60,6 +60,8 @@ def build_parser() -> argparse.ArgumentParser:
     add_table_args(p, creates=True, table_required=False)
     p.add_argument("--table-root", metavar="LOCATION", help="with --database/--collections/--include: the tables "
                                                             "go to <root>/<database>/<collection>")
+    p.add_argument("--snapshot-concurrency", type=int, default=2, help="with --table-root: collections snapshotted "
+                                                                       "at once at the start (default 2)")
     p.add_argument("--table-concurrency", type=int, default=4, help="with --table-root: tables written and committed "
                                                                     "at once per batch (default 4)")
     p.add_argument("--snapshot", default="initial", choices=SNAPSHOT_MODES,

@@ -3,14 +3,17 @@ one job, one Spark query, one checkpoint, the channels read once (``output=colle
 
 Each selected collection is kept in its own table under ``ROOT`` (``mirror.many``'s naming rule:
 ``<root>/<db>/<collection>``, a later collection of a re-created name ``<root>/<db>/<collection>__<id>``). The
-stream starts at ``--from`` (``--snapshot never``: every table from the stream; a snapshot per collection is not
-done yet). A collection created while the job runs starts from its CreateCollection on the stream; a
-dropped one's table keeps its last state and is marked (``spark.mirror_many``).
+stream starts at ``--from`` (``--snapshot never``) or, for a new job with ``--snapshot initial``, where the earliest
+of the collections' snapshots started: each selected collection in Milvus at the start is snapshotted at its own S
+(``snapshot_all``) and takes only the stream's rows after its S. A collection created while the job runs starts
+from its CreateCollection on the stream; a dropped one's table keeps its last state and is marked
+(``spark.mirror_many``).
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import logging
 import os
 import time
@@ -62,10 +65,12 @@ def check_args(args: argparse.Namespace) -> None:
                          "--include pass --table-root only")
     if not args.table_format:
         raise UsageError("--table-root: pass --table-format delta or iceberg (the tables' format)")
-    if args.snapshot != "never":
-        raise UsageError("--database / --collections / --include start every table from the stream in this version: "
-                         "pass --snapshot never (with --from earliest, the default, the log must still hold each "
-                         "collection's creation); a snapshot per collection is not done yet")
+    if args.snapshot == "when_needed":
+        raise UsageError("--snapshot when_needed replaces one table's rows: with --database / --collections / "
+                         "--include pass --snapshot initial or never")
+    if args.snapshot_source != "query":
+        raise UsageError("--snapshot-source storage: with --database / --collections / --include only the query "
+                         "route is done")
     if args.history_table:
         raise UsageError("--history-table keeps one collection's change log: not with --database / --collections / "
                          "--include")
@@ -108,7 +113,7 @@ class Tables:
         from msgstream_spark.source.schema import infer_collection
 
         named = channels_option(self.args, self.cfg)
-        opts = parse_read_options(source_options(self.args, collection=str(k.cid), **named))
+        opts = parse_read_options(source_options(self.args, collection=str(k.cid), **named), streaming=False)
         client = opts.client()
         try:
             channels = list_channels(opts, client)
@@ -116,22 +121,26 @@ class Tables:
             client.close()
         return infer_collection(opts, channels)[0]
 
-    def __call__(self, k: Known, schema_bytes: bytes | None):
-        from msgstream_spark.mirror.table import open_table
+    def place(self, k: Known, coll) -> tuple[str, str, Any]:
+        """(the table's location by the naming rule, the primary key, the ``rows`` schema)."""
         from msgstream_spark.msg.schema import collection_arrow_schema
         from msgstream_spark.source.rows import rows_arrow_schema
         from msgstream_spark.source.schema import primary_key
-        from msgstream_spark.spark.mirror import MirrorBatch
-        from msgstream_spark.spark.mirror_many import Mirrored
 
-        coll = self.schema(k, schema_bytes)
         pk = primary_key(coll)
         if pk is None:
             raise MirrorError(f"collection {k.db}.{k.name} (id {k.cid}): its schema names no primary key")
-        rows = rows_arrow_schema(collection_arrow_schema(coll))
         root, db = self.args.table_root, k.db or DEFAULT_DB
         base = f"{root.rstrip('/')}/{db}/{k.name}"
         where = k.location or table_location(root, db, k.name, k.cid, self._holder(base))
+        return where, pk, rows_arrow_schema(collection_arrow_schema(coll))
+
+    def __call__(self, k: Known, schema_bytes: bytes | None):
+        from msgstream_spark.mirror.table import open_table
+        from msgstream_spark.spark.mirror import MirrorBatch
+        from msgstream_spark.spark.mirror_many import Mirrored
+
+        where, pk, rows = self.place(k, self.schema(k, schema_bytes))
         table = open_table(self.args.table_format, where, collection=k.name, pk=pk, arrow_schema=rows, create=True,
                            collection_id=k.cid, **table_options(self.args))
         sink = MirrorBatch(table, pk, checkpoint=self.checkpoint, collection_id=k.cid,
@@ -174,6 +183,72 @@ def _opened(state: ManyState, tables: Tables) -> dict[int, Any]:
     return out
 
 
+def milvus_collections(cfg) -> list[tuple[str, str, int]]:
+    """(database, collection, id) of every collection in Milvus (config key ``milvus.address``)."""
+    from dataclasses import replace
+
+    from msgstream_spark.mirror.snapshot.handover import milvus_target
+
+    target = milvus_target(cfg, "(every selected collection)")
+    mc = target.client()
+    try:
+        dbs = mc.list_databases()
+    finally:
+        mc.close()
+    out = []
+    for db in dbs:
+        mc = replace(target, db=db).client()
+        try:
+            out += [(db, n, int(mc.describe_collection(n)["collection_id"])) for n in mc.list_collections()]
+        finally:
+            mc.close()
+    return out
+
+
+def snapshot_all(spark, args, cfg, checkpoint: str, state: ManyState, selection, tables: Tables) -> str | None:
+    """A new job with ``--snapshot initial``: each selected collection in Milvus snapshotted at its own S (the
+    one-collection job's ``decide_start``, ``--snapshot-concurrency`` at a time) into its table (which records S:
+    the stream's rows at or before it are left out of that table); the query starts, per channel, at the earliest
+    of the snapshots' positions."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from msgstream_spark.jobs.mirror_start import decide_start
+
+    found = [c for c in milvus_collections(cfg) if selection.matches(c[0], c[1])]
+
+    def one(item):
+        db, name, cid = item
+        k = Known(cid, name, db)
+        where, pk, rows = tables.place(k, tables.schema(k, None))
+        sub = argparse.Namespace(**{**vars(args), "collection": name, "table": where})
+        start = decide_start(spark, sub, cfg.with_overrides({"milvus.database": db}), rows, pk, cid, checkpoint)
+        k.location = start.table.location
+        return k, start
+
+    with ThreadPoolExecutor(max_workers=max(1, args.snapshot_concurrency)) as pool:
+        done = list(pool.map(one, found))
+    for k, start in done:
+        state.known[k.cid] = k
+        log.info("collection %s.%s (id %d): %s", k.db, k.name, k.cid, start.summary)
+    state.save()
+    return earliest([start.starting for _, start in done])
+
+
+def earliest(startings: list[str | None]) -> str | None:
+    """Per channel the position with the lowest Milvus time among the snapshots' recorded starts."""
+    from msgstream_spark.msg.position import MsgPosition
+
+    def ts(pos: str) -> int:
+        return -1 if pos == "earliest" else MsgPosition.from_base64(pos).timestamp
+
+    best: dict[str, str] = {}
+    for s in startings:
+        for ch, pos in (json.loads(s) if s else {}).items():
+            if ch not in best or ts(pos) < ts(best[ch]):
+                best[ch] = pos
+    return json.dumps(best) if best else None
+
+
 def run_many(args: argparse.Namespace, spark=None) -> dict[str, Any]:
     """The many-collection job (``mirror run`` with a selection)."""
     from msgstream_spark.spark.mirror_many import ManyBatch
@@ -186,9 +261,12 @@ def run_many(args: argparse.Namespace, spark=None) -> dict[str, Any]:
     spark = spark or spark_session("msgstream-mirror", args.master)
     state = ManyState.load(checkpoint)
     tables = Tables(args, cfg, checkpoint)
+    starting = args.starting
+    if args.snapshot == "initial" and not os.path.isdir(os.path.join(checkpoint, "offsets")):
+        starting = snapshot_all(spark, args, cfg, checkpoint, state, selection, tables) or starting
     sink = ManyBatch(tables, state, selection, mirrored=_opened(state, tables), concurrency=args.table_concurrency)
     t0 = time.perf_counter()
-    rows = _run_query(spark, args, cfg, args.starting, sink, checkpoint)
+    rows = _run_query(spark, args, cfg, starting, sink, checkpoint)
     return {"job": "mirror", "selection": selection.describe(), "table_root": args.table_root,
             "format": args.table_format, "checkpoint": checkpoint, "stream_rows": rows,
             "stream_seconds": round(time.perf_counter() - t0, 3), **sink.summary()}

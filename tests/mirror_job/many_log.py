@@ -40,7 +40,8 @@ def _base(t: int, ts: int, mid: int = 0) -> common_pb2.MsgBase:
 
 
 class ManyLog:
-    """The pchannels' producers; ``expected[(db, name, id)]``: {pk: row} each collection holds now."""
+    """The pchannels' producers; ``expected[(db, name, id)]``: {pk: row} each collection holds now; ``models``: the
+    suite proxy's models (tests/milvus_proxy) the same writes go to, at the same Milvus times."""
 
     def __init__(self, client, pchannels: list[str]) -> None:
         self.pchannels = list(pchannels)
@@ -49,6 +50,7 @@ class ManyLog:
         self.expected: dict[tuple[str, str, int], dict[int, dict]] = {}
         self._ts = itertools.count((int(time.time() * 1000) << 18), 1 << 18)
         self._ids = itertools.count(1)
+        self.models: dict[int, object] = {}  # id -> the suite proxy's CollectionModel a snapshot queries, if any
 
     def _send(self, i: int, msg, props: dict, ts: int) -> None:
         self.producers[i].send_batch([ProducerMessage(msg.SerializeToString(), props, ts)])
@@ -95,6 +97,8 @@ class ManyLog:
             req.rowIDs.extend(next(self._ids) for _ in rows)
             self._send(i, req, {"msg_type": "Insert"}, ts)
             self.expected[(db, name, cid)].update({r["pk"]: r for r in rows})
+            if cid in self.models:
+                self.models[cid].put(rows, "_default", ts)
 
     def delete(self, cid: int, pks, ts: int | None = None) -> None:
         ts = ts or next(self._ts)
@@ -107,6 +111,8 @@ class ManyLog:
             self._send(i, req, {"msg_type": "Delete"}, ts)
             for pk in keys:
                 self.expected[(db, name, cid)].pop(pk, None)
+            if cid in self.models:
+                self.models[cid].remove(keys, ts)
 
     def upsert(self, cid: int, pks, gen: int) -> None:
         """The proxy's upsert: an Insert, then a Delete of the same keys, one timestamp (the insert wins)."""

@@ -180,3 +180,64 @@ def test_a_26_wal_collection_created_altered_and_dropped(spark, local_env, tmp_p
                    .read_all()).to_pylist()
     assert got == [{"pk": 1, "vec": [1.0, -1.0], "note": None}, {"pk": 3, "vec": [3.0, -3.0], "note": None}]
     assert dt.metadata().configuration[PROP_DROPPED_TS] == str(tt + 6)
+
+
+def test_collections_present_at_the_start_are_snapshotted_each_at_its_own_s(spark, local_env, milvus_proxy, tmp_path):
+    """--snapshot initial: the collections Milvus lists (the suite's proxy, its models written with the log) are
+    read through query at their own S; the stream starts after the snapshots; a collection created later comes
+    from the stream."""
+    import yaml
+
+    from msgstream_spark.jobs import mirror
+    from tests.mirror_job.many_log import schema
+
+    chans = [local_env.new_channel("manys") for _ in range(2)]
+    cfg = Path(config_file(local_env, tmp_path))
+    cfg.write_text(yaml.safe_dump({**yaml.safe_load(cfg.read_text()), "milvus.address": milvus_proxy.address}))
+    state = milvus_proxy.state
+    state.databases |= {"db1", "db2"}
+    root = tmp_path / "lake"
+    argv = ["--config", str(cfg), "--collections", "db1.a,c,n", "--table-root", str(root), "--table-format", "delta",
+            "--snapshot", "initial", "--channels", ",".join(chans), "--max-rows-per-trigger", "25",
+            "--progress-interval", "1", "--num-snapshot-tasks", "2"]
+    with local_env.client() as c:
+        log = ManyLog(c, chans)
+        for db, name, cid in (("db1", "a", 11), ("db2", "c", 13), ("db2", "other", 17)):
+            log.create(db, name, cid)
+            log.models[cid] = state.add_model(db, name, cid, chans, [log._vch(cid, i) for i in range(len(chans))],
+                                              schema(name), [("_default", cid * 10)])
+        log.insert(11, range(30))
+        log.insert(13, range(10))
+        log.insert(17, range(3))
+        log.tick()
+        log.delete(11, [0, 1])
+        log.upsert(13, [2], gen=1)
+        log.tick()
+        wrote: list[int] = []
+
+        def between(request) -> None:  # c written after a's positions and S, before c's snapshot starts
+            if request.collection_name == "a" and not wrote:
+                wrote.append(1)
+                log.insert(13, [60, 61])
+                log.tick()
+
+        state.on_query = between
+        first = mirror.run(mirror.build_parser().parse_args([*argv, "--snapshot-concurrency", "1"]), spark)
+        state.on_query = None
+        assert wrote and sorted(first["tables"]) == ["db1.a", "db2.c"]
+        # every row came from the snapshots: c's 60 and 61 are in c's (its S is later) and the stream, which starts
+        # at a's earlier positions, carries them too: c's table leaves out the stream's rows up to its S
+        assert all(t["changes"] == 0 for t in first["tables"].values()), first["tables"]
+        for t in ("db1/a", "db2/c"):
+            assert "msgstream.snapshot_ts" in deltalake.DeltaTable(str(root / t)).metadata().configuration
+        assert_tables(root, log, skip={("db1", "n", 16), ("db2", "other", 17)})
+        log.insert(11, [100])
+        log.delete(13, [3])
+        log.upsert(11, [5], gen=3)
+        log.create("db1", "n", 16)
+        log.insert(16, range(4))
+        log.tick()
+        again = mirror.run(mirror.build_parser().parse_args(argv), spark)
+        log.close()
+    assert sorted(again["tables"]) == ["db1.a", "db1.n", "db2.c"] and again["tables"]["db1.a"]["changes"] > 0
+    assert_tables(root, log, skip={("db2", "other", 17)})
