@@ -18,6 +18,8 @@ import logging
 import os
 import time
 import uuid
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
 from typing import Any
 
 from msgstream_spark.cli.table_args import table_options
@@ -185,8 +187,6 @@ def _opened(state: ManyState, tables: Tables) -> dict[int, Any]:
 
 def milvus_collections(cfg) -> list[tuple[str, str, int]]:
     """(database, collection, id) of every collection in Milvus (config key ``milvus.address``)."""
-    from dataclasses import replace
-
     from msgstream_spark.mirror.snapshot.handover import milvus_target
 
     target = milvus_target(cfg, "(every selected collection)")
@@ -210,8 +210,6 @@ def snapshot_all(spark, args, cfg, checkpoint: str, state: ManyState, selection,
     one-collection job's ``decide_start``, ``--snapshot-concurrency`` at a time) into its table (which records S:
     the stream's rows at or before it are left out of that table); the query starts, per channel, at the earliest
     of the snapshots' positions."""
-    from concurrent.futures import ThreadPoolExecutor
-
     from msgstream_spark.jobs.mirror_start import decide_start
 
     found = [c for c in milvus_collections(cfg) if selection.matches(c[0], c[1])]
