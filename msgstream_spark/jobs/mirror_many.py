@@ -266,5 +266,5 @@ def run_many(args: argparse.Namespace, spark=None) -> dict[str, Any]:
     t0 = time.perf_counter()
     rows = _run_query(spark, args, cfg, starting, sink, checkpoint)
     return {"job": "mirror", "selection": selection.describe(), "table_root": args.table_root,
-            "format": args.table_format, "checkpoint": checkpoint, "stream_rows": rows,
+            "format": args.table_format, "checkpoint": checkpoint, "stream_pieces": rows,
             "stream_seconds": round(time.perf_counter() - t0, 3), **sink.summary()}

@@ -74,9 +74,9 @@ class ManyBatch:
         self.opener, self.state, self.selection = opener, state, selection
         self.mirrored = mirrored
         self.concurrency = max(1, concurrency)
-        self.batches = self.rows = self.skipped = 0
-        self.created: list[int] = []
-        self.dropped: list[int] = []
+        self.batches = 0
+        self.created: list[int] = []  # collection ids whose table this run made or opened on the stream
+        self.dropped: list[int] = []  # collection ids whose table this run marked dropped
 
     def __call__(self, df, batch_id: int) -> None:
         df = df.persist()
@@ -181,4 +181,4 @@ class ManyBatch:
             tables[f"{k.db}.{k.name}" if k else str(cid)] = {
                 "id": cid, "table": m.table.location, "batches": m.sink.batches, "skipped": m.sink.skipped,
                 "changes": m.sink.rows, "dropped_ts": k.dropped_ts if k else None}
-        return {"batches": self.batches, "tables": tables}
+        return {"batches": self.batches, "created": self.created, "dropped": self.dropped, "tables": tables}
