@@ -157,14 +157,15 @@ def test_the_driver_killed_between_two_tables_commits_of_one_batch(local_env, tm
         assert ids and len(ids) == len(set(ids)), (t, ids)
 
 
-def test_a_26_wal_collection_created_altered_and_dropped(spark, local_env, tmp_path):
+@pytest.mark.parametrize("fmt", ["delta", "iceberg"])
+def test_a_26_wal_collection_created_altered_and_dropped(spark, local_env, tmp_path, fmt):
     """The 2.6 WAL test producers (tests/wal26/producer.py): CreateCollection per vchannel (its header names no
     database, the insert neither: Milvus's default), an AlterCollection adding a field, a DropCollection."""
     from msgstream_spark.jobs import mirror
     from tests.spark import wal26_data as D
     from tests.wal26 import producer as P
 
-    ch, tt = local_env.new_channel("many26"), D.TT
+    ch, tt = local_env.new_channel(f"many26{fmt}"), D.TT
     with local_env.client() as c, c.create_producer(ch) as prod:
         P.write(prod, [P.create_collection(tt), P.insert(tt + 1, [1, 2, 3]), P.timetick(tt + 2),
                        P.alter_collection(tt + 3, "note"), P.delete(tt + 4, [2]), P.timetick(tt + 5),
@@ -172,14 +173,23 @@ def test_a_26_wal_collection_created_altered_and_dropped(spark, local_env, tmp_p
     root = tmp_path / "lake"
     out = mirror.run(mirror.build_parser().parse_args([
         "--config", config_file(local_env, tmp_path), "--database", "default", "--table-root", str(root),
-        "--table-format", "delta", "--snapshot", "never", "--channels", ch, "--max-rows-per-trigger", "2",
+        "--table-format", fmt, "--snapshot", "never", "--channels", ch, "--max-rows-per-trigger", "2",
         "--progress-interval", "1"]), spark)
     assert list(out["tables"]) == ["default.c26"] and out["tables"]["default.c26"]["id"] == P.COLLECTION
-    dt = deltalake.DeltaTable(str(root / "default" / "c26"))
-    got = pa.table(deltalake.QueryBuilder().register("t", dt).execute("SELECT pk, vec, note FROM t ORDER BY pk")
-                   .read_all()).to_pylist()
-    assert got == [{"pk": 1, "vec": [1.0, -1.0], "note": None}, {"pk": 3, "vec": [3.0, -3.0], "note": None}]
-    assert dt.metadata().configuration[PROP_DROPPED_TS] == str(tt + 6)
+    where = root / "default" / "c26"
+    if fmt == "delta":
+        dt = deltalake.DeltaTable(str(where))
+        got = pa.table(deltalake.QueryBuilder().register("t", dt).execute("SELECT pk, vec, note FROM t").read_all())
+        props = dt.metadata().configuration
+    else:  # pyiceberg, from the default SQLite catalog beside the table
+        from pyiceberg.catalog.sql import SqlCatalog
+
+        cat = SqlCatalog("msgstream", uri=f"sqlite:///{where}_catalog.sqlite", warehouse=f"file://{where}")
+        it = cat.load_table(("msgstream", "c26"))
+        got, props = it.scan().to_arrow(), it.properties
+    rows = sorted(got.select(["pk", "vec", "note"]).to_pylist(), key=lambda r: r["pk"])
+    assert rows == [{"pk": 1, "vec": [1.0, -1.0], "note": None}, {"pk": 3, "vec": [3.0, -3.0], "note": None}]
+    assert props[PROP_DROPPED_TS] == str(tt + 6)
 
 
 def test_collections_present_at_the_start_are_snapshotted_each_at_its_own_s(spark, local_env, milvus_proxy, tmp_path):
