@@ -79,3 +79,19 @@ def test_selection_and_naming_rule(tmp_path):
     st.save()
     again = ManyState.load(str(tmp_path))
     assert again.known[5].db == "default" and again.schema_bytes(5) == b"\x01"
+
+
+@pytest.mark.parametrize(("argv", "says"), [
+    (["--database", "d"], "pass --table-root"),
+    (["--database", "d", "--table-root", "r", "--table", "t"], "--table and --collection name one collection"),
+    (["--include", "x", "--table-root", "r"], "--table-format delta or iceberg"),
+    (["--collections", "a", "--table-root", "r", "--table-format", "delta", "--snapshot", "when_needed"],
+     "when_needed"),
+    (["--collection", "c", "--table", "t", "--table-root", "r", "--table-format", "delta"], "--table-root is for"),
+])
+def test_mirror_run_refuses_a_mix_of_one_and_many_collection_flags(argv, says):
+    from msgstream_spark.cli.vocab import UsageError
+    from msgstream_spark.jobs import mirror
+
+    with pytest.raises(UsageError, match=says):  # before Spark or any backend starts
+        mirror.run(mirror.build_parser().parse_args(argv))
