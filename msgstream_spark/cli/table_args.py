@@ -42,11 +42,12 @@ CATALOG_OPTION_HELP = ("Iceberg: a property of the --catalog over its configurat
                        "uri=postgresql+psycopg2://user:PASSWORD@host/db, warehouse=s3://bucket/lake")
 
 
-def add_table_args(p: argparse.ArgumentParser, *, creates: bool = False, checkpoint: bool = True) -> None:
+def add_table_args(p: argparse.ArgumentParser, *, creates: bool = False, checkpoint: bool = True,
+                   table_required: bool = True) -> None:
     """``--table``, ``--table-format``, ``--catalog-uri``, ``--catalog``, ``--catalog-option`` and (``checkpoint``)
     ``--checkpoint``.
     ``creates``: the command makes the table when there is none (``mirror run``)."""
-    p.add_argument("--table", required=True, metavar="LOCATION",
+    p.add_argument("--table", required=table_required, metavar="LOCATION",
                    help="the mirrored table's location (a directory or URI; Iceberg: the table's own location)")
     p.add_argument("--table-format", choices=registry.names(), default=None, help=format_help(creates))
     p.add_argument("--catalog-uri", metavar="URI", help=CATALOG_URI_HELP)

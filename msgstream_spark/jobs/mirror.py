@@ -25,18 +25,21 @@ from msgstream_spark.cli.table_args import (
     storage_options,
     table_options,
 )
-from msgstream_spark.cli.vocab import add_channels_arg, add_flag, at_file
+from msgstream_spark.cli.vocab import UsageError, add_channels_arg, add_flag, at_file
 from msgstream_spark.errors import MirrorError
 from msgstream_spark.jobs._common import (
     add_config_args,
     main_wrapper,
-    parse_kv,
     source_options,
     spark_error_line,
     spark_session,
     trigger_kwargs,
 )
 from msgstream_spark.jobs.ingest import Progress
+from msgstream_spark.jobs.mirror_many import await_query as _await
+from msgstream_spark.jobs.mirror_many import channels_option as _channels_option
+from msgstream_spark.jobs.mirror_many import config_of as _config
+from msgstream_spark.jobs.mirror_many import run_many
 
 log = logging.getLogger("msgstream_spark.jobs.mirror")
 
@@ -46,8 +49,21 @@ SNAPSHOT_MODES = ("initial", "never", "when_needed")
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="mirror", description=__doc__.split("\n\n")[0])
     add_config_args(p)
-    p.add_argument("--collection", required=True, help="collection name")
-    add_table_args(p, creates=True)
+    which = p.add_mutually_exclusive_group(required=True)
+    which.add_argument("--collection", help="collection name (one collection into --table)")
+    which.add_argument("--database", metavar="NAME", help="every collection of database NAME, each into its own table "
+                                                          "under --table-root (docs/mirror.md, Many collections)")
+    which.add_argument("--collections", metavar="A,B,...", help="these collections (name or db.name), each into its "
+                                                                "own table under --table-root")
+    which.add_argument("--include", metavar="REGEX", help="every collection whose db.name the regex matches, each "
+                                                          "into its own table under --table-root")
+    add_table_args(p, creates=True, table_required=False)
+    p.add_argument("--table-root", metavar="LOCATION", help="with --database/--collections/--include: the tables "
+                                                            "go to <root>/<database>/<collection>")
+    p.add_argument("--snapshot-concurrency", type=int, default=2, help="with --table-root: collections snapshotted "
+                                                                       "at once at the start (default 2)")
+    p.add_argument("--table-concurrency", type=int, default=4, help="with --table-root: tables written and committed "
+                                                                    "at once per batch (default 4)")
     p.add_argument("--snapshot", default="initial", choices=SNAPSHOT_MODES,
                    help="initial (default): a new table starts from a snapshot read through Milvus's SDK "
                         "(config key milvus.address); never: from the stream alone (--from); when_needed: "
@@ -84,19 +100,6 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
-def _config(args):
-    from msgstream_spark.config.loader import Config
-
-    return Config.load(args.config, overrides=parse_kv(args.option) or None)
-
-
-def _channels_option(args, cfg) -> dict[str, str]:
-    if args.channels:
-        return {"channels": args.channels}
-    prefix = cfg.dml_channel_names(1)[0].rsplit("_", 1)[0]
-    return {"channelPattern": f"^{prefix}_[0-9]+$"}
-
-
 def _stream(spark, args, cfg, starting: str | None):
     sub = args.subscription or f"mirror-{args.collection}-{os.path.basename(args.table.rstrip('/'))}"
     opts = source_options(args, collection=args.collection, subscription=sub, startingPositions=starting,
@@ -123,17 +126,6 @@ def rows_arrow_schema(df):
 
 
 SCHEMA_RESTARTS = 3  # a 2.6 AlterCollection adding a field: restart the query, which infers the new schema
-
-
-def _await(query, trig: dict, timeout: float | None) -> None:
-    try:
-        if "processingTime" in trig and timeout is not None:
-            if not query.awaitTermination(timeout):
-                query.stop()
-        else:
-            query.awaitTermination()
-    except KeyboardInterrupt:
-        query.stop()
 
 
 def _stream_into(spark, args, cfg, starting: str | None, sink, checkpoint: str, trig: dict):
@@ -165,6 +157,11 @@ def _stream_all(spark, args, cfg, start, sink, checkpoint, trig) -> tuple[int, i
 
 def run(args: argparse.Namespace, spark=None) -> dict[str, Any]:
     logging.getLogger("py4j").setLevel(logging.WARNING)  # its callback server logs every call at INFO
+    if args.collection is None:  # --database / --collections / --include: many collections, one read
+        return run_many(args, spark)
+    if args.table is None or args.table_root is not None:
+        raise UsageError("--collection mirrors one collection into --table LOCATION (--table-root is for "
+                         "--database / --collections / --include)")
     resolve_table_format(args, create=True)  # before Spark starts: a wrong or missing format fails at once
     args.starting = at_file(args.starting)
     from msgstream_spark.mirror.formats import registry

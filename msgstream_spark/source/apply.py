@@ -82,6 +82,7 @@ class RowsHandler:
         self.fields, self.inferred_cid = _query_fields(part.schema_json)
         self.open_txns: set[int] = set()  # begun and not ended, as seen on the broker
         self.keep_only: set[int] | None = None  # past the range end: only these transactions' rows
+        self.many = self.opts.output == "collections"
 
     def handle(self, m: Any) -> None:
         """Feed one broker message; add the rows it releases."""
@@ -112,6 +113,13 @@ class RowsHandler:
 
     def _apply(self, d: Any) -> None:
         msg = d.msg
+        if self.many:  # output=collections: every collection's rows, its creation, schema changes and drop
+            if msg.msg_type in (MsgType.CreateCollection, MsgType.DropCollection) or (
+                    isinstance(msg, WalMsg) and msg.wal_type in _SCHEMA_TYPES):
+                self.builder.ddl(msg)
+            elif d.row_bearing and wanted_type(msg.msg_type, self.opts.message_types):
+                self.builder.add(msg, self.part.channel, d.raw.id.serialize(), d.position if d.version else None)
+            return
         if isinstance(msg, WalMsg):
             if msg.wal_type in _SCHEMA_TYPES:
                 self._schema_change(d)

@@ -20,7 +20,7 @@ from msgstream_spark.msg import tso
 log = logging.getLogger(__name__)
 
 CONFIG_PREFIXES = ("mq.", "kafka.", "pulsar.", "local.", "milvus.", "msgchannel.", "rootcoord.", "msgstream.")
-OUTPUTS = ("rows", "messages")
+OUTPUTS = ("rows", "messages", "collections")
 UPSERT_AS = ("insert-delete", "update")
 DECODE_ERROR_POLICIES = ("fail", "skip")
 SCHEMA_CHANGE_POLICIES = ("fail", "ignore")
@@ -45,7 +45,7 @@ READ_OPTIONS = {
     "failondataloss": "true | false (default true)",
     "schemascanmessages": "messages a first schema inference reads per channel, newest first (default 512; "
                           "0: from the first message)",
-    "output": "rows | messages",
+    "output": "rows | messages | collections",
     "messagetypes": "comma-separated: insert, delete, timetick, createcollection, dropcollection, ...",
     "collection": "collection name or id",
     "ondecodeerror": "fail | skip",
@@ -193,6 +193,9 @@ def parse_read_options(options: Mapping[str, Any], *, streaming: bool | None) ->
     r.message_types = _message_types(opts, r.output) or r.message_types
     r.read_timeout = _read_timeout(opts) or r.read_timeout
     r.batch_rows = _pos_int(opts, "maxbatchrows") or r.batch_rows
+    if r.output == "collections" and (r.collection or r.schema_ddl or r.upsert_as != "insert-delete"):
+        raise OptionError("output=collections reads every collection with the schema its messages carry: options "
+                          "collection, schema and upsertAs=update do not apply to it")
     if r.min_rows and r.max_rows and r.min_rows > r.max_rows:
         raise OptionError(f"option minRowsPerTrigger ({r.min_rows}) must not exceed maxRowsPerTrigger ({r.max_rows})")
     if starting and r.starting_ts is not None:

@@ -21,6 +21,7 @@ import pyarrow as pa
 from msgstream_spark.errors import ConsumeError, DataLossError
 from msgstream_spark.sink.dedupe import ReplayFilter
 from msgstream_spark.source.apply import RowsHandler, handle_message
+from msgstream_spark.source.multi import CollectionsBuilder
 from msgstream_spark.source.offsets import Entry, Offset, unb64
 from msgstream_spark.source.options import ReadOptions
 from msgstream_spark.source.ranges import MIN_TASKS, pack, piece_size, plan_ranges
@@ -115,7 +116,8 @@ def read_range(part: ReadRange, schema: pa.Schema, client: Any = None) -> Iterat
             seek = SeekFilter(seek_ts)
             rows_handler = None
         else:
-            builder = RowsBuilder(schema, group, part.pk_name)
+            builder = CollectionsBuilder(group) if opts.output == "collections" else RowsBuilder(schema, group,
+                                                                                                 part.pk_name)
             # the WAL whose ids the backend's are: a broker's type, or the milvus backend's milvus.wal
             wal = getattr(client, "wal_name", None)
             rows_handler = RowsHandler(part, builder, dedupe, opts.mq_type if wal is None else wal, seek_ts)

@@ -25,6 +25,7 @@ from msgstream_spark.msg.types import MsgType
 from msgstream_spark.msg.wal26 import WalMessageType, decode_message, is_wal_message
 from msgstream_spark.msg.wire import iter_fields
 from msgstream_spark.source import scancache, tailscan
+from msgstream_spark.source.multi import collections_arrow_schema
 from msgstream_spark.source.offsets import b64
 from msgstream_spark.source.options import ReadOptions
 from msgstream_spark.source.rows import METADATA, OP, messages_arrow_schema, rows_arrow_schema
@@ -328,6 +329,8 @@ def infer_arrow(opts: ReadOptions, channels: list[str]) -> tuple[pa.Schema, str 
     """(Arrow schema of the output, pk name, collection id) for ``opts``; SchemaError if nothing is found."""
     if opts.output == "messages":
         return messages_arrow_schema(), None, None
+    if opts.output == "collections":
+        return collections_arrow_schema(), None, None
     coll, cid = infer_collection(opts, channels)
     return rows_arrow_schema(collection_arrow_schema(coll)), primary_key(coll), cid
 

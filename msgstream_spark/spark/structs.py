@@ -8,6 +8,7 @@ from pyspark.sql import types as T
 
 from msgstream_spark.msg.schema import collection_arrow_schema
 from msgstream_spark.msg.seq import SEQ_DDL
+from msgstream_spark.source.multi import COLLECTIONS_DDL
 from msgstream_spark.source.options import ReadOptions
 from msgstream_spark.source.rows import MESSAGES_DDL, METADATA_DDL, OP, ddl_fields
 from msgstream_spark.source.schema import infer_collection, primary_key
@@ -42,6 +43,8 @@ def infer(opts: ReadOptions, channels: list[str]) -> tuple[Any, str | None, int 
     """(StructType, pk name, collection id) for ``opts``; SchemaError if nothing is found."""
     if opts.output == "messages":
         return messages_struct(), None, None
+    if opts.output == "collections":
+        return T.StructType(_spark_fields(COLLECTIONS_DDL)), None, None
     coll, cid = infer_collection(opts, channels)
     fields, pk = collection_fields(coll)
     return rows_struct(fields), pk, cid

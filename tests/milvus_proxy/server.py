@@ -13,6 +13,7 @@ the streaming node's scanner; see wal.py for ``DumpMessages`` itself):
   the collection's ``physical_channel_names`` / ``virtual_channel_names`` otherwise;
 * ``DumpMessages`` failures end the stream with gRPC UNKNOWN and Milvus's text; an unknown
   pchannel keeps the stream open and silent;
+* ``ListDatabases`` and ``ShowCollections`` list what the test set (``databases``, ``collections``);
 * ``Query`` and ``ShowPartitions`` over a model of the collection's rows kept by the test (see
   query.py), with Milvus's status codes and texts.
 
@@ -140,6 +141,20 @@ class Servicer(milvus_grpc.MilvusServiceServicer):
         if schema is not None:
             resp.schema.ParseFromString(schema)
         return resp
+
+    def ListDatabases(self, request, context):
+        if not self._authenticated(context):
+            context.abort(grpc.StatusCode.UNAUTHENTICATED, "auth check failure, please check username and password")
+        return milvus_pb2.ListDatabasesResponse(status=common_pb2.Status(), db_names=sorted(self.state.databases))
+
+    def ShowCollections(self, request, context):
+        """The database's collections (the ``dbname`` header, else ``db_name``; Milvus's default)."""
+        if not self._authenticated(context):
+            context.abort(grpc.StatusCode.UNAUTHENTICATED, "auth check failure, please check username and password")
+        db = dict(context.invocation_metadata()).get("dbname") or request.db_name or "default"
+        got = sorted((name, cid) for (d, name), (cid, _, _) in self.state.collections.items() if d == db)
+        return milvus_pb2.ShowCollectionsResponse(status=common_pb2.Status(), collection_names=[n for n, _ in got],
+                                                  collection_ids=[i for _, i in got])
 
     def ShowPartitions(self, request, context):
         db, missing = self._check(request, context)

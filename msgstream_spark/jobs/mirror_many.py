@@ -1,0 +1,270 @@
+"""``mirror run --database NAME | --collections a,b | --include REGEX --table-root ROOT``: many collections in
+one job, one Spark query, one checkpoint, the channels read once (``output=collections``).
+
+Each selected collection is kept in its own table under ``ROOT`` (``mirror.many``'s naming rule:
+``<root>/<db>/<collection>``, a later collection of a re-created name ``<root>/<db>/<collection>__<id>``). The
+stream starts at ``--from`` (``--snapshot never``) or, for a new job with ``--snapshot initial``, where the earliest
+of the collections' snapshots started: each selected collection in Milvus at the start is snapshotted at its own S
+(``snapshot_all``) and takes only the stream's rows after its S. A collection created while the job runs starts
+from its CreateCollection on the stream; a dropped one's table keeps its last state and is marked
+(``spark.mirror_many``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import time
+import uuid
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
+from typing import Any
+
+from msgstream_spark.cli.table_args import table_options
+from msgstream_spark.cli.vocab import UsageError, at_file
+from msgstream_spark.errors import MirrorError
+from msgstream_spark.jobs._common import parse_kv, source_options, spark_error_line, spark_session, trigger_kwargs
+from msgstream_spark.mirror.common import PROP_COLLECTION_ID, PROP_SNAPSHOT_TS
+from msgstream_spark.mirror.many import DEFAULT_DB, Known, ManyState, parse_selection, table_location
+
+log = logging.getLogger("msgstream_spark.jobs.mirror")
+
+
+def config_of(args):
+    from msgstream_spark.config.loader import Config
+
+    return Config.load(args.config, overrides=parse_kv(args.option) or None)
+
+
+def channels_option(args, cfg) -> dict[str, str]:
+    """The source's channels: --channels, else the config's DML channels (a pattern: Milvus may add some)."""
+    if args.channels:
+        return {"channels": args.channels}
+    prefix = cfg.dml_channel_names(1)[0].rsplit("_", 1)[0]
+    return {"channelPattern": f"^{prefix}_[0-9]+$"}
+
+
+def await_query(query, trig: dict, timeout: float | None) -> None:
+    try:
+        if "processingTime" in trig and timeout is not None:
+            if not query.awaitTermination(timeout):
+                query.stop()
+        else:
+            query.awaitTermination()
+    except KeyboardInterrupt:
+        query.stop()
+
+
+def check_args(args: argparse.Namespace) -> None:
+    """UsageError for a many-collection run missing what it needs, or given a one-collection flag."""
+    if not args.table_root:
+        raise UsageError("--database / --collections / --include keep each collection in its own table: pass "
+                         "--table-root LOCATION (tables at <root>/<database>/<collection>)")
+    if args.table or args.collection:
+        raise UsageError("--table and --collection name one collection's table: with --database / --collections / "
+                         "--include pass --table-root only")
+    if not args.table_format:
+        raise UsageError("--table-root: pass --table-format delta or iceberg (the tables' format)")
+    if args.snapshot == "when_needed":
+        raise UsageError("--snapshot when_needed replaces one table's rows: with --database / --collections / "
+                         "--include pass --snapshot initial or never")
+    if args.snapshot_source != "query":
+        raise UsageError("--snapshot-source storage: with --database / --collections / --include only the query "
+                         "route is done")
+    if args.history_table:
+        raise UsageError("--history-table keeps one collection's change log: not with --database / --collections / "
+                         "--include")
+
+
+def _checkpoint(args) -> str:
+    if args.checkpoint:
+        return args.checkpoint
+    if "://" in args.table_root and not args.table_root.startswith("file://"):
+        raise UsageError(f"--table-root {args.table_root} is in object storage: pass --checkpoint DIR, a directory "
+                         "on the driver's disk for Spark's checkpoint")
+    return args.table_root.removeprefix("file://").rstrip("/") + "_checkpoint"
+
+
+class Tables:
+    """Makes or opens a collection's table by the naming rule (the ``Opener`` of ``spark.mirror_many``)."""
+
+    def __init__(self, args, cfg, checkpoint: str) -> None:
+        self.args, self.cfg, self.checkpoint = args, cfg, checkpoint
+
+    def _holder(self, location: str) -> int | None:
+        from msgstream_spark.mirror.formats import registry
+
+        more = table_options(self.args)
+        if not registry.detect_at(location, more["storage_options"]):
+            return None
+        cid = registry.stored_properties(self.args.table_format, location, **more).get(PROP_COLLECTION_ID)
+        return int(cid) if cid else -1
+
+    def schema(self, k: Known, schema_bytes: bytes | None):
+        """The collection's schema: its CreateCollection's, else inferred from the channels (by id)."""
+        from msgstream_spark.msg.pb import schema_pb2
+
+        if schema_bytes:
+            s = schema_pb2.CollectionSchema()
+            s.ParseFromString(schema_bytes)
+            return s
+        from msgstream_spark.source.options import parse_read_options
+        from msgstream_spark.source.read import list_channels
+        from msgstream_spark.source.schema import infer_collection
+
+        named = channels_option(self.args, self.cfg)
+        opts = parse_read_options(source_options(self.args, collection=str(k.cid), **named), streaming=False)
+        client = opts.client()
+        try:
+            channels = list_channels(opts, client)
+        finally:
+            client.close()
+        return infer_collection(opts, channels)[0]
+
+    def place(self, k: Known, coll) -> tuple[str, str, Any]:
+        """(the table's location by the naming rule, the primary key, the ``rows`` schema)."""
+        from msgstream_spark.msg.schema import collection_arrow_schema
+        from msgstream_spark.source.rows import rows_arrow_schema
+        from msgstream_spark.source.schema import primary_key
+
+        pk = primary_key(coll)
+        if pk is None:
+            raise MirrorError(f"collection {k.db}.{k.name} (id {k.cid}): its schema names no primary key")
+        root, db = self.args.table_root, k.db or DEFAULT_DB
+        base = f"{root.rstrip('/')}/{db}/{k.name}"
+        where = k.location or table_location(root, db, k.name, k.cid, self._holder(base))
+        return where, pk, rows_arrow_schema(collection_arrow_schema(coll))
+
+    def __call__(self, k: Known, schema_bytes: bytes | None):
+        from msgstream_spark.mirror.table import open_table
+        from msgstream_spark.spark.mirror import MirrorBatch
+        from msgstream_spark.spark.mirror_many import Mirrored
+
+        where, pk, rows = self.place(k, self.schema(k, schema_bytes))
+        table = open_table(self.args.table_format, where, collection=k.name, pk=pk, arrow_schema=rows, create=True,
+                           collection_id=k.cid, **table_options(self.args))
+        sink = MirrorBatch(table, pk, checkpoint=self.checkpoint, collection_id=k.cid,
+                           compact_every=self.args.compact_every)
+        s = table.properties().get(PROP_SNAPSHOT_TS)  # a snapshot's table takes the stream's rows after its S
+        return Mirrored(table, pk, rows, sink, int(s) if s else None)
+
+
+def _stream(spark, args, cfg, starting: str | None, sub: str):
+    opts = source_options(args, output="collections", subscription=sub, startingPositions=starting,
+                          maxRowsPerTrigger=args.max_rows_per_trigger, **channels_option(args, cfg))
+    return spark.readStream.format("msgstream").options(**opts).load()
+
+
+def _run_query(spark, args, cfg, starting, sink, checkpoint: str) -> int:
+    from msgstream_spark.jobs.ingest import Progress
+
+    trig = trigger_kwargs(args.trigger)
+    sub = args.subscription or f"mirror-{os.path.basename(args.table_root.rstrip('/'))}"
+    df = _stream(spark, args, cfg, starting, sub)
+    query = (df.writeStream.foreachBatch(sink).option("checkpointLocation", checkpoint)
+             .trigger(**trig).queryName(f"mirror-many-{uuid.uuid4().hex[:8]}").start())
+    progress = Progress(query, args.progress_interval).start()
+    try:
+        await_query(query, trig, args.timeout)
+    finally:
+        progress.stop()
+    err = query.exception()
+    if err is not None:
+        raise MirrorError(f"mirror query failed: {spark_error_line(err) or err}")
+    return progress.rows
+
+
+def _opened(state: ManyState, tables: Tables) -> dict[int, Any]:
+    """The tables an earlier run made (a restart): each opened by the location it recorded."""
+    out = {}
+    for cid, k in sorted(state.known.items()):
+        if k.location:
+            out[cid] = tables(k, state.schema_bytes(cid))
+    return out
+
+
+def milvus_collections(cfg) -> list[tuple[str, str, int]]:
+    """(database, collection, id) of every collection in Milvus (config key ``milvus.address``)."""
+    from msgstream_spark.mirror.snapshot.handover import milvus_target
+
+    target = milvus_target(cfg, "(every selected collection)")
+    mc = target.client()
+    try:
+        dbs = mc.list_databases()
+    finally:
+        mc.close()
+    out = []
+    for db in dbs:
+        mc = replace(target, db=db).client()
+        try:
+            out += [(db, n, int(mc.describe_collection(n)["collection_id"])) for n in mc.list_collections()]
+        finally:
+            mc.close()
+    return out
+
+
+def snapshot_all(spark, args, cfg, checkpoint: str, state: ManyState, selection, tables: Tables) -> str | None:
+    """A new job with ``--snapshot initial``: each selected collection in Milvus snapshotted at its own S (the
+    one-collection job's ``decide_start``, ``--snapshot-concurrency`` at a time) into its table (which records S:
+    the stream's rows at or before it are left out of that table); the query starts, per channel, at the earliest
+    of the snapshots' positions."""
+    from msgstream_spark.jobs.mirror_start import decide_start
+
+    found = [c for c in milvus_collections(cfg) if selection.matches(c[0], c[1])]
+
+    def one(item):
+        db, name, cid = item
+        k = Known(cid, name, db)
+        where, pk, rows = tables.place(k, tables.schema(k, None))
+        sub = argparse.Namespace(**{**vars(args), "collection": name, "table": where})
+        start = decide_start(spark, sub, cfg.with_overrides({"milvus.database": db}), rows, pk, cid, checkpoint)
+        k.location = start.table.location
+        return k, start
+
+    with ThreadPoolExecutor(max_workers=max(1, args.snapshot_concurrency)) as pool:
+        done = list(pool.map(one, found))
+    for k, start in done:
+        state.known[k.cid] = k
+        log.info("collection %s.%s (id %d): %s", k.db, k.name, k.cid, start.summary)
+    state.save()
+    return earliest([start.starting for _, start in done])
+
+
+def earliest(startings: list[str | None]) -> str | None:
+    """Per channel the position with the lowest Milvus time among the snapshots' recorded starts."""
+    from msgstream_spark.msg.position import MsgPosition
+
+    def ts(pos: str) -> int:
+        return -1 if pos == "earliest" else MsgPosition.from_base64(pos).timestamp
+
+    best: dict[str, str] = {}
+    for s in startings:
+        for ch, pos in (json.loads(s) if s else {}).items():
+            if ch not in best or ts(pos) < ts(best[ch]):
+                best[ch] = pos
+    return json.dumps(best) if best else None
+
+
+def run_many(args: argparse.Namespace, spark=None) -> dict[str, Any]:
+    """The many-collection job (``mirror run`` with a selection)."""
+    from msgstream_spark.spark.mirror_many import ManyBatch
+
+    check_args(args)
+    selection = parse_selection(args.database, args.collections, args.include)
+    args.starting = at_file(args.starting)
+    checkpoint = _checkpoint(args)
+    cfg = config_of(args)
+    spark = spark or spark_session("msgstream-mirror", args.master)
+    state = ManyState.load(checkpoint)
+    tables = Tables(args, cfg, checkpoint)
+    starting = args.starting
+    if args.snapshot == "initial" and not os.path.isdir(os.path.join(checkpoint, "offsets")):
+        starting = snapshot_all(spark, args, cfg, checkpoint, state, selection, tables) or starting
+    sink = ManyBatch(tables, state, selection, mirrored=_opened(state, tables), concurrency=args.table_concurrency)
+    t0 = time.perf_counter()
+    rows = _run_query(spark, args, cfg, starting, sink, checkpoint)
+    return {"job": "mirror", "selection": selection.describe(), "table_root": args.table_root,
+            "format": args.table_format, "checkpoint": checkpoint, "stream_pieces": rows,
+            "stream_seconds": round(time.perf_counter() - t0, 3), **sink.summary()}

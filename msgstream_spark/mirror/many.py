@@ -1,0 +1,146 @@
+"""Many collections in one mirror job, Spark-free: which collections it keeps, where each one's table lives, and
+what it learned of them from the stream (kept beside the job's checkpoint).
+
+Naming rule (stable, docs/mirror.md "Many collections"): collection ``name`` of database ``db`` with id ``cid``
+is mirrored into ``<root>/<db>/<name>``; when a table of another collection id already holds that location (the
+name was dropped and created again: Milvus gives the new collection a new id, never the old one), the later
+collection goes to ``<root>/<db>/<name>__<cid>``. The collection id decides, never the name: the table records
+its id (``msgstream.collection_id``) and a restart finds each collection's table by it. A collection whose
+database the stream does not tell (2.3-2.6.5 write no database into CreateCollection; inserts carry it) waits
+for its first insert; one whose name the stream never tells is not mirrored.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import re
+from dataclasses import asdict, dataclass, field
+
+from msgstream_spark.errors import MirrorError
+
+STATE_FILE = "collections.json"
+PROP_DROPPED_TS = "msgstream.mirror.dropped_ts"  # the table property a dropped collection's table gets
+DEFAULT_DB = "default"
+_NAME = re.compile(r"^[A-Za-z0-9_.$-]+$")
+
+
+@dataclass(frozen=True)
+class Selection:
+    """``--database``, ``--collections`` (``name`` or ``db.name``) or ``--include`` (a regex on ``db.name``)."""
+
+    database: str | None = None
+    collections: tuple[str, ...] = ()
+    include: str | None = None
+
+    def matches(self, db: str, name: str) -> bool:
+        if self.database is not None:
+            return db == self.database
+        if self.collections:
+            return name in self.collections or f"{db}.{name}" in self.collections
+        return self.include is not None and re.fullmatch(self.include, f"{db}.{name}") is not None
+
+    def describe(self) -> str:
+        if self.database is not None:
+            return f"--database {self.database}"
+        return f"--collections {','.join(self.collections)}" if self.collections else f"--include {self.include}"
+
+
+def parse_selection(database: str | None, collections: str | None, include: str | None) -> Selection:
+    """The one selection given; MirrorError naming the flag for a bad value."""
+    if include is not None:
+        try:
+            re.compile(include)
+        except re.error as exc:
+            raise MirrorError(f"--include {include!r} is not a regular expression: {exc}") from exc
+        return Selection(include=include)
+    if collections is not None:
+        names = tuple(c.strip() for c in collections.split(",") if c.strip())
+        if not names:
+            raise MirrorError("--collections names no collection (a comma-separated list: a,b or db.a,db.b)")
+        return Selection(collections=names)
+    return Selection(database=database)
+
+
+@dataclass
+class Known:
+    """What the stream told of one collection."""
+
+    cid: int
+    name: str = ""
+    db: str = ""
+    schema: str = ""  # base64 CollectionSchema of its CreateCollection ("" if the stream did not carry it)
+    created_ts: int | None = None
+    schema_ts: int | None = None  # the time of its newest schema change (None: the creation's schema)
+    dropped_ts: int | None = None
+    location: str = ""  # its table, once made
+
+
+@dataclass
+class ManyState:
+    """The collections the job has seen, kept in ``<checkpoint>/collections.json`` (on the driver's disk, with
+    Spark's checkpoint): written before a batch's tables are written, so a restart knows every schema the stream
+    carried in a batch Spark already committed."""
+
+    path: str
+    known: dict[int, Known] = field(default_factory=dict)
+
+    @classmethod
+    def load(cls, checkpoint: str) -> ManyState:
+        path = os.path.join(checkpoint, STATE_FILE)
+        st = cls(path)
+        if os.path.exists(path):
+            try:
+                with open(path) as f:
+                    raw = json.load(f)
+                st.known = {int(k): Known(**v) for k, v in raw.items()}
+            except (OSError, ValueError, TypeError) as exc:
+                raise MirrorError(f"the mirror job's collection list {path} is unreadable: {exc}") from exc
+        return st
+
+    def save(self) -> None:
+        os.makedirs(os.path.dirname(self.path), exist_ok=True)
+        tmp = f"{self.path}.tmp"
+        with open(tmp, "w") as f:
+            json.dump({str(k): asdict(v) for k, v in sorted(self.known.items())}, f, indent=1)
+        os.replace(tmp, self.path)
+
+    def get(self, cid: int) -> Known:
+        return self.known.setdefault(cid, Known(cid))
+
+    def created(self, cid: int, name: str, db: str, schema: bytes | None, ts: int) -> None:
+        k = self.get(cid)
+        k.name = k.name or name
+        k.db = k.db or db
+        if schema and not k.schema:
+            k.schema = base64.b64encode(schema).decode()
+        k.created_ts = k.created_ts or ts
+
+    def seen(self, cid: int, name: str, db: str) -> None:
+        """Rows of the collection: their request's names (a database left empty there is Milvus's default)."""
+        k = self.get(cid)
+        k.name = k.name or name
+        k.db = k.db or db or DEFAULT_DB
+
+    def altered(self, cid: int, schema: bytes, ts: int) -> bool:
+        """A newer schema (2.6 AlterCollection / SchemaChange); False if the one kept is as new."""
+        k = self.get(cid)
+        if k.schema_ts is not None and k.schema_ts >= ts:
+            return False
+        k.schema, k.schema_ts = base64.b64encode(schema).decode(), ts
+        return True
+
+    def schema_bytes(self, cid: int) -> bytes | None:
+        k = self.known.get(cid)
+        return base64.b64decode(k.schema) if k is not None and k.schema else None
+
+
+def table_location(root: str, db: str, name: str, cid: int, holder_id: int | None) -> str:
+    """The table of collection ``cid`` (the naming rule above); ``holder_id``: the collection id of the table
+    already at ``<root>/<db>/<name>`` (None: no table there)."""
+    for part, what in ((db, "database"), (name, "collection")):
+        if not _NAME.match(part) or part in (".", ".."):
+            raise MirrorError(f"{what} name {part!r} cannot be a path part of the table under --table-root {root}")
+    base = f"{root.rstrip('/')}/{db}/{name}"
+    return base if holder_id is None or holder_id == cid else f"{base}__{cid}"

@@ -1,0 +1,140 @@
+"""``output=collections``: the rows of every collection on the channels, one read, each collection's rows as Arrow.
+
+A ``rows`` read has one schema, so it holds one collection. A many-collection reader (the mirror's
+``--database`` / ``--collections`` / ``--include`` job) reads the channels once with this output instead: one
+output row per piece of one collection's rows (``kind`` ``rows``: the piece as an Arrow IPC stream in
+``payload``, its columns those of ``rows`` output: ``op``, the fields the insert carries, the metadata
+columns) and one per DDL message (``kind`` ``create`` with the serialized ``CollectionSchema`` in ``payload``;
+``alter``, a 2.6 AlterCollection / SchemaChange, with the new schema; ``drop``). Decoding stays here, in the
+Spark-free read core, column-wise: each collection's rows are built by its own
+:class:`~msgstream_spark.source.rows.RowsBuilder` exactly as a ``rows`` read of that collection builds them
+(``_seq``, ``_position``, metadata), and the reader of a piece turns it back into Arrow with :func:`unpack`
+(no row passes through Python objects).
+
+A piece's schema comes from the message itself (the insert's field data), so a task needs no collection's
+schema: a delete piece names its key column ``$key`` (a name Milvus refuses for a field), which :func:`unpack`
+renames to the collection's primary key.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from msgstream_spark.msg.columns import field_data_to_arrow
+from msgstream_spark.msg.types import DeleteMsg, InsertMsg, MsgType
+from msgstream_spark.msg.wal26 import WalMsg
+from msgstream_spark.source.rows import RowsBuilder, ddl_fields, rows_arrow_schema
+
+KEY = "$key"  # a delete piece's key column (Milvus field names cannot hold '$' but its own $meta)
+KIND_ROWS, KIND_CREATE, KIND_DROP, KIND_ALTER = "rows", "create", "drop", "alter"
+COLLECTIONS_DDL = ("kind string, _collection bigint, name string, db string, _ts bigint, rows bigint, "
+                   "payload binary")
+_TYPES = {"string": pa.string(), "bigint": pa.int64(), "binary": pa.binary()}
+
+
+def collections_arrow_schema() -> pa.Schema:
+    """The Arrow schema of ``collections`` output."""
+    return pa.schema([pa.field(n, _TYPES[t]) for n, t in ddl_fields(COLLECTIONS_DDL)])
+
+
+def _ddl_names(msg: Any) -> tuple[str, str]:
+    """(collection name, database name) a CreateCollection / DropCollection names: 2.3-2.6.5 leave the request's
+    name empty (the name is in the schema) and carry no database name."""
+    p = msg.proto
+    name = getattr(p, "collectionName", "") or ""
+    if not name and msg.msg_type == MsgType.CreateCollection and msg.schema is not None:
+        name = msg.schema.name
+    return name, getattr(p, "db_name", "") or ""
+
+
+class CollectionsBuilder:
+    """Per read task: a :class:`RowsBuilder` per (collection, piece shape), flushed as ``collections`` rows."""
+
+    def __init__(self, group: str = "") -> None:
+        self.group = group
+        self.builders: dict[tuple, tuple[RowsBuilder, int, str, str]] = {}
+        self.out: list[dict[str, Any]] = []  # DDL rows and flushed pieces, in order
+        self.rows = 0
+
+    def _builder(self, msg: Any) -> RowsBuilder:
+        cid = msg.collection_id
+        if isinstance(msg, InsertMsg):
+            shape: tuple = tuple((fd.field_name, fd.type) for fd in msg.proto.fields_data)
+        else:
+            shape = ("delete", msg.proto.primary_keys.WhichOneof("id_field"))
+        got = self.builders.get((cid, shape))
+        if got is None:
+            if isinstance(msg, InsertMsg):
+                fields = [pa.field(fd.field_name, field_data_to_arrow(fd).type) for fd in msg.proto.fields_data]
+                pk = None
+            else:
+                fields = [pa.field(KEY, pa.string() if shape[1] == "str_id" else pa.int64())]
+                pk = KEY
+            got = (RowsBuilder(rows_arrow_schema(fields), self.group, pk), cid, msg.proto.collection_name,
+                   msg.proto.db_name)
+            self.builders[(cid, shape)] = got
+        return got[0]
+
+    def add(self, msg: Any, channel: str, msg_id: bytes, position: Any = None) -> None:
+        """The rows of one insert or delete (``RowsBuilder.add``), into its collection's builder."""
+        if not isinstance(msg, (InsertMsg, DeleteMsg)):
+            return
+        b = self._builder(msg)
+        before = b.rows
+        b.add(msg, channel, msg_id, position)
+        self.rows += b.rows - before
+
+    def ddl(self, msg: Any) -> None:
+        """A CreateCollection (its schema), a 2.6 AlterCollection / SchemaChange with a schema (the new one), a
+        DropCollection: after the rows read before it."""
+        kind = {MsgType.CreateCollection: KIND_CREATE, MsgType.DropCollection: KIND_DROP}.get(msg.msg_type)
+        if kind is None and isinstance(msg, WalMsg):
+            kind = KIND_ALTER  # a 2.6 AlterCollection / SchemaChange (the full new schema)
+        if kind is None:
+            return
+        schema = msg.schema if kind != KIND_DROP else None
+        if kind == KIND_ALTER and schema is None:
+            return  # an AlterCollection of properties, names or description only
+        self._pieces()
+        name, db = _ddl_names(msg) if kind != KIND_ALTER else (schema.name, "")
+        payload = schema.SerializeToString() if schema is not None else None
+        self.out.append({"kind": kind, "_collection": msg.collection_id, "name": name, "db": db,
+                         "_ts": msg.timestamp, "rows": 0, "payload": payload})
+
+    def _pieces(self) -> None:
+        for b, cid, name, db in self.builders.values():
+            for batch in b.flush():
+                sink = pa.BufferOutputStream()
+                with pa.ipc.new_stream(sink, batch.schema) as w:
+                    w.write_batch(batch)
+                self.out.append({"kind": KIND_ROWS, "_collection": cid, "name": name, "db": db,
+                                 "_ts": None, "rows": batch.num_rows, "payload": sink.getvalue().to_pybytes()})
+
+    def flush(self) -> list[pa.RecordBatch]:
+        self._pieces()
+        out, self.out, self.rows = self.out, [], 0
+        if not out:
+            return []
+        schema = collections_arrow_schema()
+        return [pa.RecordBatch.from_pylist(out, schema=schema)]
+
+
+def unpack(payloads: list[bytes], schema: pa.Schema, pk: str, min_ts: int | None = None) -> pa.Table:
+    """The pieces of one collection (``payload`` of its ``rows`` rows) as one table of ``schema`` (the
+    collection's ``rows`` schema): columns a piece lacks are null (a delete's fields, a function output
+    Milvus computes later), its ``$key`` is ``pk``; rows at or before ``min_ts`` (a snapshot's time) are left out."""
+    parts = []
+    for p in payloads:
+        t = pa.ipc.open_stream(p).read_all()
+        if KEY in t.column_names:
+            t = t.rename_columns([pk if n == KEY else n for n in t.column_names])
+        cols = [t.column(f.name).cast(f.type) if f.name in t.column_names else pa.nulls(t.num_rows, f.type)
+                for f in schema]
+        parts.append(pa.Table.from_arrays(cols, schema=schema))
+    out = pa.concat_tables(parts) if parts else schema.empty_table()
+    if min_ts is not None and out.num_rows:
+        out = out.filter(pc.greater(out.column("_ts"), pa.scalar(min_ts, pa.int64())))
+    return out

@@ -1,0 +1,184 @@
+"""Many collections, one read: the ``foreachBatch`` function of a ``collections`` stream (``output=collections``).
+
+    q = (spark.readStream.format("msgstream").option("output", "collections")...load().writeStream
+         .foreachBatch(ManyBatch(tables, state, selection, checkpoint=chk)).option("checkpointLocation", chk).start())
+
+Each micro-batch is kept by Spark (``persist``: the channels are read once per batch); the driver collects only
+its DDL rows and the ids of the collections it touches, notes them in the job's collection list
+(:class:`~msgstream_spark.mirror.many.ManyState`, saved before anything is written), makes the table of a
+collection created on the stream from the schema its CreateCollection carries, and then runs, for every touched
+table at once (a thread pool of ``concurrency``), that table's :class:`~msgstream_spark.spark.mirror.MirrorBatch`
+over the batch's rows of its collection (``source.multi.unpack`` in tasks): its tasks write its files, the
+driver commits it fenced at its planned version, once, with its own batch record (query id, batch id, the
+batch's offsets). A table the batch does not touch commits nothing. After the rows, a DropCollection marks its
+table (``msgstream.mirror.dropped_ts``); the table keeps its last state.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+import pyarrow as pa
+
+from msgstream_spark.mirror.many import PROP_DROPPED_TS, ManyState, Selection
+from msgstream_spark.msg.pb import schema_pb2
+from msgstream_spark.msg.schema import collection_arrow_schema
+from msgstream_spark.source.multi import KIND_ALTER, KIND_CREATE, KIND_DROP, KIND_ROWS, unpack
+from msgstream_spark.source.rows import rows_arrow_schema
+from msgstream_spark.spark.mirror import MirrorBatch
+
+log = logging.getLogger(__name__)
+
+
+class Mirrored:
+    """One collection's table and its batch function."""
+
+    def __init__(self, table: Any, pk: str, rows_schema: pa.Schema, sink: MirrorBatch, min_ts: int | None) -> None:
+        self.table, self.pk, self.rows_schema, self.sink, self.min_ts = table, pk, rows_schema, sink, min_ts
+
+
+def rows_schema_of(schema: bytes) -> pa.Schema:
+    """The ``rows`` schema of a serialized ``CollectionSchema``."""
+    s = schema_pb2.CollectionSchema()
+    s.ParseFromString(schema)
+    return rows_arrow_schema(collection_arrow_schema(s))
+
+
+# the job's: (the collection's Known entry, its CollectionSchema or None) -> its Mirrored (table made if missing)
+Opener = Callable[[Any, Any], Mirrored]
+
+
+def _unpack_fn(schema: pa.Schema, pk: str, min_ts: int | None):
+    def rows(batches):
+        for b in batches:
+            if b.num_rows:
+                t = unpack(b.column(0).to_pylist(), schema, pk, min_ts)
+                yield from t.to_batches()
+
+    return rows
+
+
+class ManyBatch:
+    """``foreachBatch`` function mirroring every selected collection of a ``collections`` stream.
+
+    ``opener``: makes or opens a collection's table (the job's naming rule and table settings). ``mirrored``:
+    the tables the job opened at its start (collections snapshotted or resumed), by collection id.
+    ``concurrency``: tables written and committed at once (1: one after the other, in collection id order).
+    """
+
+    def __init__(self, opener: Opener, state: ManyState, selection: Selection, *, mirrored: dict[int, Mirrored],
+                 concurrency: int = 4) -> None:
+        self.opener, self.state, self.selection = opener, state, selection
+        self.mirrored = mirrored
+        self.concurrency = max(1, concurrency)
+        self.batches = 0
+        self.created: list[int] = []  # collection ids whose table this run made or opened on the stream
+        self.dropped: list[int] = []  # collection ids whose table this run marked dropped
+
+    def __call__(self, df, batch_id: int) -> None:
+        df = df.persist()
+        try:
+            self._batch(df, batch_id)
+        finally:
+            df.unpersist()
+
+    def _batch(self, df, batch_id: int) -> None:
+        from pyspark.sql import functions as F
+
+        ddl = df.where(F.col("kind") != KIND_ROWS).collect()
+        touched = (df.where(F.col("kind") == KIND_ROWS).groupBy("_collection")
+                   .agg(F.first("name").alias("name"), F.max("db").alias("db")).collect())
+        for r in ddl:
+            if r["kind"] == KIND_CREATE:
+                self.state.created(r["_collection"], r["name"] or "", r["db"] or "", r["payload"], r["_ts"])
+            elif r["kind"] == KIND_ALTER:
+                self._altered(r["_collection"], r["payload"], r["_ts"])
+        for r in touched:
+            self.state.seen(r["_collection"], r["name"] or "", r["db"] or "")
+        self.state.save()  # before any table is written: a restart knows what this batch's stream told
+        todo = [m for m in (self._mirrored(cid) for cid in sorted(r["_collection"] for r in touched)) if m is not None]
+        for r in ddl:  # a collection created in this batch with no rows yet gets its (empty) table now
+            if r["kind"] == KIND_CREATE:
+                self._mirrored(r["_collection"])
+        self._write(df, batch_id, todo)
+        for r in ddl:
+            if r["kind"] == KIND_DROP:
+                self._drop(r["_collection"], r["_ts"])
+
+    def _altered(self, cid: int, schema: bytes, ts: int) -> None:
+        """A 2.6 schema change: the collection's newest schema; its table gains the new fields as columns (the
+        batch's write adds them before any file is written)."""
+        if not self.state.altered(cid, schema, ts):
+            return
+        m = self.mirrored.get(cid)
+        if m is not None:
+            m.rows_schema = rows_schema_of(schema)
+            log.info("collection id %d: schema changed at %d; its table takes the new fields", cid, ts)
+
+    def _mirrored(self, cid: int) -> Mirrored | None:
+        """The collection's table (made from the schema its CreateCollection carried), or None when it is not
+        selected (or its database or name is not known yet: 2.3-2.5 tell the database in its inserts)."""
+        got = self.mirrored.get(cid)
+        if got is not None:
+            return got
+        k = self.state.get(cid)
+        if not k.name or not k.db or not self.selection.matches(k.db, k.name):
+            return None
+        got = self.opener(k, self.state.schema_bytes(cid))
+        self.mirrored[cid] = got
+        if not k.location:
+            k.location = got.table.location
+            self.state.save()
+        self.created.append(cid)
+        log.info("collection %s.%s (id %d): table %s", k.db, k.name, cid, got.table.location)
+        return got
+
+    def _write(self, df, batch_id: int, todo: list[Mirrored]) -> None:
+        from pyspark.sql import functions as F
+        from pyspark.sql.pandas.types import from_arrow_schema
+
+        def one(m: Mirrored) -> None:
+            cid = m.sink.collection_id
+            part = df.where((F.col("kind") == KIND_ROWS) & (F.col("_collection") == cid)).select("payload")
+            rows = part.mapInArrow(_unpack_fn(m.rows_schema, m.pk, m.min_ts), from_arrow_schema(m.rows_schema))
+            m.sink(rows, batch_id)
+
+        if self.concurrency == 1 or len(todo) <= 1:
+            for m in todo:
+                one(m)
+        else:
+            with ThreadPoolExecutor(max_workers=min(self.concurrency, len(todo)),
+                                    thread_name_prefix=f"mirror-batch-{batch_id}") as pool:
+                errors = [f.exception() for f in [pool.submit(one, m) for m in todo]]
+            failed = [e for e in errors if e is not None]
+            if failed:  # every table's outcome is known before the batch fails (the others committed or not)
+                for e in failed[1:]:
+                    log.error("batch %d: another table failed too: %s", batch_id, e)
+                raise failed[0]
+        self.batches += 1
+
+    def _drop(self, cid: int, ts: int) -> None:
+        k = self.state.get(cid)
+        if k.dropped_ts is None:
+            k.dropped_ts = ts
+            self.state.save()
+        m = self.mirrored.get(cid)
+        if m is None:
+            return
+        if m.table.properties().get(PROP_DROPPED_TS) != str(ts):
+            m.table.set_properties({PROP_DROPPED_TS: str(ts)})
+            self.dropped.append(cid)
+            log.info("collection %s.%s (id %d) dropped at %d: table %s keeps its last state", k.db, k.name, cid, ts,
+                     m.table.location)
+
+    def summary(self) -> dict[str, Any]:
+        tables = {}
+        for cid, m in sorted(self.mirrored.items()):
+            k = self.state.known.get(cid)
+            tables[f"{k.db}.{k.name}" if k else str(cid)] = {
+                "id": cid, "table": m.table.location, "batches": m.sink.batches, "skipped": m.sink.skipped,
+                "changes": m.sink.rows, "dropped_ts": k.dropped_ts if k else None}
+        return {"batches": self.batches, "created": self.created, "dropped": self.dropped, "tables": tables}

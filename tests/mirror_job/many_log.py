@@ -1,0 +1,136 @@
+"""Several collections in several databases on shared pchannels, written as Milvus 2.3-2.5 writes them, and the
+rows each collection must hold.
+
+Written from shared/docs (service-notes.md §1.2-1.4, milvus-wire-format.md §5), with Milvus's generated ``msgpb``
+protobufs, not the project's own writer: RootCoord's CreateCollection goes to each of the collection's pchannels
+with no ``msg_type`` property, no database and no collection name (the name is the schema's); its DropCollection
+names the collection and its id; the proxy's Insert / Delete carry ``db_name``, ``collection_name``,
+``shardName`` (``<pchannel>_<id>v<i>``) and ``msg_type``; an upsert is an Insert and a Delete of the same keys
+with one timestamp; a TimeTick closes each step on every pchannel.
+"""
+
+from __future__ import annotations
+
+import itertools
+import time
+
+from msgstream_spark.mq.base import ProducerMessage
+from msgstream_spark.msg.pb import common_pb2, msg_pb2, schema_pb2
+from tests.milvus_proxy.query import columns
+
+DT = schema_pb2.DataType
+DIM = 4
+
+
+def schema(name: str) -> schema_pb2.CollectionSchema:
+    s = schema_pb2.CollectionSchema(name=name)
+    s.fields.add(fieldID=100, name="pk", is_primary_key=True, data_type=DT.Int64)
+    s.fields.add(fieldID=101, name="s", data_type=DT.VarChar).type_params.add(key="max_length", value="64")
+    s.fields.add(fieldID=102, name="fv", data_type=DT.FloatVector).type_params.add(key="dim", value=str(DIM))
+    return s
+
+
+def row(name: str, pk: int, gen: int = 0) -> dict:
+    k = pk + 1000 * gen
+    return {"pk": pk, "s": f"{name}-{k}", "fv": [k / 2.0, -k / 4.0, 1.0, float(gen)]}
+
+
+def _base(t: int, ts: int, mid: int = 0) -> common_pb2.MsgBase:
+    return common_pb2.MsgBase(msg_type=t, msgID=mid, timestamp=ts, sourceID=3)
+
+
+class ManyLog:
+    """The pchannels' producers; ``expected[(db, name, id)]``: {pk: row} each collection holds now; ``models``: the
+    suite proxy's models (tests/milvus_proxy) the same writes go to, at the same Milvus times."""
+
+    def __init__(self, client, pchannels: list[str]) -> None:
+        self.pchannels = list(pchannels)
+        self.producers = [client.create_producer(p) for p in pchannels]
+        self.colls: dict[int, tuple[str, str]] = {}  # id -> (db, name)
+        self.expected: dict[tuple[str, str, int], dict[int, dict]] = {}
+        self._ts = itertools.count((int(time.time() * 1000) << 18), 1 << 18)
+        self._ids = itertools.count(1)
+        self.models: dict[int, object] = {}  # id -> the suite proxy's CollectionModel a snapshot queries, if any
+
+    def _send(self, i: int, msg, props: dict, ts: int) -> None:
+        self.producers[i].send_batch([ProducerMessage(msg.SerializeToString(), props, ts)])
+
+    def _vch(self, cid: int, i: int) -> str:
+        return f"{self.pchannels[i]}_{cid}v{i}"
+
+    def create(self, db: str, name: str, cid: int) -> None:
+        ts = next(self._ts)
+        req = msg_pb2.CreateCollectionRequest(  # 2.3-2.5: no db_name, dbID or collectionName
+            base=_base(100, ts), collectionID=cid, partitionIDs=[cid * 10],
+            schema=schema(name).SerializeToString(), physicalChannelNames=self.pchannels,
+            virtualChannelNames=[self._vch(cid, i) for i in range(len(self.pchannels))])
+        for i in range(len(self.pchannels)):
+            self._send(i, req, {}, ts)
+        self.colls[cid] = (db, name)
+        self.expected[(db, name, cid)] = {}
+
+    def drop(self, cid: int) -> int:
+        ts = next(self._ts)
+        db, name = self.colls[cid]
+        req = msg_pb2.DropCollectionRequest(base=_base(101, ts), collectionName=name, collectionID=cid)
+        for i in range(len(self.pchannels)):
+            self._send(i, req, {}, ts)
+        return ts
+
+    def _shards(self, pks) -> dict[int, list[int]]:
+        out: dict[int, list[int]] = {}
+        for pk in pks:
+            out.setdefault(pk % len(self.pchannels), []).append(pk)
+        return out
+
+    def insert(self, cid: int, pks, gen: int = 0, ts: int | None = None) -> None:
+        ts = ts or next(self._ts)
+        db, name = self.colls[cid]
+        for i, keys in self._shards(pks).items():
+            rows = [row(name, pk, gen) for pk in keys]
+            req = msg_pb2.InsertRequest(
+                base=_base(400, ts, next(self._ids)), shardName=self._vch(cid, i), db_name=db, collection_name=name,
+                partition_name="_default", collectionID=cid, partitionID=cid * 10, segmentID=cid * 100 + 1,
+                num_rows=len(rows), fields_data=columns(schema(name), rows),
+                version=msg_pb2.InsertDataVersion.ColumnBased)
+            req.timestamps.extend([ts] * len(rows))
+            req.rowIDs.extend(next(self._ids) for _ in rows)
+            self._send(i, req, {"msg_type": "Insert"}, ts)
+            self.expected[(db, name, cid)].update({r["pk"]: r for r in rows})
+            if cid in self.models:
+                self.models[cid].put(rows, "_default", ts)
+
+    def delete(self, cid: int, pks, ts: int | None = None) -> None:
+        ts = ts or next(self._ts)
+        db, name = self.colls[cid]
+        for i, keys in self._shards(pks).items():
+            req = msg_pb2.DeleteRequest(base=_base(401, ts, next(self._ids)), shardName=self._vch(cid, i), db_name=db,
+                                        collection_name=name, collectionID=cid, partitionID=-1, num_rows=len(keys))
+            req.primary_keys.int_id.data.extend(keys)
+            req.timestamps.extend([ts] * len(keys))
+            self._send(i, req, {"msg_type": "Delete"}, ts)
+            for pk in keys:
+                self.expected[(db, name, cid)].pop(pk, None)
+            if cid in self.models:
+                self.models[cid].remove(keys, ts)
+
+    def upsert(self, cid: int, pks, gen: int) -> None:
+        """The proxy's upsert: an Insert, then a Delete of the same keys, one timestamp (the insert wins)."""
+        ts = next(self._ts)
+        db, name = self.colls[cid]
+        for i, keys in self._shards(pks).items():
+            req = msg_pb2.DeleteRequest(base=_base(401, ts, next(self._ids)), shardName=self._vch(cid, i), db_name=db,
+                                        collection_name=name, collectionID=cid, partitionID=-1, num_rows=len(keys))
+            req.primary_keys.int_id.data.extend(keys)
+            req.timestamps.extend([ts] * len(keys))
+            self.insert(cid, keys, gen, ts)
+            self._send(i, req, {"msg_type": "Delete"}, ts)
+
+    def tick(self) -> None:
+        ts = next(self._ts)
+        for i in range(len(self.pchannels)):
+            self._send(i, msg_pb2.TimeTickMsg(base=_base(1200, ts)), {}, ts)
+
+    def close(self) -> None:
+        for p in self.producers:
+            p.close()
