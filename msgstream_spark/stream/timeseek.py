@@ -41,6 +41,7 @@ MARGIN_MS = 5_000  # first probe of the broker's index: 5 s before the wanted ti
 GALLOP = 16  # each failed probe moves 16 times further back (5 s, 80 s, 21 min, 5.7 h)
 GALLOPS = 4  # then the search starts at the beginning of the channel
 STALL_TIMEOUT = 30.0  # seconds without a message while the scan has not reached the last id
+LOOKBACK_MS = 10_000  # newest_time_through: Milvus time before a position whose messages are read
 _BATCH = 256
 
 _ROW_TS_FIELD = 10  # InsertRequest.timestamps and DeleteRequest.timestamps (packed uint64)
@@ -148,6 +149,42 @@ def first_at_or_after(client: Client, channel: str, ts: int, *,
 def first_after(client: Client, channel: str, ts: int, **kw: float) -> MessageID | None:
     """Id of the first message whose Milvus time is > ``ts`` (the exclusive end of ``<= ts``)."""
     return first_at_or_after(client, channel, int(ts) + 1, **kw)
+
+
+def newest_time_through(client: Client, channel: str, last: MessageID, last_ts: int, *,
+                        lookback_ms: int = LOOKBACK_MS, stall_timeout: float = STALL_TIMEOUT) -> int:
+    """The newest Milvus time among ``channel``'s messages up to ``last`` (included), whose time is ``last_ts``.
+
+    What a position at ``last`` must carry as its time so that no message before it is newer: a TimeTick
+    often follows data messages newer than itself (Milvus 2.3.5's proxy reports a channel's time as its
+    pending writes' smallest timestamp minus one, ``internal/proxy/channels_time_ticker.go``; seen on the real
+    2.3.5 on Kafka: most ticks of a busy channel, up to 619 ms newer data, up to three ticks back, and ticks
+    between an upsert's Insert and Delete). Milvus's own consumer makes such a position point at the first
+    newer message (wire doc section 7.4); here the time is raised instead. The messages read are those from
+    the first at or after ``last_ts - lookback_ms`` (:func:`first_at_or_after`) to ``last``: a data message
+    older than that window and newer than everything in it would have waited ``lookback_ms`` between its
+    timestamp and its write. A backend that sends by time (``Client.time_ordered``) needs no look."""
+    if getattr(client, "time_ordered", False):
+        return int(last_ts)
+    start = first_at_or_after(client, channel, max(0, int(last_ts) - (int(lookback_ms) << 18)),
+                              stall_timeout=stall_timeout)
+    if start is None or last < start:
+        return int(last_ts)
+    newest = int(last_ts)
+    reader = client.reader(channel)
+    try:
+        for batch in _batches(reader, channel, start, last, stall_timeout):
+            for m in batch:
+                if last < m.id:
+                    return newest
+                t = message_time(m.payload, m.properties)
+                newest = max(newest, t or 0)
+    finally:
+        try:
+            reader.unsubscribe()
+        except Exception:  # noqa: BLE001 - a throwaway reader; the answer is already known
+            log.warning("removing the look-back reader of channel %s failed", channel, exc_info=True)
+    return newest
 
 
 def _batches(reader: Consumer, channel: str, start: MessageID, last: MessageID, stall_timeout: float):

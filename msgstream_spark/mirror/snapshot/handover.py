@@ -1,11 +1,11 @@
 """The initial snapshot of a collection: positions first, then S, then rows through Milvus's ``Query``.
 
-Spark-free. :func:`take_positions` records each channel's last message (id and Milvus time) *before*
-any row is read; S is the newest of those times. Every query of the snapshot then carries S as its
-``guarantee_timestamp`` (mirror/snapshot/query/rpc.py): Milvus's query node answers it at its own safe
-time, once that time has reached S, so every write up to S is seen. The stream then starts after the
-positions, and the merge keeps the newest change per primary key with snapshot rows counting as changes
-at S: see "The handover" in the README for the argument.
+Spark-free. :func:`take_positions` records each channel's last message (its id, and the newest Milvus time
+of the messages up to it) *before* any row is read; S is the newest of those times. Every query of the
+snapshot then carries S as its ``guarantee_timestamp`` (mirror/snapshot/query/rpc.py): Milvus's query node
+answers it at its own safe time, once that time has reached S, so every write up to S is seen. The stream
+then starts after the positions, and the merge keeps the newest change per primary key with snapshot rows
+counting as changes at S: see "The handover" in the README for the argument.
 
 Where Milvus pins iterator reads (:func:`probe_pin`: late 2.4, 2.5+), every range is read at exactly
 S instead (``iterator``, ``collection_id``, ``guarantee_timestamp=S``): the rows are the collection at S.
@@ -30,7 +30,7 @@ from msgstream_spark.mq.milvus.channels import partitions
 from msgstream_spark.mq.milvus.connection import ProxyConnection
 from msgstream_spark.mq.milvus.settings import MilvusSettings
 from msgstream_spark.msg.position import MsgPosition
-from msgstream_spark.stream.timeseek import message_time
+from msgstream_spark.stream.timeseek import message_time, newest_time_through
 
 log = logging.getLogger(__name__)
 
@@ -131,7 +131,11 @@ def _row_count(target: MilvusTarget, mc) -> int:
 
 # -- positions, then S --------------------------------------------------------------------------
 def take_positions(client, channels: list[str], timeout: float = 10.0) -> dict[str, MsgPosition | None]:
-    """Each channel's last message as a position at its own Milvus time (None: an empty channel)."""
+    """Each channel's last message as a position (None: an empty channel) at the newest Milvus time of the
+    messages up to it (:func:`~msgstream_spark.stream.timeseek.newest_time_through`), not the last message's
+    own: that is often a TimeTick older than data before it (on Milvus 2.3.5 even between an upsert's Insert
+    and Delete), which a resume from the position never reads and a snapshot read at the tick's time misses.
+    With the newest time every message before a position is at or before S: the snapshot holds it."""
     out: dict[str, MsgPosition | None] = {}
     for ch in channels:
         mid = client.latest_message_id(ch)
@@ -146,7 +150,7 @@ def take_positions(client, channels: list[str], timeout: float = 10.0) -> dict[s
             reader.unsubscribe()
         if not got:
             raise MirrorError(f"channel {ch}: the last message ({mid}) could not be read within {timeout}s")
-        ts = message_time(got[0].payload, got[0].properties) or 0
+        ts = newest_time_through(client, ch, mid, message_time(got[0].payload, got[0].properties) or 0)
         out[ch] = MsgPosition(ch, mid.serialize(), "", int(ts))
     return out
 
