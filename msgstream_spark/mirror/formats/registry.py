@@ -20,6 +20,8 @@ from msgstream_spark.mirror.formats.delta.table import DeltaMirrorTable
 from msgstream_spark.mirror.formats.iceberg.catalog import is_identifier
 from msgstream_spark.mirror.formats.iceberg.pinned import IcebergPinned
 from msgstream_spark.mirror.formats.iceberg.table import IcebergMirrorTable
+from msgstream_spark.mirror.formats.lance.pinned import LancePinned
+from msgstream_spark.mirror.formats.lance.table import LanceMirrorTable
 
 _CATALOG = ("catalog_uri", "storage_options", "catalog", "catalog_options")
 
@@ -33,6 +35,8 @@ _ENTRIES = (
            DeltaPinned, history=True),
     Format("iceberg", "Iceberg", IcebergMirrorTable, IcebergMirrorTable.open, _iceberg_stored, IcebergPinned,
            takes=_CATALOG, partitions=True, catalogs=True),
+    Format("lance", "Lance", LanceMirrorTable, LanceMirrorTable.open, LanceMirrorTable.stored_properties,
+           LancePinned),
 )
 FORMATS: dict[str, Format] = {f.name: f for f in _ENTRIES}
 
