@@ -24,8 +24,8 @@ from pathlib import Path
 from tests.test_layers import PKG, _imports, _modules
 
 ROOT = PKG.parent
-FORMAT_NAMES = ("delta", "iceberg")  # the registry's names (test_the_names_are_the_registrys checks)
-TABLE_LIBRARIES = ("deltalake", "pyiceberg")
+FORMAT_NAMES = ("delta", "iceberg", "lance")  # the registry's names (test_the_names_are_the_registrys checks)
+TABLE_LIBRARIES = ("deltalake", "pyiceberg", "lance", "lancedb")
 SEAM = ("msgstream_spark.mirror.formats", "msgstream_spark.mirror.formats.base",
         "msgstream_spark.mirror.formats.registry")
 # module -> why it may name a format: auxiliary tables that are Delta by design, not mirror tables

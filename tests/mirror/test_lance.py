@@ -1,0 +1,140 @@
+"""A Lance mirror table (#46 part 4) on a local directory and on the S3 server: batches (inserts, updates,
+deletes) committed once each, deletes as Lance deletion files (no data file rewritten), and plain readers
+outside the project (``lance``, DuckDB and Polars through Arrow, a LanceDB nearest-neighbour query) reading
+exactly the collection's rows."""
+
+from __future__ import annotations
+
+import numpy as np
+import pyarrow as pa
+import pytest
+
+from msgstream_spark.mirror import apply_batch, open_table
+from msgstream_spark.mirror.formats.lance.options import dataset_uri
+from msgstream_spark.mirror.store import open_store
+from tests.mirror.changes import FIELDS, delete, insert, model, table_state, to_arrow, upsert
+
+
+class Where:
+    def __init__(self, kind: str, tmp_path, s3=None) -> None:
+        self.kind, self.tmp, self.s3 = kind, tmp_path, s3
+        self.opts = s3.options() if s3 is not None else None
+
+    def uri(self, name: str = "t") -> str:
+        return self.s3.uri("lake", name) if self.s3 is not None else str(self.tmp / name)
+
+    def lance_options(self) -> dict[str, str] | None:
+        return None if self.opts is None else {**self.opts, "allow_http": "true"}
+
+
+@pytest.fixture(params=["local", "s3"])
+def where(request, tmp_path) -> Where:
+    return Where(request.param, tmp_path, request.getfixturevalue("s3") if request.param == "s3" else None)
+
+
+def _open(where: Where, name: str = "t"):
+    return open_table("lance", where.uri(name), collection="coll", pk="pk", arrow_schema=FIELDS,
+                      storage_options=where.opts)
+
+
+def _batches() -> list[list]:
+    return [
+        [insert(10, (1, "a"), (2, "b"), (3, "c"), (1, "a-dup"), (4, "d"), (7, "g"), (8, "h"))],
+        [delete(20, 2), *upsert(30, (4, "d2")), insert(40, (5, "e"))],
+        [*upsert(50, (1, "a2"), (6, "f")), delete(60, 3), insert(70, (2, "b-again"))],
+    ]
+
+
+def _dataset(where: Where, name: str = "t"):
+    import lance
+
+    return lance.dataset(dataset_uri(where.uri(name)), storage_options=where.lance_options())
+
+
+def test_batches_commit_once_each_and_plain_readers_see_the_collections_rows(where):
+    import duckdb
+    import polars as pl
+
+    t = _open(where)
+    seen: list = []
+    for i, batch in enumerate(_batches()):
+        assert apply_batch(t, to_arrow(batch), "pk", "q", i) is True
+        seen += batch
+        assert table_state(t.to_arrow()) == model(seen), f"after batch {i}"
+    versions = _dataset(where).version
+    assert apply_batch(t, to_arrow(_batches()[1]), "pk", "q", 1) is False  # a re-run batch: skipped
+    assert _dataset(where).version == versions and t.last_batch("q") == 2
+    want = model(seen)
+    ds = _dataset(where)
+    assert table_state(ds.to_table()) == want
+    arrow_rows = ds.to_table()
+    got = duckdb.sql("SELECT pk, v, _ts FROM arrow_rows").fetchall()
+    assert {r[0]: (r[1], r[2]) for r in got} == want
+    frame = pl.from_arrow(ds.to_table(columns=["pk", "v", "_ts"]))
+    assert {r["pk"]: (r["v"], r["_ts"]) for r in frame.to_dicts()} == want
+    # deletes are Lance deletion files: every data file written once, none rewritten
+    assert any(f.metadata.deletion_file is not None for f in ds.get_fragments())
+    assert ds.schema.field("fv").type == pa.list_(pa.float32(), 2)
+    # one Lance version per batch, carrying its batch record
+    tx = ds.read_transaction(ds.version).transaction_properties
+    assert tx["msgstream.query_id"] == "q" and tx["msgstream.batch_id"] == "2"
+
+
+def test_a_reopened_table_skips_a_batch_it_holds_and_refuses_another_collection(where):
+    from msgstream_spark.errors import MirrorError
+
+    t = _open(where)
+    assert apply_batch(t, to_arrow(_batches()[0]), "pk", "q", 0)
+    again = _open(where)
+    assert again.last_batch("q") == 0 and apply_batch(again, to_arrow(_batches()[0]), "pk", "q", 0) is False
+    with pytest.raises(MirrorError, match="mirrors collection 'coll'"):
+        open_table("lance", where.uri(), collection="other", pk="pk", arrow_schema=FIELDS,
+                   storage_options=where.opts)
+
+
+def test_a_nearest_neighbour_query_on_the_mirror_returns_the_exact_searchs_ids(tmp_path):
+    """A Lance vector index built on the mirrored table (vectors are fixed-size lists); LanceDB's nearest
+    neighbours equal an exact search over the collection's rows (the model's)."""
+    import lancedb
+
+    rng = np.random.default_rng(3)
+    dim, n = 8, 600
+    fields = pa.schema([pa.field("pk", pa.int64()), pa.field("fv", pa.list_(pa.float32(), dim))])
+    vecs = rng.normal(size=(n, dim)).astype(np.float32)
+    rows = pa.table({"op": ["insert"] * n, "pk": pa.array(range(n), pa.int64()),
+                     "fv": pa.FixedSizeListArray.from_arrays(pa.array(vecs.ravel()), dim),
+                     "_ts": pa.array([10] * n, pa.int64())})
+    changes = _changes(rows)
+    t = open_table("lance", str(tmp_path / "v.lance"), collection="coll", pk="pk", arrow_schema=fields)
+    assert apply_batch(t, changes, "pk", "q", 0)
+    gone = list(range(0, n, 7))  # deleted keys must not come back from the index
+    assert apply_batch(t, _changes(pa.table({"op": ["delete"] * len(gone), "pk": pa.array(gone, pa.int64()),
+                                             "fv": pa.nulls(len(gone), fields.field("fv").type),
+                                             "_ts": pa.array([20] * len(gone), pa.int64())})), "pk", "q", 1)
+    live = np.array(sorted(set(range(n)) - set(gone)))
+    import lance
+
+    ds = lance.dataset(str(tmp_path / "v.lance"))
+    ds.create_index("fv", index_type="IVF_FLAT", num_partitions=4, metric="l2")
+    q = rng.normal(size=dim).astype(np.float32)
+    exact = live[np.argsort(((vecs[live] - q) ** 2).sum(axis=1))[:10]]
+    tbl = lancedb.connect(str(tmp_path)).open_table("v")
+    got = tbl.search(q).metric("l2").nprobes(4).limit(10).to_arrow().column("pk").to_pylist()
+    assert got == exact.tolist()
+
+
+def _changes(rows: pa.Table) -> pa.Table:
+    """``rows`` (op, pk, fv, _ts) as the source's change rows (``_seq`` from the time and op, one partition)."""
+    from tests.mirror.changes import seq_array
+
+    n = rows.num_rows
+    ts = rows.column("_ts").to_numpy().astype(np.uint64)
+    seq = seq_array(ts, rows.column("op")[0].as_py())
+    return rows.append_column("_seq", seq).append_column("_partition", pa.array([7] * n, pa.int64()))
+
+
+def test_the_table_lives_in_the_store_given(where):
+    t = _open(where)
+    assert apply_batch(t, to_arrow(_batches()[0]), "pk", "q", 0)
+    names = {m.uri.rsplit("/", 1)[-1] for m in open_store(where.uri(), where.opts, env={}).list(where.uri())}
+    assert any(n.endswith(".lance") for n in names) and any(n.endswith(".manifest") for n in names)
