@@ -67,8 +67,7 @@ def test_batches_commit_once_each_and_plain_readers_see_the_collections_rows(whe
     want = model(seen)
     ds = _dataset(where)
     assert table_state(ds.to_table()) == want
-    arrow_rows = ds.to_table()
-    got = duckdb.sql("SELECT pk, v, _ts FROM arrow_rows").fetchall()
+    got = duckdb.from_arrow(ds.to_table()).select("pk, v, _ts").fetchall()
     assert {r[0]: (r[1], r[2]) for r in got} == want
     frame = pl.from_arrow(ds.to_table(columns=["pk", "v", "_ts"]))
     assert {r["pk"]: (r["v"], r["_ts"]) for r in frame.to_dicts()} == want
@@ -121,6 +120,17 @@ def test_a_nearest_neighbour_query_on_the_mirror_returns_the_exact_searchs_ids(t
     tbl = lancedb.connect(str(tmp_path)).open_table("v")
     got = tbl.search(q).metric("l2").nprobes(4).limit(10).to_arrow().column("pk").to_pylist()
     assert got == exact.tolist()
+
+
+def test_vectors_of_variable_lists_become_fixed_size_lists_with_the_first_rows(tmp_path):
+    """The collection's Arrow schema spells a vector as a variable list; the first rows fix its length."""
+    fields = pa.schema([pa.field("pk", pa.int64()), pa.field("v", pa.string()), pa.field("fv", pa.list_(pa.float32()))])
+    t = open_table("lance", str(tmp_path / "t"), collection="coll", pk="pk", arrow_schema=fields)
+    assert t.schema.field("fv").type == pa.list_(pa.float32())
+    assert apply_batch(t, to_arrow(_batches()[0]), "pk", "q", 0)
+    assert t.schema.field("fv").type == pa.list_(pa.float32(), 2) and t.last_batch("q") == 0
+    assert apply_batch(t, to_arrow(_batches()[1]), "pk", "q", 1)
+    assert table_state(t.to_arrow()) == model(_batches()[0] + _batches()[1])
 
 
 def _changes(rows: pa.Table) -> pa.Table:

@@ -47,10 +47,10 @@ def evidence(fmt: str) -> str:
 def refuse_occupied(store: Store, location: str, making: str, catalog: str = "the catalog") -> None:
     """Before a new table of format ``making`` is made at ``location`` (created, or opened to be made by a
     snapshot's ``add_files``): a MirrorError naming what is there if the location already holds a table of
-    any format (Iceberg metadata files, a Delta log, Lance manifests), and nothing written. Two tables at one location delete
-    each other's files (one's vacuum removes every file of the other, which it never referenced). ``catalog``:
-    the Iceberg catalog making it, for the message (the table found is not in it: it is another catalog's), e.g.
-    ``catalog 'lake'``."""
+    any format (Iceberg metadata files, a Delta log, Lance manifests), and nothing written. Two tables at one
+    location delete each other's files (one's vacuum removes every file of the other, which it never
+    referenced). ``catalog``: the Iceberg catalog making it, for the message (the table found is not in it: it
+    is another catalog's), e.g. ``catalog 'lake'``."""
     # (a Delta log delta-rs does not read as a table, e.g. a killed first commit's, is delta-rs's to answer)
     found = [f for f in formats_in(store, location) if not f == making == "delta"]
     if not found:
@@ -63,8 +63,8 @@ def refuse_occupied(store: Store, location: str, making: str, catalog: str = "th
                           "there would delete its files. Nothing was written. Give the --catalog / --catalog-uri "
                           "that table is registered in, or another --table location")
     if fmt == "iceberg":
-        raise MirrorError(f"{what}: no {NAMES[making].split()[-1]} table can be made there (each would delete the other's files). Nothing "
-                          "was written. Give --table-format iceberg (and the table's --catalog), or another --table "
-                          "location")
+        raise MirrorError(f"{what}: no {NAMES[making].split()[-1]} table can be made there (each would delete the "
+                          "other's files). Nothing was written. Give --table-format iceberg (and the table's "
+                          "--catalog), or another --table location")
     raise MirrorError(f"{what}: no {NAMES[making].split()[-1]} table can be made there (each would delete the "
                       f"other's files). Nothing was written. Give --table-format {fmt}, or another --table location")

@@ -87,7 +87,7 @@ def _kept(store: Store, path: str, drop: np.ndarray | None, schema: pa.Schema) -
 
 
 def fragment_from_parquet(store: Store, root: str, ds_uri: str, opts: dict[str, str], schema: pa.Schema, pk: str,
-                          path: str, drop: np.ndarray | None = None) -> tuple[Any, str] | None:
+                          path: str, drop: np.ndarray | None = None, mode: str = "append") -> tuple[Any, str] | None:
     """The Parquet file at ``path`` (minus the positions ``drop``) as a new Lance fragment, and its key file:
     (the fragment's metadata, the key file's path); None if no row is left."""
     keys: list[pa.Table] = []
@@ -102,7 +102,7 @@ def fragment_from_parquet(store: Store, root: str, ds_uri: str, opts: dict[str, 
             yield b
 
     reader = pa.RecordBatchReader.from_batches(schema, rows())
-    md = lance().fragment.LanceFragment.create(ds_uri, reader, schema=schema, storage_options=opts)
+    md = lance().fragment.LanceFragment.create(ds_uri, reader, schema=schema, mode=mode, storage_options=opts)
     if not md.physical_rows:
         return None
     key_path, _ = write_key_file(store, root, md.files[0].path, pa.concat_tables(keys), pk)
@@ -117,3 +117,39 @@ def deleted_positions(fragment: Any) -> np.ndarray:
     live = fragment.to_table(columns=[], with_row_address=True).column("_rowaddr").to_numpy()
     offsets = (live & np.uint64(0xFFFFFFFF)).astype(np.uint64)
     return np.setdiff1d(np.arange(md.physical_rows, dtype=np.uint64), offsets)
+
+
+def _vector_like(t: pa.DataType) -> bool:
+    return (pa.types.is_list(t) or pa.types.is_large_list(t)) and (
+        pa.types.is_floating(t.value_type) or pa.types.is_int8(t.value_type) or pa.types.is_uint8(t.value_type))
+
+
+def fixed_vectors(schema: pa.Schema, store: Store, paths: list[str]) -> pa.Schema:
+    """``schema`` with each variable list of numbers (a vector, as the collection's Arrow schema spells it) made a
+    fixed-size list of the one length its values have in the Parquet files at ``paths`` (a Lance vector index
+    needs fixed-size lists); a column without values, or with values of several lengths, stays as it is."""
+    import pyarrow.compute as pc
+
+    want = [f.name for f in schema if _vector_like(f.type)]
+    if not want:
+        return schema
+    sizes: dict[str, set[int]] = {n: set() for n in want}
+    for p in paths:
+        with store.open_input(p) as src:
+            pf = pq.ParquetFile(src)
+            cols = [n for n in want if n in pf.schema_arrow.names]
+            if not cols:
+                continue
+            t = pf.read(columns=cols)
+        for n in cols:
+            lengths = pc.list_value_length(t.column(n)).drop_null()
+            if len(lengths):
+                mm = pc.min_max(lengths)
+                sizes[n] |= {mm["min"].as_py(), mm["max"].as_py()}
+    out = []
+    for f in schema:
+        got = sizes.get(f.name)
+        if got is not None and len(got) == 1 and next(iter(got)) > 0:
+            f = f.with_type(pa.list_(f.type.value_field, next(iter(got))))
+        out.append(f)
+    return pa.schema(out, metadata=schema.metadata)

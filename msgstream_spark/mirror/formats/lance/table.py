@@ -37,6 +37,7 @@ from msgstream_spark.mirror.formats.lance import records as rec
 from msgstream_spark.mirror.formats.lance.fragments import (
     data_path,
     deleted_positions,
+    fixed_vectors,
     fragment_from_parquet,
     key_file,
     key_file_info,
@@ -207,12 +208,14 @@ class LanceMirrorTable:
             raise MirrorError(fence_message(self.location, "version", plan.base, ds.version, what))
         if not self._frag and plan.deletes:
             self.live_files()
-        updated, removed = self._deletions(ds, plan, what)
-        new, _ = self._fragments(ds.schema, plan.adds, plan.deletes)
         props = {**(commit_info or {}), PROP_QUERY: query_id, PROP_BATCH: str(batch_id),
                  **rec.with_batch(got, query_id, batch_id)}
-        op = lance().LanceOperation.Update(removed_fragment_ids=removed, updated_fragments=updated,
-                                           new_fragments=new)
+        op = self._first_rows(ds, plan)
+        if op is None:
+            updated, removed = self._deletions(ds, plan, what)
+            new, _ = self._fragments(ds.schema, plan.adds, plan.deletes)
+            op = lance().LanceOperation.Update(removed_fragment_ids=removed, updated_fragments=updated,
+                                               new_fragments=new)
         try:
             self._commit(ds.version, op, props)
         except _conflict() as e:
@@ -220,6 +223,19 @@ class LanceMirrorTable:
                               f"(Lance refused it: {e}); nothing committed, the batch runs again on restart") from e
         self._drop_staged(plan.adds)
         return True
+
+    def _first_rows(self, ds: Any, plan: Plan) -> Any:
+        """The first rows of a table without fragments whose vectors are variable lists: an ``Overwrite`` with
+        the vectors as fixed-size lists of their length (``fixed_vectors``) and the new fragments; None
+        otherwise (the vector type is settled)."""
+        if not plan.adds or ds.get_fragments():
+            return None
+        paths = [self._store_path(p) for p in plan.adds]
+        schema = fixed_vectors(ds.schema, self.store, paths)
+        if schema.equals(ds.schema):
+            return None
+        new, _ = self._fragments(schema, plan.adds, plan.deletes, mode="overwrite")
+        return lance().LanceOperation.Overwrite(schema, new)
 
     def _deletions(self, ds: Any, plan: Plan, what: str) -> tuple[list, list[int]]:
         """The fragments losing rows with their new deletion files, and the ids of those losing every row."""
@@ -239,14 +255,14 @@ class LanceMirrorTable:
                 updated.append(md)
         return updated, removed
 
-    def _fragments(self, schema: pa.Schema, paths: list[str],
-                   deletes: dict[str, np.ndarray] | None = None) -> tuple[list, list[str]]:
+    def _fragments(self, schema: pa.Schema, paths: list[str], deletes: dict[str, np.ndarray] | None = None,
+                   mode: str = "append") -> tuple[list, list[str]]:
         """The Parquet files at ``paths`` as new fragments (minus their positions in ``deletes``); with the
         key files written beside them."""
         new, keys = [], []
         for p in paths:
             got = fragment_from_parquet(self.store, self.root, self.uri, self._opts, schema, self.pk,
-                                        self._store_path(p), (deletes or {}).get(p))
+                                        self._store_path(p), (deletes or {}).get(p), mode)
             if got is not None:
                 new.append(got[0])
                 keys.append(got[1])
@@ -309,8 +325,9 @@ class LanceMirrorTable:
         if not paths:
             raise MirrorError("add_files needs at least one data file")
         if self._ds is None:
-            schema = _file_schema(self.store, self._store_path(paths[0]))
-            new, _ = self._fragments(schema, paths)
+            schema = fixed_vectors(_file_schema(self.store, self._store_path(paths[0])), self.store,
+                                   [self._store_path(p) for p in paths])
+            new, _ = self._fragments(schema, paths, mode="overwrite")
             op = lance().LanceOperation.Overwrite(schema, new)
             lance().LanceDataset.commit(self.uri, op, storage_options=self._opts)
             self._ds = self._latest()
