@@ -203,7 +203,9 @@ class Format:
     version. ``options`` the format takes of ``catalog_uri``, ``storage_options``, ``catalog``,
     ``catalog_options`` are named in ``takes``. Features: ``history`` (the mirror job's change history can follow
     it), ``partitions`` (the user's identity partitions), ``time_travel`` (a read at an older version),
-    ``catalogs`` (the table may be named in a catalog: ``namespace.table``)."""
+    ``catalogs`` (the table may be named in a catalog: ``namespace.table``). ``compact``: the format's own
+    compaction, None for the mirror's (``compact(table, target_bytes, base, epoch) -> (files in, files out, rows,
+    deleted rows)``, fenced at version ``base`` and writer ``epoch``, under the caller's writer lease)."""
 
     name: str
     title: str  # for messages: "Delta", "Iceberg"
@@ -216,6 +218,7 @@ class Format:
     partitions: bool = False
     time_travel: bool = True
     catalogs: bool = False
+    compact: Callable[..., tuple[int, int, int, int]] | None = None
 
     @property
     def article(self) -> str:

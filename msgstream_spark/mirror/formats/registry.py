@@ -20,6 +20,7 @@ from msgstream_spark.mirror.formats.delta.table import DeltaMirrorTable
 from msgstream_spark.mirror.formats.iceberg.catalog import is_identifier
 from msgstream_spark.mirror.formats.iceberg.pinned import IcebergPinned
 from msgstream_spark.mirror.formats.iceberg.table import IcebergMirrorTable
+from msgstream_spark.mirror.formats.lance.maintain import compact as lance_compact
 from msgstream_spark.mirror.formats.lance.pinned import LancePinned
 from msgstream_spark.mirror.formats.lance.table import LanceMirrorTable
 
@@ -36,7 +37,7 @@ _ENTRIES = (
     Format("iceberg", "Iceberg", IcebergMirrorTable, IcebergMirrorTable.open, _iceberg_stored, IcebergPinned,
            takes=_CATALOG, partitions=True, catalogs=True),
     Format("lance", "Lance", LanceMirrorTable, LanceMirrorTable.open, LanceMirrorTable.stored_properties,
-           LancePinned),
+           LancePinned, compact=lance_compact),
 )
 FORMATS: dict[str, Format] = {f.name: f for f in _ENTRIES}
 

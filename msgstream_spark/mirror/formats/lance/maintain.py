@@ -20,17 +20,26 @@ log = logging.getLogger(__name__)
 TARGET_ROWS = 1 << 20  # rows per compacted fragment (Lance's default)
 
 
-def compact(table: Any, base: int | None, epoch: int | None) -> None:
-    """Lance's ``compact_files`` (every fragment with deleted rows rewritten, small ones merged), then a key
-    file for each fragment it wrote. Refused, nothing committed, if the table moved from ``base`` or holds a
-    writer epoch above ``epoch``."""
+def compact(table: Any, target_bytes: int, base: int | None, epoch: int | None) -> tuple[int, int, int, int]:
+    """Lance's ``compact_files`` (every fragment with deleted rows rewritten, its deletions materialized; small
+    ones merged up to about ``target_bytes``), then a key file for each fragment it wrote. Refused, nothing
+    committed, if the table moved from ``base`` or holds a writer epoch above ``epoch``. (fragments in, fragments
+    out, rows they hold, deleted rows dropped)."""
     ds = table._table()
     check_epoch(table.location, rec.epoch(rec.read_records(ds)), epoch, "the compaction")
     if base is not None and base != ds.version:
         raise MirrorError(fence_message(table.location, "version", base, ds.version, "the compaction"))
-    ds.optimize.compact_files(target_rows_per_fragment=TARGET_ROWS, materialize_deletions=True,
-                              materialize_deletions_threshold=0.0)
-    write_missing_key_files(table, table._table())
+    before = {f.fragment_id: (f.metadata.physical_rows, f.count_rows()) for f in ds.get_fragments()}
+    rows = sum(live for _, live in before.values())
+    size = sum(d.file_size_bytes or 0 for f in ds.get_fragments() for d in f.metadata.files)
+    per_row = size / rows if rows else 1.0
+    ds.optimize.compact_files(target_rows_per_fragment=max(1024, int(target_bytes / max(per_row, 1.0))),
+                              materialize_deletions=True, materialize_deletions_threshold=0.0)
+    after = table._table()
+    write_missing_key_files(table, after)
+    gone = set(before) - {f.fragment_id for f in after.get_fragments()}
+    new = {f.fragment_id for f in after.get_fragments()} - set(before)
+    return (len(gone), len(new), sum(before[i][1] for i in gone), sum(before[i][0] - before[i][1] for i in gone))
 
 
 def write_missing_key_files(table: Any, ds: Any) -> int:

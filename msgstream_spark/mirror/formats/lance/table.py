@@ -284,12 +284,9 @@ class LanceMirrorTable:
 
     def swap_files(self, old: list[LiveFile], new: list[str], base: int | None = None,
                    epoch: int | None = None) -> None:
-        """A compaction through Lance's own ``compact_files`` (the fragments with deletions and the small ones
-        rewritten, deletions materialized); ``new`` (files the caller wrote) is not Lance's and is deleted."""
-        from msgstream_spark.mirror.formats.lance.maintain import compact
-
-        compact(self, base, epoch)
-        self._drop_staged(new)
+        """Not how a Lance table is compacted (its ``Format.compact``: Lance's ``compact_files``): refused."""
+        raise MirrorError(f"table {self.location} is a Lance table: it is compacted by Lance's compact_files "
+                          "(msgstream mirror compact), not by swapping files; nothing committed")
 
     def referenced_files(self) -> set[str]:
         return self._files_of(self._table())
