@@ -147,7 +147,7 @@ class LanceMirrorTable:
                                 f"above this writer's {epoch}")
             if rec.epoch(got) == epoch:
                 return
-            merge = op.Merge([f.metadata for f in ds.get_fragments()], ds.schema)
+            merge = op.Merge([f.metadata for f in ds.get_fragments()], ds.lance_schema)
             try:
                 self._commit(ds.version, merge, rec.with_epoch(got, epoch))
                 return
