@@ -148,3 +148,47 @@ def test_the_table_lives_in_the_store_given(where):
     assert apply_batch(t, to_arrow(_batches()[0]), "pk", "q", 0)
     names = {m.uri.rsplit("/", 1)[-1] for m in open_store(where.uri(), where.opts, env={}).list(where.uri())}
     assert any(n.endswith(".lance") for n in names) and any(n.endswith(".manifest") for n in names)
+
+
+def _fill_with_deletes(t) -> list:
+    batches = [[insert(10, *[(p, f"a{p}") for p in range(40)])],
+               [*upsert(20, (1, "b1"), (5, "b5")), delete(21, 7, 8)],
+               [insert(25, *[(p, f"n{p}") for p in range(40, 60)])],
+               [*upsert(30, (2, "c2"), (41, "c41")), delete(31, 50)]]
+    for i, b in enumerate(batches):
+        assert apply_batch(t, to_arrow(b), "pk", "q", i)
+    return [m for b in batches for m in b]
+
+
+def test_compaction_and_vacuum_are_lances_own_and_keep_the_rows_and_the_batch_records(where):
+    """``mirror compact``: Lance's compact_files folds the deletion files and small fragments away (the rows
+    stay, a later batch applies on the new fragments); ``vacuum`` with no retention: Lance's cleanup_old_versions
+    removes what only older versions read, the key files of the fragments gone go too, nothing is left orphaned,
+    and the batch records (exactly once) survive the versions that carried them."""
+    from msgstream_spark.mirror.maintenance import compact, orphans, vacuum
+
+    t = _open(where)
+    seen = _fill_with_deletes(t)
+    ds = _dataset(where)
+    assert any(f.deletion_file() for f in ds.get_fragments()) and len(ds.get_fragments()) > 1
+    done = compact(t)
+    assert (done.files_in, done.files_out, done.deleted_rows, done.rows) == (len(ds.get_fragments()), 1, 7, 57)
+    after = _dataset(where)
+    assert len(after.get_fragments()) == 1 and not after.get_fragments()[0].deletion_file()
+    assert table_state(after.to_table()) == model(seen)
+    assert compact(t).files_in == 0  # nothing left to compact
+    more = [*upsert(40, (3, "d3"), (42, "d42")), delete(41, 9)]
+    assert apply_batch(t, to_arrow(more), "pk", "q", 4)  # looked up in the compacted fragment's key file
+    seen += more
+    assert table_state(_dataset(where).to_table()) == model(seen)
+    store = open_store(where.uri(), where.opts, env={})
+    lance_files = {m.uri for m in store.list(where.uri()) if m.uri.endswith(".lance")}
+    gone = vacuum(t, retain_s=0)
+    assert gone and all(p.endswith(".parquet") for p in gone)  # the key files of the fragments compacted away
+    left = {m.uri for m in store.list(where.uri()) if m.uri.endswith(".lance")}
+    live = {f.metadata.files[0].path for f in _dataset(where).get_fragments()}
+    assert left < lance_files and {p.rsplit("/", 1)[-1] for p in left} == live  # Lance's cleanup
+    assert orphans(t) == [] and len(_dataset(where).versions()) == 1
+    again = _open(where)
+    assert again.last_batch("q") == 4 and apply_batch(again, to_arrow(more), "pk", "q", 4) is False
+    assert table_state(_dataset(where).to_table()) == model(seen)
