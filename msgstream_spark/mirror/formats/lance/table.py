@@ -206,8 +206,6 @@ class LanceMirrorTable:
         check_epoch(self.location, rec.epoch(got), epoch, what)
         if plan.base is not None and plan.base != ds.version:
             raise MirrorError(fence_message(self.location, "version", plan.base, ds.version, what))
-        if not self._frag and plan.deletes:
-            self.live_files()
         props = {**(commit_info or {}), PROP_QUERY: query_id, PROP_BATCH: str(batch_id),
                  **rec.with_batch(got, query_id, batch_id)}
         op = self._first_rows(ds, plan)
@@ -245,6 +243,9 @@ class LanceMirrorTable:
             if path in adds:
                 continue
             fid = self._frag.get(path)
+            if fid is None:  # fragments read by another call than the plan's lookup: read them again
+                self.live_files()
+                fid = self._frag.get(path)
             if fid is None:
                 raise MirrorError(f"{path} left table {self.location} after {what} looked it up (another writer: "
                                   "a compaction?); nothing committed, the batch runs again on restart")
