@@ -19,8 +19,10 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from msgstream_spark.mirror.common import conform
 from msgstream_spark.mirror.formats.base import DATA_DIR
 from msgstream_spark.mirror.formats.lance.options import lance
 from msgstream_spark.mirror.order import SEQ
@@ -47,8 +49,6 @@ def write_key_file(store: Store, root: str, data_file: str, keys: pa.Table, pk: 
     col = keys.column(pk)
     bounds = {}
     if keys.num_rows:
-        import pyarrow.compute as pc
-
         mm = pc.min_max(col)
         bounds = {KEY_MIN: json.dumps(mm["min"].as_py()).encode(), KEY_MAX: json.dumps(mm["max"].as_py()).encode()}
     t = keys.replace_schema_metadata({**(keys.schema.metadata or {}), **bounds})
@@ -68,8 +68,6 @@ def key_file_info(store: Store, path: str) -> tuple[Any, Any, int, int]:
 
 def _kept(store: Store, path: str, drop: np.ndarray | None, schema: pa.Schema) -> Iterator[pa.RecordBatch]:
     """The rows of a Parquet file minus positions ``drop``, batch by batch, as ``schema``."""
-    from msgstream_spark.mirror.common import conform
-
     at = 0
     with store.open_input(path) as src:
         for b in pq.ParquetFile(src).iter_batches(batch_size=64 * 1024):
@@ -128,8 +126,6 @@ def fixed_vectors(schema: pa.Schema, store: Store, paths: list[str]) -> pa.Schem
     """``schema`` with each variable list of numbers (a vector, as the collection's Arrow schema spells it) made a
     fixed-size list of the one length its values have in the Parquet files at ``paths`` (a Lance vector index
     needs fixed-size lists); a column without values, or with values of several lengths, stays as it is."""
-    import pyarrow.compute as pc
-
     want = [f.name for f in schema if _vector_like(f.type)]
     if not want:
         return schema

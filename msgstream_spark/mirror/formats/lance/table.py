@@ -16,6 +16,7 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.parquet as pq
 
 from msgstream_spark.errors import MirrorError
 from msgstream_spark.mirror.common import (
@@ -42,6 +43,7 @@ from msgstream_spark.mirror.formats.lance.fragments import (
     key_file,
     key_file_info,
 )
+from msgstream_spark.mirror.formats.lance.maintain import expire, retained
 from msgstream_spark.mirror.formats.lance.options import dataset_uri, lance, storage_options
 from msgstream_spark.mirror.store import LeaseLost, Store, StoreError, open_store, uri
 
@@ -304,13 +306,9 @@ class LanceMirrorTable:
         return out
 
     def retained_files(self, retain_s: float, now: float) -> set[str]:
-        from msgstream_spark.mirror.formats.lance.maintain import retained
-
         return retained(self, retain_s, now)
 
     def expire(self, retain_s: float, now: float) -> None:
-        from msgstream_spark.mirror.formats.lance.maintain import expire
-
         expire(self, retain_s, now)
 
     def metadata_files(self) -> list[str]:
@@ -371,7 +369,5 @@ def _conflict() -> type[BaseException]:
 
 
 def _file_schema(store: Store, path: str) -> pa.Schema:
-    import pyarrow.parquet as pq
-
     with store.open_input(path) as f:
         return pq.ParquetFile(f).schema_arrow
