@@ -192,3 +192,22 @@ def test_compaction_and_vacuum_are_lances_own_and_keep_the_rows_and_the_batch_re
     again = _open(where)
     assert again.last_batch("q") == 4 and apply_batch(again, to_arrow(more), "pk", "q", 4) is False
     assert table_state(_dataset(where).to_table()) == model(seen)
+
+
+def test_a_creation_cut_off_before_its_properties_is_finished_or_refused(tmp_path):
+    """Lance makes a dataset, then its config is set (two versions): an empty table left without its properties
+    gets them when opened; one holding a snapshot's rows without them is refused, naming what to do."""
+    import lance
+
+    from msgstream_spark.errors import MirrorError
+    from msgstream_spark.mirror.common import table_schema
+
+    empty = tmp_path / "empty"
+    lance.write_dataset(table_schema(FIELDS, "pk").empty_table(), str(empty))  # killed before its config
+    t = open_table("lance", str(empty), collection="coll", pk="pk", arrow_schema=FIELDS)
+    assert t.properties()["msgstream.collection"] == "coll"
+    assert apply_batch(t, to_arrow(_batches()[0]), "pk", "q", 0)
+    rows = tmp_path / "rows"
+    lance.write_dataset(t.to_arrow(), str(rows))
+    with pytest.raises(MirrorError, match="has rows but no msgstream.collection property.*Remove the table"):
+        open_table("lance", str(rows), collection="coll", pk="pk", arrow_schema=FIELDS)

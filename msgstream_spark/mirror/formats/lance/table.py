@@ -21,6 +21,7 @@ import pyarrow.parquet as pq
 from msgstream_spark.errors import MirrorError
 from msgstream_spark.mirror.common import (
     PROP_BATCH,
+    PROP_COLLECTION,
     PROP_PREFIX,
     PROP_QUERY,
     PROP_SNAPSHOT_TS,
@@ -76,6 +77,7 @@ class LanceMirrorTable:
         t = cls(location, collection, pk, collection_id, open_store(location, storage_options))
         if t._exists():
             t._ds = t._latest()
+            t._finish_creation()
             check_identity(location, t.properties(), collection, pk, collection_id)
             if arrow_schema is not None:
                 t.evolve(table_schema(arrow_schema, pk))
@@ -90,6 +92,20 @@ class LanceMirrorTable:
             ds.update_config(identity_properties(collection, pk, collection_id))
             t._ds = t._latest()
         return t
+
+    def _finish_creation(self) -> None:
+        """A table whose creation was cut off before its properties were set (Lance makes the dataset, then the
+        config is set: two versions): an empty one gets them now; one with rows (a snapshot's first version
+        without its properties) is refused naming what to do."""
+        if PROP_COLLECTION in self._ds.config():
+            return
+        if self._ds.get_fragments():
+            raise MirrorError(f"Lance table at {self.location} has rows but no {PROP_COLLECTION} property: its "
+                              "first version (a snapshot's) was committed and the process stopped before the "
+                              "properties were set; nothing of the stream was applied to it. Remove the table's "
+                              "location and run the mirror again")
+        self._ds.update_config(identity_properties(self.collection, self.pk, self.collection_id))
+        self._ds = self._latest()
 
     @staticmethod
     def stored_properties(location: str, storage_options: dict | None = None) -> dict[str, str]:
