@@ -211,3 +211,17 @@ def test_a_creation_cut_off_before_its_properties_is_finished_or_refused(tmp_pat
     lance.write_dataset(t.to_arrow(), str(rows))
     with pytest.raises(MirrorError, match="has rows but no msgstream.collection property.*Remove the table"):
         open_table("lance", str(rows), collection="coll", pk="pk", arrow_schema=FIELDS)
+
+
+def test_a_table_lance_itself_compacted_between_two_batches_is_read_as_it_left_it(tmp_path):
+    """A user's own ``optimize.compact_files`` between two batches: its fragments have no key files; the next
+    batch's lookup writes them and the batch applies on the compacted table."""
+    import lance
+
+    loc = tmp_path / "t"
+    t = open_table("lance", str(loc), collection="coll", pk="pk", arrow_schema=FIELDS)
+    seen = _fill_with_deletes(t)
+    lance.dataset(str(loc)).optimize.compact_files(materialize_deletions_threshold=0.0)
+    more = [*upsert(40, (3, "d3"), (42, "d42")), delete(41, 9)]
+    assert apply_batch(t, to_arrow(more), "pk", "q", 4)
+    assert table_state(lance.dataset(str(loc)).to_table()) == model(seen + more)

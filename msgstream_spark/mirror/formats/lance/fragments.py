@@ -149,3 +149,9 @@ def fixed_vectors(schema: pa.Schema, store: Store, paths: list[str]) -> pa.Schem
             f = f.with_type(pa.list_(f.type.value_field, next(iter(got))))
         out.append(f)
     return pa.schema(out, metadata=schema.metadata)
+
+
+def file_schema(store: Store, path: str) -> pa.Schema:
+    """The Arrow schema of the Parquet file at ``path`` (its footer)."""
+    with store.open_input(path) as src:
+        return pq.ParquetFile(src).schema_arrow

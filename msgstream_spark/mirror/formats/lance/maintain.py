@@ -46,17 +46,21 @@ def write_missing_key_files(table: Any, ds: Any) -> int:
     """A key file for each fragment of ``ds`` without one (written by Lance: a compaction); how many."""
     n = 0
     for f in ds.get_fragments():
-        md = f.metadata
-        path = key_file(table.root, md.files[0].path)
-        if table.store.head(path) is not None:
-            continue
-        if f.deletion_file():
-            raise MirrorError(f"fragment {md.id} of table {table.location} has deleted rows and no key file: "
-                              "written by another tool; compact it with msgstream mirror compact")
-        keys = f.to_table(columns=[table.pk, SEQ])
-        write_key_file(table.store, table.root, md.files[0].path, keys, table.pk)
-        n += 1
+        if table.store.head(key_file(table.root, f.metadata.files[0].path)) is None:
+            write_key_file_of(table, f)
+            n += 1
     return n
+
+
+def write_key_file_of(table: Any, fragment: Any) -> None:
+    """The key file of a fragment another writer made (its rows' key and ``_seq`` in their order); MirrorError
+    for one with deleted rows (its row positions can no longer be read in order)."""
+    md = fragment.metadata
+    if fragment.deletion_file():
+        raise MirrorError(f"fragment {md.id} of table {table.location} has deleted rows and no key file: written "
+                          "by another tool; compact the table (msgstream mirror compact) before the next batch")
+    keys = fragment.to_table(columns=[table.pk, SEQ])
+    write_key_file(table.store, table.root, md.files[0].path, keys, table.pk)
 
 
 def retained(table: Any, retain_s: float, now: float) -> set[str]:

@@ -38,3 +38,11 @@ def _with_http(opts: Mapping[str, str]) -> dict[str, str]:
         if k in out and "allow_http" not in out:
             out["allow_http"] = out[k]
     return out
+
+
+def conflict_error() -> type[BaseException]:
+    """What Lance raises when a commit conflicts with one that landed since its base."""
+    lance()
+    from lance.commit import CommitConflictError
+
+    return CommitConflictError

@@ -16,7 +16,6 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.parquet as pq
 
 from msgstream_spark.errors import MirrorError
 from msgstream_spark.mirror.common import (
@@ -39,14 +38,15 @@ from msgstream_spark.mirror.formats.lance import records as rec
 from msgstream_spark.mirror.formats.lance.fragments import (
     data_path,
     deleted_positions,
+    file_schema,
     fixed_vectors,
     fragment_from_parquet,
     key_file,
     key_file_info,
 )
-from msgstream_spark.mirror.formats.lance.maintain import expire, retained
-from msgstream_spark.mirror.formats.lance.options import dataset_uri, lance, storage_options
-from msgstream_spark.mirror.store import LeaseLost, Store, StoreError, open_store, uri
+from msgstream_spark.mirror.formats.lance.maintain import expire, retained, write_key_file_of
+from msgstream_spark.mirror.formats.lance.options import conflict_error, dataset_uri, lance, storage_options
+from msgstream_spark.mirror.store import LeaseLost, NotFound, Store, StoreError, open_store, uri
 
 log = logging.getLogger(__name__)
 
@@ -169,7 +169,7 @@ class LanceMirrorTable:
             try:
                 self._commit(ds.version, merge, rec.with_epoch(got, epoch))
                 return
-            except _conflict() as e:
+            except conflict_error() as e:
                 log.info("publishing writer epoch %s in %s raced another commit (%s): trying again", epoch,
                          self.location, e)
         raise MirrorError(f"table {self.location}: writer epoch {epoch} not published (other commits kept landing)")
@@ -201,7 +201,7 @@ class LanceMirrorTable:
         for f in ds.get_fragments():
             md = f.metadata
             path = key_file(self.root, md.files[0].path)
-            info = self._keys.get(path) or key_file_info(self.store, path)
+            info = self._keys.get(path) or self._key_info(f, path)
             self._keys[path] = info
             key = (md.id, f.deletion_file())
             deleted = dels[key] = self._dels.get(key) if key in self._dels else deleted_positions(f)
@@ -210,6 +210,15 @@ class LanceMirrorTable:
         self._frag, self._dels = frag, dels
         self._keys = {k: v for k, v in self._keys.items() if k in frag}
         return LiveFiles(out, ds.version)
+
+    def _key_info(self, fragment: Any, path: str) -> tuple:
+        """A fragment's key file's (key min, key max, rows, size); a fragment another tool wrote (its own
+        ``compact_files`` between two batches) gets its key file first."""
+        try:
+            return key_file_info(self.store, path)
+        except NotFound:
+            write_key_file_of(self, fragment)
+            return key_file_info(self.store, path)
 
     def commit(self, plan: Plan, *, query_id: str, batch_id: int, commit_info: dict[str, str] | None = None,
                epoch: int | None = None) -> bool:
@@ -233,12 +242,23 @@ class LanceMirrorTable:
             op = lance().LanceOperation.Update(removed_fragment_ids=removed, updated_fragments=updated,
                                                new_fragments=new)
         try:
-            self._commit(ds.version, op, props)
-        except _conflict() as e:
+            done = self._commit(ds.version, op, props)
+        except conflict_error() as e:
             raise MirrorError(f"table {self.location}: another writer committed while {what} was committed "
                               f"(Lance refused it: {e}); nothing committed, the batch runs again on restart") from e
+        self._known_deletions(done, plan)
         self._drop_staged(plan.adds)
         return True
+
+    def _known_deletions(self, ds: Any, plan: Plan) -> None:
+        """The deleted positions of the fragments this commit gave new deletion files, known without reading
+        them back (a batch touching every fragment would otherwise read every fragment's row addresses)."""
+        old = {k[0]: v for k, v in self._dels.items()}
+        for path, positions in plan.deletes.items():
+            fid = self._frag.get(path)
+            frag = ds.get_fragment(fid) if fid in old else None  # (None: it lost every row, or it is new)
+            if frag is not None:
+                self._dels[(fid, frag.deletion_file())] = np.union1d(old[fid], np.asarray(positions, np.uint64))
 
     def _first_rows(self, ds: Any, plan: Plan) -> Any:
         """The first rows of a table without fragments whose vectors are variable lists: an ``Overwrite`` with
@@ -337,7 +357,7 @@ class LanceMirrorTable:
         if not paths:
             raise MirrorError("add_files needs at least one data file")
         if self._ds is None:
-            schema = fixed_vectors(_file_schema(self.store, self._store_path(paths[0])), self.store,
+            schema = fixed_vectors(file_schema(self.store, self._store_path(paths[0])), self.store,
                                    [self._store_path(p) for p in paths])
             new, _ = self._fragments(schema, paths, mode="overwrite")
             op = lance().LanceOperation.Overwrite(schema, new)
@@ -374,16 +394,3 @@ class LanceMirrorTable:
 
     def to_arrow(self) -> pa.Table:
         return self._table().to_table()
-
-
-def _conflict() -> type[BaseException]:
-    """What Lance raises when a commit conflicts with one that landed since its base."""
-    lance()
-    from lance.commit import CommitConflictError
-
-    return CommitConflictError
-
-
-def _file_schema(store: Store, path: str) -> pa.Schema:
-    with store.open_input(path) as f:
-        return pq.ParquetFile(f).schema_arrow
