@@ -225,3 +225,25 @@ def test_a_table_lance_itself_compacted_between_two_batches_is_read_as_it_left_i
     more = [*upsert(40, (3, "d3"), (42, "d42")), delete(41, 9)]
     assert apply_batch(t, to_arrow(more), "pk", "q", 4)
     assert table_state(lance.dataset(str(loc)).to_table()) == model(seen + more)
+
+
+def test_verify_and_repair_read_a_lance_table_at_one_version(where):
+    """``mirror verify`` pins the Lance table at a version and compares it with the collection; ``--repair``
+    commits the fix as a batch of its own; verify then passes."""
+    from msgstream_spark.mirror.verify.run import repair, run_verify
+    from tests.mirror.changes import HeldMilvus, fill, mixed_batches
+
+    class NoLog:
+        def newest_time(self, channels) -> int:
+            return 5000 << 18
+
+    t = _open(where)
+    seen = fill(t, mixed_batches(2))
+    milvus = HeldMilvus({pk: v for pk, (v, _) in model(seen).items()})
+    assert run_verify(t, milvus, NoLog(), checkpoint=None).equal
+    milvus.rows[3] = "changed in Milvus"
+    del milvus.rows[4]
+    got = run_verify(t, milvus, NoLog(), checkpoint=None)
+    assert not got.equal and {(p["pk"], p["kind"]) for p in got.problems} == {(3, "stale"), (4, "extra")}
+    assert repair(t, milvus, NoLog(), got, [])["keys"] == 2
+    assert run_verify(_open(where), milvus, NoLog(), checkpoint=None).equal
