@@ -430,7 +430,7 @@ def test_a_batch_skipped_on_re_run_deletes_the_files_its_claims_name(fmt, tmp_pa
     assert table_state(t.to_arrow()) == model(BATCHES[0])
 
 
-@pytest.mark.parametrize("fmt", ["delta", "iceberg"])
+@pytest.mark.parametrize("fmt", ["delta", "iceberg", "lance"])
 def test_a_vacuum_fences_a_deposed_writer_before_it_deletes(fmt, tmp_path):
     """A vacuum that deletes every unreferenced file (``retain_s=0``) takes the lease from a writer that stalled
     with its batch's files written and not committed: it publishes its epoch first, so the writer's commit of
