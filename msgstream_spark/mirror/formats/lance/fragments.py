@@ -100,7 +100,8 @@ def fragment_from_parquet(store: Store, root: str, ds_uri: str, opts: dict[str, 
             yield b
 
     reader = pa.RecordBatchReader.from_batches(schema, rows())
-    md = lance().fragment.LanceFragment.create(ds_uri, reader, schema=schema, mode=mode, storage_options=opts)
+    md = lance().fragment.LanceFragment.create(ds_uri, reader, schema=schema, mode=mode, storage_options=opts,
+                                               max_rows_per_group=64 * 1024)
     if not md.physical_rows:
         return None
     key_path, _ = write_key_file(store, root, md.files[0].path, pa.concat_tables(keys), pk)

@@ -12,6 +12,7 @@ epoch's ``Merge``, a compaction of the same fragments). One writer at a time (``
 from __future__ import annotations
 
 import logging
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import numpy as np
@@ -51,6 +52,7 @@ from msgstream_spark.mirror.store import LeaseLost, NotFound, Store, StoreError,
 log = logging.getLogger(__name__)
 
 VERSIONS_DIR = "_versions"
+CONVERTERS = 4  # the tasks' files turned into fragments at once
 
 
 class LanceMirrorTable:
@@ -296,16 +298,15 @@ class LanceMirrorTable:
 
     def _fragments(self, schema: pa.Schema, paths: list[str], deletes: dict[str, np.ndarray] | None = None,
                    mode: str = "append") -> tuple[list, list[str]]:
-        """The Parquet files at ``paths`` as new fragments (minus their positions in ``deletes``); with the
-        key files written beside them."""
-        new, keys = [], []
-        for p in paths:
-            got = fragment_from_parquet(self.store, self.root, self.uri, self._opts, schema, self.pk,
-                                        self._store_path(p), (deletes or {}).get(p), mode)
-            if got is not None:
-                new.append(got[0])
-                keys.append(got[1])
-        return new, keys
+        """The Parquet files at ``paths`` as new fragments (minus their positions in ``deletes``), a few at a
+        time (Lance and pyarrow release the GIL); with the key files written beside them."""
+        def one(p: str):
+            return fragment_from_parquet(self.store, self.root, self.uri, self._opts, schema, self.pk,
+                                         self._store_path(p), (deletes or {}).get(p), mode)
+
+        with ThreadPoolExecutor(max_workers=max(1, min(CONVERTERS, len(paths)))) as pool:
+            done = [got for got in pool.map(one, paths) if got is not None]
+        return [d[0] for d in done], [d[1] for d in done]
 
     def _store_path(self, path: str) -> str:
         return path if "://" in path else uri.parse(path).uri()
