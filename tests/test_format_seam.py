@@ -24,7 +24,8 @@ from pathlib import Path
 from tests.test_layers import PKG, _imports, _modules
 
 ROOT = PKG.parent
-FORMAT_NAMES = ("delta", "iceberg", "lance")  # the registry's names (test_the_names_are_the_registrys checks)
+# every format's name, the registry's and the one being added (the registry's names are a subset: checked below)
+FORMAT_NAMES = ("delta", "iceberg", "lance")
 TABLE_LIBRARIES = ("deltalake", "pyiceberg", "lance", "lancedb")
 SEAM = ("msgstream_spark.mirror.formats", "msgstream_spark.mirror.formats.base",
         "msgstream_spark.mirror.formats.registry")
