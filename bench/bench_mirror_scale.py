@@ -290,6 +290,8 @@ def read_cost(fmt: str, work: Path, rows: int, dim: int, batches: int) -> dict:
             t0 = time.perf_counter()
             if fmt == "delta":
                 got = pl.read_delta(loc).height
+            elif fmt == "lance":  # Polars through Arrow (Lance's own scan applies its deletion files)
+                got = pl.from_arrow(t._table().to_table()).height
             else:
                 tbl = t._table()
                 tbl.refresh()

@@ -30,6 +30,7 @@ SCRIPTS = [
     "bench.bench_scaling",
     "bench.bench_read_shape",
     "bench.bench_mirror",
+    "bench.bench_lance",
     "bench.bench_storage_snapshot",
     "bench.bench_snapshot",
     "bench.bench_mirror_scale",
@@ -54,6 +55,7 @@ SIZES = {
              "bench.bench_read_shape": {"plan_rows": [100_000, 1_000_000, 10_000_000], "rows": 1_000_000,
                                         "split_rows": 2_000_000, "dim": 64},
              "bench.bench_mirror": {"rows": 1_000_000, "snapshot_rows": 200_000, "reps": 2},
+             "bench.bench_lance": {"rows": 1_000_000, "reps": 2},  # #46: the Lance mirror vs the Delta mirror
              "bench.bench_storage_snapshot": {"sizes": (200_000, 2_000_000)},
              "bench.bench_snapshot": {"rows128": 200_000, "rows768": 20_000},
              # #27's and #37's sizes: a 10k-change batch into 1M vs 8M rows x 64-d, a local path and the S3 server
@@ -71,6 +73,7 @@ SIZES = {
               "bench.bench_read_shape": {"plan_rows": [100_000, 1_000_000], "rows": 200_000, "split_rows": 400_000,
                                          "reps": 3},
               "bench.bench_mirror": {"rows": 100_000, "snapshot_rows": 50_000, "reps": 1},
+              "bench.bench_lance": {"rows": 100_000, "reps": 1},
               "bench.bench_storage_snapshot": {"sizes": (20_000, 200_000)},
               "bench.bench_snapshot": {"rows128": 50_000, "rows768": 5_000, "reps": 2},
               "bench.bench_mirror_scale": {"small": 50_000, "updates_table": 50_000, "update_batches": 20},

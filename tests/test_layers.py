@@ -30,13 +30,13 @@ LAZY_LAYERS = ("jobs",)
 
 # Imports allowed inside functions: optional clients and pyspark stay lazy so a missing extra
 # breaks only what needs it, and the Spark-free layers load without the JVM bridge.
-LAZY_ALLOWED = ("confluent_kafka", "pulsar", "pyspark", "grpc", "deltalake", "pyiceberg", "pyroaring", "obstore",
-                "pymilvus")
+LAZY_ALLOWED = ("confluent_kafka", "pulsar", "pyspark", "grpc", "deltalake", "pyiceberg", "lance", "pyroaring",
+                "obstore", "pymilvus")
 # Modules of an always-installed library that are slow to load, imported where used: the SDK pymilvus and
 # pyarrow.dataset each load pandas (~0.5 s and ~0.4 s of CPU at every command's start).
 LAZY_ALLOWED_MODULES = ("pyarrow.dataset",)
 # What `msgstream <command>` must start without (test_the_cli_starts_without_the_heavy_libraries).
-CLI_NEVER_LOADS = ("pymilvus", "pandas", "pyspark", "deltalake", "pyiceberg", "pyarrow.dataset", "grpc")
+CLI_NEVER_LOADS = ("pymilvus", "pandas", "pyspark", "deltalake", "pyiceberg", "lance", "pyarrow.dataset", "grpc")
 MAX_MODULE_LINES = 400
 MAX_FUNCTION_LINES = 60
 

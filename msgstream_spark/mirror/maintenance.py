@@ -35,6 +35,7 @@ import numpy as np
 import pyarrow as pa
 
 from msgstream_spark.mirror.common import conform
+from msgstream_spark.mirror.formats import registry
 from msgstream_spark.mirror.formats.base import DATA_DIR, LiveFile
 from msgstream_spark.mirror.store import ObjectMeta, Store, uri
 from msgstream_spark.mirror.store.parquet import ParquetOut, read_parquet
@@ -85,6 +86,9 @@ def compact(table, target_bytes: int = TARGET_BYTES) -> Compaction:
     each of one partition (an Iceberg table's identity partition: its files each hold one value)."""
     with writer_lock(table.store, table.location, "the compaction") as hold:
         files = table.live_files()
+        own = registry.of(table).compact  # a format with a compaction of its own (Lance's compact_files)
+        if own is not None:
+            return Compaction(*hold.commit(table, lambda epoch: own(table, target_bytes, files.version, epoch)))
         picked = pick(files, target_bytes, table.store)
         if not picked:
             return Compaction(0, 0, 0, 0)

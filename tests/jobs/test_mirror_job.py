@@ -20,7 +20,7 @@ def run_mirror(spark, cfg, ch, table, fmt="delta"):
         "--snapshot", "never", "--progress-interval", "1"]), spark)
 
 
-@pytest.mark.parametrize("fmt", ["delta", "iceberg"])
+@pytest.mark.parametrize("fmt", ["delta", "iceberg", "lance"])
 def test_a_field_added_by_alter_collection_becomes_a_nullable_column(spark, local_env, tmp_path, fmt):
     from msgstream_spark.mirror.table import open_table
 
@@ -144,3 +144,71 @@ def test_mirror_run_into_an_iceberg_table_on_s3_through_a_postgresql_catalog(spa
     assert any(k.startswith("wh/mirror/c26/data/delete-") for k in keys)  # key 2's delete: by position
     assert all(k.startswith("wh/mirror/c26/") for k in keys) and "wh/mirror/c26/_msgstream_writer.lease" in keys
     assert s3.options()["aws_secret_access_key"] not in str(first) + str(second)
+
+
+def test_the_job_into_a_lance_table_on_s3_survives_its_kills_and_resumes(local_env, tmp_path, s3):
+    """The mirror job with ``--table-format lance`` into ``s3://``: its first run has a Python worker SIGKILLed
+    mid-file (batch 0, retried by Spark) and the driver SIGKILLed between the table's commit of that batch and
+    Spark's; the next run skips batch 0 (its record is in the table's Lance version) and goes on. The table
+    equals the published collection as ``lance`` and DuckDB (through Arrow) read it from the bucket, each batch
+    is one Lance version, no file is left unreferenced, ``mirror status`` reads it, the secret appears nowhere."""
+    import json
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    import duckdb
+    import lance
+
+    from msgstream_spark.spark.mirror import FAILPOINT_ENV
+    from tests.fixtures.s3_server import SECRET_KEY
+    from tests.mirror_job.synthetic_mirror import PUBLISHES, as_rows, expected
+    from tests.mirror_job.test_mirror_kills import _published
+
+    root = Path(__file__).resolve().parents[2]
+    cfg, chans = _published(local_env, tmp_path, "mkl3")
+    table, chk = s3.uri("lake", "t"), str(tmp_path / "chk")
+    opts = s3.options()
+    where = ["--table", table, "--table-format", "lance", "--storage-option",
+             f"aws_endpoint={opts['aws_endpoint']}", "--storage-option", "allow_http=true"]
+    env = {**os.environ, **{k: v for k, v in s3.env().items() if k != "AWS_ENDPOINT_URL"},
+           "PYTHONPATH": str(root), "MSGSTREAM_JOBS_QUIET": "0"}
+    argv = ["--config", cfg, "--collection", "mkl3", *where, "--checkpoint", chk, "--snapshot", "never",
+            "--channels", ",".join(chans), "--master", "local[2,4]", "--max-rows-per-trigger", "150",
+            "--progress-interval", "2"]
+
+    def job(**more) -> subprocess.CompletedProcess:
+        proc = subprocess.run([sys.executable, "-m", "msgstream_spark.jobs.mirror", *argv], cwd=tmp_path,
+                              env={**env, **more}, timeout=900, capture_output=True, text=True)
+        assert SECRET_KEY not in proc.stdout + proc.stderr
+        return proc
+
+    first = job(**{FAILPOINT_ENV: "kill-worker-in-files:0,kill-after-commit:0"})
+    assert first.returncode == -9, first.stderr[-4000:]
+    second = job()
+    assert second.returncode == 0, second.stderr[-4000:]
+    summary = json.loads(second.stdout[second.stdout.index("{"):])
+    assert summary["skipped_batches"] == 1 and summary["merged_batches"] >= 1
+
+    want = expected(PUBLISHES)
+    ds = lance.dataset(table, storage_options={**opts, "allow_http": "true"})
+    rows = ds.to_table()
+    assert as_rows(rows) == want
+    assert as_rows(duckdb.sql("SELECT * FROM rows").fetch_arrow_table()) == want
+    import pyarrow as pa
+
+    assert pa.types.is_fixed_size_list(ds.schema.field("vec").type)  # a Lance vector index can be built on it
+    batches = [v for v in range(1, ds.version + 1) if "msgstream.batch_id" in
+               (ds.read_transaction(v).transaction_properties or {})]
+    assert len(batches) == 1 + summary["merged_batches"]  # one version per batch (batch 0 by the killed run)
+
+    def cli(*words: str) -> subprocess.CompletedProcess:
+        proc = subprocess.run([sys.executable, "-m", "msgstream_spark", "mirror", *words, *where], cwd=tmp_path,
+                              env=env, timeout=300, capture_output=True, text=True)
+        assert proc.returncode == 0 and SECRET_KEY not in proc.stdout + proc.stderr, proc.stderr[-2000:]
+        return proc
+
+    assert json.loads(cli("orphans").stdout)["orphans"] == []
+    status = json.loads(cli("status", "--config", cfg, "--checkpoint", chk).stdout)
+    assert status["table"] == table and set(status["channels"]) == set(chans) and status["backlog_rows"] == 0

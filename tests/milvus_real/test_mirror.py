@@ -619,3 +619,17 @@ def test_when_needed_resnapshots_a_table_whose_resume_position_is_gone(spark, mi
     assert again["snapshot"]["mode"] == "resumed"
     load_for_query(w.collection, flushed=False)  # loaded already: the index and load are no-ops
     assert_table_equals_query(table, "delta", w)
+
+
+def test_snapshot_while_writing_into_a_lance_table_then_stream_equals_query(spark, milvus_stack, pymilvus_orm, cfg,
+                                                                             tmp_path):
+    """The same into a Lance table (#46 part 4): the snapshot's files become its first fragments, the stream's
+    batches its versions; at the end it equals ``query``, vectors bit for bit, and its float vectors are
+    fixed-size lists."""
+    import lance
+    import pyarrow as pa
+
+    summaries = snapshot_while_writing(spark, milvus_stack, pymilvus_orm, cfg, tmp_path,
+                                       [Plan("mir_l", 1200, "lance", ("--snapshot-tasks", "2"))])
+    assert summaries["mir_l"]["snapshot"]["rows"] >= 1
+    assert pa.types.is_fixed_size_list(lance.dataset(str(tmp_path / "mir_l")).schema.field("fv").type)

@@ -57,6 +57,18 @@ class Place:
             got = pa.table(deltalake.QueryBuilder().register("t", dt).execute("SELECT * FROM t").read_all())
             return table_state(got.cast(pa.schema([f.with_type(pa.string()) if pa.types.is_string_view(f.type)
                                                    else f for f in got.schema])))
+        if fmt == "lance":
+            import lance
+
+            from msgstream_spark.mirror.formats.lance.options import dataset_uri
+            from msgstream_spark.mirror.store import uri
+
+            ds = lance.dataset(dataset_uri(self.loc), storage_options={**(self.opts or {}), "allow_http": "true"})
+            named = [uri.join(self.loc, "data", d.path) for f in ds.get_fragments() for d in f.metadata.files]
+            named += [uri.join(self.loc, f.deletion_file()) for f in ds.get_fragments() if f.deletion_file()]
+            missing = [p for p in named if store.head(p) is None]
+            assert not missing, f"the table names deleted data files: {missing}"
+            return table_state(ds.to_table())
         from pyiceberg.catalog.sql import SqlCatalog
 
         from msgstream_spark.mirror.store.settings import for_pyiceberg
@@ -154,7 +166,7 @@ def _stalled_writer(fmt: str, place: Place, spark, monkeypatch, stall_in) -> Mir
     return refused.value
 
 
-@pytest.mark.parametrize("fmt", ["delta", "iceberg"])
+@pytest.mark.parametrize("fmt", ["delta", "iceberg", "lance"])
 def test_a_writer_stalled_past_its_lease_cannot_make_the_table_unreadable(fmt, place, spark, writer_b_clocks,
                                                                           monkeypatch):
     """Writer A writes batch 1's files, passes its lease check and stalls before its commit; B takes the lease
@@ -239,7 +251,7 @@ def test_a_writer_whose_lease_is_lost_starts_no_batch(tmp_path, spark):
     assert table_state(t.to_arrow()) == model(BATCHES[0]) and t.last_batch("q") == 0
 
 
-@pytest.mark.parametrize("fmt", ["delta", "iceberg"])
+@pytest.mark.parametrize("fmt", ["delta", "iceberg", "lance"])
 def test_a_deposed_writer_that_passed_every_check_loses_the_race_to_the_new_epoch(fmt, place, monkeypatch):
     """A stalls inside its commit, after it read the table and checked its epoch, right before it publishes; B
     takes the lease over and publishes its epoch (a Delta version / an Iceberg snapshot of its own). A's commit
@@ -247,6 +259,7 @@ def test_a_deposed_writer_that_passed_every_check_loses_the_race_to_the_new_epoc
     our producer refuses pyiceberg's rebase). Nothing of A's lands; B's batch does."""
     from msgstream_spark.mirror.formats.delta import table as delta_table
     from msgstream_spark.mirror.formats.iceberg import table as iceberg_table
+    from msgstream_spark.mirror.formats.lance.table import LanceMirrorTable
     from msgstream_spark.mirror.write.batch import commit_plan
 
     t_a = place.open(fmt)
@@ -254,7 +267,8 @@ def test_a_deposed_writer_that_passed_every_check_loses_the_race_to_the_new_epoc
     clock = Clock()
     hold_a = clock.hold(t_a.store, place.loc, "writer A")
     p = planned(t_a, BATCHES[1])
-    module, name = (delta_table, "write_commit") if fmt == "delta" else (iceberg_table, "commit_files")
+    module, name = {"delta": (delta_table, "write_commit"), "iceberg": (iceberg_table, "commit_files"),
+                    "lance": (LanceMirrorTable, "_commit")}[fmt]
     real = getattr(module, name)
     holds = []
 
@@ -266,8 +280,9 @@ def test_a_deposed_writer_that_passed_every_check_loses_the_race_to_the_new_epoc
         return real(*args, **kw)
 
     monkeypatch.setattr(module, name, stalled)
-    want = r"Delta version \d+ was written by another writer meanwhile" if fmt == "delta" else \
-        rf"moved from snapshot {p.base}, which batch 1 of query q was planned on"
+    want = {"delta": r"Delta version \d+ was written by another writer meanwhile",
+            "iceberg": rf"moved from snapshot {p.base}, which batch 1 of query q was planned on",
+            "lance": r"another writer committed while batch 1 of query q was committed \(Lance refused it"}[fmt]
     with pytest.raises(MirrorError, match=want):
         commit_plan(t_a, p, set(), query_id="q", batch_id=1, hold=hold_a)
     monkeypatch.setattr(module, name, real)
@@ -283,7 +298,7 @@ def test_a_deposed_writer_that_passed_every_check_loses_the_race_to_the_new_epoc
     assert place.read(fmt) == model(BATCHES[0] + BATCHES[1])
 
 
-@pytest.mark.parametrize("fmt", ["delta", "iceberg"])
+@pytest.mark.parametrize("fmt", ["delta", "iceberg", "lance"])
 def test_a_lease_made_anew_takes_an_epoch_above_the_tables(fmt, tmp_path):
     """The lease object deleted by hand while the table holds epoch 2: the next holder's lease starts at 1 and
     its fence raises it above the table's before publishing; the holder of epoch 2 is refused from then on. A
@@ -415,7 +430,7 @@ def test_a_batch_skipped_on_re_run_deletes_the_files_its_claims_name(fmt, tmp_pa
     assert table_state(t.to_arrow()) == model(BATCHES[0])
 
 
-@pytest.mark.parametrize("fmt", ["delta", "iceberg"])
+@pytest.mark.parametrize("fmt", ["delta", "iceberg", "lance"])
 def test_a_vacuum_fences_a_deposed_writer_before_it_deletes(fmt, tmp_path):
     """A vacuum that deletes every unreferenced file (``retain_s=0``) takes the lease from a writer that stalled
     with its batch's files written and not committed: it publishes its epoch first, so the writer's commit of

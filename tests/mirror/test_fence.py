@@ -15,7 +15,7 @@ from msgstream_spark.mirror.write.batch import commit_plan, lookup_local
 from msgstream_spark.mirror.write.layout import plan, write_changes
 from tests.mirror.changes import FIELDS, delete, insert, model, table_state, to_arrow, upsert
 
-FORMATS = ["delta", "iceberg"]
+FORMATS = ["delta", "iceberg", "lance"]
 
 
 def _open(fmt, loc):
@@ -66,7 +66,7 @@ def test_a_commit_is_refused_when_the_table_moved_since_its_plan(fmt, between, t
     p = _planned(t, mine)
     assert p.base is not None and p.deletes
     seen += _another_writer(fmt, loc, between)
-    unit = "version" if fmt == "delta" else "snapshot"
+    unit = "snapshot" if fmt == "iceberg" else "version"
     with pytest.raises(MirrorError, match=rf"moved from {unit} {p.base}, which batch 3 of query q was planned on, "
                                           rf"to {unit} \d+ .*nothing committed; the batch runs again"):
         commit_plan(t, p, set(), query_id="q", batch_id=3)
@@ -84,13 +84,15 @@ def test_a_commit_racing_another_writer_after_its_check_is_refused_too(fmt, tmp_
     producer's concurrency validation."""
     from msgstream_spark.mirror.formats.delta import table as delta_table
     from msgstream_spark.mirror.formats.iceberg import table as iceberg_table
+    from msgstream_spark.mirror.formats.lance.table import LanceMirrorTable
 
     loc = tmp_path / "t"
     t = _open(fmt, loc)
     seen = _fill(t)
     mine = [*upsert(100, (1, "mine"), (2, "mine2"))]
     p = _planned(t, mine)
-    module, name = (delta_table, "write_commit") if fmt == "delta" else (iceberg_table, "commit_files")
+    module, name = {"delta": (delta_table, "write_commit"), "iceberg": (iceberg_table, "commit_files"),
+                    "lance": (LanceMirrorTable, "_commit")}[fmt]
     real = getattr(module, name)
 
     raced = []
@@ -102,8 +104,9 @@ def test_a_commit_racing_another_writer_after_its_check_is_refused_too(fmt, tmp_
         return real(*args, **kw)
 
     monkeypatch.setattr(module, name, racing)
-    want = "Delta version \\d+ was written by another writer meanwhile" if fmt == "delta" else \
-        rf"moved from snapshot {p.base}, which batch 3 of query q was planned on, to snapshot \d+"
+    want = {"delta": "Delta version \\d+ was written by another writer meanwhile",
+            "iceberg": rf"moved from snapshot {p.base}, which batch 3 of query q was planned on, to snapshot \d+",
+            "lance": "another writer committed while batch 3 of query q was committed \\(Lance refused it"}[fmt]
     with pytest.raises(MirrorError, match=want):
         t.commit(p, query_id="q", batch_id=3)
     monkeypatch.undo()
@@ -112,7 +115,7 @@ def test_a_commit_racing_another_writer_after_its_check_is_refused_too(fmt, tmp_
     assert table_state(_open(fmt, loc).to_arrow()) == model(seen + mine)
 
 
-@pytest.mark.parametrize("fmt", FORMATS)
+@pytest.mark.parametrize("fmt", ["delta", "iceberg"])  # (Lance compacts by its own compact_files: below)
 def test_a_compaction_is_fenced_at_the_version_it_read(fmt, tmp_path, monkeypatch):
     """A compaction reads the live files, rewrites them, then swaps: a batch committed meanwhile (its deletes
     on the files being rewritten) refuses the swap instead of bringing its deleted rows back."""
@@ -133,6 +136,34 @@ def test_a_compaction_is_fenced_at_the_version_it_read(fmt, tmp_path, monkeypatc
     with pytest.raises(MirrorError, match=r"which the compaction was planned on.*nothing committed; compact again"):
         compact(t)  # (the batch's commit is a nested hold of the compaction's lock: one thread)
     assert table_state(_open(fmt, loc).to_arrow()) == model(seen + theirs)
+
+
+def test_a_lance_compaction_is_fenced_at_the_version_it_read(tmp_path, monkeypatch):
+    """Lance's compaction (its compact_files) is refused when a batch committed after the compaction read the
+    table's fragments: the batch's deleted rows do not come back."""
+    from msgstream_spark.mirror.formats.lance.table import LanceMirrorTable
+
+    loc = tmp_path / "t"
+    t = _open("lance", loc)
+    seen = _fill(t)
+    theirs = [*upsert(90, (4, "theirs4")), delete(91, 6)]
+    real = LanceMirrorTable.live_files
+    done = []
+
+    def read_then_a_batch(self):
+        got = real(self)
+        if not done:
+            done.append(True)
+            assert apply_batch(_open("lance", loc), to_arrow(theirs), "pk", "other-query", 0)
+        return got
+
+    monkeypatch.setattr(LanceMirrorTable, "live_files", read_then_a_batch)
+    with pytest.raises(MirrorError, match=r"which the compaction was planned on.*nothing committed; compact again"):
+        compact(t)
+    monkeypatch.undo()
+    assert table_state(_open("lance", loc).to_arrow()) == model(seen + theirs)
+    assert compact(_open("lance", loc)).files_in >= 1  # compacted again: the rows stay
+    assert table_state(_open("lance", loc).to_arrow()) == model(seen + theirs)
 
 
 def test_the_writer_lock_is_held_by_a_thread_not_by_its_process(tmp_path):

@@ -57,7 +57,7 @@ def test_iceberg_readers_see_the_collection(tmp_path):
     assert table_state(pl.scan_iceberg(tbl).collect().to_arrow()) == want
 
 
-@pytest.mark.parametrize("fmt", ["delta", "iceberg"])
+@pytest.mark.parametrize("fmt", ["delta", "iceberg", "lance"])
 def test_a_second_writer_is_refused_with_the_holder_named(fmt, tmp_path):
     """Another process holds the table's writer lock (a compaction): the batch fails naming it, nothing written."""
     import subprocess

@@ -41,7 +41,7 @@ def test_a_pinned_version_does_not_see_later_commits(fmt, tmp_path):
 
 
 def test_an_unknown_format_is_refused_naming_the_known_ones(tmp_path):
-    with pytest.raises(MirrorError, match=r"table format must be one of \('delta', 'iceberg'\), got 'hudi'"):
+    with pytest.raises(MirrorError, match=r"table format must be one of \('delta', 'iceberg', 'lance'\), got 'hudi'"):
         open_table("hudi", str(tmp_path / "t"), collection="coll", pk="pk", arrow_schema=FIELDS)
     with pytest.raises(MirrorError, match="is no table of the formats"):
         registry.of(object())

@@ -61,7 +61,7 @@ def _seq_of(t, pk: int):
     return t.to_arrow().filter(pc.equal(t.to_arrow().column("pk"), pk)).column("_seq")[0].as_py()
 
 
-@pytest.mark.parametrize("fmt", ["delta", "iceberg"])
+@pytest.mark.parametrize("fmt", ["delta", "iceberg", "lance"])
 def test_repair_wins_whatever_seq_the_wrong_rows_carry(fmt, tmp_path):
     t = open_table(fmt, str(tmp_path / "t"), collection="coll", pk="pk", arrow_schema=FIELDS)
     assert apply_batch(t, to_arrow([insert(T, *[(k, f"v{k}") for k in range(1, 8)])]), "pk", "q", 0)

@@ -14,7 +14,7 @@ from msgstream_spark.errors import MirrorError
 from msgstream_spark.mirror import apply_batch, collapse, open_table, snapshot_seq_array
 from tests.mirror.changes import FIELDS, delete, insert, model, table_state, to_arrow, upsert, vector
 
-FORMATS = ["delta", "iceberg"]
+FORMATS = ["delta", "iceberg", "lance"]
 
 
 def _open(fmt, loc, **kw):

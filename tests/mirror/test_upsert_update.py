@@ -40,7 +40,7 @@ def _table(fmt, tmp_path):
     return t
 
 
-@pytest.mark.parametrize("fmt", ["delta", "iceberg"])
+@pytest.mark.parametrize("fmt", ["delta", "iceberg", "lance"])
 def test_update_rows_through_the_spark_paths_stages(fmt, tmp_path):
     t = _table(fmt, tmp_path)
     spec = t.write_spec()
@@ -57,7 +57,7 @@ def test_update_rows_through_the_spark_paths_stages(fmt, tmp_path):
     assert table_state(t.to_arrow()) == model(FIRST + LATER) == WANT
 
 
-@pytest.mark.parametrize("fmt", ["delta", "iceberg"])
+@pytest.mark.parametrize("fmt", ["delta", "iceberg", "lance"])
 def test_update_rows_through_apply_batch(fmt, tmp_path):
     t = _table(fmt, tmp_path)
     assert apply_batch(t, _updates(), "pk", "q", 1)
@@ -79,7 +79,7 @@ def _with_op(changes: pa.Table, i: int, op: str | None) -> pa.Table:
     return changes.set_column(changes.schema.get_field_index("op"), "op", pa.array(ops, pa.string()))
 
 
-@pytest.mark.parametrize("fmt", ["delta", "iceberg"])
+@pytest.mark.parametrize("fmt", ["delta", "iceberg", "lance"])
 @pytest.mark.parametrize("op", ["upsert", None])
 def test_an_unknown_op_fails_the_batch_by_name_and_commits_nothing(fmt, op, tmp_path):
     t = _table(fmt, tmp_path)
@@ -96,7 +96,7 @@ def test_an_unknown_op_fails_the_batch_by_name_and_commits_nothing(fmt, op, tmp_
     assert t.last_batch("q") == 0 and table_state(t.to_arrow()) == before
 
 
-@pytest.mark.parametrize("fmt", ["delta", "iceberg"])
+@pytest.mark.parametrize("fmt", ["delta", "iceberg", "lance"])
 def test_the_plan_refuses_an_unknown_op_and_an_update_without_its_row(fmt, tmp_path):
     t = _table(fmt, tmp_path)
     w = TaskWriter(t.write_spec())

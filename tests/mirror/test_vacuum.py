@@ -82,7 +82,7 @@ def eight_days_ago(monkeypatch):
     return set_on
 
 
-@pytest.mark.parametrize("fmt", ["delta", "iceberg"])
+@pytest.mark.parametrize("fmt", ["delta", "iceberg"])  # (Lance: tests/mirror/test_lance.py)
 def test_a_reader_pinned_before_a_compaction_reads_its_version_after_a_vacuum(fmt, tmp_path, eight_days_ago):
     t = _open(fmt, tmp_path / "t")
     eight_days_ago(fmt == "iceberg")
@@ -115,7 +115,7 @@ def test_a_reader_pinned_before_a_compaction_reads_its_version_after_a_vacuum(fm
     assert table_state(_open(fmt, tmp_path / "t").to_arrow()) == everything
 
 
-@pytest.mark.parametrize("fmt", ["delta", "iceberg"])
+@pytest.mark.parametrize("fmt", ["delta", "iceberg", "lance"])
 def test_a_file_written_8_days_ago_and_removed_a_minute_ago_is_kept(fmt, tmp_path, eight_days_ago):
     t = _open(fmt, tmp_path / "t")
     eight_days_ago(fmt == "iceberg")
@@ -133,7 +133,7 @@ def test_a_file_written_8_days_ago_and_removed_a_minute_ago_is_kept(fmt, tmp_pat
     assert table_state(t.to_arrow()) == model(seen)
 
 
-@pytest.mark.parametrize("fmt", ["delta", "iceberg"])
+@pytest.mark.parametrize("fmt", ["delta", "iceberg", "lance"])
 def test_files_no_version_references_go_by_their_age(fmt, tmp_path):
     t = _open(fmt, tmp_path / "t")
     seen = fill(t, mixed_batches(2, 0), 0)

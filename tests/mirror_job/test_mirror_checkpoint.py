@@ -45,7 +45,7 @@ def log_with_a_later_delete(local_env, name: str) -> str:
     return ch
 
 
-@pytest.mark.parametrize("fmt", ["delta", "iceberg"])
+@pytest.mark.parametrize("fmt", ["delta", "iceberg", "lance"])
 def test_a_table_whose_checkpoint_is_gone_is_not_replayed(spark, local_env, tmp_path, fmt):
     ch, table = log_with_a_later_delete(local_env, f"mirror-chk-{fmt}"), tmp_path / "t"
     cfg = config_file(local_env, tmp_path)

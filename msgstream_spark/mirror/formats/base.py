@@ -228,9 +228,11 @@ class Format:
     version. ``options`` the format takes of ``catalog_uri``, ``storage_options``, ``catalog``,
     ``catalog_options`` are named in ``takes``. Features: ``history`` (the mirror job's change history can follow
     it), ``partitions`` (the user's identity partitions), ``time_travel`` (a read at an older version),
-    ``catalogs`` (the table may be named in a catalog: ``namespace.table``). ``storage_keys``: storage options the
-    format's own library reads beyond object_store's, by kind of store (accepted by the store's settings, handed
-    to that library only)."""
+    ``catalogs`` (the table may be named in a catalog: ``namespace.table``). ``compact``: the format's own
+    compaction, None for the mirror's (``compact(table, target_bytes, base, epoch) -> (files in, files out, rows,
+    deleted rows)``, fenced at version ``base`` and writer ``epoch``, under the caller's writer lease).
+    ``storage_keys``: storage options the format's own library reads beyond object_store's, by kind of store
+    (accepted by the store's settings, handed to that library only)."""
 
     name: str
     title: str  # for messages: "Delta", "Iceberg"
@@ -243,6 +245,7 @@ class Format:
     partitions: bool = False
     time_travel: bool = True
     catalogs: bool = False
+    compact: Callable[..., tuple[int, int, int, int]] | None = None
     storage_keys: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
 
     @property

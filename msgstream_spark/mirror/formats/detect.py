@@ -14,7 +14,8 @@ from msgstream_spark.mirror.store import Store, StoreError, open_store, uri
 
 DELTA_MARK = "_delta_log"
 ICEBERG_MARK = "metadata"
-NAMES = {"delta": "a Delta", "iceberg": "an Iceberg"}
+LANCE_MARK = "_versions"
+NAMES = {"delta": "a Delta", "iceberg": "an Iceberg", "lance": "a Lance"}
 
 
 def formats_at(location: str, storage_options: Mapping[str, str] | None = None) -> list[str]:
@@ -30,6 +31,8 @@ def formats_in(store: Store, location: str) -> list[str]:
             found.append("delta")
         if any(m.uri.endswith(".metadata.json") for m in store.list(uri.join(location, ICEBERG_MARK))):
             found.append("iceberg")
+        if any(m.uri.endswith(".manifest") for m in store.list(uri.join(location, LANCE_MARK))):
+            found.append("lance")
     except StoreError as exc:
         raise MirrorError(f"cannot read table location {location}: {exc}") from exc
     return found
@@ -37,16 +40,17 @@ def formats_in(store: Store, location: str) -> list[str]:
 
 def evidence(fmt: str) -> str:
     """What showed the format, for messages."""
-    return {"delta": f"a {DELTA_MARK}/ directory", "iceberg": f"Iceberg {ICEBERG_MARK}/*.metadata.json files"}[fmt]
+    return {"delta": f"a {DELTA_MARK}/ directory", "iceberg": f"Iceberg {ICEBERG_MARK}/*.metadata.json files",
+            "lance": f"Lance {LANCE_MARK}/*.manifest files"}[fmt]
 
 
 def refuse_occupied(store: Store, location: str, making: str, catalog: str = "the catalog") -> None:
     """Before a new table of format ``making`` is made at ``location`` (created, or opened to be made by a
     snapshot's ``add_files``): a MirrorError naming what is there if the location already holds a table of
-    either format (Iceberg metadata files, a Delta log), and nothing written. Two tables at one location delete
-    each other's files (one's vacuum removes every file of the other, which it never referenced). ``catalog``:
-    the Iceberg catalog making it, for the message (the table found is not in it: it is another catalog's), e.g.
-    ``catalog 'lake'``."""
+    any format (Iceberg metadata files, a Delta log, Lance manifests), and nothing written. Two tables at one
+    location delete each other's files (one's vacuum removes every file of the other, which it never
+    referenced). ``catalog``: the Iceberg catalog making it, for the message (the table found is not in it: it
+    is another catalog's), e.g. ``catalog 'lake'``."""
     # (a Delta log delta-rs does not read as a table, e.g. a killed first commit's, is delta-rs's to answer)
     found = [f for f in formats_in(store, location) if not f == making == "delta"]
     if not found:
@@ -59,8 +63,8 @@ def refuse_occupied(store: Store, location: str, making: str, catalog: str = "th
                           "there would delete its files. Nothing was written. Give the --catalog / --catalog-uri "
                           "that table is registered in, or another --table location")
     if fmt == "iceberg":
-        raise MirrorError(f"{what}: no Delta table can be made there (each would delete the other's files). Nothing "
-                          "was written. Give --table-format iceberg (and the table's --catalog), or another --table "
-                          "location")
+        raise MirrorError(f"{what}: no {NAMES[making].split()[-1]} table can be made there (each would delete the "
+                          "other's files). Nothing was written. Give --table-format iceberg (and the table's "
+                          "--catalog), or another --table location")
     raise MirrorError(f"{what}: no {NAMES[making].split()[-1]} table can be made there (each would delete the "
                       f"other's files). Nothing was written. Give --table-format {fmt}, or another --table location")

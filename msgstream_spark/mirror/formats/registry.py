@@ -22,6 +22,9 @@ from msgstream_spark.mirror.formats.delta.table import DeltaMirrorTable
 from msgstream_spark.mirror.formats.iceberg.catalog import is_identifier
 from msgstream_spark.mirror.formats.iceberg.pinned import IcebergPinned
 from msgstream_spark.mirror.formats.iceberg.table import IcebergMirrorTable
+from msgstream_spark.mirror.formats.lance.maintain import compact as lance_compact
+from msgstream_spark.mirror.formats.lance.pinned import LancePinned
+from msgstream_spark.mirror.formats.lance.table import LanceMirrorTable
 from msgstream_spark.mirror.store.settings import accept_library_keys
 
 _CATALOG = ("catalog_uri", "storage_options", "catalog", "catalog_options")
@@ -36,6 +39,8 @@ _ENTRIES = (
            DeltaPinned, history=True, storage_keys={"s3": LOG_STORE_KEYS}),
     Format("iceberg", "Iceberg", IcebergMirrorTable, IcebergMirrorTable.open, _iceberg_stored, IcebergPinned,
            takes=_CATALOG, partitions=True, catalogs=True),
+    Format("lance", "Lance", LanceMirrorTable, LanceMirrorTable.open, LanceMirrorTable.stored_properties,
+           LancePinned, compact=lance_compact),
 )
 FORMATS: dict[str, Format] = {f.name: f for f in _ENTRIES}
 for _f in _ENTRIES:  # the store's settings accept the keys each format's library reads itself

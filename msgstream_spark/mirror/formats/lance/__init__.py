@@ -1,0 +1,1 @@
+"""The mirrored table as Lance (``pylance``): fragments, deletion files, versions committed by the driver."""
