@@ -4,7 +4,10 @@
 The answer's ``schema`` is the same ``CollectionSchema`` protobuf a CreateCollection message carries (fields,
 types, dims in ``type_params``, the primary key, struct arrays, functions), so the source maps it to its
 output exactly as it maps a schema read from the channels. Milvus leaves the system fields (RowID,
-Timestamp) out of the answer; the mapping ignores them in a CreateCollection's schema too.
+Timestamp) out of the answer; the mapping ignores them in a CreateCollection's schema too. Milvus 2.3.5 also
+leaves out the dynamic field (``$meta``, JSON) that its CreateCollection carries, and says
+``enable_dynamic_field`` instead: :func:`milvus_schema` puts it back as Milvus created it (after the declared
+fields, the next field id), so rows carry ``$meta`` either way (tests/milvus_real/test_schema_describe.py).
 """
 
 from __future__ import annotations
@@ -16,6 +19,8 @@ from msgstream_spark.mq.milvus.channels import describe_schema
 from msgstream_spark.mq.milvus.connection import ProxyConnection
 from msgstream_spark.mq.milvus.settings import MilvusSettings
 from msgstream_spark.msg.pb import schema_pb2
+
+DYNAMIC_FIELD = "$meta"  # the name Milvus gives a collection's dynamic field
 
 
 def milvus_schema(config: Config, collection: str) -> tuple[Any, int] | None:
@@ -33,4 +38,7 @@ def milvus_schema(config: Config, collection: str) -> tuple[Any, int] | None:
         return None
     schema = schema_pb2.CollectionSchema()
     schema.ParseFromString(got[0])
+    if schema.enable_dynamic_field and not any(f.is_dynamic for f in schema.fields):
+        schema.fields.add(fieldID=max((f.fieldID for f in schema.fields), default=99) + 1, name=DYNAMIC_FIELD,
+                          data_type=schema_pb2.DataType.JSON, is_dynamic=True)
     return schema, got[1]
