@@ -19,6 +19,7 @@ from msgstream_spark.msg.pb import schema_pb2
 from msgstream_spark.msg.schema import field_schema_from_arrow
 from msgstream_spark.msg.types import CreateCollectionMsg, InsertMsg
 from msgstream_spark.source import scancache, tailscan
+from msgstream_spark.source.arrow import read_table
 from msgstream_spark.source.options import parse_read_options
 from msgstream_spark.source.schema import infer_collection
 from tests.milvus_proxy.server import MilvusProxy, ProxyState
@@ -145,3 +146,14 @@ def test_a_collection_milvus_does_not_know_falls_back_to_the_channels(local_env,
         infer_collection(_opts(local_env, busy, schemaLookback="512", **milvus_opts), [busy])
     assert "DescribeCollection at milvus.address failed" in str(err.value)
     assert "not found" in str(err.value) and "set config key milvus.address" not in str(err.value)
+
+
+def test_the_library_read_gives_the_collection_s_rows(local_env, busy, milvus):
+    """``read_table`` (the source's read without Spark): the rows of the wanted collection only, its schema found
+    by the lookback, and with a Config naming Milvus, Milvus's (the described field ``added`` is a column)."""
+    by_lookback = read_table(local_env.config, [busy], collection="coll")
+    assert by_lookback.column("pk").to_pylist() == [0, 1, 2] and "added" not in by_lookback.column_names
+    cfg = local_env.config.with_overrides({"milvus.address": milvus.address, "milvus.requestTimeout": 10})
+    by_milvus = read_table(cfg, [busy], collection="coll", schemaLookback="512")
+    assert by_milvus.column("pk").to_pylist() == [0, 1, 2]
+    assert by_milvus.column("added").to_pylist() == [None, None, None]
