@@ -107,8 +107,12 @@ def _scan_bounded(opts: ReadOptions, client: Any, ch: str, last: Any, state: sca
         return False
     feed = lambda c, b, n: _feed(opts, c, b, n)  # noqa: E731
     limit = opts.schema_lookback
-    notes, fetched = (tailscan.look_back(client, ch, bounded, budget, limit, feed, deadline) if bounded
-                      else tailscan.look_back_from(client, ch, start, last, budget, limit, feed, deadline))
+    if bounded:
+        notes, fetched = tailscan.look_back(client, ch, bounded, budget, limit, feed, deadline)
+    else:
+        notes, fetched, outgrown = tailscan.look_back_from(client, ch, start, last, budget, limit, feed, deadline)
+        if outgrown:
+            return False  # older messages lie in an earlier Pulsar ledger: read the channel from its first one
     _merge_tail(ch, state, notes, fetched)
     looked[ch] = f"the newest {fetched} messages" + ("" if bounded else " (inside the last message's Pulsar ledger)")
     if notes[0]:  # found: a later scan reads only what is appended (nothing found: it looks back again)

@@ -28,7 +28,9 @@ window holds no message of the wanted collection (on a busy channel shared with 
 CreateCollection and inserts may all lie before it), the scan goes on backwards over the older messages, each
 step as many as all read so far (the total doubles: 512, 1024, 2048, ...), until one holds a message of it or
 the lookback's total is read (``0``: no bound, back to the channel's first message). Pulsar: the doubled
-windows are re-read from the newest entry and stay inside the last message's ledger.
+windows are re-read from the newest entry inside the last message's ledger; once a window would outgrow the
+ledger, the channel is read from its first message (as a channel whose newest ledger is shorter than the
+budget always is).
 """
 
 from __future__ import annotations
@@ -138,16 +140,18 @@ def look_back(client: Any, ch: str, span: tuple[int, int], budget: int, limit: i
 
 
 def look_back_from(client: Any, ch: str, start: Any, last: Any, budget: int, limit: int, feed: Feed,
-                   deadline: float) -> tuple[Notes, int]:
+                   deadline: float) -> tuple[Notes, int, bool]:
     """:func:`scan_from` for ids that are not offsets, the window doubled (re-read from ``last``) while it tells
-    no wanted schema, up to ``limit`` messages and within ``last``'s ledger (``Client.id_before``)."""
+    no wanted schema, up to ``limit`` messages and within ``last``'s ledger (``Client.id_before``): the notes,
+    how many messages were fetched, and whether the window outgrew the ledger before the limit (the older
+    messages are in an earlier ledger, which no id addresses without reading from the channel's start)."""
     notes, fetched = scan_from(client, ch, start, last, feed, deadline)
     total, size = fetched, budget
     while not notes[0] and (limit <= 0 or size < limit) and time.monotonic() < deadline:
         size = size * 2 if limit <= 0 else min(size * 2, limit)
         start = client.id_before(last, size)
         if start is None:
-            break  # the older messages are in an earlier ledger: no id addresses them without reading
+            return notes, total, True
         notes, fetched = scan_from(client, ch, start, last, feed, deadline)
         total += fetched
-    return notes, total
+    return notes, total, False

@@ -55,14 +55,18 @@ def _insert(cid: int, name: str, pk: int, ts: int) -> InsertMsg:
 
 @pytest.fixture
 def busy(local_env) -> str:
+    return _write_busy(local_env)
+
+
+def _write_busy(env) -> str:
     """A channel: the wanted collection's CreateCollection and 3 inserts, then BUSY inserts of another one."""
-    ch = local_env.new_channel("busy")
+    ch = env.new_channel("busy")
     ts = TS0
     msgs = [CreateCollectionMsg.build(collection_id=WANTED, collection_name="coll", schema=_wanted_schema(),
                                       timestamp=ts)]
     msgs += [_insert(WANTED, "coll", i, ts + (1 + i) * MS) for i in range(3)]
     msgs += [_insert(OTHER, "other", i, ts + (10 + i) * MS) for i in range(BUSY)]
-    with local_env.client() as c, c.create_producer(ch) as prod:
+    with env.client() as c, c.create_producer(ch) as prod:
         prod.send_batch([ProducerMessage(*codec.marshal(m), timestamp=m.end_ts) for m in msgs])
     return ch
 
@@ -81,6 +85,16 @@ def _opts(env, ch, **extra):
 def test_the_lookback_finds_a_collection_behind_another_ones_messages(local_env, busy):
     schema, cid = infer_collection(_opts(local_env, busy), [busy])  # defaults: 512 first, then further back
     assert (schema, cid) == (_wanted_schema(), WANTED)  # the CreateCollection's schema, not an insert's guess
+
+
+@pytest.mark.parametrize("name", ["kafka", "pulsar_lite"])
+def test_the_lookback_on_kafka_and_pulsar(request, name):
+    """Kafka: offsets, as the embedded log. Pulsar: the doubled window re-read inside the last ledger."""
+    env = request.getfixturevalue(f"{name}_env")
+    ch = _write_busy(env)
+    with pytest.raises(SchemaError, match="the newest 512 messages"):
+        infer_collection(_opts(env, ch, schemaLookback="512"), [ch])
+    assert infer_collection(_opts(env, ch), [ch]) == (_wanted_schema(), WANTED)
 
 
 def test_the_lookback_doubles_up_to_its_limit(local_env, busy, monkeypatch):
