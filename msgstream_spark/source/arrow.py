@@ -47,7 +47,9 @@ def read_options(config: Config | Mapping[str, Any] | str | None, channels: str 
         return parsed
     base = config if isinstance(config, Config) else Config.from_dict(config)
     overrides = {k: v for k, v in opts.items() if str(k).lower().startswith(CONFIG_PREFIXES)}
-    return dataclasses.replace(parsed, config=(base.with_overrides(overrides) if overrides else base).to_dict())
+    cfg = base.with_overrides(overrides) if overrides else base
+    named = cfg.is_set("milvus.address") and bool(cfg.get_str("milvus.address").strip())  # the schema: Milvus's
+    return dataclasses.replace(parsed, config=cfg.to_dict(), milvus_named=named)
 
 
 def output_schema(opts: ReadOptions, channels: list[str]) -> tuple[pa.Schema, str | None, int | None]:

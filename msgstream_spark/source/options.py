@@ -16,6 +16,7 @@ from msgstream_spark.config import Config
 from msgstream_spark.errors import ConfigError, OptionError
 from msgstream_spark.mq.registry import build_client
 from msgstream_spark.msg import tso
+from msgstream_spark.source.tailscan import LOOKBACK
 
 log = logging.getLogger(__name__)
 
@@ -45,6 +46,9 @@ READ_OPTIONS = {
     "failondataloss": "true | false (default true)",
     "schemascanmessages": "messages a first schema inference reads per channel, newest first (default 512; "
                           "0: from the first message)",
+    "schemalookback": "the most messages a first schema inference reads per channel when the newest "
+                      "schemaScanMessages hold none of the collection, the window doubling (default 65536; "
+                      "0: no bound)",
     "output": "rows | messages | collections",
     "messagetypes": "comma-separated: insert, delete, timetick, createcollection, dropcollection, ...",
     "collection": "collection name or id",
@@ -138,6 +142,8 @@ class ReadOptions:
     read_timeout: float = 60.0
     batch_rows: int = 8192
     schema_scan_messages: int = 512  # schemaScanMessages: a first inference's budget per channel (0: no bound)
+    schema_lookback: int = LOOKBACK  # schemaLookback: how far back it goes when that finds nothing (0: no bound)
+    milvus_named: bool = False  # config key milvus.address given: the schema is asked of Milvus first
     extra: dict[str, str] = field(default_factory=dict)
 
     @property
@@ -185,11 +191,13 @@ def parse_read_options(options: Mapping[str, Any], *, streaming: bool | None) ->
         upsert_as=_choice(opts, "upsertas", UPSERT_AS, "insert-delete"),
         schema_ddl=opts.get("schema") or None,
     )
-    scan = str(opts.get("schemascanmessages") or "").strip()
-    if scan:
-        if not scan.isdigit():
-            raise OptionError(f"option schemaScanMessages must be an integer >= 0 (0: no bound), got {scan!r}")
-        r.schema_scan_messages = int(scan)
+    for key, attr in (("schemaScanMessages", "schema_scan_messages"), ("schemaLookback", "schema_lookback")):
+        scan = str(opts.get(key.lower()) or "").strip()
+        if scan:
+            if not scan.isdigit():
+                raise OptionError(f"option {key} must be an integer >= 0 (0: no bound), got {scan!r}")
+            setattr(r, attr, int(scan))
+    r.milvus_named = cfg.is_set("milvus.address") and bool(cfg.get_str("milvus.address").strip())
     r.message_types = _message_types(opts, r.output) or r.message_types
     r.read_timeout = _read_timeout(opts) or r.read_timeout
     r.batch_rows = _pos_int(opts, "maxbatchrows") or r.batch_rows

@@ -17,6 +17,7 @@ from typing import Any
 
 import pyarrow as pa
 
+from msgstream_spark.config import Config
 from msgstream_spark.errors import DecodeError, MsgStreamError, SchemaError, UnknownMessageTypeError
 from msgstream_spark.msg import codec
 from msgstream_spark.msg.pb import schema_pb2
@@ -29,6 +30,7 @@ from msgstream_spark.source.multi import collections_arrow_schema
 from msgstream_spark.source.offsets import b64
 from msgstream_spark.source.options import ReadOptions
 from msgstream_spark.source.rows import METADATA, OP, messages_arrow_schema, rows_arrow_schema
+from msgstream_spark.stream.describe import milvus_schema
 
 log = logging.getLogger(__name__)
 
@@ -44,18 +46,19 @@ def _matches(opts: ReadOptions, cid: int, name: str) -> bool:
     return want is None or want == str(cid) or want == name
 
 
-def _scan_schemas(opts: ReadOptions, channels: list[str],
-                  shared: Any = None) -> tuple[dict[int, tuple[Any, str]], dict[int, int]]:
+def _scan_schemas(opts: ReadOptions, channels: list[str], shared: Any = None,
+                  looked: dict[str, str] | None = None) -> tuple[dict[int, tuple[Any, str]], dict[int, int]]:
     """({collection id: (CollectionSchema, source)}, {collection id: creation time}) found in the
     channels' CreateCollection messages (else their first insert), within the inference budget.
 
     On a channel with 2.6 messages the scan goes on after the CreateCollection, so that a later
     AlterCollection's schema wins (a new query infers the altered schema). What an earlier scan of the
     same channels read is not read again (:mod:`msgstream_spark.source.scancache`). ``shared``: a client
-    to use (the caller closes it), else one of its own."""
+    to use (the caller closes it), else one of its own. ``looked``: filled with what was read per channel."""
     client = shared or opts.client()
     deadline = time.monotonic() + INFER_SECONDS
     key = scancache.state_key(opts.collection, channels)
+    looked = {} if looked is None else looked
     try:
         state = scancache.load(client, key)
         lasts = {ch: client.latest_message_id(ch) for ch in channels}  # the scan ends there: later ones do not count
@@ -66,22 +69,13 @@ def _scan_schemas(opts: ReadOptions, channels: list[str],
         before = dict(state.upto)
         for ch in channels:
             last = lasts[ch]
-            if last is None:
-                continue
             after = state.upto.get(ch)
-            if after is not None and not client.bytes_to_message_id(after) < last:
-                continue  # nothing appended since the stored scan
-            budget = opts.schema_scan_messages
-            bounded = tailscan.span(client, ch, last, budget) if after is None else None
-            start = tailscan.start_before(client, ch, last, budget) if after is None and bounded is None else None
-            if bounded is not None or start is not None:  # a first scan of a long channel: its newest messages only
-                feed = lambda c, b, n: _feed(opts, c, b, n)  # noqa: E731
-                notes, fetched = (tailscan.scan_tail(client, ch, bounded, budget, feed, deadline) if bounded
-                                  else tailscan.scan_from(client, ch, start, last, feed, deadline))
-                _merge_tail(ch, state, notes, fetched)
-                if notes[0] or fetched >= budget:  # not when the deadline cut it short
-                    state.upto[ch] = last.serialize()
+            if last is None or after is not None and not client.bytes_to_message_id(after) < last:
+                looked[ch] = "none (empty)" if last is None else "none appended since the stored scan"
                 continue
+            if after is None and _scan_bounded(opts, client, ch, last, state, deadline, looked):
+                continue  # a first scan of a long channel: its newest messages only
+            looked[ch] = "every message" if after is None else "the messages appended since the stored scan"
             cons = client.reader(ch)
             try:
                 if after is None:
@@ -99,6 +93,31 @@ def _scan_schemas(opts: ReadOptions, channels: list[str],
         if shared is None:
             client.close()
     return state.found, state.created
+
+
+def _scan_bounded(opts: ReadOptions, client: Any, ch: str, last: Any, state: scancache.ScanState,
+                  deadline: float, looked: dict[str, str]) -> bool:
+    """A first scan of a long channel (ids that are offsets, or Pulsar's within a ledger): its newest
+    ``schemaScanMessages`` messages, then further back up to ``schemaLookback`` while they tell nothing of the
+    wanted collection (:func:`~msgstream_spark.source.tailscan.look_back`). False where it does not apply."""
+    budget = opts.schema_scan_messages
+    bounded = tailscan.span(client, ch, last, budget)
+    start = tailscan.start_before(client, ch, last, budget) if bounded is None else None
+    if bounded is None and start is None:
+        return False
+    feed = lambda c, b, n: _feed(opts, c, b, n)  # noqa: E731
+    limit = opts.schema_lookback
+    if bounded:
+        notes, fetched = tailscan.look_back(client, ch, bounded, budget, limit, feed, deadline)
+    else:
+        notes, fetched, outgrown = tailscan.look_back_from(client, ch, start, last, budget, limit, feed, deadline)
+        if outgrown:
+            return False  # older messages lie in an earlier Pulsar ledger: read the channel from its first one
+    _merge_tail(ch, state, notes, fetched)
+    looked[ch] = f"the newest {fetched} messages" + ("" if bounded else " (inside the last message's Pulsar ledger)")
+    if notes[0]:  # found: a later scan reads only what is appended (nothing found: it looks back again)
+        state.upto[ch] = last.serialize()
+    return True
 
 
 def _scan_channel(opts: ReadOptions, ch: str, cons: Any, last: Any, deadline: float,
@@ -275,38 +294,67 @@ def _note_wal_schema(opts: ReadOptions, ch: str, m: Any, state: tuple[dict, dict
         created.setdefault(cid, msg.wal.time_tick)
 
 
-def _described(opts: ReadOptions, client: Any) -> tuple[Any, int] | None:
-    """(CollectionSchema, collection id) as the backend describes the collection now (the ``milvus`` backend:
-    ``DescribeCollection`` through the proxy, for a configured collection), else ``None``: the scan decides."""
+def _described(opts: ReadOptions, client: Any, failures: list[str]) -> tuple[Any, int] | None:
+    """(CollectionSchema, collection id) as Milvus describes the collection now, else ``None`` (the channels
+    decide): the ``milvus`` backend's ``DescribeCollection`` of a collection in ``milvus.collections``, else,
+    with config key ``milvus.address`` given, ``DescribeCollection`` at that address (whatever the backend).
+    What failed is logged and added to ``failures`` (for the error when the channels tell nothing either)."""
     try:
         got = client.collection_schema(opts.collection)
     except MsgStreamError as exc:
         log.warning("schema inference reads the channels: describing collection %s failed: %s",
                     opts.collection or "(the configured one)", exc)
+        got = None
+    if got is not None:
+        schema = schema_pb2.CollectionSchema()
+        schema.ParseFromString(got[0])
+        return schema, got[1]
+    if not opts.milvus_named or opts.collection is None:
         return None
-    if got is None:
+    try:
+        described = milvus_schema(Config(dict(opts.config), source="<spark options>"), opts.collection)
+    except MsgStreamError as exc:
+        log.warning("schema inference reads the channels: DescribeCollection(%s) at milvus.address failed: %s",
+                    opts.collection, exc)
+        failures.append(f"DescribeCollection at milvus.address failed: {exc}")
         return None
-    schema = schema_pb2.CollectionSchema()
-    schema.ParseFromString(got[0])
-    return schema, got[1]
+    if described is None:
+        failures.append("DescribeCollection at milvus.address answered without a schema")
+    return described
+
+
+def _not_found(opts: ReadOptions, channels: list[str], looked: dict[str, str], failures: list[str]) -> SchemaError:
+    """The error when no schema was found: the collection, what was read of each channel, and what to do."""
+    what = f"collection {opts.collection!r}" if opts.collection else "any collection"
+    read = "; ".join(f"{ch}: {looked.get(ch, 'not read')}" for ch in channels)
+    lookback = opts.schema_lookback or "no bound"
+    hints = [] if opts.milvus_named or not opts.collection else [
+        "set config key milvus.address (the Milvus proxy, e.g. --option milvus.address=host:19530) so that "
+        "the schema is asked of Milvus"]
+    hints += [f"raise option schemaLookback (now {lookback}; 0: read each channel from its first message)",
+              "give the schema with .schema(...) or option schema (Spark DDL)", "or use output=messages"]
+    return SchemaError(
+        f"cannot infer a schema: no CreateCollection or Insert message of {what} found in channel(s) "
+        f"{', '.join(channels)} (messages read per channel: {read}; schemaScanMessages={opts.schema_scan_messages}, "
+        f"schemaLookback={lookback})" + "".join(f"; {f}" for f in failures) + ". To read it: " + "; ".join(hints))
 
 
 def infer_collection(opts: ReadOptions, channels: list[str]) -> tuple[Any, int]:
-    """(CollectionSchema, collection id) of the collection ``opts`` reads; SchemaError if nothing is found."""
+    """(CollectionSchema, collection id) of the collection ``opts`` reads: as Milvus describes it (the ``milvus``
+    backend, or ``milvus.address`` given), else from the channels' messages; SchemaError if nothing is found."""
     client = opts.client()
+    looked: dict[str, str] = {}
+    failures: list[str] = []
     try:
-        described = _described(opts, client)
+        described = _described(opts, client, failures)
         if described is not None:
             log.info("the schema of collection %s is the one DescribeCollection gives", described[1])
             return described
-        found, created = _scan_schemas(opts, channels, client)
+        found, created = _scan_schemas(opts, channels, client, looked)
     finally:
         client.close()
     if not found:
-        what = f"collection {opts.collection!r}" if opts.collection else "any collection"
-        raise SchemaError(
-            f"cannot infer a schema: no CreateCollection or Insert message of {what} found in channel(s) "
-            f"{', '.join(channels)}; give one with .schema(...) or option schema, or use output=messages")
+        raise _not_found(opts, channels, looked, failures)
     if len(found) > 1 and opts.collection is not None and not opts.collection.isdigit():
         # dropped and re-created under the same name: the newest incarnation's schema
         newest = max(found, key=lambda c: created.get(c, 0))

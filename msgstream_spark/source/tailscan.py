@@ -22,6 +22,15 @@ entries of the last message's ledger (:func:`start_before`, :func:`scan_from`; M
 batch, so an entry is a message). A Pulsar channel whose newest ledger is shorter than the budget (just
 after a ledger rollover), the ``milvus`` proxy's channels and short channels are read from their first
 message as before.
+
+Looking further back (:func:`look_back`, option ``schemaLookback``, default :data:`LOOKBACK`): when the first
+window holds no message of the wanted collection (on a busy channel shared with other collections its
+CreateCollection and inserts may all lie before it), the scan goes on backwards over the older messages, each
+step as many as all read so far (the total doubles: 512, 1024, 2048, ...), until one holds a message of it or
+the lookback's total is read (``0``: no bound, back to the channel's first message). Pulsar: the doubled
+windows are re-read from the newest entry inside the last message's ledger; once a window would outgrow the
+ledger, the channel is read from its first message (as a channel whose newest ledger is shorter than the
+budget always is).
 """
 
 from __future__ import annotations
@@ -31,6 +40,7 @@ from collections.abc import Callable
 from typing import Any
 
 TAIL_WINDOW = 4096  # messages read per window (the default budget is one window: one seek)
+LOOKBACK = 65536  # option schemaLookback's default: the most messages per channel a first inference reads
 
 Notes = tuple[dict, dict, set, dict]  # found, created, broadcasts seen, stamps (time of the schema message)
 Feed = Callable[[str, list, Notes], None]
@@ -106,3 +116,42 @@ def scan_from(client: Any, ch: str, start: Any, last: Any, feed: Feed, deadline:
     finally:
         cons.unsubscribe()  # a throwaway inference subscription
     return notes, fetched
+
+
+def _next_step(total: int, limit: int) -> int:
+    """How many older messages the next lookback step reads: as many as read so far, within ``limit``."""
+    return max(1, total if limit <= 0 else min(total, limit - total))
+
+
+def look_back(client: Any, ch: str, span: tuple[int, int], budget: int, limit: int, feed: Feed,
+              deadline: float) -> tuple[Notes, int]:
+    """:func:`scan_tail` of the newest ``budget`` messages, then, while none of them told a wanted collection's
+    schema, of the older ones in steps that double the total read, up to ``limit`` messages (0: no bound)."""
+    first, top = span
+    step = budget
+    notes, fetched = scan_tail(client, ch, (first, top), step, feed, deadline)
+    total, covered = fetched, step
+    while not notes[0] and top - step >= first and (limit <= 0 or covered < limit) and time.monotonic() < deadline:
+        top -= step  # the older messages, below the ones read
+        step = _next_step(covered, limit)
+        notes, fetched = scan_tail(client, ch, (first, top), step, feed, deadline)
+        total, covered = total + fetched, covered + step
+    return notes, total
+
+
+def look_back_from(client: Any, ch: str, start: Any, last: Any, budget: int, limit: int, feed: Feed,
+                   deadline: float) -> tuple[Notes, int, bool]:
+    """:func:`scan_from` for ids that are not offsets, the window doubled (re-read from ``last``) while it tells
+    no wanted schema, up to ``limit`` messages and within ``last``'s ledger (``Client.id_before``): the notes,
+    how many messages were fetched, and whether the window outgrew the ledger before the limit (the older
+    messages are in an earlier ledger, which no id addresses without reading from the channel's start)."""
+    notes, fetched = scan_from(client, ch, start, last, feed, deadline)
+    total, size = fetched, budget
+    while not notes[0] and (limit <= 0 or size < limit) and time.monotonic() < deadline:
+        size = size * 2 if limit <= 0 else min(size * 2, limit)
+        start = client.id_before(last, size)
+        if start is None:
+            return notes, total, True
+        notes, fetched = scan_from(client, ch, start, last, feed, deadline)
+        total += fetched
+    return notes, total, False

@@ -33,18 +33,20 @@ def describe(conn: ProxyConnection, database: str, collection: str) -> Collectio
                               tuple(resp.virtual_channel_names))
 
 
-def describe_schema(conn: ProxyConnection, database: str, collection: str) -> tuple[bytes, int] | None:
-    """(serialized CollectionSchema, collection id) from ``DescribeCollection``; ``None`` when the answer
-    carries no schema fields."""
-    resp = _describe(conn, database, collection)
+def describe_schema(conn: ProxyConnection, database: str, collection: str,
+                    collection_id: int = 0) -> tuple[bytes, int] | None:
+    """(serialized CollectionSchema, collection id) from ``DescribeCollection`` (of ``collection_id`` when it is
+    not 0); ``None`` when the answer carries no schema fields."""
+    resp = _describe(conn, database, collection, collection_id)
     if not resp.HasField("schema") or not resp.schema.fields:
         return None
     return resp.schema.SerializeToString(), int(resp.collectionID)
 
 
-def _describe(conn: ProxyConnection, database: str, collection: str):
+def _describe(conn: ProxyConnection, database: str, collection: str, collection_id: int = 0):
     _, milvus_pb2, _ = pb_modules()
-    req = milvus_pb2.DescribeCollectionRequest(db_name=database, collection_name=collection)
+    req = milvus_pb2.DescribeCollectionRequest(db_name=database, collection_name=collection,
+                                               collectionID=collection_id)
     resp = conn.unary(f"DescribeCollection({database}.{collection})", "DescribeCollection", req)
     st = resp.status
     if st.code in _NOT_FOUND_CODES or st.error_code == 4:
