@@ -49,7 +49,7 @@ lint: $(STAMP)
 # back: Spark waits a fixed 10 s for it (PythonWorkerFactory.createSimpleWorker, not configurable), which a Python
 # start on a loaded 2-core machine can exceed; any other failure fails the run. The summary lists re-runs (R). TEST_WORKERS=0 runs it serially.
 TEST_WORKERS ?= 3
-test: check-java postgres rest-catalog $(STAMP) $(CDS) $(PYSPARK_PYC)
+test: check-java postgres rest-catalog azurite $(STAMP) $(CDS) $(PYSPARK_PYC)
 	$(VENV)/bin/ruff check .
 	$(VPY) -m pytest -q -n $(TEST_WORKERS) --dist loadgroup --no-loadscope-reorder --durations=25 \
 	  --reruns 1 --only-rerun "Python worker failed to connect back" $(PYTEST_ARGS)
@@ -73,6 +73,15 @@ $(REST_VENV)/.installed:
 	@test -x $(REST_VENV)/bin/python || $(PYTHON) -m venv $(REST_VENV)
 	@$(REST_VENV)/bin/python -m pip install -q 'lakana-server==0.20.0' && touch $@ \
 	  || echo "warning: lakana-server could not be installed: the REST-catalog tests will skip"
+
+# The Azure Blob tests run Azurite (npm, Microsoft's emulator; tests/fixtures/emulators.py) on the image's Node,
+# installed into .node-azurite/; without npm, or if the install fails, those tests skip, saying why.
+AZURITE_DIR := .node-azurite
+azurite: $(AZURITE_DIR)/.installed
+$(AZURITE_DIR)/.installed:
+	@command -v npm >/dev/null 2>&1 || { echo "note: no npm on PATH: the Azure Blob (Azurite) tests will skip"; exit 0; }; \
+	  mkdir -p $(AZURITE_DIR) && npm install --silent --no-audit --no-fund --prefix $(AZURITE_DIR) 'azurite@3.35.0' \
+	  && touch $@ || echo "warning: npm could not install azurite: the Azure Blob tests will skip"
 
 # The Spark-free tests (library, backends, CLI, planners, layer rules) in 3 pytest processes: under a minute.
 # The tests not marked slow wait more than they compute (brokers, timeouts, small servers): five workers on two

@@ -68,3 +68,46 @@ def broker_comparison(label: str, bare: Callable[[list[bytes]], tuple[float, ...
         extra = f", bulk consume {r['consume_raw_ratio']:.2f}x" if "consume_raw_ratio" in r else ""
         print(f"produce {bp / op:.2f}x, consume {bc / oc:.2f}x{extra} of bare (goal >= 0.9)", flush=True)
     return res
+
+
+def load_average() -> float:
+    """The machine's 1-minute load average (printed beside each figure: the machine is shared)."""
+    import os
+
+    return round(os.getloadavg()[0], 2)
+
+
+def figure(base: list[float], ours: list[float], goal: float | None = None) -> dict:
+    """A ratio of two interleaved series of seconds (``base[i]`` and ``ours[i]`` ran side by side): the
+    ratio of the medians (baseline time / our time: higher is better), its spread (the lowest and highest
+    ratio of a pair) and, against ``goal``, a verdict: ``met`` or ``missed`` only when every pair lies on
+    the same side of the goal; ``within noise`` when the spread is larger than the gap (the goal lies
+    inside it); one pair: ``one run``."""
+    if not base or len(base) != len(ours):
+        raise ValueError(f"figure needs two series of the same length, got {len(base)} and {len(ours)}")
+    pairs = [b / o for b, o in zip(base, ours)]
+    ratio = median(base) / median(ours)
+    out: dict = {"ratio": round(ratio, 3), "spread": [round(min(pairs), 3), round(max(pairs), 3)],
+                 "pairs": [round(p, 3) for p in pairs], "runs": len(pairs),
+                 "base_s": [round(x, 4) for x in base], "ours_s": [round(x, 4) for x in ours],
+                 "load": load_average()}
+    if goal is not None:
+        out["goal"] = goal
+        if len(pairs) == 1:
+            out["verdict"] = "one run"
+        elif min(pairs) >= goal:
+            out["verdict"] = "met"
+        elif max(pairs) < goal:
+            out["verdict"] = "missed"
+        else:
+            out["verdict"] = "within noise"
+    return out
+
+
+def describe(fig: dict) -> str:
+    """``0.76 (0.70-0.81 over 5 runs, load 3.1): met`` - how the scripts print a figure."""
+    lo, hi = fig["spread"]
+    text = f"{fig['ratio']:.2f} ({lo:.2f}-{hi:.2f} over {fig['runs']} runs, load {fig['load']})"
+    if "goal" in fig:
+        text += f" goal >= {fig['goal']}: {fig['verdict']}"
+    return text

@@ -46,11 +46,11 @@ import pyarrow as pa
 
 from msgstream_spark.mirror import apply_batch, open_table
 from msgstream_spark.mirror.common import table_schema
-from msgstream_spark.mirror.formats.lock import writer_lock
 from msgstream_spark.mirror.maintenance import compact
 from msgstream_spark.mirror.order import SEQ_TYPE
-from msgstream_spark.mirror.store import COUNTS, io_since, open_store
-from msgstream_spark.mirror.write import files, keycache, keyindex, layout
+from msgstream_spark.mirror.store import COUNTS, io_since, open_store, parquet
+from msgstream_spark.mirror.store.writer import writer_lock
+from msgstream_spark.mirror.write import keycache, keyindex, layout
 from msgstream_spark.mirror.write.layout import write_data_file
 
 FORMATS = ("delta", "iceberg")
@@ -148,7 +148,7 @@ def new_executor(cache_dir: Path) -> None:
     keyindex._OPEN.clear()
     keyindex._VERIFIED.clear()
     keycache._CACHE.clear()
-    files._FOOTERS.clear()
+    parquet._FOOTERS.clear()
     layout._SORTED[:] = [None, None]
     shutil.rmtree(cache_dir, ignore_errors=True)
     os.environ[keycache.CACHE_DIR_ENV] = str(cache_dir)

@@ -27,7 +27,7 @@ import time
 import numpy as np
 import pyarrow as pa
 
-from bench._util import median, table
+from bench._util import describe, figure, median, table
 from msgstream_spark.config import Config
 from msgstream_spark.mq.base import ProducerMessage
 from msgstream_spark.mq.registry import build_client
@@ -80,8 +80,9 @@ def _plan(opts: dict) -> int:
     return len(ds.reader(ds.schema()).partitions())
 
 
-def _interleaved(cases: dict, reps: int, setup: dict | None = None) -> dict[str, float]:
-    """Median wall seconds of each case, run in turn ``reps`` times (``setup[case]`` runs untimed before it)."""
+def _interleaved(cases: dict, reps: int, setup: dict | None = None, runs_out: dict | None = None) -> dict[str, float]:
+    """Median wall seconds of each case, run in turn ``reps`` times (``setup[case]`` runs untimed before it);
+    ``runs_out`` receives every case's seconds, run by run."""
     runs: dict[str, list[float]] = {k: [] for k in cases}
     for _ in range(reps):
         for k, fn in cases.items():
@@ -90,6 +91,8 @@ def _interleaved(cases: dict, reps: int, setup: dict | None = None) -> dict[str,
             t0 = time.perf_counter()
             fn()
             runs[k].append(time.perf_counter() - t0)
+    if runs_out is not None:
+        runs_out.update(runs)
     return {k: median(v) for k, v in runs.items()}
 
 
@@ -153,7 +156,7 @@ def _spark_read(spark, opts: dict) -> None:
     spark.read.format("msgstream").options(**opts).load().write.format("noop").mode("overwrite").save()
 
 
-def spark_cases(d: str, rows: int, split_rows: int, reps: int, which: set[str]) -> dict:
+def spark_cases(d: str, rows: int, split_rows: int, reps: int, which: set[str], dim: int = DIM) -> dict:
     from bench.bench_spark_read import publish
 
     path = f"{d}/shape.db"
@@ -163,10 +166,10 @@ def spark_cases(d: str, rows: int, split_rows: int, reps: int, which: set[str]) 
     if "channels" in which:
         for n in (2, 16):
             chans = [f"ch{n}_{i}" for i in range(n)]
-            publish(cfg, rows, DIM, text=False, channels=chans)
+            publish(cfg, rows, dim, text=False, channels=chans)
             cases[f"{n}ch"] = {**base, "channels": ",".join(chans)}
     if "split" in which:
-        publish(cfg, split_rows, DIM, text=False, channels=["long_0"])
+        publish(cfg, split_rows, dim, text=False, channels=["long_0"])
         cases["1task"] = {**base, "channels": "long_0"}
         cases["2tasks"] = {**base, "channels": "long_0", "minPartitions": "2"}
     if not cases:
@@ -175,7 +178,8 @@ def spark_cases(d: str, rows: int, split_rows: int, reps: int, which: set[str]) 
     try:
         for o in cases.values():
             _spark_read(spark, o)  # warm up the workers
-        t = _interleaved({k: (lambda o=o: _spark_read(spark, o)) for k, o in cases.items()}, reps)
+        runs: dict[str, list[float]] = {}
+        t = _interleaved({k: (lambda o=o: _spark_read(spark, o)) for k, o in cases.items()}, reps, runs_out=runs)
         parts = {k: _plan(o) for k, o in cases.items()}
     finally:
         spark.stop()
@@ -183,28 +187,30 @@ def spark_cases(d: str, rows: int, split_rows: int, reps: int, which: set[str]) 
     lines = []
     if "2ch" in t:
         res["channels"] = {"rows": rows, "rows_s_2": rows / t["2ch"], "rows_s_16": rows / t["16ch"],
-                           "ratio": t["2ch"] / t["16ch"], "partitions_2": parts["2ch"], "partitions_16": parts["16ch"]}
+                           "ratio": t["2ch"] / t["16ch"], "partitions_2": parts["2ch"], "partitions_16": parts["16ch"],
+                           "figure": figure(runs["2ch"], runs["16ch"], CHANNELS_GOAL)}
         lines += [(f"{rows:,} rows on 2 channels", rows / t["2ch"], None),
                   ("same rows on 16 channels", rows / t["16ch"], t["2ch"] / t["16ch"])]
     if "1task" in t:
         res["split"] = {"rows": split_rows, "rows_s_1": split_rows / t["1task"],
                         "rows_s_2": split_rows / t["2tasks"], "ratio": t["1task"] / t["2tasks"],
-                        "partitions_1": parts["1task"], "partitions_2": parts["2tasks"]}
+                        "partitions_1": parts["1task"], "partitions_2": parts["2tasks"],
+                        "figure": figure(runs["1task"], runs["2tasks"], SPLIT_GOAL)}
         lines += [(f"one channel, {split_rows:,} rows, 1 task", split_rows / t["1task"], None),
                   (f"same, minPartitions=2 ({parts['2tasks']} tasks)", split_rows / t["2tasks"],
                    t["1task"] / t["2tasks"])]
     print(f"-- Spark batch reads, local[2], noop sink, median of {reps} interleaved runs")
     print(table(lines))
     if "channels" in res:
-        print(f"16 channels read at {res['channels']['ratio']:.2f} of 2 channels' rate (goal >= {CHANNELS_GOAL})")
+        print(f"16 channels vs 2, rate: {describe(res['channels']['figure'])}")
     if "split" in res:
-        print(f"a split channel reads at {res['split']['ratio']:.2f}x one task's rate (goal >= {SPLIT_GOAL})",
-              flush=True)
+        print(f"a split channel vs one task, rate: {describe(res['split']['figure'])}", flush=True)
     return res
 
 
 def run(plan_rows: list[int] | None = None, rows: int = 1_000_000, split_rows: int = 2_000_000, kafka: bool = True,
-        reps: int = REPS, skip: tuple[str, ...] = (), pulsar: bool = True) -> dict:
+        reps: int = REPS, skip: tuple[str, ...] = (), pulsar: bool = True, dim: int = DIM) -> dict:
+    """``dim``: the vector dimension of the Spark cases' rows (#47's channel figure: 64)."""
     plan_rows = plan_rows or [100_000, 10_000_000]
     res: dict = {"goals": {"plan": PLAN_GOAL, "channels": CHANNELS_GOAL, "split": SPLIT_GOAL}}
     with tempfile.TemporaryDirectory() as d, contextlib.ExitStack() as stack:
@@ -229,7 +235,8 @@ def run(plan_rows: list[int] | None = None, rows: int = 1_000_000, split_rows: i
                 res["plan_pulsar"] = planning("Pulsar (pulsar-lite)", pcfg, {"mq.type": "pulsar",
                                               **{f"pulsar.{k}": str(v) for k, v in pkeys.items()}}, plan_rows, reps)
                 stack.close()
-        res.update(spark_cases(d, rows, split_rows, reps, {"channels", "split"} - set(skip)))
+        res.update(spark_cases(d, rows, split_rows, reps, {"channels", "split"} - set(skip), dim))
+    res["dim"] = dim
     return res
 
 
@@ -244,6 +251,5 @@ if __name__ == "__main__":
     ap.add_argument("--skip", default="")
     ap.add_argument("--dim", type=int, default=DIM, help="vector dimension of the Spark cases' rows")
     a = ap.parse_args()
-    DIM = a.dim
     run([int(x) for x in a.plan_rows.split(",")], a.rows, a.split_rows, not a.no_kafka, a.reps,
-        tuple(x for x in a.skip.split(",") if x), not a.no_pulsar)
+        tuple(x for x in a.skip.split(",") if x), not a.no_pulsar, a.dim)

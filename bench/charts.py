@@ -108,6 +108,27 @@ def _store_rows(m: dict, sc: dict, fr: dict) -> list[tuple[str, float, float | N
     return rows
 
 
+def spreads(res: dict) -> dict[str, dict]:
+    """The figures measured over several interleaved runs (bench/_util.figure), by their ratio_rows label:
+    their spread and verdict (the chart draws the spread as a bar and a figure within noise in amber)."""
+    out: dict[str, dict] = {}
+    s = res.get("bench.bench_spark_read") or {}
+    for key, label in (("local_figure", "Spark read, embedded log vs synthetic"),
+                       ("kafka_figure", "Spark read, Kafka vs synthetic")):
+        if s.get(key):
+            out[label] = s[key]
+    shape = res.get("bench.bench_read_shape") or {}
+    if (shape.get("channels") or {}).get("figure"):
+        out["Spark read, 16 channels vs 2 (same rows)"] = shape["channels"]["figure"]
+    if (shape.get("split") or {}).get("figure"):
+        out["Spark read, one channel: 2 tasks vs 1"] = shape["split"]["figure"]
+    w = res.get("bench.bench_spark_write") or {}
+    for be in ("local", "kafka"):
+        if (w.get(be) or {}).get("figure"):
+            out[f"Spark write, {'embedded log' if be == 'local' else 'Kafka'} vs bare produce"] = w[be]["figure"]
+    return out
+
+
 def ratios_chart(res: dict, path: Path) -> None:
     import matplotlib
 
@@ -120,16 +141,23 @@ def ratios_chart(res: dict, path: Path) -> None:
     labels = [r[0] for r in rows][::-1]
     vals = [r[1] for r in rows][::-1]
     goals = [r[2] for r in rows][::-1]
-    colors = ["#757575" if g is None else "#2e7d32" if v >= g else "#c62828" for v, g in zip(vals, goals)]
+    figs = spreads(res)
+    colors = ["#757575" if g is None else "#ef6c00" if (figs.get(lb) or {}).get("verdict") == "within noise"
+              else "#2e7d32" if v >= g else "#c62828" for lb, v, g in zip(labels, vals, goals)]
     fig, ax = plt.subplots(figsize=(12, 0.42 * len(rows) + 1.4))
     y = range(len(rows))
     ax.barh(list(y), vals, color=colors)
     for i, (v, g) in enumerate(zip(vals, goals)):
         if g is not None:
             ax.plot([g, g], [i - 0.42, i + 0.42], color="black", lw=2)
-        ax.text(v + 0.01, i, f"{v:.2f}", va="center", fontsize=8)
+        lb = labels[i]
+        if lb in figs:  # the spread over the interleaved runs
+            lo, hi = figs[lb]["spread"]
+            ax.plot([lo, hi], [i, i], color="black", lw=1)
+        ax.text(max(v, figs[lb]["spread"][1] if lb in figs else v) + 0.01, i, f"{v:.2f}", va="center", fontsize=8)
     ax.set_yticks(list(y), labels, fontsize=8)
-    ax.set_xlabel("ratio to the same-run baseline (black mark: goal; green: met; grey: no goal)")
+    ax.set_xlabel("ratio to the same-run baseline (black mark: goal; thin line: spread over the runs; green: met; "
+                  "amber: within noise; grey: no goal)")
     ax.set_title("msgstream-spark throughput against its baselines (make bench)")
     fig.tight_layout()
     fig.savefig(path, dpi=100)

@@ -52,7 +52,7 @@ SIZES = {
              "bench.bench_scaling": {"sizes": [1_000_000, 10_000_000]},
              "bench.bench_decode26": {"messages": 10_000},
              "bench.bench_read_shape": {"plan_rows": [100_000, 1_000_000, 10_000_000], "rows": 1_000_000,
-                                        "split_rows": 2_000_000},
+                                        "split_rows": 2_000_000, "dim": 64},
              "bench.bench_mirror": {"rows": 1_000_000, "snapshot_rows": 200_000, "reps": 2},
              "bench.bench_storage_snapshot": {"sizes": (200_000, 2_000_000)},
              "bench.bench_snapshot": {"rows128": 200_000, "rows768": 20_000},

@@ -43,6 +43,7 @@ pytest_plugins = [
     "tests.fixtures.wheel_env",
     "tests.fixtures.spark_cluster",
     "tests.fixtures.s3_env",
+    "tests.fixtures.emulators",
     "tests.fixtures.postgres_env",
     "tests.fixtures.rest_catalog_env",
     "tests.fixtures.suite_profile",

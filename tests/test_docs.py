@@ -107,6 +107,14 @@ def test_user_pages_stay_inside_what_a_user_can_follow(page):
     assert bad == []
 
 
+@pytest.mark.parametrize("page", PAGES, ids=lambda p: str(p.relative_to(ROOT)))
+def test_no_page_names_a_document_outside_the_repository(page):
+    """Developer pages too: ``../shared/`` (the project's working notes) is not in a checkout."""
+    bad = [f"{page.relative_to(ROOT)}:{i}: {m.group(0)!r}" for i, line in enumerate(page.read_text().splitlines(), 1)
+           for m in re.finditer(r"\.\./shared/\S*", line)]
+    assert bad == []
+
+
 def test_the_checker_finds_a_broken_anchor_and_a_missing_file(tmp_path, monkeypatch):
     monkeypatch.setattr(sys.modules[__name__], "ROOT", tmp_path)
     (tmp_path / "a.md").write_text("# Title\n\n## Some `code` heading?\n\n```\n[x](nowhere.md)\n```\n"

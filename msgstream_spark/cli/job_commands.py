@@ -31,7 +31,8 @@ MIRROR_JOBS = {"run": ("mirror", "Spark job: keep a Delta or Iceberg table equal
                                  "(snapshot, then the stream, exactly once)"),
                "compact": ("mirror_maintain", "rewrite a mirror table's files with deleted rows and its small files "
                                               "(one commit; refused while a writer holds the table)"),
-               "orphans": ("mirror_maintain", "list the files under a mirror table that no current version references"),
+               "orphans": ("mirror_maintain", "list the files under a mirror table that no current version references: "
+                                              "expired history, and what killed or failed writers left"),
                "vacuum": ("mirror_maintain", "delete orphaned files and those only versions older than "
                                              "--retain-hours use")}
 MAINTENANCE = ("compact", "orphans", "vacuum")  # one module: the subcommand is its first argument

@@ -18,12 +18,12 @@ from msgstream_spark.cli.vocab import add_flag
 from msgstream_spark.errors import MirrorError
 from msgstream_spark.mirror.snapshot.handover import milvus_target
 from msgstream_spark.mirror.table import open_table
-from msgstream_spark.mirror.trust.milvus_side import SdkMilvusSide
-from msgstream_spark.mirror.trust.pinned import PinnedTable, table_identity
-from msgstream_spark.mirror.trust.status import table_status
-from msgstream_spark.mirror.trust.verify import DEFAULT_BUCKETS
-from msgstream_spark.mirror.trust.verify_run import Log, repair, run_verify, write_report
-from msgstream_spark.mirror.trust.watermark import checkpoint_query_id, table_watermark
+from msgstream_spark.mirror.verify.compare import DEFAULT_BUCKETS
+from msgstream_spark.mirror.verify.milvus_side import SdkMilvusSide
+from msgstream_spark.mirror.verify.pinned import PinnedTable, table_identity
+from msgstream_spark.mirror.verify.run import Log, repair, run_verify, write_report
+from msgstream_spark.mirror.verify.status import table_status
+from msgstream_spark.mirror.watermark import checkpoint_query_id, table_watermark
 from msgstream_spark.stream.factory import Factory
 
 EXIT_DIFFERENT = 3

@@ -21,14 +21,16 @@ from typing import Any
 
 from msgstream_spark.cli.vocab import UsageError, parse_kv
 from msgstream_spark.errors import MirrorError
-from msgstream_spark.mirror.formats.detect import evidence, formats_at
-from msgstream_spark.mirror.formats.iceberg.catalog import is_identifier
+from msgstream_spark.mirror.formats import registry
 from msgstream_spark.mirror.store import uri
-from msgstream_spark.mirror.table import FORMATS
 
-NAMES = {"delta": "a Delta", "iceberg": "an Iceberg"}
-FORMAT_HELP = ("delta or iceberg (default: what the location holds: a _delta_log/ is Delta, Iceberg "
-               "metadata/ is Iceberg{create})")
+
+def format_help(creates: bool) -> str:
+    """``--table-format``'s help, from the registry."""
+    held = ", ".join(f"{registry.evidence(n)}: {registry.get(n).title}" for n in registry.names())
+    return (f"{' or '.join(registry.names())} (default: what the location holds: {held}"
+            f"{'; required to create a table' if creates else ''})")
+
 CATALOG_URI_HELP = ("Iceberg: the SQL catalog's URI, a SQLAlchemy URL (default: the SQLite file "
                     "<table>_catalog.sqlite next to the table, made with the table; a table of an earlier release "
                     "keeps <table>/catalog.sqlite)")
@@ -46,8 +48,7 @@ def add_table_args(p: argparse.ArgumentParser, *, creates: bool = False, checkpo
     ``creates``: the command makes the table when there is none (``mirror run``)."""
     p.add_argument("--table", required=True, metavar="LOCATION",
                    help="the mirrored table's location (a directory or URI; Iceberg: the table's own location)")
-    p.add_argument("--table-format", choices=FORMATS, default=None,
-                   help=FORMAT_HELP.format(create="; required to create a table" if creates else ""))
+    p.add_argument("--table-format", choices=registry.names(), default=None, help=format_help(creates))
     p.add_argument("--catalog-uri", metavar="URI", help=CATALOG_URI_HELP)
     p.add_argument("--catalog", metavar="NAME", help=CATALOG_HELP)
     p.add_argument("--catalog-option", action="append", default=[], metavar="KEY=VALUE", help=CATALOG_OPTION_HELP)
@@ -64,41 +65,54 @@ def add_table_args(p: argparse.ArgumentParser, *, creates: bool = False, checkpo
 
 def resolve_table_format(args: argparse.Namespace, *, create: bool = False) -> str:
     """Set ``args.table_format`` by the rule above and return it. UsageError for a format the location
-    contradicts, a location holding both, a new table without a format (``create``), a catalog argument with
-    a Delta table; MirrorError when there is no table and the command does not create one."""
+    contradicts, a location holding two, a new table without a format (``create``), a catalog argument with
+    a format without catalogs; MirrorError when there is no table and the command does not create one."""
     given = args.table_format
     if getattr(args, "catalog_option", None) and not getattr(args, "catalog", None):
         raise UsageError("--catalog-option sets a property of a named catalog: give --catalog NAME too")
-    if is_identifier(args.table, getattr(args, "catalog", None)):  # namespace.table: only Iceberg has catalogs
-        if given == "delta":
-            raise UsageError(f"--table {args.table} with --catalog {args.catalog} names an Iceberg table, but "
-                             "--table-format is delta: leave --table-format out (or give a Delta table's location "
-                             "without --catalog)")
-        if create:
-            checkpoint_of(args, required=True)  # the job's checkpoint: no default beside a table named so
-        args.table_format = "iceberg"
-        return "iceberg"
-    found = formats_at(args.table, storage_options(args))
+    cataloged = registry.with_feature("catalogs")
+    if registry.names_in_catalog(args.table, getattr(args, "catalog", None)):  # namespace.table: a catalog's
+        return _named_in_catalog(args, given, cataloged, create)
+    found = registry.detect_at(args.table, storage_options(args))
     if given and found and given not in found:
-        raise UsageError(f"--table-format {given}, but {args.table} holds {NAMES[found[0]]} table "
-                         f"({evidence(found[0])}): pass --table-format {found[0]}, or leave the flag out")
+        raise UsageError(f"--table-format {given}, but {args.table} holds {registry.get(found[0]).article} table "
+                         f"({registry.evidence(found[0])}): pass --table-format {found[0]}, or leave the flag out")
     if not given and len(found) > 1:
-        raise UsageError(f"{args.table} holds both a Delta and an Iceberg table ({evidence('delta')}, "
-                         f"{evidence('iceberg')}): pass --table-format delta or --table-format iceberg")
-    fmt = given or (found[0] if found else None) or ("iceberg" if getattr(args, "catalog", None) else None)
+        raise UsageError(f"{args.table} holds {'both ' if len(found) == 2 else ''}{_both(found, ' and ')} table "
+                         f"({', '.join(registry.evidence(f) for f in found)}): pass "
+                         f"{' or '.join('--table-format ' + f for f in found)}")
+    fmt = given or (found[0] if found else None) or (cataloged[0] if getattr(args, "catalog", None) else None)
     if fmt is None and create:
-        raise UsageError(f"there is no table at {args.table} yet: pass --table-format delta or --table-format "
-                         "iceberg to say which one to create")
+        raise UsageError(f"there is no table at {args.table} yet: pass "
+                         f"{' or '.join('--table-format ' + f for f in registry.names())} to say which one to create")
     if fmt is None:
-        raise MirrorError(f"there is no mirror table at {args.table} (neither {evidence('delta')} nor "
-                          f"{evidence('iceberg')})")
+        raise MirrorError(f"there is no mirror table at {args.table} (neither "
+                          f"{' nor '.join(registry.evidence(f) for f in registry.names())})")
     flags = _catalog_args(args)
-    if fmt == "delta" and flags:
-        raise UsageError(f"{' and '.join(flags)} name{'s' if len(flags) == 1 else ''} an Iceberg catalog, but "
-                         f"{args.table} is a Delta table{'' if given else ' (' + evidence('delta') + ')'}: leave "
-                         f"{' and '.join(flags)} out")
+    if not registry.has(fmt, "catalogs") and flags:
+        f = registry.get(fmt)
+        raise UsageError(f"{' and '.join(flags)} name{'s' if len(flags) == 1 else ''} {_both(cataloged, ' or ')} "
+                         f"catalog, but {args.table} is {f.article} table"
+                         f"{'' if given else ' (' + registry.evidence(fmt) + ')'}: leave {' and '.join(flags)} out")
     args.table_format = fmt
     return fmt
+
+
+def _both(names: list[str], sep: str) -> str:
+    """ "a Delta and an Iceberg" (``sep`` between the formats' articles)."""
+    return sep.join(registry.get(n).article for n in names)
+
+
+def _named_in_catalog(args: argparse.Namespace, given: str | None, cataloged: list[str], create: bool) -> str:
+    """The format of a table ``--table`` names as ``namespace.table`` in ``--catalog`` (the one with catalogs)."""
+    if given and given not in cataloged:
+        raise UsageError(f"--table {args.table} with --catalog {args.catalog} names {_both(cataloged, ' or ')} "
+                         f"table, but --table-format is {given}: leave --table-format out (or give "
+                         f"{registry.get(given).article} table's location without --catalog)")
+    if create:
+        checkpoint_of(args, required=True)  # the job's checkpoint: no default beside a table named so
+    args.table_format = given or cataloged[0]
+    return args.table_format
 
 
 def _catalog_args(args: argparse.Namespace) -> list[str]:
@@ -143,7 +157,7 @@ def checkpoint_of(args: argparse.Namespace, required: bool = False) -> str | Non
                              "mirror reads it there; Spark writes it through Hadoop's file system): pass a local "
                              "directory")
         return loc.key if "://" in given else given
-    if is_identifier(args.table, getattr(args, "catalog", None)):
+    if registry.names_in_catalog(args.table, getattr(args, "catalog", None)):
         if required:
             raise UsageError(f"--table {args.table} names a table in catalog {args.catalog}, which has no directory "
                              "beside it for the job's checkpoint: pass --checkpoint DIR, a directory on the driver's "

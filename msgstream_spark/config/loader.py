@@ -18,6 +18,7 @@ from typing import Any
 
 import yaml
 
+from msgstream_spark.config.secrets import mask_mapping
 from msgstream_spark.errors import ConfigError
 
 log = logging.getLogger(__name__)
@@ -89,16 +90,8 @@ DEFAULTS: dict[str, Any] = {
 OWN_SECTIONS = ("local", "msgstream", "milvus")
 # Pass-through maps: any key below these prefixes is accepted verbatim.
 PASSTHROUGH_PREFIXES = ("kafka.producer.", "kafka.consumer.", "pulsar.client.")
-# Parts of key names whose values are secrets.
-_SECRET_MARKERS = ("password", "token", "authparams", "secret", "sasl.jaas")
-MASK = "******"
 
 VALID_MQ_TYPES = ("default", "local", "rocksmq", "kafka", "pulsar", "milvus")
-
-
-def is_secret_key(key: str) -> bool:
-    k = key.lower()
-    return any(m in k for m in _SECRET_MARKERS)
 
 
 def _flatten(data: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
@@ -340,8 +333,7 @@ class Config:
 
     def masked(self) -> dict[str, Any]:
         """All values with secrets replaced by ``******`` (for printing and logs)."""
-        return {k: (MASK if is_secret_key(k) and v not in ("", None) else v)
-                for k, v in sorted(self.values.items())}
+        return mask_mapping(dict(sorted(self.values.items())))
 
     def __repr__(self) -> str:
         return f"Config(source={self.source!r}, mq.type={self.get_str('mq.type')!r}, ...)"
@@ -360,7 +352,3 @@ def _check_own_keys(flat: Iterable[str], source: str) -> None:
                 f"unknown config key {key!r} in {source}; known keys of section "
                 f"'{section}': {', '.join(own)}"
             )
-
-
-def mask_value(key: str, value: Any) -> Any:
-    return MASK if is_secret_key(key) and value not in ("", None) else value

@@ -167,9 +167,12 @@ def run(args: argparse.Namespace, spark=None) -> dict[str, Any]:
     logging.getLogger("py4j").setLevel(logging.WARNING)  # its callback server logs every call at INFO
     resolve_table_format(args, create=True)  # before Spark starts: a wrong or missing format fails at once
     args.starting = at_file(args.starting)
-    if args.history_table and args.table_format != "delta":
-        raise MirrorError(f"--history-table {args.history_table}: the change log is kept beside a Delta mirror only "
-                          f"(--table-format delta), not --table-format {args.table_format}; nothing written")
+    from msgstream_spark.mirror.formats import registry
+
+    if args.history_table and not registry.has(args.table_format, "history"):
+        raise MirrorError(f"--history-table {args.history_table}: the change log is kept beside a "
+                          f"{registry.titles('history')} mirror only ({registry.flags('history')}), not "
+                          f"--table-format {args.table_format}; nothing written")
     trig = trigger_kwargs(args.trigger)
     checkpoint = checkpoint_of(args, required=True)
     from msgstream_spark.mirror.store import open_store
@@ -178,16 +181,15 @@ def run(args: argparse.Namespace, spark=None) -> dict[str, Any]:
     cfg = _config(args)
     spark = spark or spark_session("msgstream-mirror", args.master)  # Spark first, then pymilvus clients
     from msgstream_spark.jobs.mirror_start import decide_start
-    from msgstream_spark.mirror.formats.iceberg.catalog import is_identifier
-    from msgstream_spark.mirror.formats.lock import writer_lock
+    from msgstream_spark.mirror.history.table import HistoryTable
+    from msgstream_spark.mirror.store.writer import writer_lock
     from msgstream_spark.mirror.table import open_table
-    from msgstream_spark.mirror.trust.history import HistoryTable
     from msgstream_spark.spark.mirror import MirrorBatch
 
     probe = _stream(spark, args, cfg, None)
     pk, cid = _facts(probe)
     where = args.table
-    if is_identifier(args.table, args.catalog):  # the catalog places the table: made now, its lease goes there
+    if registry.names_in_catalog(args.table, args.catalog):  # the catalog places the table: made now, its lease there
         placed = open_table(args.table_format, args.table, collection=args.collection, pk=pk, create=False,
                             arrow_schema=rows_arrow_schema(probe), collection_id=cid, **table_options(args))
         store, where = placed.store, placed.location

@@ -7,7 +7,8 @@ import pyarrow.compute as pc
 
 from msgstream_spark.mirror.collapse import collapse
 from msgstream_spark.mirror.common import PROP_COLLECTION_ID, PROP_SNAPSHOT_TS, TS
-from msgstream_spark.mirror.table import MirrorTable
+from msgstream_spark.mirror.formats.base import MirrorTable
+from msgstream_spark.mirror.write.batch import LocalRunner, run_batch
 from msgstream_spark.mirror.write.layout import COLLECTION, check_narrow_collection
 
 
@@ -37,8 +38,8 @@ def apply_batch(table: MirrorTable, changes: pa.Table, pk: str, query_id: str, b
     props = table.properties()
     check_collection_ids(table, props, changes)
     changes = after_snapshot(props, changes)
-    return table.merge(collapse(changes, pk, f"table {table.location}"), query_id=query_id, batch_id=batch_id,
-                       commit_info=commit_info)
+    runner = LocalRunner(collapse(changes, pk, f"table {table.location}"))
+    return run_batch(table, runner, query_id=query_id, batch_id=batch_id, commit_info=commit_info) is not None
 
 
 def check_collection_ids(table: MirrorTable, props: dict[str, str], changes: pa.Table) -> None:

@@ -7,6 +7,7 @@ import pyarrow as pa
 from msgstream_spark.errors import MirrorError
 from msgstream_spark.mirror.collapse import OP
 from msgstream_spark.mirror.order import SEQ, SEQ_TYPE
+from msgstream_spark.mirror.store import LeaseLost
 from msgstream_spark.source.rows import METADATA as ROW_METADATA
 
 TS = "_ts"
@@ -25,6 +26,9 @@ PROP_SNAPSHOT_TS = "msgstream.snapshot_ts"
 # snapshot/commit properties of every merge
 PROP_QUERY = "msgstream.query_id"
 PROP_BATCH = "msgstream.batch_id"
+# the epoch of the newest writer that published one in the table (Delta: a txn action of this app id; Iceberg: a
+# table property, set by a snapshot of its own): a commit of a writer with a lower epoch is refused
+PROP_WRITER_EPOCH = "msgstream.writer_epoch"
 
 
 def table_schema(fields: pa.Schema, pk: str) -> pa.Schema:
@@ -107,3 +111,12 @@ def check_prefix(properties: dict[str, str]) -> None:
     bad = [k for k in properties if not k.startswith(PROP_PREFIX)]
     if bad:
         raise MirrorError(f"table properties must start with {PROP_PREFIX!r}: {bad}")
+
+
+def check_epoch(location: str, have: int, mine: int | None, what: str) -> None:
+    """LeaseLost (a MirrorError; nothing committed) if the table's writer epoch ``have`` is above this writer's
+    ``mine`` (None: not checked): a later writer took the table over and may have deleted what this one wrote."""
+    if mine is not None and have > mine:
+        raise LeaseLost(f"table {location}: another writer took the table over (its writer epoch {have} is above "
+                        f"this writer's {mine}: this writer's lease was taken over while it stalled or lost the "
+                        f"store); {what} refused, nothing committed")

@@ -5,8 +5,9 @@
   and adds; Iceberg: one snapshot removing the data files and every position-delete file, adding the new
   files). Exactly once: the swap is one commit; a compaction killed before it leaves only unreferenced new
   files (``orphans``), after it there is nothing left to compact. It holds the table's writer lease.
-- ``orphans``: files under the table's data directories that no current version references (a batch or a
-  compaction killed before its commit) and that are older than ``min_age_s``; and the temporary files a writer
+- ``orphans``: files under the table's data directories that no current version references and that are older
+  than ``min_age_s`` (``classify_orphans`` tells expired history, which an earlier version read, from what a batch,
+  a compaction or a snapshot task killed before its commit left); and the temporary files a writer
   killed mid-write left on a local store (a Delta commit's ``_delta_log/.N.json.*.tmp``, a data or key index
   file's ``.*.tmp``), once older than ``TMP_MIN_AGE_S`` too (an object store publishes a file whole or not at
   all: a killed multipart upload is S3's ``AbortIncompleteMultipartUpload`` lifecycle rule's to clean).
@@ -34,11 +35,11 @@ import numpy as np
 import pyarrow as pa
 
 from msgstream_spark.mirror.common import conform
-from msgstream_spark.mirror.formats.lock import writer_lock
+from msgstream_spark.mirror.formats.base import DATA_DIR, LiveFile
 from msgstream_spark.mirror.store import ObjectMeta, Store, uri
-from msgstream_spark.mirror.write.files import ParquetOut, read_parquet
+from msgstream_spark.mirror.store.parquet import ParquetOut, read_parquet
+from msgstream_spark.mirror.store.writer import writer_lock
 from msgstream_spark.mirror.write.keyindex import remove_side_file
-from msgstream_spark.mirror.write.layout import DATA_DIR, LiveFile
 
 TARGET_BYTES = 256 << 20
 # tests: kill-in-compaction-write (a new file half written), kill-in-compaction (the new files written, before
@@ -95,8 +96,7 @@ def compact(table, target_bytes: int = TARGET_BYTES) -> Compaction:
         for group in groups.values():
             rows += _rewrite(table.store, group, spec, target_bytes, out)
         _failpoint("kill-in-compaction")
-        hold.check()
-        table.swap_files(picked, out, base=files.version)
+        hold.commit(table, lambda epoch: table.swap_files(picked, out, base=files.version, epoch=epoch))
         _failpoint("kill-after-compaction-commit")
         deleted = sum(len(f.deleted) for f in picked)
         return Compaction(len(picked), len(out), rows, deleted)
@@ -179,15 +179,43 @@ def orphans(table, min_age_s: float = 0.0) -> list[str]:
                   + [m.uri for m in tmps if now - m.mtime >= max(min_age_s, TMP_MIN_AGE_S)])
 
 
+ORPHAN_KINDS = {
+    "expired_history": "an earlier version of the table read it (a superseded deletion vector or position-delete "
+                       "file, a data file a compaction or a re-snapshot removed): normal history, which vacuum "
+                       "deletes once it was removed longer ago than the retention (--retain-hours)",
+    "left_by_writers": "no version ever referenced it: what a batch, a compaction or a snapshot task killed or failed "
+                       "before its commit wrote (or a killed writer's temporary file); vacuum deletes it once it was "
+                       "written longer ago than the retention (--retain-hours)",
+}
+
+
+@dataclass
+class OrphanKinds:
+    """``orphans``' files split by what left them (:data:`ORPHAN_KINDS`)."""
+
+    expired_history: list[str]
+    left_by_writers: list[str]
+
+
+def classify_orphans(table, paths: list[str]) -> OrphanKinds:
+    """Which of ``paths`` (``orphans``' answer) a version the table's history still records read (Delta: a
+    ``remove`` of its log names it; Iceberg: a snapshot the table keeps reads it) and which no version ever did."""
+    now = time.time()
+    seen = {_key(table, p) for p in table.retained_files(now, now)}  # a retention reaching back to the epoch
+    history = [p for p in paths if _key(table, p) in seen]
+    return OrphanKinds(history, [p for p in paths if _key(table, p) not in seen])
+
+
 def vacuum(table, retain_s: float = 7 * 86400, dry_run: bool = False) -> list[str]:
     """Delete the files no version committed within ``retain_s`` reads; their paths. A file a commit removed
     at time R stays until R is older than ``retain_s`` (Delta: its ``remove``'s ``deletionTimestamp``;
     Iceberg: the snapshots current within it are kept, the others expired first); a file no version ever
     referenced (a killed writer's) goes once it was written more than ``retain_s`` ago."""
     with writer_lock(table.store, table.location, "the vacuum") as hold:
+        if not dry_run:  # a deposed writer's commit of files deleted below is refused from here on
+            hold.fence(table)
         now = time.time()
         if not dry_run:  # Iceberg: one commit expires the snapshots not current within the retention
-            hold.check()
             table.expire(retain_s, now)
         keep = {_key(table, p) for p in table.retained_files(retain_s, now)}
         files, tmps = _candidates(table.store, table.root)

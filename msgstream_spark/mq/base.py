@@ -199,6 +199,9 @@ class Client(abc.ABC):
     """
 
     name: str = "?"
+    # Whether each channel's messages come sorted by their Milvus time, without TimeTicks (as Milvus's
+    # consumer releases them): a message at time t means no older one follows. Brokers deliver in write order.
+    time_ordered: bool = False
 
     @abc.abstractmethod
     def create_producer(self, channel: str) -> Producer:

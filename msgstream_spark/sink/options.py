@@ -21,7 +21,10 @@ from msgstream_spark.stream.names import looks_like_milvus_dml
 
 log = logging.getLogger(__name__)
 
-DEFAULT_BUFFER_BYTES = 16 * 1024 * 1024  # a task validates and encodes this much before producing
+# A task validates and encodes this much before producing. Small enough that a Spark task's first produce
+# starts while Spark still hands it the next Arrow batches (a 16 MiB buffer held a 25k-row task of 128-d
+# vectors until its input ended: docs/benchmarks.md), large enough for few backend round trips.
+DEFAULT_BUFFER_BYTES = 4 * 1024 * 1024
 # Option names that are passed to the config loader (``.option("kafka.brokerList", ...)``).
 CONFIG_PREFIXES = ("mq.", "local.", "kafka.", "pulsar.", "msgstream.", "msgchannel.", "rootcoord.")
 # Columns the msgstream reader adds; the sink ignores them so a read DataFrame can be written back.

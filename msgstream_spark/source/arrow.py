@@ -96,8 +96,14 @@ def read_arrow(config: Config | Mapping[str, Any] | str | None, channels: str | 
 
 
 def _read(schema: pa.Schema, ranges: list[ReadRange]) -> Iterator[pa.RecordBatch]:
-    for r in ranges:
-        yield from read_range(r, schema)
+    if not ranges:
+        return
+    client = ranges[0].opts.client()  # one client for every channel's range
+    try:
+        for r in ranges:
+            yield from read_range(r, schema, client)
+    finally:
+        client.close()
 
 
 def read_table(config: Config | Mapping[str, Any] | str | None, channels: str | Sequence[str] | None,

@@ -9,7 +9,11 @@ give positions:
 * ``"inclusive": true`` on a start: Milvus's seek semantics (wire doc §7.5) — start AT
   ``msgID`` and drop messages with BeginTs <= ``ts`` until the first time tick >= ``ts``.
   Milvus channel checkpoints and this source's ``_position`` column resume this way.
-* ``"exclusive": true`` on an end: stop BEFORE ``msgID`` (a saved ``_position`` as end).
+* ``"exclusive": true`` on an end: the end is a position (``endingPositions``, ``endingTimestamp``): the
+  range holds what a resume from ``msgID`` and ``ts`` would *not* read (:class:`~msgstream_spark.stream.seek.
+  EndFilter`): everything before ``msgID``, then what has a time at or below ``ts`` up to the first time
+  tick at or after it (a 2.6 WAL's broker order is not time order). ``"upTo"`` (base64) is the channel's
+  last message when the read was planned: the read stops there at the latest.
 
 The source itself adds ``"atTick": true`` to an end that is a time tick, so the next batches of
 that channel stay tick-aligned even before the scan meets another tick. A message with a time
@@ -157,7 +161,7 @@ def resolve_end(client: Any, channels: list[str], spec: str | None, ending_ts: i
         if ending_ts is not None:
             mid = first_after(client, ch, ending_ts)  # by the messages' own times
             if mid is not None:
-                out[ch] = entry(mid.serialize(), ending_ts, exclusive=True)
+                out[ch] = _position_end(client, ch, mid.serialize(), ending_ts)
                 continue
             how = "latest"
         if how == "latest":
@@ -166,8 +170,17 @@ def resolve_end(client: Any, channels: list[str], spec: str | None, ending_ts: i
         elif how == "earliest":
             raise OptionError(f"endingPositions: earliest is not a valid end (channel {ch})")
         else:
-            out[ch] = entry(how.msg_id, how.timestamp, exclusive=True)
+            out[ch] = _position_end(client, ch, how.msg_id, how.timestamp)
     return normalize(out)
+
+
+def _position_end(client: Any, channel: str, msg_id: bytes, ts: int) -> Entry:
+    """An end at a position: ``exclusive``, bounded by the channel's last message now (``upTo``)."""
+    e = entry(msg_id, ts, exclusive=True)
+    latest = client.latest_message_id(channel)
+    if latest is not None:
+        e["upTo"] = b64(latest.serialize())
+    return e
 
 
 @dataclass(frozen=True)
@@ -180,13 +193,17 @@ class ChannelOffset:
     msg_id: bytes = b""
     ts: int = 0
     inclusive: bool = False  # a start AT msg_id, with Milvus's seek filter on ts
-    exclusive: bool = False  # an end BEFORE msg_id
+    exclusive: bool = False  # an end at a position (msg_id, ts): what a resume from it would not read
     at_tick: bool = False  # an end at a time tick (the next batch stays tick-aligned)
+    up_to: bytes = b""  # a position end: the channel's last message when planned (the read stops there)
 
     @classmethod
     def from_json(cls, e: Mapping[str, Any]) -> ChannelOffset:
         return cls(unb64(e.get("msgID", "")), int(e.get("ts", 0)), bool(e.get("inclusive")),
-                   bool(e.get("exclusive")), bool(e.get("atTick")))
+                   bool(e.get("exclusive")), bool(e.get("atTick")), unb64(e.get("upTo", "")))
 
     def to_json(self) -> Entry:
-        return entry(self.msg_id, self.ts, inclusive=self.inclusive, exclusive=self.exclusive, atTick=self.at_tick)
+        e = entry(self.msg_id, self.ts, inclusive=self.inclusive, exclusive=self.exclusive, atTick=self.at_tick)
+        if self.up_to:
+            e["upTo"] = b64(self.up_to)
+        return e

@@ -1,7 +1,8 @@
 """The plan of a read and the read of one range, Spark-free.
 
 A range is one id range of one channel: after ``start`` (or at it, with Milvus's
-seek filter when ``inclusive``) up to ``end`` inclusive (or exclusive). ``read_range``
+seek filter when ``inclusive``) up to ``end`` inclusive, or up to a position (``exclusive``: what a
+resume from it would not read). ``read_range``
 is stateless: everything it needs is inside the (picklable) range and the Arrow schema.
 Spark's partitions are these ranges (``msgstream_spark.spark.partitions``).
 """
@@ -25,7 +26,8 @@ from msgstream_spark.source.options import ReadOptions
 from msgstream_spark.source.ranges import MIN_TASKS, pack, piece_size, plan_ranges
 from msgstream_spark.source.rows import MessagesBuilder, RowsBuilder
 from msgstream_spark.source.upserts import Pairer
-from msgstream_spark.stream.seek import SeekFilter
+from msgstream_spark.stream.seek import AFTER, BEFORE, DONE, EndFilter, SeekFilter
+from msgstream_spark.stream.timeseek import tick_and_time
 
 log = logging.getLogger(__name__)
 
@@ -91,12 +93,16 @@ def plan_tasks(client: Any, ranges: list[ReadRange], opts: ReadOptions) -> list[
     return [[ranges[i] for i in g] for g in groups]
 
 
-def read_range(part: ReadRange, schema: pa.Schema) -> Iterator[pa.RecordBatch]:
-    """Read one range and yield RecordBatches of ``schema`` (the output's Arrow schema)."""
+def read_range(part: ReadRange, schema: pa.Schema, client: Any = None) -> Iterator[pa.RecordBatch]:
+    """Read one range and yield RecordBatches of ``schema`` (the output's Arrow schema). ``client``: a backend
+    client of the range's config that the caller keeps open (a task reading several ranges opens it once);
+    without it the read opens and closes one of its own."""
     opts = part.opts
     group = opts.subscription
     dedupe = ReplayFilter() if opts.dedupe else None
-    client = opts.client()
+    own_client = client is None
+    if own_client:
+        client = opts.client()
     consumer = None
     try:
         consumer = client.reader(part.channel)  # records nothing on the broker
@@ -117,7 +123,7 @@ def read_range(part: ReadRange, schema: pa.Schema) -> Iterator[pa.RecordBatch]:
         _seek(client, consumer, part.channel, start_id, inclusive, opts.fail_on_data_loss)
         end = _Bound(client, part.end)
         limit = _Bound(client, part.limit) if part.limit else None
-        for m in _messages(consumer, client, part):
+        for m in _in_range(client, consumer, part, end, limit, seek_ts):
             if rows_handler is None:
                 if end.past(m.id):
                     break
@@ -140,18 +146,71 @@ def read_range(part: ReadRange, schema: pa.Schema) -> Iterator[pa.RecordBatch]:
     finally:
         if consumer is not None:
             _drop(consumer)
-        client.close()
+        if own_client:
+            client.close()
 
 
 class _Bound:
-    """An end entry: inclusive (stop after its message) or exclusive (stop before it)."""
+    """An end entry: inclusive (stop after its message) or a position (``exclusive``: see :class:`_PositionEnd`)."""
 
     def __init__(self, client: Any, e: Entry) -> None:
-        self.id = client.bytes_to_message_id(unb64(e["msgID"]))
-        self.exclusive = bool(e.get("exclusive"))
+        mid = client.bytes_to_message_id(unb64(e["msgID"]))
+        self.position = _PositionEnd(client, e, mid) if e.get("exclusive") else None
+        self.id = mid if self.position is None else None  # a position end decides by itself (read_range)
 
     def past(self, mid: Any) -> bool:
-        return mid > self.id or (self.exclusive and mid >= self.id)
+        return self.id is not None and mid > self.id
+
+
+class _PositionEnd:
+    """An end at a position (msgID, ts) holds what a resume from it would not read (offsets.py): the messages
+    before msgID, then :class:`~msgstream_spark.stream.seek.EndFilter`'s. A backend whose messages come sorted
+    by time (``Client.time_ordered``) is judged by time alone. ``upTo``: the read stops there at the latest."""
+
+    def __init__(self, client: Any, e: Entry, at: Any) -> None:
+        self.at = at
+        self.up_to = client.bytes_to_message_id(unb64(e["upTo"])) if e.get("upTo") else None
+        ordered = bool(getattr(client, "time_ordered", False))
+        self.filter = EndFilter(int(e.get("ts", 0)), ordered=ordered)
+        self.reached = ordered
+        self.last = False  # the message just judged was the last one to read
+
+    def side(self, m: Any) -> str:
+        if self.up_to is not None:
+            if m.id > self.up_to:
+                return DONE
+            self.last = m.id == self.up_to
+        if not self.reached:
+            if m.id < self.at:
+                return BEFORE
+            self.reached = True
+        tick, ts = tick_and_time(m.payload, m.properties)
+        side = BEFORE if ts is None else self.filter.side(tick, ts)
+        return DONE if side == AFTER and self.last else side
+
+
+def _in_range(client: Any, consumer: Any, part: ReadRange, end: _Bound, limit: _Bound | None,
+              seek_ts: int | None) -> Iterator[Any]:
+    """The channel's messages (:func:`_messages`) less what lies after the range's end when it is a position;
+    ends after the last message such an end can hold."""
+    at = (limit or end).position
+    if limit is None and _nothing_after(client, end.id if at is None else at.up_to, seek_ts):
+        return
+    for m in _messages(consumer, client, part):
+        side = BEFORE if at is None else at.side(m)
+        if side == DONE:
+            return
+        if side == BEFORE:
+            yield m
+        if at is not None and at.last:
+            return
+
+
+def _nothing_after(client: Any, last: Any, seek_ts: int | None) -> bool:
+    """Whether a backend that sends by time (``Client.time_ordered``) has nothing for a range whose last message
+    is at or below the start's seek time (a start position at or after it: the proxy may send nothing at all)."""
+    tt = getattr(last, "time_tick", None)
+    return bool(getattr(client, "time_ordered", False)) and bool(seek_ts) and tt is not None and tt <= int(seek_ts)
 
 
 def _messages(consumer: Any, client: Any, part: ReadRange) -> Iterator[Any]:

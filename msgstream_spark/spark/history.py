@@ -2,7 +2,7 @@
 
 The batch is shuffled by key (every change of a key in one task) and sorted by key and ``_seq`` within each
 task; each task turns its share into change-log rows and writes them as one Parquet file
-(``mirror.historywrite.HistoryWriter``), returning only (file, rows). The seed (the mirrored rows when the
+(``mirror.history.write.HistoryWriter``), returning only (file, rows). The seed (the mirrored rows when the
 history begins) is one task per live data file of the mirror. The driver holds the file lists and commits
 them (``mirror.history.HistoryTable``); it never holds the batch or the mirrored rows.
 """
@@ -11,9 +11,9 @@ from __future__ import annotations
 
 import pyarrow as pa
 
+from msgstream_spark.mirror.formats.base import LiveFile
+from msgstream_spark.mirror.history.write import HistorySpec, HistoryWriter, files_schema, seed_file
 from msgstream_spark.mirror.order import SEQ
-from msgstream_spark.mirror.trust.historywrite import HistorySpec, HistoryWriter, files_schema, seed_file
-from msgstream_spark.mirror.write.layout import LiveFile
 
 
 def _history_fn(spec: HistorySpec, existed_bc):

@@ -32,36 +32,26 @@ import pyarrow as pa
 
 from msgstream_spark.errors import MirrorError
 from msgstream_spark.mirror.common import PROP_BATCH, PROP_QUERY
-from msgstream_spark.mirror.formats.delta.table import DeltaMirrorTable
-from msgstream_spark.mirror.formats.lock import writer_lock
+from msgstream_spark.mirror.formats import registry
+from msgstream_spark.mirror.formats.base import WriteSpec
+from msgstream_spark.mirror.history.write import existed_from_matches
 from msgstream_spark.mirror.maintenance import compact
 from msgstream_spark.mirror.store import io_since, io_totals
-from msgstream_spark.mirror.trust.historywrite import existed_from_matches
-from msgstream_spark.mirror.trust.watermark import PROP_WATERMARK, checkpoint_offset, freshness_ms
-from msgstream_spark.mirror.write.batch import commit_plan
-from msgstream_spark.mirror.write.files import read_parquet
-from msgstream_spark.mirror.write.layout import TaskWriter, WriteSpec, narrow_schema
+from msgstream_spark.mirror.store.writer import writer_lock
+from msgstream_spark.mirror.watermark import PROP_WATERMARK, checkpoint_offset, freshness_ms
+from msgstream_spark.mirror.write.attempts import begin_batch, end_batch
+from msgstream_spark.mirror.write.batch import run_batch
 from msgstream_spark.mirror.write.taskplan import (
-    ChangesFile,
     batch_collections,
     changes_count,
-    changes_dir,
-    changes_files,
-    claims_dir,
-    drop_lost_files,
     existed_keys,
     merge_plans,
-    plan_out_schema,
-    plan_share,
-    remove_changes,
-    written_schema,
 )
-from msgstream_spark.spark.failpoints import worker_failpoint
 from msgstream_spark.spark.history import history_in_tasks, seed_in_tasks
+from msgstream_spark.spark.mirror_tasks import Traffic, plan_in_tasks, write_in_tasks
 
 log = logging.getLogger(__name__)
 
-SEQ = "_seq"
 # tests: kill-after-commit:<batch id> | kill-after-commit:first | kill-after-files:first (the driver);
 # kill-worker-in-files:<batch id> (the first attempt of the batch's first writing task, mid-file);
 # kill-executor-in-files:<batch id>|first (the same task SIGKILLs its executor JVM; first: the first batch this
@@ -83,134 +73,6 @@ def checkpoint_query_id(checkpoint: str) -> str:
         raise MirrorError(f"cannot read the query id from {path} (the streaming checkpoint's metadata): {exc}") from exc
 
 
-class Traffic:
-    """What the tasks of one step moved through the store (accumulators: a retried task's bytes count too)."""
-
-    def __init__(self, sc) -> None:
-        self.acc = {k: sc.accumulator(0) for k in ("read", "written", "requests")}
-
-    def add(self, moved: dict[str, int]) -> None:
-        """In a task: what it moved."""
-        for k, v in moved.items():
-            self.acc[k].add(v)
-
-    def value(self) -> dict[str, int]:
-        return {k: a.value for k, a in self.acc.items()}
-
-
-def _writer_fn(spec: WriteSpec, changes_at: str, kill: str | None, traffic: Traffic):
-    def write(batches):
-        before = io_totals()
-        w = TaskWriter(spec, claims=claims_dir(changes_at))
-        changes = ChangesFile(w.store, changes_at, spec.key_type)
-        try:
-            for b in batches:  # one Arrow batch at a time (spark.sql.execution.arrow.maxRecordsPerBatch rows)
-                if b.num_rows:
-                    changes.add(w.add(pa.Table.from_batches([b])))
-                    if kill:
-                        worker_failpoint(w, kill)
-            out = changes.close(w.close())  # before the task ends: the driver commits only files of finished tasks
-        except BaseException:
-            w.abort()
-            changes.abort()
-            raise
-        traffic.add(io_since(before))
-        yield from out.to_batches()
-
-    return write
-
-
-def _plan_fn(files_bc, pk: str, key_type, existed: bool, store, traffic: Traffic):
-    def plan_task(batches):
-        got = [b for b in batches if b.num_rows]
-        if not got:  # no key of the batch hashed here
-            return
-        before = io_totals()
-        share = pa.Table.from_batches(got)  # every change of this task's keys (narrow rows)
-        out = plan_share(share, files_bc.value, pk, key_type, existed, store)
-        traffic.add(io_since(before))
-        yield from out.to_batches()
-
-    return plan_task
-
-
-def write_in_tasks(df, spec: WriteSpec, changes_at: str, kill: str | None = None,
-                   traffic: Traffic | None = None) -> pa.Table:
-    """The micro-batch's rows written as data files by Spark tasks, their narrow rows as changes files under
-    ``changes_at``; a row per file (``taskplan.written_schema``)."""
-    from pyspark.sql.pandas.types import from_arrow_schema
-
-    if SEQ not in df.columns:
-        raise MirrorError(f"the stream's rows have no {SEQ} column (the change order); columns: {df.columns}")
-    # no shuffle of the rows: a key whose changes land in two writing tasks (Milvus routes a key to one
-    # channel, so rarely) meets its other changes in the planning shuffle, which deletes the losing rows
-    out = written_schema()
-    traffic = traffic or Traffic(df.sparkSession.sparkContext)
-    return df.mapInArrow(_writer_fn(spec, changes_at, kill, traffic), from_arrow_schema(out)).toArrow().cast(out)
-
-
-# a batch of at most this many changes is planned by one task reading every changes file (~60 bytes a change,
-# no shuffle: one Spark stage); a larger one by tasks taking the changes files shuffled by key
-ONE_TASK_PLAN_ROWS = 1_000_000
-
-
-def _plan_all_fn(paths: list[str], files_bc, pk: str, key_type, existed: bool, store, traffic: Traffic):
-    def plan_task(batches):
-        for _ in batches:  # the one row of spark.range: this task plans the whole batch
-            pass
-        before = io_totals()
-        share = pa.concat_tables([read_parquet(store, p) for p in paths])
-        out = plan_share(share, files_bc.value, pk, key_type, existed, store)
-        traffic.add(io_since(before))
-        yield from out.to_batches()
-
-    return plan_task
-
-
-def _changes_fn(paths: list[str], store, traffic: Traffic):
-    """Tasks reading the changes files (one each, through the store): the narrow rows to shuffle by key."""
-    def read(batches):
-        for b in batches:
-            for i in b.column(0).to_pylist():
-                before = io_totals()
-                got = read_parquet(store, paths[i])
-                traffic.add(io_since(before))
-                yield from got.to_batches()
-
-    return read
-
-
-def plan_in_tasks(spark, table, written: pa.Table, existed: bool = False,
-                  traffic: Traffic | None = None) -> tuple[pa.Table, int | None]:
-    """The batch planned by Spark tasks, each its keys' changes (every change of a key in one task) looked up in
-    the table's live files (``taskplan.plan_share``); the tasks' rows (deleted positions per file, rows applied)
-    and the table version those files were read at (the commit's fence; None: nothing to plan)."""
-    from pyspark.sql.pandas.types import from_arrow_schema
-
-    key_type = table.schema.field(table.pk).type
-    out = from_arrow_schema(plan_out_schema(key_type))
-    paths = changes_files(written)
-    if not paths:
-        return plan_out_schema(key_type).empty_table(), None
-    traffic = traffic or Traffic(spark.sparkContext)
-    files = table.live_files()
-    files_bc = spark.sparkContext.broadcast(files)
-    store = table.store
-    try:
-        if changes_count(written) <= ONE_TASK_PLAN_ROWS:
-            one = spark.range(0, 1, 1, numPartitions=1)
-            fn = _plan_all_fn(paths, files_bc, table.pk, key_type, existed, store, traffic)
-            got = one.mapInArrow(fn, out).toArrow()
-        else:
-            ids = spark.range(0, len(paths), 1, numPartitions=len(paths))
-            narrow = ids.mapInArrow(_changes_fn(paths, store, traffic), from_arrow_schema(narrow_schema(key_type)))
-            shares = narrow.repartition(spark.sparkContext.defaultParallelism, "key")
-            got = shares.mapInArrow(_plan_fn(files_bc, table.pk, key_type, existed, store, traffic), out).toArrow()
-    finally:
-        files_bc.unpersist()
-    return got.cast(plan_out_schema(key_type)), files.version
-
-
 def _failpoint(batch_id: int, committed: bool, step: str = "commit") -> None:
     """Tests: ``kill-after-commit:<batch id>``, or ``kill-after-commit:first`` (the first batch that
     committed changes), SIGKILLs the driver after the table commit and before Spark's own;
@@ -230,8 +92,8 @@ class MirrorBatch:
     ``checkpoint``). ``collection_id``: when set, a batch holding rows of another collection id (the
     collection was dropped and re-created under its name) fails instead of mixing the two.
     ``compact_every``: compact the table after every N committed batches (0: never). ``lock``: the table's writer
-    lease held by the caller for the whole query (a ``formats.lock.Hold``, e.g. the mirror job's): each batch runs
-    inside it (Spark calls the function on threads of its own); without it each commit takes the lease.
+    lease held by the caller for the whole query (a ``store.writer.Hold``, e.g. the mirror job's): each batch runs
+    inside it (Spark calls the function on threads of its own); without it each batch takes the lease.
     """
 
     def __init__(self, table, pk: str, *, query_id: str | None = None, checkpoint: str | None = None,
@@ -241,10 +103,12 @@ class MirrorBatch:
         self.table, self.pk, self.checkpoint = table, pk, checkpoint
         self._query_id = query_id
         self.collection_id = collection_id
-        if history is not None and not isinstance(table, DeltaMirrorTable):
-            raise MirrorError(f"a history table (--history-table {history.location}) is kept beside a Delta mirror "
-                              f"only; {table.location} is not a Delta table (--table-format iceberg): run without "
-                              "--history-table, or mirror into Delta")
+        fmt = registry.of(table)
+        if history is not None and not fmt.history:
+            raise MirrorError(f"a history table (--history-table {history.location}) is kept beside a "
+                              f"{registry.titles('history')} mirror only; {table.location} is {fmt.article} table "
+                              f"(--table-format {fmt.name}): run without --history-table, or mirror into "
+                              f"{registry.titles('history')}")
         self.history = history  # a mirror.history.HistoryTable: every change appended once, before the merge
         self.batches = 0
         self.skipped = 0
@@ -267,53 +131,24 @@ class MirrorBatch:
         return self._query_id
 
     def __call__(self, df, batch_id: int) -> None:
-        if self.lock is None:
-            return self._batch(df, batch_id)
-        with writer_lock(self.table.store, self.table.location, f"batch {batch_id}", share=self.lock):
-            return self._batch(df, batch_id)
+        with writer_lock(self.table.store, self.table.location, f"batch {batch_id}", share=self.lock) as hold:
+            return self._batch(df, batch_id, hold)
 
-    def _batch(self, df, batch_id: int) -> None:
+    def _batch(self, df, batch_id: int, hold) -> None:
         qid = self.query_id
-        last = self.table.last_batch(qid)
-        if last is not None and last >= batch_id:  # its commit survived a kill: so may its changes files
-            log.info("batch %d of query %s is already in the table (last %d): skipped", batch_id, qid, last)
-            remove_changes(self.table.store, changes_dir(self.table.write_spec().data_dir, qid, batch_id))
-            self.skipped += 1
-            return
-        from pyspark.sql.pandas.types import to_arrow_schema
-
-        self.table.prepare(to_arrow_schema(df.schema, timezone="UTC"))
-        kill = self._task_failpoint(batch_id)  # read here, shipped to the task (executors lack the driver's env)
-        spec = self.table.write_spec()
-        changes_at = changes_dir(spec.data_dir, qid, batch_id)
-        drop_lost_files(self.table.store, changes_at, spec.data_dir)  # a killed attempt's, if any: not committed
-        remove_changes(self.table.store, changes_at)  # this attempt writes its own
-        moved = self._traffic(df.sparkSession.sparkContext)
-        before = {k: t.value() for k, t in moved.items()}
-        io0, t0 = io_totals(), time.perf_counter()
-        written = write_in_tasks(df, spec, changes_at, kill, moved["write"])
-        t1, io1 = time.perf_counter(), io_totals()
-        changes = changes_count(written)
-        if kill == "executor" and changes:
-            self._executor_killed = True
-        collections = batch_collections(written)
-        self._check_collection(collections)
-        _failpoint(batch_id, changes > 0, "files")
         offset = checkpoint_offset(self.checkpoint, batch_id) if self.checkpoint else None
         info = {PROP_WATERMARK: json.dumps(offset, sort_keys=True)} if offset else None
-        t2, io2 = time.perf_counter(), io_totals()
-        planned, base = plan_in_tasks(df.sparkSession, self.table, written, self.history is not None, moved["plan"])
-        t3, io3 = time.perf_counter(), io_totals()
-        if self.history is not None:  # before the merge: a re-run batch finds the table as the log saw it
-            self._history(df, spec, existed_keys(planned), qid, batch_id)
-        plan = commit_plan(self.table, merge_plans(written, planned, base), collections, query_id=qid,
-                           batch_id=batch_id, commit_info=info)
-        drop_lost_files(self.table.store, changes_at, spec.data_dir, written)
-        remove_changes(self.table.store, changes_at)
-        self._timed(write=t1 - t0, plan=t3 - t2, commit=time.perf_counter() - t3)
-        tasks = {k: _diff(t.value(), before[k]) for k, t in moved.items()}
-        self._moved(write=_plus(_diff(io1, io0), tasks["write"]), plan=_plus(_diff(io3, io2), tasks["plan"]),
-                    commit=io_since(io3))
+        run = _SparkRunner(self, df, batch_id)
+        plan = run_batch(self.table, run, query_id=qid, batch_id=batch_id, hold=hold, commit_info=info)
+        if run.attempt is None:  # its commit survived a kill (or another writer's did)
+            log.info("batch %d of query %s is already in the table: skipped", batch_id, qid)
+            self.skipped += 1
+            return
+        t, io, changes = run.t, run.io, run.changes
+        self._timed(write=t[1] - t[0], plan=t[3] - t[2], commit=time.perf_counter() - t[3])
+        tasks = {k: _diff(m.value(), run.before[k]) for k, m in run.moved.items()}
+        self._moved(write=_plus(_diff(io[1], io[0]), tasks["write"]), plan=_plus(_diff(io[3], io[2]), tasks["plan"]),
+                    commit=io_since(io[3]))
         if plan is not None:
             self.batches += 1
             self.rows += changes
@@ -385,6 +220,62 @@ class MirrorBatch:
                 f"the stream holds rows of collection id(s) {sorted(other)}, but the table mirrors collection id "
                 f"{self.collection_id} of that name: the collection was dropped and re-created. The table keeps the "
                 f"old collection's rows; mirror the new collection into a new table (and a new checkpoint)")
+
+
+class _SparkRunner:
+    """A batch's steps (``write.batch.Runner``) in Spark tasks: the writing tasks' files in this attempt's
+    directory (``write.attempts``), the planning tasks' lookups; the driver keeps the narrow results only."""
+
+    def __init__(self, mb: MirrorBatch, df, batch_id: int) -> None:
+        self.mb, self.df, self.batch_id = mb, df, batch_id
+        self.attempt: str | None = None
+        self.changes, self.collections = 0, set()
+        self.t: list[float] = []  # the steps' clocks: write start, end; plan start, end
+        self.io: list[dict[str, int]] = []  # the driver's store traffic at the same points
+        self.moved: dict[str, Traffic] = {}  # the tasks' store traffic per step, and its values before the batch
+        self.before: dict[str, dict[str, int]] = {}
+
+    def _mark(self) -> None:
+        self.t.append(time.perf_counter())
+        self.io.append(io_totals())
+
+    def begin(self, table, hold, query_id: str, batch_id: int) -> bool:
+        self.attempt = begin_batch(table, hold, query_id, batch_id)  # earlier attempts' files cleared
+        return self.attempt is not None
+
+    def columns(self) -> pa.Schema:
+        from pyspark.sql.pandas.types import to_arrow_schema
+
+        return to_arrow_schema(self.df.schema, timezone="UTC")
+
+    def write(self, spec: WriteSpec) -> pa.Table:
+        kill = self.mb._task_failpoint(self.batch_id)  # read here, shipped to the task (executors lack the env)
+        self.spec = spec
+        self.moved = self.mb._traffic(self.df.sparkSession.sparkContext)  # (a skipped batch touches no df)
+        self.before = {k: m.value() for k, m in self.moved.items()}
+        self._mark()
+        written = write_in_tasks(self.df, spec, self.attempt, kill, self.moved["write"])
+        self._mark()
+        self.changes = changes_count(written)
+        if kill == "executor" and self.changes:
+            self.mb._executor_killed = True
+        self.collections = batch_collections(written)
+        self.mb._check_collection(self.collections)
+        _failpoint(self.batch_id, self.changes > 0, "files")
+        return written
+
+    def plan(self, table, written: pa.Table):
+        mb = self.mb
+        self._mark()
+        planned, base = plan_in_tasks(self.df.sparkSession, table, written, mb.history is not None,
+                                      self.moved["plan"])
+        self._mark()
+        if mb.history is not None:  # before the commit: a re-run batch finds the table as the log saw it
+            mb._history(self.df, self.spec, existed_keys(planned), mb.query_id, self.batch_id)
+        return merge_plans(written, planned, base), self.collections
+
+    def end(self, table, hold, written: pa.Table, committed: bool) -> None:
+        end_batch(table, hold, self.attempt, written if committed else None)
 
 
 def _diff(after: dict[str, int], before: dict[str, int]) -> dict[str, int]:

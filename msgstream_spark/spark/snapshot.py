@@ -4,11 +4,13 @@ One task per primary-key range (:func:`msgstream_spark.mirror.snapshot.query.rea
 ``Query`` itself for answer-sized pieces of its range (``RangeReader``, several in flight) and writes their Arrow
 batches with pyarrow as one Parquet file straight into the table's store (a local directory or an object store: no
 shared disk, no Hadoop file system), with the snapshot's write options
-(:func:`msgstream_spark.mirror.write.files.snapshot_options`), as the storage route's tasks do: no row goes through
+(:func:`msgstream_spark.mirror.store.parquet.snapshot_options`), as the storage route's tasks do: no row goes through
 the JVM (Spark's own writer converted every vector to rows, slower than Milvus serves them, and the reads waited for
-it). The driver gets only each file's path and row count from the tasks (never the rows); the summary's row count
-is theirs (a retried task's output is the successful attempt's; accumulators only feed the progress log, rows and
-answer bytes per second, and the summary's count of the tasks' ``Query`` calls).
+it). The driver gets only each file's path and row count from the tasks (never the rows), and those paths are the
+files the snapshot commits, as the storage route's and the batch writer's are (never a listing of the directory,
+which may hold a late file of an attempt Spark gave up on, or lag a rewrite); the summary's row count is theirs
+(a retried task's output is the successful attempt's; accumulators only feed the progress log, rows and answer
+bytes per second, and the summary's count of the tasks' ``Query`` calls).
 """
 
 from __future__ import annotations
@@ -23,12 +25,13 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from pyspark.sql import SparkSession
 
+from msgstream_spark.errors import MirrorError
 from msgstream_spark.mirror.common import PARTITION
 from msgstream_spark.mirror.snapshot.query.ranges import PkRange
 from msgstream_spark.mirror.snapshot.query.reader import RangeReader, ReadStats
 from msgstream_spark.mirror.snapshot.storage.reader import StorageReader
 from msgstream_spark.mirror.store import Store, store_for, uri
-from msgstream_spark.mirror.write.files import ParquetOut, footer, read_parquet, remove_tree, snapshot_options
+from msgstream_spark.mirror.store.parquet import ParquetOut, footer, read_parquet, remove_tree, snapshot_options
 from msgstream_spark.mq.milvus.connection import pb_modules
 
 log = logging.getLogger(__name__)
@@ -165,7 +168,13 @@ def remove_dir(store: Store, path: str) -> None:
 def write_snapshot(spark: SparkSession, reader: RangeReader, ranges: list[PkRange], out_dir: str,
                    total: int, progress_interval: float = 5.0, store: Store | None = None) -> SnapshotFiles:
     """Read ``ranges`` in Spark tasks (one range each), each writing one Parquet file under ``out_dir`` in
-    ``store`` (default: the local directory); a failure leaves nothing there."""
+    ``store`` (default: the local directory); a failure leaves nothing there.
+
+    The files the snapshot commits are those the tasks' successful attempts returned (after the key pass's
+    rewrites, which its tasks return too), never a listing of ``out_dir``: an attempt Spark gave up on may finish
+    its upload at any time after (committed next to its retry's copy, every row of its range would be twice),
+    and an object store's listing may lag a rewrite (a rewritten file missing, a deleted one present). What such
+    an attempt leaves is no version's file: ``mirror orphans`` lists it, ``vacuum`` removes it."""
     from pyspark.sql.pandas.types import to_arrow_schema
 
     store = store if store is not None else store_for(out_dir)
@@ -177,17 +186,21 @@ def write_snapshot(spark: SparkSession, reader: RangeReader, ranges: list[PkRang
         with _Progress(accs[0], accs[1], total, progress_interval):
             written = df.toArrow()
         paths, rows = written.column("path").to_pylist(), written.column("rows").to_pylist()
-        # a retried task's lost attempt may have completed a file no result names: not the snapshot's
-        mine = set(paths)
-        for m in list(store.list(out_dir)):
-            if m.uri not in mine:
-                store.delete(m.uri)
-        dropped = one_row_per_key(spark, out_dir, reader.pk, store)
+        _remove_strays(store, out_dir, set(paths))
+        files, dropped = one_row_per_key(spark, paths, reader.pk, store)
     except BaseException:
         remove_dir(store, out_dir)  # a failed write leaves no files behind (one directory per retry otherwise)
         raise
-    files = sorted(m.uri for m in store.list(out_dir))
-    return SnapshotFiles(files, sum(rows) - dropped, accs[2].value)
+    return SnapshotFiles(sorted(files), sum(rows) - dropped, accs[2].value)
+
+
+def _remove_strays(store: Store, out_dir: str, mine: set[str]) -> None:
+    """Delete the files under ``out_dir`` no task result names that are already there (a retried task's lost
+    attempt completed its file): a tidy-up only, never what decides the snapshot's files."""
+    for m in list(store.list(out_dir)):
+        if m.uri not in mine:
+            log.info("snapshot: deleting %s, a file no task returned (an attempt Spark gave up on)", m.uri)
+            store.delete(m.uri)
 
 
 def _keys_fn(files: list[str], store: Store, pk: str):
@@ -204,31 +217,42 @@ def _dedupe_fn(files: list[str], store: Store, pk: str, winners_bc):
     def dedupe(batches):
         for b in batches:
             for i in b.column(0).to_pylist():
-                yield pa.RecordBatch.from_pydict({"rows": [_drop_losers(files[i], store, pk, winners_bc.value)]})
+                path, dropped = _drop_losers(files[i], store, pk, winners_bc.value)
+                yield pa.RecordBatch.from_pydict({"i": [i], "path": [path], "rows": [dropped]},
+                                                 schema=DEDUPED_SCHEMA)
 
     return dedupe
 
 
-def _drop_losers(path: str, store: Store, pk: str, winners: pa.Table) -> int:
-    """Rewrite file ``path`` without its rows of a repeated key outside the key's winning partition (a new
-    file, then the old one deleted); the rows dropped."""
+DEDUPED_SCHEMA = pa.schema([("i", pa.int64()), ("path", pa.string()), ("rows", pa.int64())])
+
+
+def _drop_losers(path: str, store: Store, pk: str, winners: pa.Table) -> tuple[str | None, int]:
+    """File ``path`` without its rows of a repeated key outside the key's winning partition: (the file that holds
+    its rows now, the rows dropped). Unchanged: ``path`` itself; else a new file (a name of its own per attempt:
+    an attempt Spark gave up on leaves an uncommitted file, never one the snapshot names); None when no row is
+    left. The task never deletes ``path``: a retry of it must still find it (the driver deletes it once every
+    task has answered)."""
     t = read_parquet(store, path)
     at = pc.index_in(t.column(pk), value_set=winners.column(pk).combine_chunks())
     keep_part = pc.take(winners.column(PARTITION).combine_chunks(), at)
     lose = pc.fill_null(pc.and_(pc.is_valid(at), pc.not_equal(t.column(PARTITION), keep_part)), False)
     n = pc.sum(lose).as_py() or 0
-    if n:
+    if not n:
+        return path, 0
+    kept, new = t.filter(pc.invert(lose)), None
+    if kept.num_rows:
         d, name = path.rsplit("/", 1)
-        with ParquetOut(store, uri.join(d, f"{name.removesuffix('.parquet')}-keys.parquet"), t.schema, pk,
-                        **snapshot_options(t.schema)) as out:
-            out.write_table(t.filter(pc.invert(lose)), row_group_size=128 * 1024)
+        new = uri.join(d, f"{name.removesuffix('.parquet')}-keys-{uuid.uuid4().hex[:8]}.parquet")
+        with ParquetOut(store, new, t.schema, pk, **snapshot_options(t.schema)) as out:
+            out.write_table(kept, row_group_size=128 * 1024)
             out.close()
-        store.delete(path)
-    return n
+    return new, n
 
 
-def one_row_per_key(spark: SparkSession, out_dir: str, pk: str, store: Store | None = None) -> int:
-    """Rewrite the snapshot under ``out_dir`` with one row per key; the number of rows dropped.
+def one_row_per_key(spark: SparkSession, files: list[str], pk: str, store: Store) -> tuple[list[str], int]:
+    """The snapshot's ``files`` rewritten to hold one row per key: (the files that hold the rows now, the number
+    of rows dropped), from what the tasks return (never a listing of their directory).
 
     Each partition is read at its own time, so a key moved from one partition to another between two reads is
     in both (and Milvus lets one key be inserted into two partitions). Found by tasks reading each file's key
@@ -239,10 +263,9 @@ def one_row_per_key(spark: SparkSession, out_dir: str, pk: str, store: Store | N
     """
     from pyspark.sql import functions as F
 
-    store = store if store is not None else store_for(out_dir)
-    files = sorted(m.uri for m in store.list(out_dir) if m.uri.endswith(".parquet"))
+    files = sorted(f for f in files if f.endswith(".parquet"))
     if not files:
-        return 0
+        return files, 0
     schema = footer(store, files[0])[1].schema.to_arrow_schema()
     kschema = spark_schema(pa.schema([schema.field(pk), schema.field(PARTITION)]))
     ids = spark.range(0, len(files), 1, numPartitions=len(files))
@@ -250,13 +273,19 @@ def one_row_per_key(spark: SparkSession, out_dir: str, pk: str, store: Store | N
     winners = (keys.groupBy(pk).agg(F.count(F.lit(1)).alias("n"), F.max(PARTITION).alias(PARTITION))
                .where(F.col("n") > 1).select(pk, PARTITION).toArrow())  # the rare keys read twice
     if winners.num_rows == 0:
-        return 0
+        return files, 0
     bc = spark.sparkContext.broadcast(winners)
     try:
-        got = ids.mapInArrow(_dedupe_fn(files, store, pk, bc), "rows long").toArrow()
+        got = ids.mapInArrow(_dedupe_fn(files, store, pk, bc), spark_schema(DEDUPED_SCHEMA)).toArrow()
     finally:
         bc.unpersist()
+    now = dict(zip(got.column("i").to_pylist(), got.column("path").to_pylist()))
+    if sorted(now) != list(range(len(files))):
+        raise MirrorError(f"snapshot: the key pass returned {len(now)} result(s) for {len(files)} file(s)")
+    for i, p in now.items():  # the files the key pass replaced, once every task has answered
+        if p != files[i]:
+            store.delete(files[i])
     dropped = int(pc.sum(got.column("rows")).as_py() or 0)
     log.warning("snapshot: %d key(s) were read in two partitions (moved during the snapshot, or inserted into "
                 "both): one row kept per key", winners.num_rows)
-    return dropped
+    return sorted(p for p in now.values() if p is not None), dropped

@@ -5,6 +5,10 @@ message whose BeginTs is at or before the position's timestamp, until the first 
 whose timestamp is >= it; that tick is dropped too and everything after it is kept. The
 library's ``TtMsgStream``, the Spark source's read tasks and ``msgstream tail --from`` all
 decide with :class:`SeekFilter`, so they keep exactly the same messages.
+
+A read that *ends* at a position holds exactly what a resume from that position drops
+(:class:`EndFilter`, the same rule seen from the other side), so consecutive ranges between
+positions give every message once.
 """
 
 from __future__ import annotations
@@ -40,3 +44,37 @@ class SeekFilter:
 
     def __repr__(self) -> str:
         return f"SeekFilter(ts={self.ts})"
+
+
+BEFORE, AFTER, DONE = "before", "after", "done"
+
+
+class EndFilter:
+    """The end of a read at a position (msgID, ``ts``): :class:`SeekFilter` from the other side.
+
+    ``side(is_tick, ts)`` for each message from the position's msgID on, in order: ``BEFORE`` (a resume
+    from the position drops it: it belongs to the read), ``AFTER`` (a resume keeps it: the read leaves it
+    out, but older messages may still follow) or ``DONE`` (the time tick at or after ``ts`` that ends the
+    seek: nothing older follows, the read ends there). With ``ordered`` the messages come sorted by time,
+    without ticks (what Milvus's consumer releases, what the proxy's ``DumpMessages`` sends): the first
+    message after ``ts`` is ``DONE``.
+    """
+
+    __slots__ = ("_seek", "ordered")
+
+    def __init__(self, ts: int, ordered: bool = False) -> None:
+        self._seek = SeekFilter(ts)
+        self.ordered = ordered
+
+    def side(self, is_tick: bool, ts: int) -> str:
+        if not self._seek.active:
+            return DONE
+        kept = self._seek.keep(is_tick, ts)
+        if not self._seek.active:
+            return DONE
+        if is_tick or not kept:
+            return BEFORE  # a tick below ts carries no rows; readers keep it for their tick state
+        return DONE if self.ordered else AFTER
+
+    def __repr__(self) -> str:
+        return f"EndFilter(ts={self._seek.ts}, ordered={self.ordered})"

@@ -33,6 +33,7 @@ from msgstream_spark.mq.base import Client, Consumer, MessageID
 from msgstream_spark.msg import codec
 from msgstream_spark.msg.codec import iter_fields, read_varint
 from msgstream_spark.msg.types import MsgType
+from msgstream_spark.msg.wal26 import is_wal_message
 
 log = logging.getLogger(__name__)
 
@@ -44,6 +45,7 @@ _BATCH = 256
 
 _ROW_TS_FIELD = 10  # InsertRequest.timestamps and DeleteRequest.timestamps (packed uint64)
 _TT_KEY = "_tt"  # 2.6 WAL: the message's time tick, base 36
+_WAL_TICK = "1"  # ``_t`` of a 2.6 TimeTick
 
 
 def message_time(payload: bytes, properties: Mapping[str, str] | None = None) -> int | None:
@@ -68,6 +70,21 @@ def message_time(payload: bytes, properties: Mapping[str, str] | None = None) ->
         return _begin_ts(payload, t)
     except (IndexError, ValueError):
         return None
+
+
+def tick_and_time(payload: bytes, properties: Mapping[str, str] | None = None) -> tuple[bool, int | None]:
+    """(whether the message is a time tick for every vchannel, its Milvus time as :func:`message_time`).
+
+    2.6: a TimeTick (``_t`` 1) without ``_vc``; 2.5 (version 0 too): the body's type. No full decode.
+    """
+    if is_wal_message(properties):
+        tick = properties.get("_t") == _WAL_TICK and not properties.get("_vc")
+        return tick, message_time(payload, properties)
+    try:
+        tick = codec.peek_msg_type(payload, properties) == MsgType.TimeTick
+    except DecodeError:
+        tick = False
+    return tick, message_time(payload, properties)
 
 
 def _begin_ts(payload: bytes, msg_type: int) -> int | None:

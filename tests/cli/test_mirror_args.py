@@ -13,6 +13,7 @@ import pyarrow as pa
 import pytest
 
 from msgstream_spark.cli.main import main
+from msgstream_spark.errors import MirrorError
 from msgstream_spark.mirror.table import open_table
 from tests.sink.helpers import config_file
 
@@ -104,9 +105,13 @@ def test_a_format_is_needed_only_to_create_a_table(tables, local_env, tmp_path, 
     assert code == 1 and f"there is no mirror table at {new}" in err
     code, _, err = _cli(capsys, "mirror", "vacuum", "--table", d, "--catalog-uri", "sqlite:///x.db", "--dry-run")
     assert code == 2 and "--catalog-uri names an Iceberg catalog, but" in err
-    both = tmp_path / "both"
-    open_table("delta", str(both), collection="c", pk="pk", arrow_schema=SCHEMA, create=True)
+    both = tmp_path / "both"  # the mirror refuses a second table at a location (#45 item 5): another tool made it
     open_table("iceberg", str(both), collection="c", pk="pk", arrow_schema=SCHEMA, create=True)
+    with pytest.raises(MirrorError, match="already holds an Iceberg table"):
+        open_table("delta", str(both), collection="c", pk="pk", arrow_schema=SCHEMA, create=True)
+    import deltalake
+
+    deltalake.DeltaTable.create(str(both), SCHEMA)
     code, _, err = _cli(capsys, "mirror", "orphans", "--table", str(both))
     assert code == 2 and "holds both a Delta and an Iceberg table" in err
     code, out, err = _cli(capsys, "mirror", "orphans", "--table", str(both), "--table-format", "iceberg")
@@ -129,7 +134,7 @@ def _iceberg_copy(milvus_proxy, local_env, name: str, location: str) -> None:
     """An Iceberg mirror table holding what the proxy's ``Query`` answers (through verify's own reader)."""
     from msgstream_spark.mirror.apply import apply_batch
     from msgstream_spark.mirror.snapshot.handover import MilvusTarget
-    from msgstream_spark.mirror.trust.milvus_side import SdkMilvusSide
+    from msgstream_spark.mirror.verify.milvus_side import SdkMilvusSide
     from msgstream_spark.msg.schema import collection_arrow_schema
     from tests.milvus_proxy.wal import tso_now
     from tests.mq_milvus.collection_log import collection_schema
@@ -205,3 +210,47 @@ def test_catalog_flags_name_an_iceberg_catalog_for_every_command(tables, local_e
     code, _, err = _cli(capsys, "mirror", "vacuum", "--table", "shelf.books", "--catalog", "lake", "--dry-run",
                         "--catalog-option", "uri=postgresql+psycopg2://me:pw-Secret-42@127.0.0.1:1/db")
     assert code == 1 and "Iceberg catalog 'lake'" in err and "pw-Secret-42" not in err
+
+
+@pytest.mark.parametrize("action", ["compact", "orphans", "vacuum"])
+def test_a_maintenance_commands_help_shows_its_own_flags(action, capsys):
+    """#45 item 9: ``msgstream mirror ACTION --help`` showed a positional ``{compact,orphans,vacuum}`` the user
+    must not give (and every action's flags); now the command's name and its own flags only."""
+    with pytest.raises(SystemExit) as done:
+        main(["mirror", action, "--help"])
+    out = capsys.readouterr().out
+    assert done.value.code == 0 and out.startswith(f"usage: msgstream mirror {action} [-h] --table LOCATION")
+    assert "{compact,orphans,vacuum}" not in out and "positional arguments" not in out
+    assert ("--target-mb" in out) == (action == "compact")
+    assert ("--retain-hours" in out) == ("--dry-run" in out) == (action == "vacuum")
+
+
+@pytest.mark.parametrize("fmt", ["delta", "iceberg"])
+def test_orphans_says_which_files_are_history_and_which_a_killed_writer_left(fmt, tmp_path, capsys, caplog):
+    """#45 item 9: ``mirror orphans`` listed superseded deletion vectors and the files a compaction removed (normal
+    history, which vacuum expires) together with what a killed writer left; its JSON now splits them
+    (``expired_history``, ``left_by_writers``, with ``kinds`` saying what each is), ``orphans`` stays all of them."""
+    from msgstream_spark.mirror.maintenance import compact, orphans
+    from msgstream_spark.mirror.write.layout import write_changes
+    from tests.mirror.changes import FIELDS, fill, insert, mixed_batches, to_arrow
+
+    loc = str(tmp_path / "t")
+    t = open_table(fmt, loc, collection="coll", pk="pk", arrow_schema=FIELDS)
+    fill(t, mixed_batches(4))  # Delta: each batch's deletes supersede a file's deletion vector
+    compact(t)  # the compacted files leave the current version (Delta) / stay in a kept snapshot (Iceberg)
+    lost = write_changes(to_arrow([insert(99, (1, "lost"))]), t.write_spec())  # a batch killed before its commit
+    killed = sorted(set(lost.column("_file").drop_null().to_pylist()))
+    with caplog.at_level("INFO", logger="msgstream_spark.jobs"):
+        code, out, err = _cli(capsys, "mirror", "orphans", "--table", loc)
+    assert code == 0, err
+    doc = out[-1]
+    assert doc["orphans"] == orphans(t) == sorted(doc["expired_history"] + doc["left_by_writers"])
+    assert doc["left_by_writers"] == killed
+    if fmt == "delta":
+        history = doc["expired_history"]
+        assert any("deletion_vector_" in p for p in history) and any(p.endswith(".parquet") for p in history)
+    else:  # Iceberg's orphans are never history: every snapshot the table keeps is referenced
+        assert doc["expired_history"] == []
+    assert set(doc["kinds"]) == {"expired_history", "left_by_writers"} and "vacuum" in doc["kinds"]["expired_history"]
+    assert f"{len(doc['expired_history'])} of expired history" in caplog.text
+    assert f"{len(killed)} left by writers" in caplog.text

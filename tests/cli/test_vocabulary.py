@@ -58,9 +58,18 @@ def parse(words: tuple[str, ...], argv: list[str]) -> dict:
     if job is None:
         return vars(build_parser().parse_args([*words, *argv]))
     module, prog, rest = job
-    parser = importlib.import_module(f"msgstream_spark.jobs.{module}").build_parser()
+    parser, rest = _job_parser(module, rest)
     parser.prog = prog
     return vars(parser.parse_args(rest))
+
+
+def _job_parser(module: str, rest: list[str]):
+    """A job's parser and the arguments it parses: ``mirror compact|orphans|vacuum`` have one each (the module's
+    main takes the action from its first argument)."""
+    job = importlib.import_module(f"msgstream_spark.jobs.{module}")
+    if module == "mirror_maintain":
+        return job.build_parser(rest[0]), rest[1:]
+    return job.build_parser(), rest
 
 
 @pytest.mark.parametrize("words,old,new,renamed", RENAMED, ids=[" ".join(r[0]) for r in RENAMED])
@@ -84,8 +93,8 @@ def _commands() -> dict[str, object]:
                                                           if a.dest == "mirror_command").choices.items()
                 if name not in job_commands.MIRROR_JOBS})
     for words in [*([c] for c in job_commands.JOB_COMMANDS), *(["mirror", c] for c in job_commands.MIRROR_JOBS)]:
-        module, _, _ = job_commands.job_in_argv(words)
-        out[" ".join(words)] = importlib.import_module(f"msgstream_spark.jobs.{module}").build_parser()
+        module, _, rest = job_commands.job_in_argv(words)
+        out[" ".join(words)] = _job_parser(module, rest)[0]
     return out
 
 

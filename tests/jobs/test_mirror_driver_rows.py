@@ -29,7 +29,7 @@ def _publish(cfg: str, ch: str, start: int) -> None:
 
 
 def test_a_large_batch_never_reaches_the_driver(spark, local_env, tmp_path, monkeypatch):
-    import msgstream_spark.spark.mirror as sm
+    import msgstream_spark.spark.mirror_tasks as sm
     from msgstream_spark.jobs import mirror
     from msgstream_spark.mirror.table import open_table
 

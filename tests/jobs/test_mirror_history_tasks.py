@@ -56,8 +56,8 @@ def _rows(t) -> dict[int, tuple]:
 def test_the_log_and_its_seed_are_written_by_tasks_the_driver_commits_files(spark, local_env, tmp_path):
     import deltalake
 
+    from msgstream_spark.mirror.history.table import HistoryTable, as_of
     from msgstream_spark.mirror.table import open_table
-    from msgstream_spark.mirror.trust.history import HistoryTable, as_of
 
     ch, table, hist = local_env.new_channel("hist"), tmp_path / "t", tmp_path / "h"
     cfg = config_file(local_env, tmp_path)

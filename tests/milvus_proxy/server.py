@@ -22,7 +22,8 @@ embedded-log SQLite file whose ids are served as RocksMQ ids (base 36); every ot
 UNIMPLEMENTED. Fault injection: ``restart()`` (a real stop and start on the same port: open streams
 break with UNAVAILABLE), ``stall_after`` (the next stream goes silent after N messages),
 ``unimplemented`` (an old proxy without ``DumpMessages``) and ``truncate()`` (retention removing
-entries).
+entries). Network timing: ``pause_after`` (the next stream pauses after those counts of messages
+until ``release()``: which messages arrive in one burst; what is sent, and in which order, stays Milvus's).
 """
 
 from __future__ import annotations
@@ -54,6 +55,10 @@ class ProxyState:
     tokens: set = field(default_factory=set)  # accepted raw tokens or "user:password"; empty: no auth
     unimplemented: bool = False
     stall_after: int | None = None
+    # the next stream pauses after these counts of messages sent (network timing: what arrives in one burst),
+    # each time until release() is called; the messages and their order stay Milvus's
+    pause_after: tuple[int, ...] = ()
+    releases: threading.Semaphore = field(default_factory=lambda: threading.Semaphore(0))
     write_ticks: bool = True  # each DumpMessages call persists a TimeTick first, as Milvus 2.6 does
     requests: list = field(default_factory=list)  # every DumpMessagesRequest, for assertions
     sent: int = 0
@@ -65,6 +70,10 @@ class ProxyState:
     queried: threading.Event = field(default_factory=threading.Event)  # set once a Query was answered
     on_query: object = None  # called with the request after each answered Query (before it is sent)
     max_output_bytes: int = 0  # > 0: answers above it fail as Milvus's maxOutputSize check does
+
+    def release(self) -> None:
+        """Let a stream paused by ``pause_after`` send its next burst."""
+        self.releases.release()
 
     def vchannel_of(self, cid: int, pchannel: str) -> str | None:
         """Collection ``cid``'s vchannel on ``pchannel`` (Milvus's metadata, for version-0 DDL entries)."""
@@ -169,6 +178,7 @@ class Servicer(milvus_grpc.MilvusServiceServicer):
             context.abort(grpc.StatusCode.UNAUTHENTICATED, "auth check failure, please check username and password")
         sid = request.start_message_id.id if request.HasField("start_message_id") else None
         sent = 0
+        pauses, self.state.pause_after = set(self.state.pause_after), ()
         try:
             for mid, payload, props in dump(self.store, request.pchannel, sid, request.start_message_id.WAL_name,
                                             request.include_start_message, request.start_timetick,
@@ -180,6 +190,10 @@ class Servicer(milvus_grpc.MilvusServiceServicer):
                     while context.is_active():  # a stalled proxy: the stream stays open, silent
                         time.sleep(0.02)
                     return
+                if sent in pauses:  # a burst ended: the next one waits for the test (or a cancel)
+                    while not self.state.releases.acquire(timeout=0.02):
+                        if not context.is_active():
+                            return
                 sent += 1
                 self.state.sent += 1
                 yield milvus_pb2.DumpMessagesResponse(message=common_pb2.ImmutableMessage(

@@ -17,7 +17,7 @@ cfg = test_mirror.cfg  # the job's config (the cluster's MQ, milvus.address), a 
 
 
 def test_as_of_equals_query_at_the_recorded_times(spark, milvus_stack, pymilvus_orm, cfg, tmp_path):
-    from msgstream_spark.mirror.trust.history import HistoryTable, as_of, scd2
+    from msgstream_spark.mirror.history.table import HistoryTable, as_of, scd2
 
     w = Workload("mir_hist", create_all_types(pymilvus_orm, "mir_hist"))
     w.insert(range(0, 200))
@@ -68,7 +68,7 @@ def test_upsert_as_update_mirror_equals_query_and_logs_one_update_per_upsert(spa
     row and wrote none) and the log records one ``update`` per upsert of an existing key."""
     from collections import Counter
 
-    from msgstream_spark.mirror.trust.history import HistoryTable
+    from msgstream_spark.mirror.history.table import HistoryTable
 
     w = Workload("mir_upd", create_all_types(pymilvus_orm, "mir_upd"))
     w.insert(range(0, 300))

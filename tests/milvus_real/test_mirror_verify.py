@@ -57,8 +57,8 @@ def _put(table, rows: pa.Table, delete: int | None = None) -> None:
 
     import pyarrow.parquet as pq
 
+    from msgstream_spark.mirror.formats.base import Plan
     from msgstream_spark.mirror.table import open_existing
-    from msgstream_spark.mirror.write.layout import Plan
 
     t = open_existing("delta", str(table))
     deletes = {}

@@ -6,8 +6,8 @@ from __future__ import annotations
 import numpy as np
 import pyarrow as pa
 
-from msgstream_spark.mirror.trust.digest import Digest, column_hash, key_hashes, row_hashes
-from msgstream_spark.mirror.trust.verify import compare, hashed_columns, reduce_side, split_flux
+from msgstream_spark.mirror.verify.compare import compare, hashed_columns, reduce_side, split_flux
+from msgstream_spark.mirror.verify.digest import Digest, column_hash, key_hashes, row_hashes
 
 
 def _table(pks, ints=None, lists=pa.list_, strings=None) -> pa.Table:

@@ -9,8 +9,8 @@ import pytest
 
 from msgstream_spark.errors import MirrorError
 from msgstream_spark.mirror import apply_batch, open_table
-from msgstream_spark.mirror.formats.lock import writer_lock
 from msgstream_spark.mirror.maintenance import compact
+from msgstream_spark.mirror.store.writer import writer_lock
 from msgstream_spark.mirror.write.batch import commit_plan, lookup_local
 from msgstream_spark.mirror.write.layout import plan, write_changes
 from tests.mirror.changes import FIELDS, delete, insert, model, table_state, to_arrow, upsert

@@ -7,8 +7,8 @@ import pyarrow as pa
 import pytest
 
 from msgstream_spark.errors import MirrorError
+from msgstream_spark.mirror.history.table import HistoryTable, as_of, history_rows, scd2
 from msgstream_spark.mirror.order import SEQ_TYPE, seq_value
-from msgstream_spark.mirror.trust.history import HistoryTable, as_of, history_rows, scd2
 
 S = 1 << 40  # Milvus times: one second is 1000 << 18
 
@@ -78,8 +78,8 @@ def test_pinned_reads_a_version_and_the_recorded_watermark(tmp_path, fmt):
 
     from msgstream_spark.mirror.apply import apply_batch
     from msgstream_spark.mirror.table import open_table
-    from msgstream_spark.mirror.trust.pinned import PinnedTable, table_identity
-    from msgstream_spark.mirror.trust.watermark import PROP_WATERMARK, table_watermark
+    from msgstream_spark.mirror.verify.pinned import PinnedTable, table_identity
+    from msgstream_spark.mirror.watermark import PROP_WATERMARK, table_watermark
 
     ch = _changes([("insert", 1, S + 10, "a"), ("insert", 2, S + 10, "b")])
     fields = ch.drop_columns(["op", "_channel", "_ts", "_seq", "_partition"]).schema
@@ -101,7 +101,7 @@ def test_a_task_decides_a_key_whose_changes_two_chunks_split(tmp_path):
     next chunk, so an upsert cut by a chunk boundary is still one ``update``."""
     import pyarrow.parquet as pq
 
-    from msgstream_spark.mirror.trust.historywrite import HistorySpec, HistoryWriter, change_fields, history_schema
+    from msgstream_spark.mirror.history.write import HistorySpec, HistoryWriter, change_fields, history_schema
 
     ch = _changes([("delete", 1, S + 10, None), ("insert", 1, S + 10, "1b"), ("delete", 2, S + 10, None),
                    ("insert", 2, S + 10, "2b"), ("insert", 3, S + 10, "3a")])  # sorted by key and _seq

@@ -13,12 +13,13 @@ import pyarrow.parquet as pq
 import pytest
 
 from msgstream_spark.mirror import open_table
+from msgstream_spark.mirror.formats.base import LiveFile
 from msgstream_spark.mirror.maintenance import compact, vacuum
 from msgstream_spark.mirror.order import SEQ, SEQ_TYPE
 from msgstream_spark.mirror.write import keyindex
-from msgstream_spark.mirror.write.batch import finish, lookup_local
+from msgstream_spark.mirror.write.batch import commit_plan, lookup_local
 from msgstream_spark.mirror.write.keyindex import KEYS_DIR, side_path
-from msgstream_spark.mirror.write.layout import LiveFile, lookup_file, match_schema, write_changes
+from msgstream_spark.mirror.write.layout import lookup_file, match_schema, plan, write_changes
 from tests.mirror.changes import FIELDS, insert, table_state, to_arrow
 
 
@@ -175,7 +176,7 @@ def test_readers_never_see_side_files_and_vacuum_removes_them_with_their_data_fi
                                  [insert(20, *[(i, f"w{i}") for i in range(0, 50, 5)])],
                                  [insert(30, *[(i, f"x{i}") for i in range(0, 50, 10)])]]):
         narrow = write_changes(to_arrow(changes), spec)
-        finish(t, narrow, lookup_local(t, narrow.column("key").combine_chunks()), query_id="q", batch_id=b)
+        _commit(t, narrow, query_id="q", batch_id=b)
     sides = [os.path.join(d, n) for d, _, ns in os.walk(t.root) if os.path.basename(d) == KEYS_DIR for n in ns]
     assert len(sides) == 3  # each batch's data file was written with its key index
     want = {i: (f"x{i}" if i % 10 == 0 else f"w{i}" if i % 5 == 0 else f"v{i}") for i in range(50)}
@@ -197,3 +198,9 @@ def test_the_bench_script_runs_at_tiny_sizes():
 
     got = bench_keyindex.run(sizes=(2_000, 20_000), reps=1)
     assert got["20000"]["open_verify_s"] > 0 and got["rows_growth"] == 10
+
+
+def _commit(t, narrow, *, query_id: str, batch_id: int):
+    """The batch's tasks' narrow rows looked up in this process, planned and committed (``write.batch``'s steps)."""
+    return commit_plan(t, plan(narrow, lookup_local(t, narrow.column("key").combine_chunks())), set(),
+                       query_id=query_id, batch_id=batch_id)

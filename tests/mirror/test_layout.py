@@ -7,8 +7,8 @@ import pyarrow as pa
 import pytest
 
 from msgstream_spark.mirror import open_table
-from msgstream_spark.mirror.write.batch import finish, lookup_local
-from msgstream_spark.mirror.write.layout import TaskWriter
+from msgstream_spark.mirror.write.batch import commit_plan, lookup_local
+from msgstream_spark.mirror.write.layout import TaskWriter, plan
 from tests.mirror.changes import FIELDS, delete, insert, model, table_state, to_arrow, upsert
 
 
@@ -19,7 +19,7 @@ def test_a_key_in_two_chunks_and_two_tasks_keeps_only_its_newest_row(fmt, tmp_pa
     w = TaskWriter(t.write_spec())
     narrow = w.add(to_arrow(first))
     w.close()
-    finish(t, narrow, lookup_local(t, narrow.column("key").combine_chunks()), query_id="q", batch_id=0)
+    _commit(t, narrow, query_id="q", batch_id=0)
     chunks = [[insert(20, (1, "a2"), (4, "d"))], [*upsert(30, (1, "a3")), delete(31, 2)],
               [insert(25, (4, "d-older"))], [insert(40, (5, "e")), delete(41, 5)]]
     spec = t.write_spec()
@@ -30,7 +30,13 @@ def test_a_key_in_two_chunks_and_two_tasks_keeps_only_its_newest_row(fmt, tmp_pa
     task2.close()
     narrow = pa.concat_tables(parts)
     assert len(set(narrow.column("_file").drop_null().to_pylist())) == 2  # one file per task
-    plan = finish(t, narrow, lookup_local(t, narrow.column("key").combine_chunks()), query_id="q", batch_id=1)
-    assert plan is not None and len(plan.adds) == 2
+    done = _commit(t, narrow, query_id="q", batch_id=1)
+    assert done is not None and len(done.adds) == 2
     assert table_state(t.to_arrow()) == model(first + [m for c in chunks for m in c])
     assert table_state(t.to_arrow()) == {1: ("a3", 30), 3: ("c", 10), 4: ("d-older", 25)}  # ts 25 > 20
+
+
+def _commit(t, narrow, *, query_id: str, batch_id: int):
+    """The batch's tasks' narrow rows looked up in this process, planned and committed (``write.batch``'s steps)."""
+    return commit_plan(t, plan(narrow, lookup_local(t, narrow.column("key").combine_chunks())), set(),
+                       query_id=query_id, batch_id=batch_id)

@@ -98,7 +98,7 @@ def test_a_compaction_killed_before_its_commit_changes_nothing(fmt, tmp_path):
 def test_the_maintenance_entry_point_compacts_once_and_is_refused_beside_a_writer(fmt, tmp_path):
     import json
 
-    from msgstream_spark.mirror.formats.lock import writer_lock
+    from msgstream_spark.mirror.store.writer import writer_lock
 
     t = _open(fmt, tmp_path / "t")
     seen = fill(t, mixed_batches(3))

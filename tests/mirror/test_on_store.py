@@ -183,7 +183,7 @@ def test_compaction_orphans_and_vacuum_on_the_store(where):
 
 
 def test_the_change_log_on_the_store(where):
-    from msgstream_spark.mirror.trust.history import HistoryTable, as_of
+    from msgstream_spark.mirror.history.table import HistoryTable, as_of
 
     h = HistoryTable(where.uri("h"), "pk", where.opts)
     seed = to_arrow([insert(10, (1, "a"), (2, "b"))]).drop_columns(["op", "_channel"])
@@ -202,7 +202,7 @@ class NoLog:
 
 
 def test_verify_and_repair_on_the_store(where):
-    from msgstream_spark.mirror.trust.verify_run import repair, run_verify
+    from msgstream_spark.mirror.verify.run import repair, run_verify
 
     t = _open(where)
     seen = fill(t, mixed_batches(2))
@@ -244,11 +244,12 @@ def _big_file(where: Where, n: int, monkeypatch):
 
 def _forget(cache_dir=None, monkeypatch=None) -> None:
     """A new worker process: nothing of the indexes kept in memory (and an empty local block cache)."""
-    from msgstream_spark.mirror.write import files, keycache, keyindex
+    from msgstream_spark.mirror.store import parquet
+    from msgstream_spark.mirror.write import keycache, keyindex
 
     keyindex._OPEN.clear()
     keyindex._VERIFIED.clear()
-    files._FOOTERS.clear()
+    parquet._FOOTERS.clear()
     keycache._CACHE.clear()
     if cache_dir is not None:
         monkeypatch.setenv(keycache.CACHE_DIR_ENV, str(cache_dir))
@@ -345,7 +346,7 @@ def test_a_compaction_beside_a_running_job_is_refused_on_the_store(where):
     import sys
     from pathlib import Path
 
-    from msgstream_spark.mirror.formats.lock import writer_lock
+    from msgstream_spark.mirror.store.writer import writer_lock
     from tests.fixtures.s3_server import SECRET_KEY
 
     t = _open(where)

@@ -68,7 +68,7 @@ def test_a_second_writer_is_refused_with_the_holder_named(fmt, tmp_path):
     loc = str(tmp_path / "t")
     t = open_table(fmt, loc, collection="coll", pk="pk", arrow_schema=FIELDS)
     holder = subprocess.Popen([sys.executable, "-c", "import sys, time\n"
-                               "from msgstream_spark.mirror.formats.lock import writer_lock\n"
+                               "from msgstream_spark.mirror.store.writer import writer_lock\n"
                                "from msgstream_spark.mirror.store import open_store\n"
                                "with writer_lock(open_store(sys.argv[1]), sys.argv[1], 'test'):\n"
                                "    print('held', flush=True)\n"

@@ -3,7 +3,7 @@ wrong rows carry: one exactly-once commit deletes every live row of the keys by 
 
 Real Delta and Iceberg tables; the faults are commits of another writer through the table's own commit (as
 tests/milvus_real/test_mirror_verify.py puts them), with ``_seq`` at, below and above the repair's. Milvus's side
-is the :class:`~msgstream_spark.mirror.trust.milvus_side.MilvusSide` interface over rows held here, answering
+is the :class:`~msgstream_spark.mirror.verify.milvus_side.MilvusSide` interface over rows held here, answering
 as ``SdkMilvusSide.rows_of`` does (the table's schema, ``_ts`` = S, ``_seq`` = snapshot_seq(S), keys Milvus lacks
 absent); the real Milvus 2.3.5 runs the same repair in tests/milvus_real/test_mirror_verify.py."""
 
@@ -18,11 +18,11 @@ import pyarrow.parquet as pq
 import pytest
 
 from msgstream_spark.mirror import apply_batch, open_table
+from msgstream_spark.mirror.formats.base import Plan
 from msgstream_spark.mirror.order import snapshot_seq_array
-from msgstream_spark.mirror.trust.verify import Result
-from msgstream_spark.mirror.trust.verify_run import REPAIR_QUERY, repair
+from msgstream_spark.mirror.verify.compare import Result
+from msgstream_spark.mirror.verify.run import REPAIR_QUERY, repair
 from msgstream_spark.mirror.write.batch import lookup_local
-from msgstream_spark.mirror.write.layout import Plan
 from tests.mirror.changes import FIELDS, HeldMilvus, insert, table_state, to_arrow, vector
 
 T, S = 1000 << 18, 2000 << 18  # the table's changes, the repair's S

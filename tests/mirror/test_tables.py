@@ -86,9 +86,9 @@ def test_a_batch_already_in_the_table_is_skipped(fmt, tmp_path):
     before = t.to_arrow()
     # the same batch ids again (a re-run after a crash), even with other content: nothing applied
     assert apply_batch(t, to_arrow([delete(20, 1)]), "pk", "q", 1) is False
-    assert t.merge(to_arrow([insert(30, (9, "z"))]), query_id="q", batch_id=0) is False
+    assert apply_batch(t, to_arrow([insert(30, (9, "z"))]), "pk", "q", 0) is False
     reopened = _open(fmt, tmp_path / "t")
-    assert reopened.merge(to_arrow([insert(30, (9, "z"))]), query_id="q", batch_id=1) is False
+    assert apply_batch(reopened, to_arrow([insert(30, (9, "z"))]), "pk", "q", 1) is False
     assert t.to_arrow().sort_by("pk").equals(before.sort_by("pk"))
     assert reopened.last_batch("q") == 1 and reopened.last_batch("other") is None
     # another query's batch 0 is its own
@@ -146,8 +146,8 @@ def test_snapshot_files_then_changes_older_lose_newer_win(fmt, tmp_path):
     assert apply_batch(t, to_arrow(batch), "pk", "q", 0)
     got = _rows(t)
     assert got == {1: ("s1", 100), 2: ("new", 101)}  # pk 4's insert at 99 is older than the snapshot
-    # merge alone (no snapshot filter) keeps the order too: an older change loses to a snapshot row
-    assert t.merge(collapse(to_arrow([insert(99, (1, "older"))]), "pk"), query_id="q", batch_id=1)
+    # an older change loses to a snapshot row
+    assert apply_batch(t, collapse(to_arrow([insert(99, (1, "older"))]), "pk"), "pk", "q", 1)
     assert _rows(t)[1] == ("s1", 100)
 
 

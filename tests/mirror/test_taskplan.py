@@ -10,8 +10,8 @@ import pyarrow.compute as pc
 import pytest
 
 from msgstream_spark.mirror import open_table
+from msgstream_spark.mirror.store.parquet import read_parquet
 from msgstream_spark.mirror.write.batch import commit_plan
-from msgstream_spark.mirror.write.files import read_parquet
 from msgstream_spark.mirror.write.layout import TaskWriter
 from msgstream_spark.mirror.write.taskplan import (
     ChangesFile,

@@ -14,8 +14,8 @@ import pytest
 
 from msgstream_spark.errors import MirrorError
 from msgstream_spark.mirror import apply_batch, open_table
-from msgstream_spark.mirror.trust.history import history_rows
-from msgstream_spark.mirror.write.batch import commit_plan, finish, lookup_local
+from msgstream_spark.mirror.history.table import history_rows
+from msgstream_spark.mirror.write.batch import commit_plan, lookup_local
 from msgstream_spark.mirror.write.layout import TaskWriter, plan
 from msgstream_spark.mirror.write.taskplan import ChangesFile, changes_dir, merge_plans, plan_share
 from msgstream_spark.source.upserts import pair
@@ -110,5 +110,5 @@ def test_the_plan_refuses_an_unknown_op_and_an_update_without_its_row(fmt, tmp_p
     files[i] = None  # what the writer made of an update before the fix
     rowless = narrow.set_column(narrow.schema.get_field_index("_file"), "_file", pa.array(files, pa.string()))
     with pytest.raises(MirrorError, match=r"'update' change of key \d+ .* names no row its task wrote"):
-        finish(t, rowless, matches, query_id="q", batch_id=1)
+        commit_plan(t, plan(rowless, matches), set(), query_id="q", batch_id=1)
     assert t.last_batch("q") == 0 and table_state(t.to_arrow()) == {1: ("a", 10), 2: ("b", 10), 3: ("c", 10)}

@@ -15,7 +15,7 @@ import pytest
 
 from msgstream_spark.mirror import open_table
 from msgstream_spark.mirror.maintenance import compact, vacuum
-from msgstream_spark.mirror.trust.pinned import PinnedTable
+from msgstream_spark.mirror.verify.pinned import PinnedTable
 from tests.mirror.changes import FIELDS, fill, mixed_batches, model, table_state
 
 DAY = 86400.0

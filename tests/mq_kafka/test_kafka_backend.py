@@ -118,3 +118,36 @@ def test_sasl_config_rules_and_secret_masking():
     assert conf["sasl.password"] == "hunter2-secret" and conf["linger.ms"] == 9
     assert conf["compression.codec"] == "zstd" and conf["enable.idempotence"] is True
     assert c.settings.consumer_conf("g")["enable.auto.commit"] is False
+
+
+def test_a_reader_leaves_nothing_on_the_broker_without_an_admin_round_trip(kafka_env, monkeypatch):
+    """A reader (every Spark read task's consumer) reads from a seek and goes: its random group never committed, so
+    going asks the broker nothing more (it deleted the group through a new admin client each time: 8-30 ms a
+    read range on tansu); a subscription that committed still has its group deleted when it unsubscribes."""
+    from confluent_kafka.admin import AdminClient
+
+    c = kafka_env.client()
+    ch = kafka_env.new_channel()
+    with c.create_producer(ch) as p:
+        p.send_batch([ProducerMessage(b"m%d" % i, timestamp=TS + i) for i in range(5)])
+    admins: list[str] = []
+
+    def counted(conf):
+        admins.append("admin")
+        return AdminClient(conf)
+
+    monkeypatch.setattr("confluent_kafka.admin.AdminClient", counted)
+    r = c.reader(ch)
+    r.seek(c.earliest_message_id())
+    assert [m.payload for m in drain(r, 5)] == [b"m%d" % i for i in range(5)]
+    group = r.subscription
+    r.unsubscribe()
+    assert admins == []
+    named = c.subscribe(ch, f"named-{group[-6:]}", SubscriptionInitialPosition.EARLIEST)
+    got = drain(named, 5)
+    named.ack(got[-1])
+    named.close()  # commits
+    named = c.subscribe(ch, f"named-{group[-6:]}", SubscriptionInitialPosition.EARLIEST)
+    named.unsubscribe()
+    assert admins == ["admin"]  # a group that committed is deleted
+    c.close()

@@ -194,3 +194,36 @@ def test_bad_inputs(tmp_path):
     with pytest.raises(ConfigError, match="unknown initial position"):
         c.subscribe("x", "s", "middle")
     c.close()
+
+
+def test_a_clients_producers_share_its_connection_and_never_wait_on_each_others_lock(tmp_path):
+    """The sink's task writes its channels from threads through one client: with no busy timeout at all, writes of
+    two producers of that client at the same time all land (they take turns on the client's connection; producers
+    with connections of their own failed with "timed out waiting for the write lock"), and closing a producer
+    leaves the client usable."""
+    c = LocalClient(cfg(tmp_path / "log.db", busyTimeout=0))
+    producers = {ch: c.create_producer(ch) for ch in ("share_0", "share_1")}
+    errors: list[BaseException] = []
+    start = threading.Barrier(2)
+
+    def write(ch: str) -> None:
+        try:
+            start.wait(10)
+            for b in range(40):
+                producers[ch].send_batch([ProducerMessage(f"{ch}:{b}:{i}".encode() * 50) for i in range(50)])
+        except BaseException as exc:  # noqa: BLE001 - collected and asserted below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=write, args=(ch,)) for ch in producers]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert not errors, errors[0]
+    producers["share_0"].close()
+    producers["share_1"].send_batch([ProducerMessage(b"after")])  # the shared connection is still open
+    for ch, n in (("share_0", 2000), ("share_1", 2001)):
+        first, last = c.first_message_id(ch), c.latest_message_id(ch)
+        assert last.offset - first.offset + 1 == n
+    producers["share_1"].close()
+    c.close()

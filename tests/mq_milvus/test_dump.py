@@ -203,6 +203,8 @@ def test_bad_ids_are_decode_errors(client):
     assert back == mid and back.time_tick == 5 and back.last_confirmed == "rr" and back.offset == 1000
     legacy = client.bytes_to_message_id((1000).to_bytes(8, "little"))  # a MsgPosition's msgID (Kafka/RocksMQ form)
     assert legacy.offset == 1000 and legacy.id == "rs"
+    # 0x060a: bytes 0a 06 00.. also parse as a common.MessageID (field 1, six NULs): still the legacy offset
+    assert client.bytes_to_message_id((0x060A).to_bytes(8, "little")).offset == 0x060A
 
 
 def test_the_latest_id_cache_is_bounded(milvus_proxy, client, monkeypatch):
@@ -244,3 +246,18 @@ def test_a_cached_latest_id_from_another_wal_at_the_same_address_is_not_trusted(
             assert c.latest_message_id(ch) == proxy_id(new[-2])  # the new WAL's last insert, not the old one
     finally:
         other.stop()
+
+
+def test_a_bare_id_and_a_delivered_one_compare_as_positions():
+    """Delivered ids (with ``_tt``) order as the proxy sends them, by ``_tt``; a bare id (a position's legacy
+    bytes) is a position, and a delivered id compared with one stands for its own position, its ``_lc``."""
+    def rocks(offset: int, tt: int | None = None, lc: int | None = None) -> MilvusMessageID:
+        return MilvusMessageID(WalMessageId(WALName.RocksMQ, P.b36(offset)), tt, None if lc is None else P.b36(lc))
+
+    commit, insert = rocks(11, tt=23, lc=2), rocks(9, tt=24, lc=2)  # an insert written while the txn was open
+    assert commit < insert and sorted([insert, commit]) == [commit, insert]  # delivery order
+    assert rocks(1) < insert and rocks(1) < commit and insert < rocks(3) and commit < rocks(3)  # their _lc: 2
+    assert not rocks(2) < commit and rocks(2) <= commit and rocks(2) >= commit  # at the first one's _lc: no loss
+    assert rocks(11) == commit and not rocks(11) < commit and not commit < rocks(11)  # the entry itself
+    assert rocks(4, tt=5) < rocks(5) and not rocks(4, tt=5) > rocks(4)  # no _lc: its own id
+    assert rocks(9) < rocks(10)  # bare ids by WAL position

@@ -7,12 +7,14 @@ version-0 messages (rebuilt properties around the 2.5 body). A pchannel with 2.5
 
 from __future__ import annotations
 
+import pytest
 import yaml
 
 from msgstream_spark.config import Config
 from tests.fixtures.milvus_env import StoreWriter
 from tests.fixtures.waits import finish
 from tests.spark.helpers import Publisher
+from tests.wal26.test_stream26 import TT as _TT
 
 
 def _rows(df) -> list:
@@ -103,3 +105,81 @@ def test_restarted_stream_reads_exactly_the_new_2_6_rows(spark, milvus_proxy, tm
     want += [("delete", 6), ("insert", 6), ("insert", 7)]
     assert run() == sorted(want)
     assert run() == sorted(want)  # nothing new: nothing read twice
+
+
+def test_batch_reads_from_every_pack_end_of_a_tt_stream_give_the_rest_once(spark, milvus_proxy, tmp_path):
+    """A TtMsgStream's pack end positions (Milvus's form: the legacy bytes of an ``_lc`` and the tick) as a
+    batch read's ``startingPositions``: every later row once, every earlier one never. The pack ending at a
+    Commit sent after a later insert (the proxy sends by ``_tt``) is among them. As ``endingPositions``: the
+    rows up to the pack end, none after (a range stopped before the end's ``_lc`` and lost rows there)."""
+    from msgstream_spark.mq.registry import build_client
+    from msgstream_spark.stream import TtMsgStream
+    from tests.fixtures.milvus_env import milvus_config
+    from tests.mq_milvus.test_stream import PACK_ENDS, _fill, _packs_to
+
+    ch, _ = _fill(milvus_proxy)
+    milvus_proxy.state.pause_after = tuple(sent for sent, _ in PACK_ENDS)
+    ends = []
+    with TtMsgStream(build_client("milvus", milvus_config(milvus_proxy.address, tmp_path))) as s:
+        s.as_consumer([ch], "tt-ends", "earliest")
+        for _, end_tt in PACK_ENDS:
+            ends.append((end_tt, _packs_to(s, milvus_proxy, end_tt)[-1].end_positions[0]))
+            milvus_proxy.state.release()
+    every = _scenario_rows()
+
+    def reader(**positions):  # a DataFrameReader keeps the options set on it: a fresh one each time
+        return (spark.read.format("msgstream").option("mq.type", "milvus")
+                .option("milvus.address", milvus_proxy.address).option("milvus.requestTimeout", "10")
+                .option("milvus.metadataPath", str(tmp_path / "meta.json")).option("channels", ch)
+                .options(**{k: p.to_base64() for k, p in positions.items() if p is not None}))
+
+    assert _spark_rows(reader().load()) == every
+    for end_tt, pos in ends:
+        got = _spark_rows(reader(startingPositions=pos).load())
+        assert got == [r for r in every if r[2] > end_tt], f"from the pack end at TT{end_tt - _TT:+d}"
+    # bounded by the next pack end (endingPositions): exactly the rows of the packs between
+    for (lo, start), (hi, end) in zip([(None, None), *ends], ends):
+        got = _spark_rows(reader(startingPositions=start, endingPositions=end).load())
+        assert got == [r for r in every if (lo is None or r[2] > lo) and r[2] <= hi], f"up to TT{hi - _TT:+d}"
+
+
+def _scenario_rows() -> list:
+    from tests.wal26.test_stream26 import ALL
+
+    return sorted(({"I": "insert", "D": "delete"}[op], pks[0], ts) for op, pks, ts in ALL)
+
+
+def _spark_rows(df) -> list:
+    return sorted((r.op, r.pk, r._ts) for r in df.select("op", "pk", "_ts").collect())
+
+
+def test_a_batch_read_from_the_first_pack_end_of_a_fresh_wal(spark, milvus_proxy, tmp_path):
+    """The first message's position in a fresh 2.6 WAL is the TimeTick written when the WAL opened (its
+    ``_lc``), an entry the proxy never sends: a start there is no loss (it was taken for a truncated one)."""
+    from msgstream_spark.mq.registry import build_client
+    from msgstream_spark.stream import TtMsgStream
+    from tests.fixtures.milvus_env import milvus_config
+    from tests.mq_milvus.test_stream import _packs_to
+    from tests.wal26 import producer as P
+    from tests.wal26.test_stream26 import write_wal
+
+    ch = "spark-milvus-fresh"
+    vc = f"{ch}_{P.COLLECTION}v0"
+    w = StoreWriter(milvus_proxy.store_path)
+    try:
+        ids = write_wal(w.client, ch, [P.timetick(_TT, lcs=True), P.insert(_TT + 1, [1], vc=vc),
+                                       P.insert(_TT + 2, [2], vc=vc), P.timetick(_TT + 3)])
+    finally:
+        w.close()
+    milvus_proxy.state.pause_after = (1,)
+    with TtMsgStream(build_client("milvus", milvus_config(milvus_proxy.address, tmp_path))) as s:
+        s.as_consumer([ch], "tt-fresh", "earliest")
+        pos = _packs_to(s, milvus_proxy, _TT + 1)[-1].end_positions[0]
+    assert pos.msg_id == ids[0].offset.to_bytes(8, "little")  # the opening TimeTick's id
+    reader = (spark.read.format("msgstream").option("mq.type", "milvus").option("milvus.address", milvus_proxy.address)
+              .option("milvus.metadataPath", str(tmp_path / "meta.json")).option("channels", ch)
+              .option("startingPositions", pos.to_base64()))
+    assert _spark_rows(reader.load()) == [("insert", 2, _TT + 2)]
+    milvus_proxy.truncate(ch, ids[1].offset)  # retention removes the tick and the first insert: a loss, said so
+    with pytest.raises(Exception, match="was removed by retention"):
+        reader.load().collect()

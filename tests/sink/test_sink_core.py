@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+
 import numpy as np
 import pyarrow as pa
 import pytest
@@ -12,7 +14,7 @@ from msgstream_spark.sink.encode import split_points
 from msgstream_spark.sink.options import parse_sink_options
 from msgstream_spark.sink.plan import plan_write
 from msgstream_spark.sink.task import PROP_BATCH, PROP_SEQ, PROP_TASK, PROP_WRITER, TaskWriter
-from tests.sink.helpers import config_file, deleted_keys, inserted_rows, read_all
+from tests.sink.helpers import config_file, deleted_keys, inserted_rows, read_all, read_channel
 
 # Milvus's Hash32Int64 test vectors (wire doc §5.4) and the CRC32 vector for VarChar keys.
 INT_HASHES = {0: 1669671676, 1: 1392991556, 10: 1857498428, 100: 1177227376, 1000: 679959820,
@@ -161,6 +163,35 @@ def test_bad_rows_are_rejected_before_anything_is_produced(local_env, tmp_path):
         w.write_batches([bad_op])
     with local_env.client() as c:
         assert c.latest_message_id(ch) is None  # nothing was produced
+
+
+def test_a_task_produces_while_its_input_still_arrives(local_env, tmp_path):
+    """With the default buffer, a task whose rows pass 4 MiB produces before its input ends (so the produce overlaps
+    Spark's hand-over of the next batches), and every row arrives once."""
+    from msgstream_spark.sink.options import DEFAULT_BUFFER_BYTES
+
+    ch = local_env.new_channel("overlap")
+    dim, per = 128, 2000  # ~0.5 KiB a row: ~1 MiB a batch
+    batches = [_vec_batch(list(range(i * per, (i + 1) * per)), dim=dim) for i in range(8)]
+    o, w = _writer(local_env, tmp_path, batches[0].schema, channels=ch)
+    assert o.buffer_bytes == DEFAULT_BUFFER_BYTES == 4 * 1024 * 1024
+    seen_before_end: list[int] = []
+
+    def arriving():
+        with local_env.client() as c:
+            for i, b in enumerate(batches):
+                if i == len(batches) - 1:  # before the last batch: the first ~5 MiB are in the log (bounded wait)
+                    deadline = time.monotonic() + 10
+                    while c.latest_message_id(ch) is None and time.monotonic() < deadline:
+                        time.sleep(0.02)
+                    seen_before_end.append(len(read_channel(c, ch)))
+                yield b
+
+    w.write_batches(arriving())
+    assert seen_before_end[0] > 0, "nothing was produced before the task's input ended"
+    with local_env.client() as c:
+        reads = read_channel(c, ch)
+    assert sorted(r["pk"] for r in inserted_rows(reads)) == list(range(8 * per))
 
 
 def test_inserts_split_below_max_message_size(local_env, tmp_path):

@@ -70,3 +70,32 @@ def test_cli_rows_prints_the_read_as_json_lines(local_env, wal_channel, tmp_path
                  "-n", "3", "-o", "messageTypes=insert"])
     out, _ = capsys.readouterr()
     assert code == 0 and [json.loads(x)["msg_type"] for x in out.splitlines()] == ["Insert"] * 3
+
+
+def test_read_tasks_take_no_write_lock_and_open_the_log_once(local_env, wal_channel, monkeypatch):
+    """A read task of several channels on the embedded log: one client (one SQLite open) for all its ranges, and no
+    write lock taken, so it reads while another connection holds a write transaction (local.busyTimeout=0: any
+    wait for the lock fails at once). Before: each range opened a client and a consumer connection, and both, the
+    reader's subscription and its removal took the write lock."""
+    import sqlite3
+
+    from msgstream_spark.mq.local import store
+    from msgstream_spark.source.arrow import _read, plan_read, read_options
+
+    other = local_env.new_channel("wal2")
+    W.write_mixed(local_env, other)
+    schema, ranges = plan_read(read_options(local_env.config, [wal_channel, other], **{"local.busyTimeout": "0"}))
+    assert len(ranges) == 2
+    opened = []
+    real_open = store.open_db
+    monkeypatch.setattr(store, "open_db", lambda s: opened.append(s.path) or real_open(s))
+    writer = sqlite3.connect(local_env.config.get("local.path"), isolation_level=None)
+    writer.execute("BEGIN IMMEDIATE")  # another connection's write transaction, held for the whole read
+    try:
+        rows = [r for b in _read(schema, ranges) for r in b.to_pylist()]  # read_arrow's tasks, after its plan
+    finally:
+        writer.execute("ROLLBACK")
+        writer.close()
+    assert _key(rows) == sorted(W.expected_rows() * 2)
+    assert {r["_channel"] for r in rows} == {wal_channel, other}
+    assert len(opened) == 1 + len(ranges)  # the task's client, and a consumer connection per channel

@@ -16,7 +16,7 @@ import pytest
 from msgstream_spark.msg.position import MsgPosition
 from msgstream_spark.msg.types import TimeTickMsg
 from msgstream_spark.stream import TtMsgStream
-from msgstream_spark.stream.seek import SeekFilter
+from msgstream_spark.stream.seek import BEFORE, DONE, EndFilter, SeekFilter
 from tests.sink.helpers import config_file
 from tests.spark.helpers import MS, TS0, Publisher, spark_options
 
@@ -36,6 +36,27 @@ def test_seek_filter_table(name, spec, at, ts, kept):
     items = spec.split()[at:]
     got = [at + i for i, it in enumerate(items) if f.keep(it[0] == "T", int(it[1:]))]
     assert got == kept
+
+
+@pytest.mark.parametrize("name,spec,at,ts,kept", CASES, ids=[c[0] for c in CASES])
+def test_end_filter_holds_what_the_seek_drops(name, spec, at, ts, kept):
+    """A read ending at the position keeps exactly the data messages a resume from it drops, and stops at the
+    tick that ends the seek (before it, from the position's msgID on, a later message can still be older)."""
+    f = EndFilter(ts)
+    items = spec.split()
+    held, stop = list(range(at)), None
+    for i, it in enumerate(items[at:], at):
+        side = f.side(it[0] == "T", int(it[1:]))
+        if side == DONE:
+            stop = i
+            break
+        if side == BEFORE:
+            held.append(i)
+    data = [i for i, it in enumerate(items) if it[0] == "I"]
+    assert [i for i in held if i in data] == [i for i in data if i not in kept]
+    assert stop is not None and items[stop][0] == "T" and int(items[stop][1:]) >= ts
+    ordered = EndFilter(ts, ordered=True)  # sorted by time, no ticks: the first message after ts ends it
+    assert [ordered.side(False, t) for t in (ts - 1, ts, ts + 1)] == [BEFORE, BEFORE, DONE]
 
 
 @dataclass

@@ -6,29 +6,32 @@ ranged reader (docs/mirror.md, "Where the table lives", has the measurements beh
 
 The client is made lazily in each process from the plain settings, so the store pickles into Spark tasks. obstore's
 constructors also read the process's own object_store variables (``AWS_*``, ``GOOGLE_*``, ``AZURE_*``) under the
-settings given; a store whose settings were resolved in another process (a task's: unpickled, or built by
-``store_for``) is made with those variables hidden, so an executor's environment never changes where or as whom
-a task writes.
+settings given; for a store whose settings were resolved in another process (a task's: unpickled, or built by
+``store_for``) every such variable is overridden by an explicit setting, or refused (:mod:`.shipped`), so an
+executor's environment never changes where or as whom a task writes; the environment itself is never changed.
+
+A refused conditional put (412, already exists) is read back: if the object holds exactly the bytes sent, an
+earlier attempt of this put landed and its answer was lost (obstore retries after a 5xx or a dropped
+connection, and its retry is refused because of the first), and the put succeeded. S3's 409
+``ConditionalRequestConflict`` (another conditional write of the key in flight) is retried.
 """
 
 from __future__ import annotations
 
+import logging
 import os
-import threading
 import time
 from collections.abc import Iterator
-from contextlib import contextmanager
 from typing import Any
 
 from msgstream_spark.errors import MirrorError
-from msgstream_spark.mirror.store import settings, uri
+from msgstream_spark.mirror.store import settings, shipped, uri
 from msgstream_spark.mirror.store.base import COUNTS, ObjectMeta, Store
 from msgstream_spark.mirror.store.errors import AlreadyExists, Conflict, NotFound, StoreError
 
 CONFLICT_RETRIES = 8  # S3 answers 409 ConditionalRequestConflict to a conditional put racing another: retried
 PART_SIZE = 16 * 1024 * 1024  # multipart part size of open_output (S3's parts: 5 MiB to 5 GiB)
-ENV_PREFIX = {"s3": "AWS_", "gcs": "GOOGLE_", "azure": "AZURE_"}  # the variables obstore reads, per kind
-_ENV_LOCK = threading.Lock()
+log = logging.getLogger(__name__)
 
 
 def _obstore() -> Any:
@@ -39,24 +42,16 @@ def _obstore() -> Any:
     return obstore
 
 
-@contextmanager
-def _hidden_env(prefix: str | None) -> Iterator[None]:
-    """The process's variables starting with ``prefix`` removed while the block runs (None: nothing hidden)."""
-    if prefix is None:
-        yield
-        return
-    with _ENV_LOCK:
-        saved = {k: os.environ.pop(k) for k in [k for k in os.environ if k.upper().startswith(prefix)]}
-        try:
-            yield
-        finally:
-            os.environ.update(saved)
+def _racing(e: BaseException) -> bool:
+    """Whether an error is S3's 409 ``ConditionalRequestConflict``: another conditional write of the key is in
+    flight; retry (object_store retries it itself for ``If-Match`` only, and reports it as already-exists)."""
+    return "ConditionalRequestConflict" in str(e)
 
 
 class ObjectStore(Store):
     def __init__(self, root: str, options: dict[str, str] | None = None, shipped: bool = False) -> None:
         """``shipped``: ``options`` were resolved in another process (the driver); this process's own
-        object_store variables are never read."""
+        object_store variables never take effect (:mod:`.shipped`)."""
         super().__init__(root, options)
         loc = uri.parse(root)
         self.kind = loc.kind
@@ -78,10 +73,21 @@ class ObjectStore(Store):
             _obstore()
             from obstore.store import from_url
 
-            try:
-                config, client = settings.for_obstore(self.options)
-                with _hidden_env(ENV_PREFIX.get(self.kind) if self.shipped else None):
-                    self._client = from_url(self.bucket_root, config=config, client_options=client)
+            config, client = settings.for_obstore(self.options)
+            more: dict[str, Any] = {}
+            if self.shipped:  # undo what obstore would take from this process's environment (shipped.py)
+                pins, creds = shipped.pins(self.kind, self.options, self.bucket_root, os.environ)
+                config.update(pins)
+                if creds is not None:
+                    more["credential_provider"] = lambda: {**creds, "expires_at": None}
+            try:  # client options always given: they replace the environment's (AWS_ALLOW_HTTP, AWS_PROXY_URL...)
+                if "aws_endpoint_url_s3" in config:  # obstore 0.12's from_url loses this key (drops its aws_)
+                    from obstore.store import S3Store
+
+                    name = () if "aws_bucket" in config else (self.bucket_root.split("://", 1)[1],)
+                    self._client = S3Store(*name, config=config, client_options=client, **more)
+                else:
+                    self._client = from_url(self.bucket_root, config=config, client_options=client, **more)
             except Exception as e:  # noqa: BLE001 - obstore raises several kinds for a bad setting
                 raise StoreError(self._error("opening the store for", self.bucket_root, e)) from e
         return self._client
@@ -151,22 +157,48 @@ class ObjectStore(Store):
             try:
                 r = ob.put(self.client(), self._key(target), data, mode=mode)
                 return ObjectMeta(target, len(data), r.get("e_tag"), time.time())
-            except exc.AlreadyExistsError as e:
-                raise AlreadyExists(settings.mask(f"{target} already exists: another writer created it first",
-                                                  self.options)) from e
-            except exc.PreconditionError as e:
-                if mode == "create":  # some stores answer a taken create with 412 as a precondition failure
-                    raise AlreadyExists(f"{target} already exists: another writer created it first") from e
-                raise Conflict(f"{target} changed or is gone since etag {mode['e_tag']} was read") from e
-            except FileNotFoundError as e:
-                if isinstance(mode, dict):
-                    raise Conflict(f"{target} is gone: it was deleted since etag {mode['e_tag']} was read") from e
-                raise StoreError(self._error(what, target, e)) from e
-            except Exception as e:  # noqa: BLE001
-                if "ConditionalRequestConflict" not in str(e) and "409 Conflict" not in str(e):
-                    raise self._fail(what, target, e) from e
-                time.sleep(min(0.05 * 2 ** attempt, 1.0))  # a racing conditional put: the store says retry
+            except Exception as e:  # noqa: BLE001 - obstore raises several kinds
+                if _racing(e):  # a conditional put of this key in flight (maybe our own lost one): retry
+                    time.sleep(min(0.05 * 2 ** attempt, 1.0))
+                    continue
+                refused = isinstance(e, (exc.AlreadyExistsError, exc.PreconditionError, FileNotFoundError))
+                if mode == "overwrite" or not refused:
+                    raise StoreError(self._error(what, target, e)) from e
+                landed = self._landed(target, data, e)
+                if landed is not None:
+                    return landed
+                raise self._refused(target, mode, what, e) from e
         raise StoreError(f"{what} {target}: {CONFLICT_RETRIES} conditional-put conflicts (409) in a row")
+
+    def _landed(self, target: str, data: bytes, refusal: BaseException) -> ObjectMeta | None:
+        """After a refused conditional put: the object's metadata if it holds exactly ``data`` (the put landed,
+        and its answer was lost: obstore retried it after a 5xx or a dropped connection, and the retry was
+        refused because of it), None if it holds anything else or nothing. Identical bytes are taken for this
+        writer's own: what the puts write is unique to one writer and one attempt (a lease record names its
+        holder's token and time, a Delta commit its data files' random names and its timestamp)."""
+        try:
+            got, meta = self.get(target)
+        except NotFound:
+            return None
+        except StoreError as e:
+            raise StoreError(settings.mask(f"{target}: the store refused a conditional put ({refusal}), and "
+                                           f"reading the object back to learn whether an earlier attempt of this "
+                                           f"put landed failed: {e}", self.options)) from e
+        if got != data:
+            return None
+        log.info("%s: a conditional put was refused but the object holds exactly its bytes: an earlier attempt "
+                 "landed and its answer was lost; taken as written", target)
+        return meta
+
+    def _refused(self, target: str, mode: Any, what: str, e: BaseException) -> StoreError:
+        if isinstance(mode, dict):
+            if isinstance(e, FileNotFoundError):
+                return Conflict(f"{target} is gone: it was deleted since etag {mode['e_tag']} was read")
+            return Conflict(f"{target} changed or is gone since etag {mode['e_tag']} was read")
+        if isinstance(e, FileNotFoundError):
+            return StoreError(self._error(what, target, e))
+        return AlreadyExists(settings.mask(f"{target} already exists: another writer created it first",
+                                           self.options))
 
     def put(self, target: str, data: bytes) -> ObjectMeta:
         return self._put(target, data, "overwrite", "writing")

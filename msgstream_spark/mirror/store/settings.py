@@ -4,20 +4,19 @@
 object_store keys; no other variable is looked at, so a login shell's ``TOKEN`` or ``ADDRESS`` never leaks in),
 then lets explicit options (``--storage-option KEY=VALUE``, the data source's and the Python API's) override them,
 case-insensitively and under any alias object_store accepts (``endpoint``, ``aws_endpoint_url``, ...). Keys come
-back canonical (``aws_endpoint``, ``aws_allow_http``). :func:`mask` is the one function that hides their secrets
-in every log line, error and printed summary. The ``for_*`` functions give the same settings in the form each
-reader takes (pyiceberg's FileIO properties, pyarrow's S3FileSystem).
+back canonical (``aws_endpoint``, ``aws_allow_http``). :func:`mask` hides their secrets in every log line, error
+and printed summary (by :mod:`msgstream_spark.config.secrets`, the package's one definition of a secret). The
+``for_*`` functions give the same settings in the form each reader takes (pyiceberg's FileIO properties,
+pyarrow's S3FileSystem).
 """
 
 from __future__ import annotations
 
 import os
-import re
 from collections.abc import Mapping
 from typing import Any, overload
 
-from msgstream_spark.config import is_secret_key
-from msgstream_spark.config.loader import MASK
+from msgstream_spark.config import mask_mapping, mask_text
 from msgstream_spark.errors import ConfigError
 
 # object_store's HTTP client keys: each kind takes them with its prefix (aws_allow_http) or bare (allow_http)
@@ -42,7 +41,8 @@ _S3 = {"aws_access_key_id": ("access_key_id",), "aws_secret_access_key": ("secre
 _GCS = {"google_service_account": ("service_account", "google_service_account_path", "service_account_path"),
         "google_service_account_key": ("service_account_key",),
         "google_bucket": ("google_bucket_name", "bucket", "bucket_name"),
-        "google_application_credentials": ("application_credentials",), "google_skip_signature": ("skip_signature",)}
+        "google_application_credentials": ("application_credentials",), "google_skip_signature": ("skip_signature",),
+        "google_base_url": ("base_url",)}
 _AZURE = {"azure_storage_account_name": ("account_name",),
           "azure_storage_account_key": ("azure_storage_access_key", "azure_storage_master_key", "account_key",
                                         "access_key", "master_key"),
@@ -61,9 +61,6 @@ _AZURE = {"azure_storage_account_name": ("account_name",),
 # keys delta-rs reads for its own S3 log store (not object_store's): passed to deltalake only
 DELTA_ONLY = ("aws_s3_allow_unsafe_rename", "aws_s3_locking_provider", "delta_dynamo_table_name")
 _KINDS = {"s3": ("aws_", _S3), "gcs": ("google_", _GCS), "azure": ("azure_", _AZURE)}
-_USERINFO = re.compile(r"://([^:/@\s]+):([^@/\s]+)@")  # a password in a URL (postgresql://user:pw@host/db)
-_SECRETS = {"aws_secret_access_key", "aws_session_token", "google_service_account_key", "azure_storage_account_key",
-            "azure_client_secret", "azure_storage_sas_key", "azure_storage_token"}
 
 
 def _aliases(kind: str) -> dict[str, str]:
@@ -115,27 +112,17 @@ def _text(value: Any) -> str:
     return str(value)
 
 
-def is_secret(key: str) -> bool:
-    """Whether a storage setting (any spelling) holds a secret."""
-    k = key.lower()
-    return k in _SECRETS or is_secret_key(k) or k.endswith(("_key", "sas_token")) or "credential" in k
-
-
 @overload
 def mask(value: Mapping[str, Any], options: Mapping[str, Any] | None = None) -> dict[str, Any]: ...
 @overload
 def mask(value: str, options: Mapping[str, Any] | None = None) -> str: ...
 def mask(value, options=None):
-    """``value`` with every secret hidden: a mapping of settings gets its secret values replaced by ``******``; a
-    text (a log line, an error message) gets every secret value of ``options`` replaced wherever it appears."""
+    """``value`` with every secret hidden (:mod:`msgstream_spark.config.secrets`, the one definition of a secret):
+    a mapping of settings gets its secret values replaced by ``******``; a text (a log line, an error message)
+    gets passwords in URLs, secret assignments and every secret value of ``options`` replaced."""
     if isinstance(value, Mapping):
-        return {k: (MASK if is_secret(str(k)) and v not in ("", None) else v) for k, v in value.items()}
-    text = _USERINFO.sub(r"://\1:" + MASK + "@", str(value))
-    for k, v in (options or {}).items():
-        secret = _text(v) if v is not None else ""
-        if is_secret(str(k)) and len(secret) >= 4:
-            text = text.replace(secret, MASK)
-    return text
+        return mask_mapping(value)
+    return mask_text(str(value), options)
 
 
 def for_obstore(options: Mapping[str, str]) -> tuple[dict[str, str], dict[str, str]]:
@@ -162,12 +149,47 @@ _PYICEBERG = {"aws_endpoint": "s3.endpoint", "aws_access_key_id": "s3.access-key
               "azure_client_secret": "adls.client-secret"}
 
 
+# object_store's Azure emulator (``azure_storage_use_emulator``): Azurite's default Blob address and its account
+_AZURITE = ("http://127.0.0.1:10000", "devstoreaccount1")
+_ARROW_IO = "pyiceberg.io.pyarrow.PyArrowFileIO"
+
+
 def for_pyiceberg(options: Mapping[str, str]) -> dict[str, str]:
-    """The same settings as pyiceberg FileIO properties (``s3.endpoint``, ``s3.access-key-id``, ``adls.*``)."""
+    """The same settings as pyiceberg FileIO properties (``s3.*``, ``gcs.*``, ``adls.*``): an S3 endpoint as
+    ``s3.endpoint``, a GCS base URL as ``gcs.service.host``, an Azure endpoint (or the emulator) as the
+    ``adls.*-storage-authority`` and ``-scheme`` pyarrow's AzureFileSystem takes, which an Azure store's FileIO
+    is (``py-io-impl``; a catalog's own configuration may choose another)."""
     out = {_PYICEBERG[k]: v for k, v in options.items() if k in _PYICEBERG}
     if "s3.region" not in out and "aws_default_region" in options:
         out["s3.region"] = options["aws_default_region"]
+    if options.get("google_base_url"):
+        out["gcs.service.host"] = options["google_base_url"]
+    endpoint = options.get("azure_storage_endpoint")
+    if not endpoint and _true(options.get("azure_storage_use_emulator")):
+        endpoint = _AZURITE[0]
+        out.setdefault("adls.account-name", _AZURITE[1])
+    if endpoint:
+        out.update(_adls_endpoint(endpoint, out.get("adls.account-name", "")))
+    if any(k.startswith("azure_") for k in options):  # pyarrow's, as for s3:// and gs:// (pyiceberg's first
+        out["py-io-impl"] = _ARROW_IO  # choice for abfs:// is fsspec's, which needs adlfs, not a dependency)
     return out
+
+
+def _adls_endpoint(endpoint: str, account: str) -> dict[str, str]:
+    """An Azure Blob endpoint as pyarrow's AzureFileSystem takes it: an authority that starts with a dot is the
+    host after the account's name (``https://acct.blob.core.windows.net``: ``.blob.core.windows.net``), any
+    other is a host to which the account is the first path segment (Azurite: ``http://127.0.0.1:10000/acct``)."""
+    scheme, _, rest = endpoint.partition("://")
+    if not rest:
+        scheme, rest = "https", endpoint
+    host = rest.split("/", 1)[0]
+    if account and host.startswith(account + "."):
+        blob = host[len(account):]
+        dfs = blob.replace(".blob.", ".dfs.", 1)
+    else:
+        blob = dfs = host
+    return {"adls.blob-storage-authority": blob, "adls.blob-storage-scheme": scheme,
+            "adls.dfs-storage-authority": dfs, "adls.dfs-storage-scheme": scheme}
 
 
 def for_pyarrow_s3(options: Mapping[str, str]) -> dict[str, Any]:

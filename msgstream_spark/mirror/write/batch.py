@@ -1,23 +1,27 @@
-"""One micro-batch through the merge-on-read write path, the tasks' steps run by a ``runner``.
+"""One micro-batch through the merge-on-read write path: its steps written once (:func:`run_batch`), run by one
+of two runners (:class:`Runner`).
 
-``apply_local`` runs every step in this process (the library call, ``apply_batch``);
-``msgstream_spark.spark.mirror`` runs the writing and lookup steps in Spark tasks and keeps only the narrow
-results (keys, positions, file names) in the driver. Both end in ``table.commit(plan)``.
+The steps: begin (skip a batch already in the table; the Spark runner also clears an earlier attempt's files),
+write (collapse each share and write the keys' new rows, returning the narrow rows), plan (look the keys up in
+the table's live files and join: the plan and the collection ids the rows carry), commit (under the writer's
+lease, fenced at the version the lookup read and at the writer's epoch), end (clean up). :class:`LocalRunner`
+runs every step in this process (the library call ``apply_batch``); ``msgstream_spark.spark.mirror``'s runner
+runs the writing and planning steps in Spark tasks and keeps only the narrow results in the driver.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Protocol
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from msgstream_spark.mirror.common import PROP_COLLECTION_ID
-from msgstream_spark.mirror.formats.lock import writer_lock
+from msgstream_spark.mirror.formats.base import LiveFiles, Plan, WriteSpec
+from msgstream_spark.mirror.store.writer import Hold, writer_lock
 from msgstream_spark.mirror.write.layout import (
-    LiveFiles,
-    Plan,
+    COLLECTION,
     check_collections,
-    check_narrow_collection,
     lookup_file,
     match_schema,
     plan,
@@ -35,44 +39,93 @@ def lookup_local(table: Any, keys: pa.Array, files: LiveFiles | None = None) -> 
     return pa.concat_tables(parts) if parts else match_schema(spec_type).empty_table()
 
 
-def finish(table: Any, narrow: pa.Table, matches: pa.Table, *, query_id: str, batch_id: int,
-           commit_info: dict[str, str] | None = None, base: int | None = None) -> Plan | None:
-    """Plan the batch from the narrow results and commit it (``commit_info``: ``msgstream.*`` entries recorded
-    with the commit, e.g. the batch's watermark; ``base``: the table version ``matches`` were read at, the
-    commit is refused if the table moved since); None if the batch is already in the table."""
-    check_narrow_collection(narrow, _collection_id(table), table.location, table.collection)
-    return _commit(table, plan(narrow, matches, base), query_id, batch_id, commit_info)
-
-
 def commit_plan(table: Any, p: Plan, collections: set[int], *, query_id: str, batch_id: int,
-                commit_info: dict[str, str] | None = None) -> Plan | None:
+                commit_info: dict[str, str] | None = None, hold: Hold | None = None) -> Plan | None:
     """Commit a plan the tasks made (``collections``: the ids the batch's rows carry, checked against the
     table's); None if the batch is already in the table. MirrorError, nothing committed, if the table moved
-    since the plan's lookup read it (``p.base``)."""
+    since the plan's lookup read it (``p.base``). ``hold``: the writer lease the caller holds (default: taken
+    for the commit)."""
     check_collections(collections, _collection_id(table), table.location, table.collection)
+    if hold is not None:
+        return _commit_held(table, hold, p, query_id, batch_id, commit_info)
     return _commit(table, p, query_id, batch_id, commit_info)
 
 
 def _commit(table: Any, p: Plan, query_id: str, batch_id: int, commit_info: dict[str, str] | None) -> Plan | None:
-    """The plan committed under the table's writer lease, checked right before the commit publishes (a writer
-    that lost its lease commits nothing)."""
+    """The plan committed under the table's writer lease."""
     with writer_lock(table.store, table.location, f"the commit of batch {batch_id}") as hold:
-        hold.check()
-        return p if table.commit(p, query_id=query_id, batch_id=batch_id, commit_info=commit_info) else None
+        return _commit_held(table, hold, p, query_id, batch_id, commit_info)
 
 
-def apply_local(table: Any, changes: pa.Table, *, query_id: str, batch_id: int,
-                commit_info: dict[str, str] | None = None) -> bool:
-    """Apply ``changes`` (``rows`` output: op, fields, ``_ts``, ``_seq``) in this process; False if already applied."""
-    done = table.last_batch(query_id)
-    if done is not None and done >= batch_id:
-        return False
-    table.prepare(changes.schema)
-    narrow = write_changes(changes, table.write_spec())
-    files = table.live_files()
-    matches = lookup_local(table, narrow.column("key").combine_chunks(), files)
-    return finish(table, narrow, matches, query_id=query_id, batch_id=batch_id, commit_info=commit_info,
-                  base=files.version) is not None
+def _commit_held(table: Any, hold: Hold, p: Plan, query_id: str, batch_id: int,
+                 commit_info: dict[str, str] | None) -> Plan | None:
+    """The plan committed by ``hold``'s writer: its lease checked right before the commit publishes (a writer
+    that knows it lost its lease commits nothing), its epoch checked by the table in the commit (a writer
+    deposed meanwhile commits nothing either)."""
+    done = hold.commit(table, lambda epoch: table.commit(p, query_id=query_id, batch_id=batch_id,
+                                                        commit_info=commit_info, epoch=epoch))
+    return p if done else None
+
+
+class Runner(Protocol):
+    """Where a batch's steps run (:func:`run_batch` calls them in order)."""
+
+    def begin(self, table: Any, hold: Hold | None, query_id: str, batch_id: int) -> bool:
+        """Before anything is written: False if the batch is already in the table (skipped)."""
+
+    def columns(self) -> pa.Schema:
+        """The batch's columns (the table gains the collection fields it lacks before files are written)."""
+
+    def write(self, spec: WriteSpec) -> Any:
+        """The batch's changes collapsed and written as data files under ``spec``; what the plan step needs."""
+
+    def plan(self, table: Any, written: Any) -> tuple[Plan, set[int]]:
+        """The plan (fenced at the version its lookup read) and the collection ids the batch's rows carry."""
+
+    def end(self, table: Any, hold: Hold | None, written: Any, committed: bool) -> None:
+        """After the commit (``committed``: this run put the batch in the table): clean up."""
+
+
+def run_batch(table: Any, runner: Runner, *, query_id: str, batch_id: int, hold: Hold | None = None,
+              commit_info: dict[str, str] | None = None) -> Plan | None:
+    """Batch ``batch_id`` of ``query_id`` through ``runner``'s steps; the plan committed, or None if the batch is
+    already in the table. ``hold``: the writer lease the caller holds (None: taken for the commit)."""
+    if not runner.begin(table, hold, query_id, batch_id):
+        return None
+    table.prepare(runner.columns())
+    written = runner.write(table.write_spec())
+    p, collections = runner.plan(table, written)
+    done = commit_plan(table, p, collections, query_id=query_id, batch_id=batch_id, commit_info=commit_info,
+                       hold=hold)
+    runner.end(table, hold, written, done is not None)
+    return done
+
+
+class LocalRunner:
+    """Every step in this process: ``changes`` (``rows`` output: op, fields, ``_ts``, ``_seq``) written by one
+    ``TaskWriter``, looked up file by file."""
+
+    def __init__(self, changes: pa.Table) -> None:
+        self.changes = changes
+
+    def begin(self, table: Any, hold: Hold | None, query_id: str, batch_id: int) -> bool:
+        done = table.last_batch(query_id)
+        return done is None or done < batch_id
+
+    def columns(self) -> pa.Schema:
+        return self.changes.schema
+
+    def write(self, spec: WriteSpec) -> pa.Table:
+        return write_changes(self.changes, spec)
+
+    def plan(self, table: Any, written: pa.Table) -> tuple[Plan, set[int]]:
+        files = table.live_files()
+        matches = lookup_local(table, written.column("key").combine_chunks(), files)
+        ids = set(pc.unique(written.column(COLLECTION).drop_null()).to_pylist()) if written.num_rows else set()
+        return plan(written, matches, files.version), ids
+
+    def end(self, table: Any, hold: Hold | None, written: pa.Table, committed: bool) -> None:
+        """Nothing to clean up: a local writer's files of a failed commit are orphans (``orphans``, vacuum)."""
 
 
 def _collection_id(table: Any) -> int | None:

@@ -47,7 +47,7 @@ import pyarrow as pa
 
 from msgstream_spark.mirror.order import SEQ, SEQ_TYPE
 from msgstream_spark.mirror.store import Store, StoreError, store_for, uri
-from msgstream_spark.mirror.write.files import footer, read_parquet
+from msgstream_spark.mirror.store.parquet import footer, read_parquet
 from msgstream_spark.mirror.write.keycache import DamagedIndex, RemoteIndex
 
 log = logging.getLogger(__name__)

@@ -14,7 +14,6 @@ See docs/mirror.md "The write path".
 from __future__ import annotations
 
 import uuid
-from dataclasses import dataclass, field
 
 import numpy as np
 import pyarrow as pa
@@ -24,15 +23,15 @@ import pyarrow.parquet as pq
 from msgstream_spark.errors import MirrorError
 from msgstream_spark.mirror.collapse import OP, WRITES, check_ops, collapse
 from msgstream_spark.mirror.common import TS, conform
+from msgstream_spark.mirror.formats.base import LiveFile, Plan, WriteSpec
 from msgstream_spark.mirror.order import SEQ, SEQ_TYPE
 from msgstream_spark.mirror.store import Store, store_for, uri
-from msgstream_spark.mirror.write.files import ParquetOut, Written, write_table
+from msgstream_spark.mirror.store.parquet import ParquetOut, Written, write_table
 from msgstream_spark.mirror.write.keyindex import KeyIndex, find_keys, indexable, save_index
 
 FILE = "_file"
 POS = "_pos"
 COLLECTION = "_collection"
-DATA_DIR = "data"
 
 
 def narrow_schema(key_type: pa.DataType) -> pa.Schema:
@@ -45,26 +44,6 @@ def match_schema(key_type: pa.DataType) -> pa.Schema:
     """What a lookup task returns per live table row of a batch key."""
     return pa.schema([pa.field("key", key_type), pa.field(SEQ, SEQ_TYPE), pa.field(FILE, pa.string()),
                       pa.field(POS, pa.int64())])
-
-
-@dataclass
-class WriteSpec:
-    """What a writing task needs (picklable): the table's Arrow schema (Iceberg's carries field ids), its key,
-    the directory for new files (a full URI, or an absolute local path), the snapshot timestamp below which
-    changes are dropped, and the store's settings as the driver resolved them (a task never reads its own
-    environment: :func:`msgstream_spark.mirror.store.store_for`)."""
-
-    schema: pa.Schema
-    pk: str
-    data_dir: str
-    snapshot_ts: int | None = None
-    key_type: pa.DataType = field(default_factory=pa.int64)
-    split_by: list[str] = field(default_factory=list)  # one file per value of these (a user's identity partition)
-    storage: dict[str, str] = field(default_factory=dict, repr=False)  # (secrets: never printed)
-
-    def store(self) -> Store:
-        """The store the files go to, built from the shipped settings."""
-        return store_for(self.data_dir, self.storage)
 
 
 def write_changes(changes: pa.Table, spec: WriteSpec) -> pa.Table:
@@ -176,40 +155,6 @@ def write_data_file(table: pa.Table, path: str, store: Store | None = None, key:
     return write_table(store if store is not None else store_for(path), path, table, key)
 
 
-@dataclass
-class LiveFile:
-    """A data file of the table as a lookup task reads it: its path, key bounds, deleted positions."""
-
-    path: str
-    key_min: object = None
-    key_max: object = None
-    deleted: np.ndarray = field(default_factory=lambda: np.zeros(0, np.uint64))  # sorted, unique
-    num_rows: int = 0
-    partition: object = None  # Iceberg: the file's partition record
-    size: int = 0  # bytes, as the table's metadata records it (0: unknown)
-
-
-NO_SNAPSHOT = -1  # the version of an Iceberg table without a snapshot (snapshot ids are never negative)
-
-
-class LiveFiles(list):
-    """A table's live data files (``LiveFile``) and the version they were read at (Delta: the log version;
-    Iceberg: the snapshot id, ``NO_SNAPSHOT`` for none): the version a plan made from them is fenced at."""
-
-    def __init__(self, files=(), version: int | None = None) -> None:
-        super().__init__(files)
-        self.version = version
-
-
-def fence_message(location: str, unit: str, base: int, current: int, what: str) -> str:
-    """The refusal of a commit planned on ``base`` of a table now at ``current`` (``unit``: version, snapshot)."""
-    again = ("compact again" if what == "the compaction" else
-             "the batch runs again against the table as it is now (on restart; or apply it again)")
-    return (f"table {location} moved from {unit} {base}, which {what} was planned on, to {unit} {current} "
-            f"(another writer committed meanwhile: a compaction, a repair, another query?): nothing committed; "
-            f"{again}")
-
-
 def prune(files: list[LiveFile], keys: pa.Array) -> list[LiveFile]:
     """The files whose key bounds hold at least one of ``keys`` (files without bounds are kept)."""
     if len(keys) == 0:
@@ -275,23 +220,6 @@ def _lookup_indexed(store: Store, f: LiveFile, pk: str, keys: pa.Array, key_type
 def newest_seq(matches: pa.Table) -> pa.Table:
     """(key, ``_seq``) of the newest live table row of each key in a lookup's ``matches``."""
     return matches.select(["key", SEQ]).group_by("key").aggregate([(SEQ, "max")]).rename_columns(["key", SEQ])
-
-
-@dataclass
-class Plan:
-    """What one batch commits: new data files (with their rows count) and deleted positions per data file,
-    and the table version its lookup read (``LiveFiles.version``): the commit is refused when the table moved
-    since (None: a plan made without a lookup, committed on whatever version is current)."""
-
-    adds: list[str]
-    deletes: dict[str, np.ndarray]
-    rows: int  # changes applied
-    base: int | None = None
-    info: dict[str, tuple[int, str]] = field(default_factory=dict)  # added file -> (size, stats) its writer reported
-
-    @property
-    def empty(self) -> bool:
-        return not self.adds and not self.deletes
 
 
 def plan(narrow: pa.Table, matches: pa.Table, base: int | None = None) -> Plan:

@@ -6,36 +6,38 @@ file* of its own (``<data>/_changes/<batch>/<uuid>.parquet``) and returns one ro
 task, whichever writing task wrote it); a planning task looks its keys up in the table's live files
 (``layout.lookup_file``), runs ``layout.plan`` on its share and returns the positions to delete per data file
 and the number of changes applied (:func:`plan_out_schema`). The driver merges those rows (:func:`merge_plans`)
-into one ``layout.Plan`` and commits it. What reaches the driver grows with the files and the deleted rows,
+into one ``formats.base.Plan`` and commits it. What reaches the driver grows with the files and the deleted rows,
 not with the batch's rows: an insert-only batch of any size is a few rows per task.
 
 The changes files are the batch's persisted state between the two stages (a re-run planning task reads the
 same rows; a re-run writing task writes a new data file and a new changes file, and the lost attempt's files
-are in neither list). Before it opens a data file a writing task claims its name with an empty object in the
-batch's directory; once the batch is committed (or when it runs again) the driver deletes the claimed files no
+are in neither list). Before it opens a data file a writing task claims its name with an empty object in its
+attempt's directory; once the batch is committed (or when it runs again) the driver deletes the claimed files no
 task result named (:func:`drop_lost_files`): a task that finished its files on an executor that died before its
 result reached the driver leaves nothing behind. The driver deletes the batch's directory once the batch is
 committed or skipped; one a killed job left is removed when the batch runs again, else listed by ``msgstream
-mirror orphans``.
+mirror orphans``. Each attempt of a batch writes under ``<batch directory>/e<epoch>/`` (its writer's epoch,
+``store/writer.py``; an earlier release wrote straight into the batch's directory: epoch 0), and the deletions
+take a range of epochs: which attempts' files may go, and when, is ``write/attempts.py``'s rule.
 """
 
 from __future__ import annotations
 
 import logging
+import os
 import uuid
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from msgstream_spark.mirror.formats.base import LiveFile, Plan
 from msgstream_spark.mirror.order import SEQ, SEQ_TYPE
 from msgstream_spark.mirror.store import Store, uri
-from msgstream_spark.mirror.write.files import ParquetOut, Written, remove_tree
+from msgstream_spark.mirror.store.parquet import ParquetOut, Written, remove_tree
 from msgstream_spark.mirror.write.keyindex import side_path
 from msgstream_spark.mirror.write.layout import (
     COLLECTION,
-    LiveFile,
-    Plan,
     lookup_file,
     match_schema,
     narrow_schema,
@@ -47,6 +49,7 @@ from msgstream_spark.mirror.write.layout import (
 log = logging.getLogger(__name__)
 
 CHANGES_DIR, CLAIMS_DIR = "_changes", "claims"
+EPOCH_DIR = "e"  # an attempt's directory in its batch's: e<epoch of its writer>
 DATA, CHANGES = "data", "changes"
 DELETE, APPLIED, EXISTED = "delete", "applied", "existed"
 
@@ -62,13 +65,38 @@ def claims_dir(directory: str) -> str:
     return uri.join(directory, CLAIMS_DIR)
 
 
-def drop_lost_files(store: Store, directory: str, data_dir: str, kept: pa.Table | None = None) -> list[str]:
-    """Delete the data files (and their key indexes) claimed in ``directory`` by the batch's writing tasks that
-    are not among ``kept`` (the writing tasks' output rows the driver used; none: every claimed file). A task
-    that finished its files on an executor that died before its result reached the driver is run again and
-    writes new files; its own are in no commit. The deleted files' paths."""
+def attempt_dir(directory: str, epoch: int) -> str:
+    """Where an attempt of the batch (changes files in ``directory``) by a writer of ``epoch`` keeps its files."""
+    return uri.join(directory, f"{EPOCH_DIR}{int(epoch)}")
+
+
+def _in_batch(directory: str, target: str) -> tuple[int, list[str]]:
+    """(epoch of the attempt, path parts under its directory) of an object under a batch's ``directory``."""
+    parts = (uri.relative(directory, target) or "").split("/")
+    if len(parts) > 1 and parts[0][:1] == EPOCH_DIR and parts[0][1:].isdigit():
+        return int(parts[0][1:]), parts[1:]
+    return 0, parts  # an earlier release's attempt, straight in the batch's directory
+
+
+def attempt_epochs(store: Store, directory: str) -> set[int]:
+    """The epochs of the attempts that left files in the batch's ``directory``."""
+    return {_in_batch(directory, m.uri)[0] for m in store.list(directory)}
+
+
+def drop_lost_files(store: Store, directory: str, data_dir: str, kept: pa.Table | None = None, *,
+                    epochs: tuple[int, int] | None = None, referenced: set[str] | None = None) -> list[str]:
+    """Delete the data files (and their key indexes) claimed in the batch's ``directory`` by its writing tasks
+    that are not among ``kept`` (the writing tasks' output rows the driver used) nor ``referenced`` (paths the
+    table's versions read); none of both: every claimed file. ``epochs``: only the claims of attempts of these
+    epochs (first, last; default: all). A task that finished its files on an executor that died before its result
+    reached the driver is run again and writes new files; its own are in no commit. The deleted files' paths."""
     keep = {p.rsplit("/", 1)[-1] for p in data_files(kept)} if kept is not None else set()
-    lost = [m.uri.rsplit("/", 1)[-1] for m in store.list(claims_dir(directory))]
+    keep |= {p.rsplit("/", 1)[-1] for p in referenced or ()}
+    lost = []
+    for m in store.list(directory):
+        epoch, parts = _in_batch(directory, m.uri)
+        if len(parts) == 2 and parts[0] == CLAIMS_DIR and (epochs is None or epochs[0] <= epoch <= epochs[1]):
+            lost.append(parts[1])
     gone = []
     for name in lost:
         if name in keep:
@@ -83,9 +111,22 @@ def drop_lost_files(store: Store, directory: str, data_dir: str, kept: pa.Table 
     return gone
 
 
-def remove_changes(store: Store, directory: str) -> None:
-    """Drop a batch's changes files (committed, skipped, or left by a killed attempt of the batch)."""
-    remove_tree(store, directory)
+def remove_changes(store: Store, directory: str, epochs: tuple[int, int] | None = None) -> None:
+    """Drop a batch's changes files and claims (committed, skipped, or left by a killed attempt of the batch);
+    ``epochs``: only those of attempts of these epochs (first, last; default: all)."""
+    if epochs is None:
+        remove_tree(store, directory)
+        return
+    for m in list(store.list(directory)):
+        if epochs[0] <= _in_batch(directory, m.uri)[0] <= epochs[1]:
+            store.delete(m.uri)
+    local = uri.parse(directory)
+    if local.kind == "local":  # the emptied directories (one another attempt still writes in stays)
+        for at, _, _ in os.walk(local.key, topdown=False):
+            try:
+                os.rmdir(at)
+            except OSError:
+                pass  # not empty: a later attempt's files
 
 
 def written_schema() -> pa.Schema:

@@ -55,7 +55,8 @@ def fetch(consumer: Any, max_messages: int, timeout: float) -> list:
 
 class KafkaConsumer(Consumer):
     def __init__(self, settings: KafkaSettings, channel: str, subscription: str, consumer: Any,
-                 start: int | None) -> None:
+                 start: int | None, fresh: bool = False) -> None:
+        """``fresh``: the group is new to the broker (a reader's): until it commits there is nothing to delete."""
         from confluent_kafka import TopicPartition
 
         self.channel = channel
@@ -66,10 +67,15 @@ class KafkaConsumer(Consumer):
         self._assigned = False
         self._acked: int | None = None
         self._committed: int | None = None
+        self._fresh = fresh
         self._last_commit = time.monotonic()
         self._closed = False
         if start is not None:
             self._assign(start)
+
+    def mark_fresh(self) -> None:
+        """The group is new to the broker (a reader's): until it commits, closing it leaves nothing to delete."""
+        self._fresh = True
 
     @property
     def subscription(self) -> str:
@@ -214,6 +220,8 @@ class KafkaConsumer(Consumer):
             return
         self._acked = None
         self.close()
+        if self._fresh and self._committed is None:  # the broker holds nothing of this group: no round trip
+            return
         try:
             admin = AdminClient(self._s.admin_conf())  # kept referenced until the futures resolve
             futures = admin.delete_consumer_groups([self._sub], request_timeout=self._s.request_timeout)

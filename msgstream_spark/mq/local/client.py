@@ -26,12 +26,23 @@ class LocalClient(Client):
 
     def create_producer(self, channel: str) -> Producer:
         self._check_name(channel)
-        return LocalProducer(self.settings, channel)
+        if self._closed:
+            raise ConsumeError("the embedded-log client is closed")
+        return LocalProducer(self.settings, channel, self._db)  # the client's connection: it closes it
 
     def subscribe(self, channel: str, subscription: str,
                   initial_position: SubscriptionInitialPosition = SubscriptionInitialPosition.EARLIEST) -> Consumer:
         self._check_name(channel)
         pos = SubscriptionInitialPosition.parse(initial_position)
+        if pos == SubscriptionInitialPosition.UNKNOWN:  # a reader: nothing to record, no write lock to wait for
+            with self._db.lock:
+                conn = self._conn()
+                known = conn.execute("SELECT 1 FROM channels WHERE name = ?", (channel,)).fetchone() is not None
+                row = conn.execute("SELECT cursor FROM subscriptions WHERE sub = ? AND channel = ?",
+                                   (subscription, channel)).fetchone()
+            if known:
+                return LocalConsumer(self.settings, channel, subscription, None if row is None else row[0],
+                                     recorded=row is not None)
         with self._db.lock:
             conn = self._conn()
             with write_txn(conn, channel):
@@ -49,7 +60,8 @@ class LocalClient(Client):
                         after = -1
                     conn.execute("INSERT INTO subscriptions (sub, channel, cursor) VALUES (?, ?, ?)",
                                  (subscription, channel, after))
-        return LocalConsumer(self.settings, channel, subscription, after)
+        return LocalConsumer(self.settings, channel, subscription, after,
+                             recorded=row is not None or pos != SubscriptionInitialPosition.UNKNOWN)
 
     @staticmethod
     def _check_name(channel: str) -> None:

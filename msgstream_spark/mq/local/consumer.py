@@ -18,9 +18,12 @@ _POLL_MIN, _POLL_MAX = 0.002, 0.05
 
 
 class LocalConsumer(Consumer):
-    def __init__(self, settings: LocalSettings, channel: str, subscription: str, after: int | None) -> None:
+    def __init__(self, settings: LocalSettings, channel: str, subscription: str, after: int | None,
+                 recorded: bool = True) -> None:
+        """``recorded``: the subscription has a row in the log (False: a reader's, until it acks)."""
         self.channel = channel
         self._sub = subscription
+        self._recorded = recorded
         self._db = Connection(settings)
         self._after = after  # read ids > _after; None: a seek must come first
         self._acked: int | None = None
@@ -132,6 +135,7 @@ class LocalConsumer(Consumer):
                 conn.execute("INSERT INTO subscriptions (sub, channel, cursor) VALUES (?, ?, ?) "
                              "ON CONFLICT (sub, channel) DO UPDATE SET cursor = MAX(cursor, excluded.cursor)",
                              (self._sub, self.channel, self._acked))
+        self._recorded = True
 
     def latest_message_id(self) -> MessageID | None:
         with self._db.lock:
@@ -152,6 +156,8 @@ class LocalConsumer(Consumer):
             return
         self._acked = None  # nothing more to record
         try:
+            if not self._recorded:  # never written to the log: nothing to remove (and no write lock to take)
+                return
             with self._db.lock:
                 conn = self._db.get()
                 with write_txn(conn, self.channel):

@@ -26,10 +26,15 @@ def _first_id() -> int:
 
 
 class LocalProducer(Producer):
-    def __init__(self, settings: LocalSettings, channel: str) -> None:
+    """``db``: a connection shared with the client that made this producer (its other producers write through it
+    one after another, where connections of their own would wait on SQLite's write lock in its busy handler's
+    sleeps); the client closes it. Without ``db`` the producer opens and closes a connection of its own."""
+
+    def __init__(self, settings: LocalSettings, channel: str, db: Connection | None = None) -> None:
         self.channel = channel
         self._settings = settings
-        self._db = Connection(settings)
+        self._own_db = db is None
+        self._db = Connection(settings) if db is None else db
         self._closed = False
         self._last_retention = time.monotonic()
         with self._db.lock:
@@ -89,4 +94,5 @@ class LocalProducer(Producer):
     def close(self) -> None:
         if not self._closed:
             self._closed = True
-            self._db.close()
+            if self._own_db:
+                self._db.close()

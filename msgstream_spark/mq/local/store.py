@@ -106,6 +106,8 @@ def _open_once(s: LocalSettings) -> sqlite3.Connection:
             conn.execute("PRAGMA journal_mode=WAL")
         conn.execute(f"PRAGMA synchronous={s.synchronous.upper()}")
         conn.execute(f"PRAGMA mmap_size={s.mmap_bytes}")  # reads map the file instead of copying it in
+        if _has_schema(conn):  # a read: no write lock to wait for behind another connection's transaction
+            return conn
         conn.execute("BEGIN IMMEDIATE")
         try:
             for stmt in SCHEMA.strip().split(";"):
@@ -120,6 +122,15 @@ def _open_once(s: LocalSettings) -> sqlite3.Connection:
         conn.close()
         raise
     return conn
+
+
+_SCHEMA_OBJECTS = frozenset(stmt.split("EXISTS", 1)[1].split()[0] for stmt in SCHEMA.split(";") if "EXISTS" in stmt)
+
+
+def _has_schema(conn: sqlite3.Connection) -> bool:
+    """Every table and index of SCHEMA is in the file already (then opening writes nothing)."""
+    names = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type IN ('table', 'index')")}
+    return _SCHEMA_OBJECTS <= names
 
 
 class write_txn:  # noqa: N801 - used as a context manager like a function

@@ -29,6 +29,7 @@ _READER = "__msgstream-reader-"
 
 class MilvusClient(Client):
     name = "milvus"
+    time_ordered = True  # the proxy sends by _tt (a transaction at its Commit's) and never a TimeTick
 
     def __init__(self, config: Config) -> None:
         self.settings = MilvusSettings(config)

@@ -15,7 +15,17 @@ A transaction arrives as BeginTxn, bodies, CommitTxn (each re-timed to the commi
 out only once complete, so a broken stream never leaves half a transaction delivered. A broken or
 stalled stream (no item for ``milvus.idleTimeout``) is reopened after the last delivered message.
 The proxy never sends TimeTicks; with ``ticks`` (``milvus.timeTicks``), a synthetic one at the last
-delivered ``_tt`` follows each burst, so tick-aligned readers (TtMsgStream) can cut batches.
+delivered ``_tt`` follows each burst, so tick-aligned readers (TtMsgStream) can cut batches. It
+carries that message's ``_lc``: a batch ending at it ends at Milvus's own position of the message
+(start AT the ``_lc``, skip ``_tt`` <= the tick), never at a WAL id, because the proxy sends by
+``_tt``: an entry still to come may lie before the last delivered one in the WAL (an insert
+written while a transaction was open comes after that transaction's Commit).
+
+Version-0 entries (written before the upgrade) can share a ``_tt``, and a burst can end between two of
+them: a tick at their ``_tt`` would claim the rest had come. After such an entry the tick is at the ``_tt``
+below and stands *before* the entries at that ``_tt`` (a ``TICK_BEFORE``: a resume from it, or from the
+pack end it makes, reads all of them); a read that fills its batch there keeps them back for the next
+call, so the tick can still precede them.
 """
 
 from __future__ import annotations
@@ -29,7 +39,7 @@ from msgstream_spark.errors import BackendError, BackendUnavailableError, Consum
 from msgstream_spark.mq.base import Consumer, Message, MessageID
 from msgstream_spark.mq.milvus.connection import ProxyConnection, ProxyDown, rpc_error
 from msgstream_spark.mq.milvus.dump import END, DumpRequest, DumpStream, Entry, StatusFailure
-from msgstream_spark.mq.milvus.message_id import MilvusMessageID, earliest_for
+from msgstream_spark.mq.milvus.message_id import TICK_AFTER, TICK_BEFORE, MilvusMessageID, earliest_for
 from msgstream_spark.msg.wal26 import WalMessageId, b36decode, b36encode, is_wal_message
 
 _BEGIN, _COMMIT = "900", "901"
@@ -72,6 +82,8 @@ class MilvusConsumer(Consumer):
         self._ready: collections.deque[Message] = collections.deque()
         self._last: MilvusMessageID | None = None
         self._tick_after: MilvusMessageID | None = None  # a synthetic tick is due after this message
+        self._run: list[Message] = []  # the last delivered version-0 entries, all at one _tt (more may come)
+        self._run_prev: MilvusMessageID | None = None  # what was delivered before the run
         self._down_since: float | None = None  # when the proxy became unreachable
         self._retries = 0
         self._ticks = ticks
@@ -89,11 +101,14 @@ class MilvusConsumer(Consumer):
         if not isinstance(msg_id, MilvusMessageID):
             raise ConsumeError(f"channel {self.channel}: cannot seek to a {type(msg_id).__name__} on the milvus "
                                "backend (use a Milvus WAL message id)")
-        if msg_id.tick:  # a synthetic tick stands right after its message
+        if msg_id.tick == TICK_AFTER:  # a synthetic tick stands right after its message
             msg_id, inclusive = MilvusMessageID(msg_id.wal_id, msg_id.time_tick, msg_id.last_confirmed), False
+        elif msg_id.tick == TICK_BEFORE:  # before the version-0 entries at its _tt + 1: read them all
+            inclusive = True
         self._drop_stream()
         self._ready.clear()
-        self._last = self._tick_after = None
+        self._last = self._tick_after = self._run_prev = None
+        self._run = []
         self.finished = False
         self._target = (msg_id, inclusive)
 
@@ -102,7 +117,12 @@ class MilvusConsumer(Consumer):
         target, inclusive = self._target
         self._barrier = self._check_back = self._first_must_be = None
         start, start_tt = target.wal_id, self._start_tt
-        if target.at_earliest_position():
+        if target.tick == TICK_BEFORE:  # Milvus's position: AT the entries' _lc, skip what is below their _tt
+            lc = MilvusMessageID(WalMessageId(target.wal, target.last_confirmed)) if target.last_confirmed else None
+            start = lc.wal_id if lc is not None else earliest_for(target.wal).wal_id
+            start_tt = max(start_tt, target.time_tick + 1)
+            self._check_back = lc
+        elif target.at_earliest_position():
             pass
         elif target.time_tick:  # exact resume, as Milvus's CDC client does (from the oldest entry without _lc)
             start = (WalMessageId(target.wal, target.last_confirmed) if target.last_confirmed
@@ -161,20 +181,46 @@ class MilvusConsumer(Consumer):
                 self._stream_ended()
             else:
                 self._failed(item)
-        out = []
-        while self._ready and len(out) < max_messages:
-            out.append(self._ready.popleft())
-        return out
+        n = min(max_messages, len(self._ready))
+        if self._ticks and n == len(self._ready) and 0 < len(self._run) < n and self._ready[-1] is self._run[-1]:
+            n -= len(self._run)  # a full batch ends in a version-0 run: keep it for a tick to precede it
+        return [self._ready.popleft() for _ in range(n)]
 
     def _add_tick(self) -> None:
         """A synthetic TimeTick at the last delivered ``_tt``: the proxy sends an entry only once a tick at or
-        above its ``_tt`` was written, and never sends ticks; tick-aligned readers need them to cut."""
+        above its ``_tt`` was written, and never sends ticks; tick-aligned readers need them to cut.
+
+        The tick carries that message's ``_lc``, so its position (a pack's end) is Milvus's own position of
+        the message: start AT the ``_lc``, skip ``_tt`` <= the tick. Not the tick's id: the proxy sends by
+        ``_tt``, so a message still to come can lie *before* it in the WAL (an insert written while a
+        transaction was open comes after that transaction's Commit, whose id is larger)."""
         last, self._tick_after = self._tick_after, None
         if last is None or not self._ticks:
             return
-        props = MappingProxyType({"_v": "1", "_t": "1", "_tt": b36encode(last.time_tick)})
-        tick = MilvusMessageID(last.wal_id, last.time_tick, last.last_confirmed, tick=True)
-        self._ready.append(Message(self.channel, b"", props, tick, last.time_tick))
+        if self._run and self._run[-1].id is last:
+            self._add_tick_before_run()
+            return
+        tick = MilvusMessageID(last.wal_id, last.time_tick, last.last_confirmed, tick=TICK_AFTER)
+        self._ready.append(self._tick_message(tick, last.time_tick, last.last_confirmed))
+
+    def _add_tick_before_run(self) -> None:
+        """The tick after a burst ending in version-0 entries at one ``_tt`` X (more of them may follow): at X - 1,
+        put before them, with the first one's ``_lc``; none once one of them was handed out (the next burst's
+        tick covers them)."""
+        run = self._run
+        if len(self._ready) < len(run) or self._ready[-len(run)] is not run[0]:
+            return
+        first: MilvusMessageID = run[0].id  # type: ignore[assignment]
+        tt, prev = first.time_tick - 1, self._run_prev
+        wal_id = prev.wal_id if prev is not None and prev.time_tick == tt else first.wal_id  # orders after prev
+        tick = MilvusMessageID(wal_id, tt, first.last_confirmed, tick=TICK_BEFORE)
+        self._ready.insert(len(self._ready) - len(run), self._tick_message(tick, tt, first.last_confirmed))
+
+    def _tick_message(self, tick: MilvusMessageID, tt: int, lc: str | None) -> Message:
+        props = {"_v": "1", "_t": "1", "_tt": b36encode(tt)}
+        if lc:
+            props["_lc"] = lc
+        return Message(self.channel, b"", MappingProxyType(props), tick, tt)
 
     def _stream_ended(self) -> None:
         self._drop_stream()
@@ -263,8 +309,19 @@ class MilvusConsumer(Consumer):
         else:
             done = [m]
         self._ready.extend(done)
+        self._note_run(None if is_wal_message(props) else m)
         self._last = done[-1].id  # type: ignore[assignment]
         self._tick_after = self._last if self._last.time_tick else None
+
+    def _note_run(self, m: Message | None) -> None:
+        """Track the trailing version-0 entries that share one ``_tt`` (``m``: a delivered 2.5 entry)."""
+        tt = m.id.time_tick if m is not None else None  # type: ignore[union-attr]
+        if not tt:
+            self._run = []
+        elif self._run and self._run[-1].id.time_tick == tt:  # type: ignore[union-attr]
+            self._run.append(m)
+        else:
+            self._run, self._run_prev = [m], self._last
 
     def _wanted(self, vc: str | None) -> bool:
         return vc is None or vc in self._vchannels or vc.endswith("_vcchan") or vc == self.channel

@@ -8,10 +8,19 @@ a transaction that was still open at the id (wal doc, "Resuming exactly once").
 
 Order: the proxy sends entries sorted by ``_tt`` (a transaction at its commit's), so ids that know
 their ``_tt`` order by ``(_tt, WAL position)``: the order they were delivered in, which is what
-readers compare ("the batch ends at id X"). Bare ids (no ``_tt``) order by WAL position.
+readers compare ("the batch ends at id X"). Bare ids (no ``_tt``: a position's legacy bytes, a
+``MessageID`` given by a user) are positions, where a read starts, and order by WAL position.
+Compared with a bare id, a delivered id stands for its own position, its ``_lc`` (Milvus's
+``MsgPosition`` of the message): a start position at or after the first message's ``_lc`` is
+no loss (it is often a TimeTick before that message, which the proxy never sends). Ids are not
+increasing in delivery order: an insert written while a transaction was open comes after that
+transaction's Commit, with a smaller id.
 Equality is the entry's: the same WAL id (and the same synthetic-tick flag) whatever the hints.
-A *synthetic tick* id (``tick``) is the time tick the consumer adds after a delivered message
-(consumer.py): it orders right after that message.
+A *synthetic tick* id (``tick``) is a time tick the consumer adds (consumer.py). :data:`TICK_AFTER`: after a
+delivered message, it orders right after it and a resume from it continues after that message.
+:data:`TICK_BEFORE`: before version-0 entries that share the ``_tt`` right above the tick's (the rest of
+them may still come): it orders before them and a resume from it starts at their ``_lc`` with
+``start_timetick`` = that ``_tt``, so all of them come again.
 """
 
 from __future__ import annotations
@@ -26,6 +35,7 @@ from msgstream_spark.msg.wal26.types import b36decode
 from msgstream_spark.msg.wire import encode_varint, iter_fields
 
 _TICK_FIELD = 13  # our resume hints; not in common.MessageID
+TICK_AFTER, TICK_BEFORE = 1, 2  # the kinds of synthetic ticks (``tick``; 0: a message)
 _TT_FIELD = 14
 _LC_FIELD = 15
 
@@ -49,11 +59,11 @@ class MilvusMessageID(MessageID):
     __slots__ = ("wal_id", "time_tick", "last_confirmed", "tick")
 
     def __init__(self, wal_id: WalMessageId, time_tick: int | None = None,
-                 last_confirmed: str | None = None, tick: bool = False) -> None:
+                 last_confirmed: str | None = None, tick: int = 0) -> None:
         self.wal_id = wal_id
         self.time_tick = time_tick
         self.last_confirmed = last_confirmed
-        self.tick = tick
+        self.tick = int(tick)
 
     @property
     def wal(self) -> WALName:
@@ -66,7 +76,7 @@ class MilvusMessageID(MessageID):
     def serialize(self) -> bytes:
         out = self.wal_id.to_proto_bytes()
         if self.tick:
-            out += encode_varint(_TICK_FIELD << 3) + b"\x01"
+            out += encode_varint(_TICK_FIELD << 3) + encode_varint(self.tick)
         if self.time_tick:
             out += encode_varint(_TT_FIELD << 3) + encode_varint(self.time_tick)
         if self.last_confirmed:
@@ -77,11 +87,11 @@ class MilvusMessageID(MessageID):
     @classmethod
     def deserialize(cls, data: bytes) -> MilvusMessageID:
         data = bytes(data)
-        wid, wal, tt, lc, tick = "", 0, None, None, False
+        wid, wal, tt, lc, tick = "", 0, None, None, 0
         try:
             for num, wire, val, start in iter_fields(data):
                 if num == _TICK_FIELD and wire == 0:
-                    tick = bool(val)
+                    tick = val if val in (TICK_AFTER, TICK_BEFORE) else 0
                 elif num == 1 and wire == 2:
                     wid = data[start:start + val].decode("utf-8")
                 elif num == 2 and wire == 0:
@@ -96,6 +106,8 @@ class MilvusMessageID(MessageID):
                               msg_id=data) from None
         if not wid:
             raise DecodeError("a Milvus WAL message id has an empty id string", msg_id=data)
+        if not (wid.isascii() and wid.isprintable()):  # WAL id strings are base 36 or base 64 text
+            raise DecodeError(f"a Milvus WAL message id string is not text: {wid!r}", msg_id=data)
         return cls(WalMessageId(wal_name, wid), tt, lc, tick)
 
     def at_earliest_position(self) -> bool:
@@ -103,7 +115,38 @@ class MilvusMessageID(MessageID):
 
     def sort_key(self) -> tuple:
         """``(_tt, WAL position, tick)``: delivery order; ``_tt`` 0 for a bare id."""
-        return (self.time_tick or 0, self.wal_key(), int(self.tick))
+        return (self.time_tick or 0, self.wal_key(), self.tick)
+
+    def _keys(self, other: MessageID) -> tuple[tuple, tuple]:
+        """The keys ``self`` and ``other`` compare by: delivery order when both know their ``_tt`` (or neither
+        does), else positions: a bare id is one, a delivered id stands for its own (its ``_lc``)."""
+        if not isinstance(other, MilvusMessageID) or bool(self.time_tick) == bool(other.time_tick):
+            return self.sort_key(), other.sort_key()
+        if self.same_entry(other):
+            return (), ()
+        return self._position_key(), other._position_key()
+
+    def _position_key(self) -> tuple:
+        """Where a read that must see this message starts, as a WAL key: its ``_lc``, else itself."""
+        if self.time_tick and self.last_confirmed:
+            return MilvusMessageID(WalMessageId(self.wal, self.last_confirmed)).wal_key()
+        return self.wal_key()
+
+    def __lt__(self, other: MessageID) -> bool:
+        a, b = self._keys(other)
+        return a < b
+
+    def __le__(self, other: MessageID) -> bool:
+        a, b = self._keys(other)
+        return a <= b
+
+    def __gt__(self, other: MessageID) -> bool:
+        a, b = self._keys(other)
+        return a > b
+
+    def __ge__(self, other: MessageID) -> bool:
+        a, b = self._keys(other)
+        return a >= b
 
     def wal_key(self) -> tuple:
         """The entry's position in the WAL (base-36 offsets and ids, Pulsar ledger/entry)."""

@@ -13,7 +13,7 @@ import logging
 from typing import Any
 from urllib.parse import urlsplit
 
-from msgstream_spark.config import Config
+from msgstream_spark.config import Config, mask_value
 from msgstream_spark.errors import ConfigError
 
 log = logging.getLogger(__name__)
@@ -133,8 +133,7 @@ class PulsarSettings:
         elif self.auth_kind == "tls" and self._tls:
             kw["authentication"] = pulsar.AuthenticationTLS(*self._tls)
         for k, v in self.client_overrides.items():
-            log.info("pulsar.client.%s overrides the client option (value %s)", k,
-                     "******" if "token" in k or "auth" in k else v)
+            log.info("pulsar.client.%s overrides the client option (value %s)", k, mask_value(k, v))
             kw[k] = v
         return kw
 

@@ -18,10 +18,10 @@ import pytest
 from msgstream_spark.errors import ConfigError, MirrorError
 from msgstream_spark.mirror import open_table
 from msgstream_spark.mirror.common import conform, table_schema
+from msgstream_spark.mirror.formats.base import Plan
 from msgstream_spark.mirror.store import uri
 from msgstream_spark.mirror.store.settings import for_pyiceberg
 from msgstream_spark.mirror.table import open_existing
-from msgstream_spark.mirror.write.layout import Plan
 from tests.fixtures.plain_readers import duckdb_on_s3
 from tests.mirror.changes import FIELDS, table_state, to_arrow, upsert
 from tests.mirror.store.racing import race
@@ -288,3 +288,42 @@ def test_the_mirror_applies_compacts_and_vacuums_a_table_on_s3(catalog_on_s3, s3
     assert all(got == want for got in _readers(plain(), s3.options(), monkeypatch))
     assert apply_batch(t, to_arrow([delete(40, 0)]), "pk", "q", 3)  # and the mirror goes on
     assert table_state(plain().scan().to_arrow()) == {k: v for k, v in want.items() if k != 0}
+
+
+def test_a_deposed_writers_commit_is_refused_by_the_catalog(catalog_on_s3, monkeypatch):
+    """#45 item 1 in catalogs users run: writer A planned batch 1 and passed every check of its commit, then
+    stalls right before the catalog commit; B takes the lease over and publishes its epoch. The epoch comes with
+    a snapshot of its own, because a catalog checks a commit's requirements and none names a property (a REST
+    catalog applies a commit whose asserted snapshot is still the head): A's commit, asserting the head it
+    planned on, is refused, and pyiceberg's retry is refused by our producer. B's batch lands; readers see both
+    batches once."""
+    from msgstream_spark.mirror import apply_batch
+    from msgstream_spark.mirror.formats.iceberg import table as iceberg_table
+    from msgstream_spark.mirror.write.batch import commit_plan
+    from tests.mirror.changes import model
+    from tests.mirror.writers import BATCHES, Clock, planned
+
+    table, kw, plain = catalog_on_s3
+    t_a = open_table("iceberg", table, collection="coll", pk="pk", arrow_schema=FIELDS, **kw)
+    assert apply_batch(t_a, to_arrow(BATCHES[0]), "pk", "q", 0)
+    clock = Clock()
+    hold_a = clock.hold(t_a.store, t_a.location, "writer A")
+    p = planned(t_a, BATCHES[1])
+    real, holds = iceberg_table.commit_files, []
+
+    def stalled(*args, **more):
+        if not holds:
+            clock.now += 61
+            holds.append(clock.hold(t_a.store, t_a.location, "writer B"))
+            holds[0].fence(open_table("iceberg", table, collection="coll", pk="pk", **kw))
+        return real(*args, **more)
+
+    monkeypatch.setattr(iceberg_table, "commit_files", stalled)
+    with pytest.raises(MirrorError, match=rf"moved from snapshot {p.base}, which batch 1 of query q was planned on"):
+        commit_plan(t_a, p, set(), query_id="q", batch_id=1, hold=hold_a)
+    monkeypatch.setattr(iceberg_table, "commit_files", real)
+    assert table_state(plain().scan().to_arrow()) == model(BATCHES[0])
+    t_b = open_table("iceberg", table, collection="coll", pk="pk", **kw)
+    assert t_b.writer_epoch() == holds[0].epoch == hold_a.epoch + 1
+    assert commit_plan(t_b, planned(t_b, BATCHES[1]), set(), query_id="q", batch_id=1, hold=holds[0])
+    assert table_state(plain().scan().to_arrow()) == model(BATCHES[0] + BATCHES[1])

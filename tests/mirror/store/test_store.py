@@ -1,7 +1,7 @@
-"""The store's contract, the same on a local directory and on the S3 server: whole and ranged reads, metadata,
-listing, deletes, Parquet streamed in and out, and the two conditional puts the commit and the lease stand on
-(a racing create has exactly one winner; a compare-and-swap on a stale etag is refused). The store pickles into
-another process (a Spark task) and works there."""
+"""The store's contract, the same on a local directory, on the S3 server and on Azurite (Azure Blob): whole and
+ranged reads, metadata, listing, deletes, Parquet streamed in and out, and the two conditional puts the commit and
+the lease stand on (a racing create has exactly one winner; a compare-and-swap on a stale etag is refused). The
+store pickles into another process (a Spark task) and works there."""
 
 from __future__ import annotations
 

@@ -23,10 +23,12 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from msgstream_spark.errors import MirrorError
+from msgstream_spark.mirror.common import PROP_WRITER_EPOCH, check_epoch
 from msgstream_spark.mirror.store import AlreadyExists, NotFound, Store, StoreError, uri
-from msgstream_spark.mirror.write.files import footer, key_stats
+from msgstream_spark.mirror.store.parquet import footer, key_stats
 
 FIRST = "00000000000000000000.json"
+EPOCH_TRIES = 10  # versions a writer epoch's publication tries, each lost to another writer's commit
 LOG_DIR = "_delta_log"
 
 
@@ -214,6 +216,29 @@ def write_commit(store: Store, root: str, version: int, actions: list[dict], ope
     _publish(store, log_uri(root, f"{version:020d}.json"), [info, *actions],
              f"{root}: Delta version {version} was written by another writer meanwhile; nothing committed "
              "(one writer per table: see docs/mirror.md)")
+
+
+def write_epoch(store: Store, root: str, state: LogState, epoch: int, location: str) -> bool:
+    """Publish writer epoch ``epoch`` in a version of its own (a ``txn`` of app id ``msgstream.writer_epoch``),
+    unless the table has it already (False); LeaseLost if it has a higher one. A version lost to another writer's
+    commit (a deposed writer's, which lands before the epoch or never) is tried again after it."""
+    for _ in range(EPOCH_TRIES):
+        state.refresh()
+        have = state.txns.get(PROP_WRITER_EPOCH, 0)
+        check_epoch(location, have, epoch, f"publishing writer epoch {epoch}")
+        if have == epoch:
+            return False
+        actions = [{"txn": {"appId": PROP_WRITER_EPOCH, "version": int(epoch), "lastUpdated": int(time.time() * 1000)}}]
+        try:
+            write_commit(store, root, state.version + 1, actions, "WRITER EPOCH", {PROP_WRITER_EPOCH: str(epoch)})
+        except MirrorError as e:
+            if isinstance(e.__cause__, AlreadyExists):
+                continue
+            raise
+        state.adopt(state.version + 1, actions)
+        return True
+    raise MirrorError(f"table {location}: writer epoch {epoch} was not published: another writer took each of "
+                      f"{EPOCH_TRIES} Delta versions it tried; nothing deleted")
 
 
 # the features a legacy protocol supports (Delta PROTOCOL.md, "Table Features": the features and the legacy

@@ -1,8 +1,8 @@
 """The mirrored table as Delta Lake, through delta-rs (``deltalake``, no JVM).
 
-Exactly once: every merge commits a Delta application transaction (app id = the query id, version =
+Exactly once: every batch's commit carries a Delta application transaction (app id = the query id, version =
 the batch id) in the same commit as the data. delta-rs does not itself refuse a repeated
-(app id, version) (delta-rs issues 2580, 3821), so ``merge`` reads the last version of the app id from the log
+(app id, version) (delta-rs issues 2580, 3821), so ``commit`` reads the last version of the app id from the log
 first (``LogState.txns``) and skips a batch already in the table. One writer at a time.
 """
 
@@ -20,6 +20,8 @@ from msgstream_spark.mirror.common import (
     PROP_PREFIX,
     PROP_QUERY,
     PROP_SNAPSHOT_TS,
+    PROP_WRITER_EPOCH,
+    check_epoch,
     check_identity,
     check_prefix,
     conform,
@@ -28,6 +30,7 @@ from msgstream_spark.mirror.common import (
     schema_difference,
     table_schema,
 )
+from msgstream_spark.mirror.formats.base import DATA_DIR, LiveFile, LiveFiles, Plan, WriteSpec, fence_message
 from msgstream_spark.mirror.formats.delta.dv import dv_file_path, read_dv, write_dv_file
 from msgstream_spark.mirror.formats.delta.log import (
     LogState,
@@ -37,13 +40,13 @@ from msgstream_spark.mirror.formats.delta.log import (
     loose_stats,
     removal,
     write_commit,
+    write_epoch,
     write_first_version,
     write_replace_version,
 )
 from msgstream_spark.mirror.formats.delta.retention import TOMBSTONE_RETENTION_KEY, interval_ms, removed_after
+from msgstream_spark.mirror.formats.detect import refuse_occupied
 from msgstream_spark.mirror.store import Store, open_store, uri
-from msgstream_spark.mirror.write.batch import apply_local
-from msgstream_spark.mirror.write.layout import DATA_DIR, LiveFile, LiveFiles, Plan, WriteSpec, fence_message
 
 
 def _deltalake():
@@ -85,7 +88,9 @@ class DeltaMirrorTable:
             check_identity(location, t.properties(), collection, pk, collection_id)
             if arrow_schema is not None:
                 t.evolve(table_schema(arrow_schema, pk))
-        elif create:
+            return t
+        refuse_occupied(t.store, location, "delta")  # an Iceberg table there (now or by add_files): refused
+        if create:
             if arrow_schema is None:
                 raise MirrorError(f"no Delta table at {location} and no schema to create it from")
             props = identity_properties(collection, pk, collection_id)
@@ -132,11 +137,6 @@ class DeltaMirrorTable:
         GETs of commits that grow with the files a batch touches, twice per batch)."""
         self._table()
         return self._state().txns.get(query_id)
-
-    def merge(self, collapsed: pa.Table, *, query_id: str, batch_id: int,
-              commit_info: dict[str, str] | None = None) -> bool:
-        """Apply changes in this process through the merge-on-read write path (``writepath.apply_local``)."""
-        return apply_local(self, collapsed, query_id=query_id, batch_id=batch_id, commit_info=commit_info)
 
     def _state(self) -> LogState:
         if self._log is None:
@@ -188,14 +188,26 @@ class DeltaMirrorTable:
         rel = uri.relative(self.root, path)
         return path if rel is None else rel
 
-    def commit(self, plan: Plan, *, query_id: str, batch_id: int, commit_info: dict[str, str] | None = None) -> bool:
+    def writer_epoch(self) -> int:
+        """The epoch of the newest writer that published one (``store/writer.py``; 0: none)."""
+        self._table()
+        return self._state().txns.get(PROP_WRITER_EPOCH, 0)
+
+    def publish_epoch(self, epoch: int) -> None:
+        """Make ``epoch`` the table's writer epoch (a version of its own); LeaseLost if it has a higher one."""
+        if write_epoch(self.store, self.root, self._state(), epoch, self.location):
+            self._dt.update_incremental()
+
+    def commit(self, plan: Plan, *, query_id: str, batch_id: int, commit_info: dict[str, str] | None = None,
+               epoch: int | None = None) -> bool:
         """One Delta version: the new files, a deletion vector per file that loses rows, the batch's ``txn``.
         Fenced: published as version ``plan.base + 1`` (a put that fails if another writer took it), refused
-        when the table moved since the plan's lookup."""
+        when the table moved since the plan's lookup, or when it holds a writer epoch above ``epoch``."""
         state = self._state()
         done = state.txns.get(query_id)
         if done is not None and done >= batch_id:
             return False
+        check_epoch(self.location, state.txns.get(PROP_WRITER_EPOCH, 0), epoch, f"batch {batch_id} of query {query_id}")
         self._fence(plan.base, state.version, f"batch {batch_id} of query {query_id}")
         now = int(time.time() * 1000)
         # every vector of the commit (a touched file's old deletes merged in) in one DV file: one write and
@@ -241,12 +253,14 @@ class DeltaMirrorTable:
 
     def merged_queries(self) -> set[str]:
         """The query ids whose batches were merged into the table (the log's ``txn`` actions)."""
-        return set(self._state().txns)
+        return set(self._state().txns) - {PROP_WRITER_EPOCH}
 
-    def swap_files(self, old: list[LiveFile], new: list[str], base: int | None = None) -> None:
+    def swap_files(self, old: list[LiveFile], new: list[str], base: int | None = None,
+                   epoch: int | None = None) -> None:
         """One version (a compaction): the ``old`` files removed, the ``new`` ones added; no data change.
-        ``base``: the version ``old`` was read at (refused if the table moved since)."""
+        ``base``: the version ``old`` was read at (refused if the table moved since); ``epoch``: the writer's."""
         state = self._state()
+        check_epoch(self.location, state.txns.get(PROP_WRITER_EPOCH, 0), epoch, "the compaction")
         self._fence(base, state.version, "the compaction")
         now = int(time.time() * 1000)
         actions = []

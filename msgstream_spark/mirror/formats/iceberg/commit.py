@@ -17,7 +17,10 @@ from __future__ import annotations
 from contextlib import contextmanager
 
 from msgstream_spark.errors import MirrorError
-from msgstream_spark.mirror.write.layout import NO_SNAPSHOT, fence_message
+from msgstream_spark.mirror.common import PROP_WRITER_EPOCH, check_epoch
+from msgstream_spark.mirror.formats.base import NO_SNAPSHOT, fence_message
+
+EPOCH_TRIES = 10  # commits a writer epoch's publication tries, each refused for another writer's commit
 
 
 def head_id(metadata) -> int:
@@ -77,6 +80,40 @@ def commit_files(tx, tbl, *, adds: list, removes: set[str], properties: dict[str
         p.append_data_file(f)
     with p:
         pass
+
+
+def table_epoch(metadata) -> int:
+    """The writer epoch table ``metadata`` holds (0: none)."""
+    v = metadata.properties.get(PROP_WRITER_EPOCH)
+    return int(v) if v and v.isdigit() else 0
+
+
+def commit_epoch(tbl, epoch: int, location: str) -> None:
+    """Make ``epoch`` the writer epoch of table ``tbl`` (a table property), unless it is already; LeaseLost if
+    it holds a higher one. The property comes with a snapshot of its own (no file added or removed): a snapshot
+    moves the main branch, which every data commit of a deposed writer asserts, so that commit fails in the
+    catalog from then on (a catalog checks a commit's requirements, and none names a property). A commit refused
+    for another writer's (a deposed writer's, landed first) is tried again after it."""
+    from pyiceberg.exceptions import CommitFailedException, ValidationException
+
+    what = f"publishing writer epoch {epoch}"
+    for _ in range(EPOCH_TRIES):
+        tbl.refresh()
+        have = table_epoch(tbl.metadata)
+        check_epoch(location, have, epoch, what)
+        if have == epoch:
+            return
+        try:
+            with fenced(location, what), tbl.transaction() as tx:
+                commit_files(tx, tbl, adds=[], removes=set(), properties={PROP_WRITER_EPOCH: str(epoch)},
+                             what=what, location=location)
+                tx.set_properties({PROP_WRITER_EPOCH: str(epoch)})
+            return
+        except MirrorError as e:
+            if not isinstance(e.__cause__, (CommitFailedException, ValidationException)):
+                raise
+    raise MirrorError(f"table {location}: writer epoch {epoch} was not published: the catalog refused each of "
+                      f"{EPOCH_TRIES} commits for another writer's; nothing deleted")
 
 
 _TYPES: dict[str, type] = {}

@@ -24,7 +24,7 @@ import pyarrow.parquet as pq
 
 from msgstream_spark.mirror.formats.iceberg.catalog import manifest_uri
 from msgstream_spark.mirror.store import Store, uri
-from msgstream_spark.mirror.write.files import footer as parquet_footer
+from msgstream_spark.mirror.store.parquet import footer as parquet_footer
 
 FILE_PATH_ID = 2147483546
 POS_ID = 2147483545

@@ -12,17 +12,19 @@ import pyarrow as pa
 
 from msgstream_spark.errors import MirrorError
 from msgstream_spark.mirror.common import identity_properties
+from msgstream_spark.mirror.formats.base import LiveFile
+from msgstream_spark.mirror.formats.detect import refuse_occupied
 from msgstream_spark.mirror.formats.iceberg.catalog import (
     NAMESPACE,
     Where,
     _catalog,
+    _catalog_uri,
     _identifier,
     ensure_namespace,
     guarded,
     same_location,
 )
 from msgstream_spark.mirror.store import Store, open_store, uri
-from msgstream_spark.mirror.write.layout import LiveFile
 
 
 class CatalogTable:
@@ -108,13 +110,31 @@ class CatalogTable:
 
     def _creating(self) -> tuple[str, ...]:
         """The identifier of the table about to be created, its namespace made if the catalog lacks it (a named
-        catalog's, or the default ``msgstream`` one in a new SQL catalog given by ``catalog_uri``)."""
+        catalog's, or the default ``msgstream`` one in a new SQL catalog given by ``catalog_uri``); refused if the
+        location already holds a table (:meth:`_check_free`)."""
+        self._check_free()
         if self._catalog is None:
             self._catalog = self._where.catalog = _catalog(self.location, self._catalog_uri)
         ident = _identifier(self.collection) if self._where.ident is None else self._where.ident
         with guarded(f"creating namespace {'.'.join(ident[:-1])} in {self._where.name} catalog", self._where.secrets):
             ensure_namespace(self._catalog, ident)
         return ident
+
+    def _check_free(self) -> None:
+        """Before a table this catalog does not have is made at the location (now, or by ``add_files``): a
+        MirrorError if the location already holds one (another catalog's Iceberg table, a Delta table), as two
+        tables at one location delete each other's files. (A catalog that places the table itself keeps them
+        apart.)"""
+        if self._where.create_at is not None:
+            refuse_occupied(self.store, self.location, "iceberg", self._catalog_named())
+
+    def _catalog_named(self) -> str:
+        """The catalog, for messages (no URI that may hold a password)."""
+        if self._where.name == "the default":
+            return f"the default catalog ({_catalog_uri(uri.parse(self.location).key, None)})"
+        if self._where.name == "the SQL":
+            return "the SQL catalog of catalog_uri (--catalog-uri)"
+        return f"catalog {self._where.name!r}"
 
     def _table(self):
         if self._tbl is None:

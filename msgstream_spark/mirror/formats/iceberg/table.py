@@ -7,7 +7,7 @@ development and one writer; or a catalog you run (``--catalog NAME``: SQL on Pos
 what a table in object storage needs. Every file the mirror reads or writes goes through the table's store
 (``table.store``); pyiceberg writes its metadata files, manifest lists and manifests through its FileIO, given
 the same storage settings. Manifests and position-delete files name every file by a full URI.
-Exactly once: each merge is one Iceberg transaction (its data and position-delete files and the table property
+Exactly once: each batch's commit is one Iceberg transaction (its data and position-delete files and the table property
 ``msgstream.batch.<query id>`` = batch id), whose snapshots carry the query id and batch id in their summary;
 a batch whose id is not above the stored one is skipped; the transaction is fenced at the snapshot its plan read
 (``commit.py``), so a concurrent writer's commit refuses it in the catalog.
@@ -27,6 +27,7 @@ from msgstream_spark.mirror.common import (
     PROP_PREFIX,
     PROP_QUERY,
     PROP_SNAPSHOT_TS,
+    check_epoch,
     check_identity,
     check_prefix,
     identity_properties,
@@ -34,8 +35,24 @@ from msgstream_spark.mirror.common import (
     schema_difference,
     table_schema,
 )
+from msgstream_spark.mirror.formats.base import (
+    DATA_DIR,
+    NO_SNAPSHOT,
+    LiveFile,
+    LiveFiles,
+    Plan,
+    WriteSpec,
+    fence_message,
+)
 from msgstream_spark.mirror.formats.iceberg.catalog import _identifier, locate, manifest_uri
-from msgstream_spark.mirror.formats.iceberg.commit import assert_head, commit_files, fenced, head_id
+from msgstream_spark.mirror.formats.iceberg.commit import (
+    assert_head,
+    commit_epoch,
+    commit_files,
+    fenced,
+    head_id,
+    table_epoch,
+)
 from msgstream_spark.mirror.formats.iceberg.expiry import (
     metadata_dir_files,
     metadata_json_files,
@@ -51,16 +68,6 @@ from msgstream_spark.mirror.formats.iceberg.files import (
 )
 from msgstream_spark.mirror.formats.iceberg.handle import CatalogTable
 from msgstream_spark.mirror.store import uri
-from msgstream_spark.mirror.write.batch import apply_local
-from msgstream_spark.mirror.write.layout import (
-    DATA_DIR,
-    NO_SNAPSHOT,
-    LiveFile,
-    LiveFiles,
-    Plan,
-    WriteSpec,
-    fence_message,
-)
 
 PROP_BATCH_OF = "msgstream.batch."
 
@@ -80,12 +87,15 @@ class IcebergMirrorTable(CatalogTable):
                        storage_options=storage_options, create=create)
         t = cls(location, collection, pk, collection_id, where, storage_options, catalog_uri)
         if t._catalog is None:
+            t._check_free()  # (another catalog's table there: refused before a snapshot is read for add_files)
             return t  # no catalog file yet, none made before a table is: add_files makes both
         t._tbl = t._find()
         ident = where.ident or _identifier(collection)
         if t._tbl is None and where.ident is None and t._catalog.table_exists(ident):
             raise MirrorError(f"the catalog already has a table {'.'.join(ident)} for {collection!r}, at "
                               f"{t._catalog.load_table(ident).location()}, not at {location}")
+        if t._tbl is None:
+            t._check_free()
         if t._tbl is not None:
             check_identity(t.location, t.properties(), collection, pk, collection_id)
             if arrow_schema is not None:
@@ -131,11 +141,6 @@ class IcebergMirrorTable(CatalogTable):
     def merged_queries(self) -> set[str]:
         """The query ids whose batches were merged into the table (its ``msgstream.batch.<query id>`` properties)."""
         return {k.removeprefix(PROP_BATCH_OF) for k in self.properties() if k.startswith(PROP_BATCH_OF)}
-
-    def merge(self, collapsed: pa.Table, *, query_id: str, batch_id: int,
-              commit_info: dict[str, str] | None = None) -> bool:
-        """Apply changes in this process through the merge-on-read write path (``writepath.apply_local``)."""
-        return apply_local(self, collapsed, query_id=query_id, batch_id=batch_id, commit_info=commit_info)
 
     def prepare(self, columns: pa.Schema) -> None:
         """Add the collection fields ``columns`` carry that the table lacks (before tasks write files)."""
@@ -213,14 +218,27 @@ class IcebergMirrorTable(CatalogTable):
         """A data file as its manifest names it (a live file's own spelling; a new file: its full URI)."""
         return self._names.get(path) or manifest_uri(path)
 
-    def commit(self, plan: Plan, *, query_id: str, batch_id: int, commit_info: dict[str, str] | None = None) -> bool:
+    def writer_epoch(self) -> int:
+        """The epoch of the newest writer that published one (``store/writer.py``; 0: none)."""
+        tbl = self._table()
+        tbl.refresh()
+        return table_epoch(tbl.metadata)
+
+    def publish_epoch(self, epoch: int) -> None:
+        """Make ``epoch`` the table's writer epoch (a snapshot of its own); LeaseLost if it has a higher one."""
+        commit_epoch(self._table(), epoch, self.location)
+
+    def commit(self, plan: Plan, *, query_id: str, batch_id: int, commit_info: dict[str, str] | None = None,
+               epoch: int | None = None) -> bool:
         """One Iceberg snapshot: the new data files, one position-delete file, the batch's id in the properties.
-        Fenced: based on the snapshot the plan's lookup read (``plan.base``), refused if the table moved."""
+        Fenced: based on the snapshot the plan's lookup read (``plan.base``), refused if the table moved, or if
+        it holds a writer epoch above ``epoch`` (whose snapshot moved it: the catalog refuses the commit then)."""
         done = self.last_batch(query_id)
         if done is not None and done >= batch_id:
             return False
         tbl = self._table()
         what = f"batch {batch_id} of query {query_id}"
+        check_epoch(self.location, table_epoch(tbl.metadata), epoch, what)
         if plan.base is not None and head_id(tbl.metadata) != plan.base:
             raise MirrorError(fence_message(self.location, "snapshot", plan.base, head_id(tbl.metadata), what))
         adds = [data_file(self._store_for(p), tbl.metadata, p) for p in plan.adds]
@@ -242,14 +260,16 @@ class IcebergMirrorTable(CatalogTable):
             tx.set_properties({PROP_BATCH_OF + query_id: str(int(batch_id))})
         return True
 
-    def swap_files(self, old: list[LiveFile], new: list[str], base: int | None = None) -> None:
+    def swap_files(self, old: list[LiveFile], new: list[str], base: int | None = None,
+                   epoch: int | None = None) -> None:
         """One ``replace`` snapshot (a compaction): the ``old`` data files and every position-delete file removed
         (each names only files with deletes, which a compaction always takes), the ``new`` files added.
-        ``base``: the snapshot ``old`` was read at (refused if the table moved since)."""
+        ``base``: the snapshot ``old`` was read at (refused if the table moved since); ``epoch``: the writer's."""
         from pyiceberg.table.snapshots import Operation
 
         tbl = self._table()
         tbl.refresh()
+        check_epoch(self.location, table_epoch(tbl.metadata), epoch, "the compaction")
         if base is not None and head_id(tbl.metadata) != base:
             raise MirrorError(fence_message(self.location, "snapshot", base, head_id(tbl.metadata), "the compaction"))
         want = {f.path for f in old}

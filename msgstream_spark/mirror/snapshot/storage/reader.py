@@ -29,7 +29,7 @@ from msgstream_spark.mirror.snapshot.storage.convert import to_table_column
 from msgstream_spark.mirror.snapshot.storage.plan import TIMESTAMP, ReadTask, StoragePlan
 from msgstream_spark.mirror.snapshot.storage.units import Bounds, Unit
 from msgstream_spark.mirror.store import Store, store_for
-from msgstream_spark.mirror.write.files import ParquetOut, snapshot_options
+from msgstream_spark.mirror.store.parquet import ParquetOut, snapshot_options
 from msgstream_spark.msg.dtypes import JSON
 
 META = "$meta"
@@ -218,7 +218,7 @@ def write_units(reader: StorageReader, units: list[Unit], path: str, filesystem=
                 store: Store | None = None) -> int:
     """The units' rows as one Parquet file at ``path`` in ``store`` (default: the local one of ``path``; the file
     appears whole when complete: a retried task replaces it whole) with the snapshot's write options
-    (:func:`msgstream_spark.mirror.write.files.snapshot_options`); the rows written (the file is written even
+    (:func:`msgstream_spark.mirror.store.parquet.snapshot_options`); the rows written (the file is written even
     when empty)."""
     with ParquetOut(store if store is not None else store_for(path), path, reader.schema, reader.pk,
                     **snapshot_options(reader.schema)) as out:

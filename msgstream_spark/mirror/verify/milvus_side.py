@@ -1,6 +1,6 @@
 """Verify's view of the collection: every row, or named keys, as record batches of the table's schema.
 
-The narrow interface :class:`MilvusSide` is all :mod:`msgstream_spark.mirror.trust.verify` needs, so the reader
+The narrow interface :class:`MilvusSide` is all :mod:`msgstream_spark.mirror.verify.compare` needs, so the reader
 behind it can change (today the snapshot's own ``Query`` calls per primary-key range, decoded column-wise
 by :class:`~msgstream_spark.mirror.snapshot.query.reader.RangeReader`:
 "at least S", every call carrying S as its ``guarantee_timestamp`` with consistency Customized as the

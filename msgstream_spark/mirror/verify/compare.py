@@ -1,14 +1,14 @@
 """Is the mirrored table equal to the collection? Digests per bucket, then keys where buckets differ.
 
 Order of reads (:func:`verify`): the table is pinned first (a version, and the position in the log it is
-complete up to, its watermark P: :mod:`~msgstream_spark.mirror.trust.watermark`); then S, the channels' newest
+complete up to, its watermark P: :mod:`~msgstream_spark.mirror.watermark`); then S, the channels' newest
 Milvus time, and the collection is read at least at S; then E, the channels' ends. The table is
 Milvus's state at P and the read is Milvus's state at some time in [S, E], so any key whose state
 differs between them because of Milvus's own writes has a change in the log in (P, E]: those keys are
 "in flux", reported apart and never as errors. Every other difference is the table's.
 
 Both sides reduce to ``(count, sum of row hashes mod 2^64)`` per partition and bucket of the key's
-hash (:mod:`~msgstream_spark.mirror.trust.digest`, column-wise); only buckets whose digests differ are
+hash (:mod:`~msgstream_spark.mirror.verify.digest`, column-wise); only buckets whose digests differ are
 compared key by key. A key differs as ``missing`` (in Milvus, not in the table), ``extra`` (in the
 table only: e.g. a dropped key's row), ``stale`` (another version of the row) or ``duplicated`` (more
 than one row in the table).
@@ -27,7 +27,7 @@ import pyarrow.compute as pc
 
 from msgstream_spark.mirror.common import PARTITION, TS
 from msgstream_spark.mirror.order import SEQ
-from msgstream_spark.mirror.trust.digest import Digest, key_hashes, row_hashes
+from msgstream_spark.mirror.verify.digest import Digest, key_hashes, row_hashes
 
 KINDS = ("missing", "extra", "stale", "duplicated")
 FLUX = "in_flux"

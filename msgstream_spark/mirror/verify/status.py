@@ -1,6 +1,6 @@
 """``msgstream mirror status``: per channel how fresh a mirrored table is, its backlog, and whether it stalled.
 
-Spark-free. The table's watermark (:mod:`~msgstream_spark.mirror.trust.watermark`) against the log after it:
+Spark-free. The table's watermark (:mod:`~msgstream_spark.mirror.watermark`) against the log after it:
 the log's newest Milvus time is "now" (Milvus's clock: its time ticks reach every channel every 200 ms),
 ``freshness_ms`` is now minus the time the table is complete to (``ts >> 18`` of both), ``backlog`` the
 data messages and rows after the watermark (every collection's on the channel: a channel is shared),
@@ -12,8 +12,8 @@ from __future__ import annotations
 import datetime as dt
 from typing import Any
 
-from msgstream_spark.mirror.trust.pinned import PinnedTable
-from msgstream_spark.mirror.trust.watermark import Watermark, physical_ms
+from msgstream_spark.mirror.verify.pinned import PinnedTable
+from msgstream_spark.mirror.watermark import Watermark, physical_ms
 from msgstream_spark.source.scan import Scanner
 
 DEFAULT_STALLED_AFTER_S = 60.0

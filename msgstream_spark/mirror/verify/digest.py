@@ -5,7 +5,7 @@ int64, JSON as canonical text); a set of rows reduces to ``count`` and ``sum of 
 per bucket of the key's hash. A sum (not XOR) changes when a row is duplicated; one changed byte of one
 value always changes its row's hash (every step below is a bijection on 64 bits for a fixed rest).
 
-Used by :mod:`msgstream_spark.mirror.trust.verify` on both sides (the table's files and Milvus's answers), so
+Used by :mod:`msgstream_spark.mirror.verify.compare` on both sides (the table's files and Milvus's answers), so
 equal rows hash equally whatever the side's Arrow types (int8 vs int32, string vs large_string,
 list vs large_list, a dict of JSON vs its text).
 """

@@ -22,10 +22,11 @@ import pyarrow.parquet as pq
 
 from msgstream_spark.mirror.collapse import OP, WRITES, check_ops
 from msgstream_spark.mirror.common import TS, conform
+from msgstream_spark.mirror.formats.base import LiveFile
 from msgstream_spark.mirror.order import SEQ
 from msgstream_spark.mirror.store import Store, store_for, uri
-from msgstream_spark.mirror.write.files import ParquetOut, write_table
-from msgstream_spark.mirror.write.layout import FILE, LiveFile, newest_seq
+from msgstream_spark.mirror.store.parquet import ParquetOut, write_table
+from msgstream_spark.mirror.write.layout import FILE, newest_seq
 
 TIME = "_time"  # the change's time: _ts >> 18 as a UTC timestamp
 TIME_TYPE = pa.timestamp("us", tz="UTC")  # Delta's timestamp (microseconds)

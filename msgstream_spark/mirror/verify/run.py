@@ -1,5 +1,5 @@
 """``msgstream mirror verify``: the library call behind it (:func:`run_verify`), the report table and
-``--repair``. See :mod:`msgstream_spark.mirror.trust.verify` for the method and docs/mirror.md for its use."""
+``--repair``. See :mod:`msgstream_spark.mirror.verify.compare` for the method and docs/mirror.md for its use."""
 
 from __future__ import annotations
 
@@ -14,13 +14,12 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from msgstream_spark.mirror.collapse import OP
-from msgstream_spark.mirror.formats.lock import writer_lock
+from msgstream_spark.mirror.formats import registry
+from msgstream_spark.mirror.formats.base import Plan
 from msgstream_spark.mirror.order import SEQ, snapshot_seq_array
 from msgstream_spark.mirror.snapshot.handover import snapshot_ts, take_positions
-from msgstream_spark.mirror.store import open_store, uri
-from msgstream_spark.mirror.trust.milvus_side import MilvusSide
-from msgstream_spark.mirror.trust.pinned import PinnedTable
-from msgstream_spark.mirror.trust.verify import (
+from msgstream_spark.mirror.store.writer import writer_lock
+from msgstream_spark.mirror.verify.compare import (
     DEFAULT_BUCKETS,
     Result,
     compare,
@@ -29,9 +28,11 @@ from msgstream_spark.mirror.trust.verify import (
     split_flux,
     summarize,
 )
-from msgstream_spark.mirror.trust.watermark import Watermark, checkpoint_query_id, table_watermark
-from msgstream_spark.mirror.write.batch import lookup_local
-from msgstream_spark.mirror.write.layout import FILE, POS, Plan, TaskWriter
+from msgstream_spark.mirror.verify.milvus_side import MilvusSide
+from msgstream_spark.mirror.verify.pinned import PinnedTable
+from msgstream_spark.mirror.watermark import Watermark, checkpoint_query_id, table_watermark
+from msgstream_spark.mirror.write.batch import lookup_local, run_batch
+from msgstream_spark.mirror.write.layout import FILE, POS, TaskWriter
 from msgstream_spark.source.arrow import output_schema, read_options, schema_json
 from msgstream_spark.source.offsets import Offset, resolve_end
 from msgstream_spark.source.read import collection_filter, plan_reads, read_range
@@ -127,10 +128,9 @@ def run_verify(table, milvus: MilvusSide, log_: Log, *, checkpoint: str | None, 
 
 
 def write_report(result: Result, location: str, run_id: str, storage_options: dict | None = None) -> None:
-    """Append the report's keys (kind, pk as text, run id, time) to a Delta table at ``location`` (a path or a
-    URI; ``storage_options`` over the environment's settings, as for the mirrored table)."""
-    import deltalake
-
+    """Append the report's keys (kind, pk as text, run id, time) to the report table at ``location`` (a path or
+    a URI; ``storage_options`` over the environment's settings, as for the mirrored table; ``registry.append_report``:
+    a Delta table)."""
     rows = [*result.problems, *result.in_flux]
     now = int(time.time() * 1000)
     t = pa.table({"run_id": pa.array([run_id] * len(rows), pa.string()),
@@ -141,8 +141,7 @@ def write_report(result: Result, location: str, run_id: str, storage_options: di
     if not rows:  # a clean run is recorded too: one row of kind "none"
         t = pa.table({"run_id": [run_id], "kind": ["none"], "pk": pa.array([None], pa.string()),
                       "equal": [True], "checked_at_ms": pa.array([now], pa.int64())})
-    store = open_store(location, storage_options)
-    deltalake.write_deltalake(uri.parse(location).uri(), t, mode="append", storage_options=store.storage_options())
+    registry.append_report(location, t, storage_options)
 
 
 def _changes(rows: pa.Table, op: str) -> pa.Table:
@@ -175,26 +174,44 @@ def repair(table, milvus: MilvusSide, log_: Log, result: Result, channels: list[
 def replace_rows(table, keys: pa.Array, rows: pa.Table, *, query_id: str, batch_id: int) -> Plan | None:
     """One commit (``query_id``'s ``batch_id``: None if the table already holds it) after which ``keys`` have
     exactly ``rows`` (a key without one has no row): the keys' live rows deleted by position, whatever their
-    ``_seq``, and ``rows`` written as a new data file, kept whatever their ``_ts`` (no snapshot-time filter). Under
-    the table's writer lock from the lookup to the commit, so no other commit of this library comes between."""
-    spec = dataclasses.replace(table.write_spec(), snapshot_ts=None)
+    ``_seq``, and ``rows`` written as a new data file, kept whatever their ``_ts`` (no snapshot-time filter). The
+    batch's steps (``write.batch.run_batch``) under the table's writer lock from the lookup to the commit, so no
+    other commit of this library comes between."""
     with writer_lock(table.store, table.location, f"the repair's commit (batch {batch_id})") as hold:
+        return run_batch(table, _Repair(keys, rows), query_id=query_id, batch_id=batch_id, hold=hold)
+
+
+class _Repair:
+    """The repair's runner of a batch's steps (``write.batch.Runner``), in this process: ``rows`` written as they
+    are, every live row of ``keys`` deleted."""
+
+    def __init__(self, keys: pa.Array, rows: pa.Table) -> None:
+        self.keys, self.rows = keys, rows
+
+    def begin(self, table, hold, query_id: str, batch_id: int) -> bool:
         done = table.last_batch(query_id)
-        if done is not None and done >= batch_id:
-            return None
-        matches = lookup_local(table, keys)
-        w = TaskWriter(spec)
+        return done is None or done < batch_id
+
+    def columns(self) -> pa.Schema:
+        return self.rows.schema
+
+    def write(self, spec) -> list[str]:
+        w = TaskWriter(dataclasses.replace(spec, snapshot_ts=None))
         try:
-            if rows.num_rows:
-                w.add(_changes(rows, "insert"))
+            if self.rows.num_rows:
+                w.add(_changes(self.rows, "insert"))
         except BaseException:
             w.abort()
             raise
-        adds = sorted(f.path for f in w.close() if f.rows)
+        return sorted(f.path for f in w.close() if f.rows)
+
+    def plan(self, table, adds: list[str]) -> tuple[Plan, set[int]]:
+        matches = lookup_local(table, self.keys)
         deletes: dict[str, np.ndarray] = {}
         for path in pc.unique(matches.column(FILE)).to_pylist():
             pos = matches.filter(pc.equal(matches.column(FILE), path)).column(POS)
             deletes[path] = np.unique(pos.to_numpy().astype(np.uint64))
-        plan = Plan(adds, deletes, len(keys))
-        hold.check()
-        return plan if table.commit(plan, query_id=query_id, batch_id=batch_id) else None
+        return Plan(adds, deletes, len(self.keys)), set()
+
+    def end(self, table, hold, written, committed: bool) -> None:
+        """Nothing to clean up (a failed commit's file is an orphan: ``orphans``, vacuum)."""

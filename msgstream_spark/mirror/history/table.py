@@ -6,9 +6,9 @@ source option ``upsertAs=update``): one ``update`` (or ``insert`` when the key d
 grouped per (key, ``_ts``): the group's last change by ``_seq`` decides (an insert or update if it holds one:
 at one timestamp deletes order before inserts), and whether the key existed before the group (the previous
 group's outcome, else the mirrored table's row before the batch) makes an insert an ``update`` and a delete
-of an absent key no change at all (``historywrite.history_rows``).
+of an absent key no change at all (``history.write.history_rows``).
 
-The rows are written as Parquet files by tasks (``historywrite``; Spark's tasks in the job) and committed
+The rows are written as Parquet files by tasks (``history.write``; Spark's tasks in the job) and committed
 here: the file list, one Delta version with an application transaction (query id, batch id), skipped when
 the log already holds the batch. Delta tables, next to a Delta mirror. Spark-free. See docs/mirror.md,
 "History".
@@ -26,11 +26,10 @@ import pyarrow.compute as pc
 from msgstream_spark.errors import MirrorError
 from msgstream_spark.mirror.collapse import OP, collapse
 from msgstream_spark.mirror.common import PROP_BATCH, PROP_QUERY, TS
+from msgstream_spark.mirror.formats.base import DATA_DIR
 from msgstream_spark.mirror.formats.delta.log import add_of, write_commit
 from msgstream_spark.mirror.formats.delta.table import CHECKPOINT_EVERY
-from msgstream_spark.mirror.order import SEQ
-from msgstream_spark.mirror.store import open_store, uri
-from msgstream_spark.mirror.trust.historywrite import (
+from msgstream_spark.mirror.history.write import (
     MAX_TS,
     ROWS,
     TIME,
@@ -41,8 +40,10 @@ from msgstream_spark.mirror.trust.historywrite import (
     history_schema,
     seed_local,
 )
-from msgstream_spark.mirror.trust.watermark import physical_ms
-from msgstream_spark.mirror.write.layout import DATA_DIR, FILE
+from msgstream_spark.mirror.order import SEQ
+from msgstream_spark.mirror.store import open_store, uri
+from msgstream_spark.mirror.watermark import physical_ms
+from msgstream_spark.mirror.write.layout import FILE
 
 VALID_FROM, VALID_TO, IS_CURRENT = "_valid_from", "_valid_to", "_is_current"
 SEED_APP = "msgstream.history.seed"  # the app id of the seed commit: the mirrored rows when the history began
@@ -96,7 +97,7 @@ class HistoryTable:
         return HistorySpec(schema, self.pk, uri.join(self.root, DATA_DIR), snapshot_ts, dict(self.store.options))
 
     def commit_files(self, files: pa.Table, app: str, version: int, info: dict[str, str]) -> bool:
-        """One Delta version adding the files tasks wrote (``historywrite.files_schema`` rows) with the
+        """One Delta version adding the files tasks wrote (``history.write.files_schema`` rows) with the
         application transaction (``app``, ``version``); False (nothing written) if the log already holds it."""
         dt = self._dt()
         if dt is None:

@@ -1,1 +1,0 @@
-"""Trusting the mirror: verify against Milvus, freshness (watermarks, status), the change history."""

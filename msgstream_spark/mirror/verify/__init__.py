@@ -1,0 +1,1 @@
+"""Checking a mirrored table against Milvus (compare, digest, run, repair) and its freshness (status)."""
