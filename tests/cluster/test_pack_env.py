@@ -63,3 +63,9 @@ def test_a_cached_dependencies_venv_is_copied_not_installed_again(tmp_path):
     how = pack_env.deps_env(tmp_path / "env", ["msgstream-no-such-dependency==0"], "k1", cache, timeout=60)
     assert how == "dependencies cached"
     assert (tmp_path / "env" / "lib" / "dep.py").read_text() == "x = 1\n"
+
+
+def test_the_checkouts_environments_are_not_sources():
+    """`make test` makes .venv-rest and .node-azurite in the checkout: a wheel build must not copy them."""
+    names = [".venv", ".venv-rest", ".node-azurite", ".git", "msgstream_spark", "tests", "pyproject.toml"]
+    assert pack_env.NOT_SOURCE("/checkout", names) == {".venv", ".venv-rest", ".node-azurite", ".git"}
