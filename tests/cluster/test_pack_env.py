@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.util
+import os
 from pathlib import Path
 
 import pytest
@@ -69,3 +70,18 @@ def test_the_checkouts_environments_are_not_sources():
     """`make test` makes .venv-rest and .node-azurite in the checkout: a wheel build must not copy them."""
     names = [".venv", ".venv-rest", ".node-azurite", ".git", "msgstream_spark", "tests", "pyproject.toml"]
     assert pack_env.NOT_SOURCE("/checkout", names) == {".venv", ".venv-rest", ".node-azurite", ".git"}
+
+
+def test_the_cached_dependencies_are_linked_and_a_replaced_file_leaves_the_cache_alone(tmp_path):
+    cached = tmp_path / "cache" / "deps-k1"
+    (cached / "lib").mkdir(parents=True)
+    (cached / "lib" / "dep.py").write_text("x = 1\n")
+    (cached / "bin").mkdir()
+    (cached / "bin" / "python").symlink_to("/usr/bin/python3")
+    pack_env.deps_env(tmp_path / "env", ["msgstream-no-such-dependency==0"], "k1", tmp_path / "cache", timeout=60)
+    dep = tmp_path / "env" / "lib" / "dep.py"
+    assert dep.stat().st_ino == (cached / "lib" / "dep.py").stat().st_ino
+    assert os.readlink(tmp_path / "env" / "bin" / "python") == "/usr/bin/python3"
+    dep.unlink()  # as pip replaces a file
+    dep.write_text("x = 2\n")
+    assert (cached / "lib" / "dep.py").read_text() == "x = 1\n"
