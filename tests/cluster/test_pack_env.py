@@ -85,3 +85,22 @@ def test_the_cached_dependencies_are_linked_and_a_replaced_file_leaves_the_cache
     dep.unlink()  # as pip replaces a file
     dep.write_text("x = 2\n")
     assert (cached / "lib" / "dep.py").read_text() == "x = 1\n"
+
+
+def test_the_archive_leaves_out_the_dependencies_test_suites_only(tmp_path):
+    import tarfile
+
+    site = tmp_path / "env" / "lib" / "python3.11" / "site-packages"
+    kept = ["pandas/__init__.py", "numpy/testing/__init__.py", "tests/__init__.py", "pandas/_libs/tests.py"]
+    dropped = ["pandas/tests/__init__.py", "pandas/tests/frame/test_api.py", "numpy/_core/tests/test_x.py"]
+    for rel in kept + dropped:
+        (site / rel).parent.mkdir(parents=True, exist_ok=True)
+        (site / rel).write_text("x = 1\n")
+    (tmp_path / "env" / "bin").mkdir()
+    (tmp_path / "env" / "bin" / "python").symlink_to("/usr/bin/python3")
+    pack_env.pack(tmp_path / "env", tmp_path / "env.tar.gz")
+    with tarfile.open(tmp_path / "env.tar.gz") as tar:
+        names = set(tar.getnames())
+    assert {f"lib/python3.11/site-packages/{rel}" for rel in kept} <= names
+    assert not [n for n in names if "/tests/" in n.replace("site-packages/tests/", "")]
+    assert "lib/python3.11/site-packages/pandas/tests" not in names and "bin/python" in names
