@@ -10,7 +10,7 @@ spark.pyspark.python=./environment/bin/python``. This script builds that archive
 3. the wheel and its runtime dependencies (with the chosen extras) installed into it, *except
    pyspark*: executors import pyspark from the worker's Spark installation (``pyspark.zip`` on
    their PYTHONPATH), and the pyspark wheel would add ~500 MB;
-4. the venv, tarred and gzipped.
+4. the venv, tarred and gzipped, without the test suites the dependencies install inside their packages.
 
 Like venv-pack, the archive holds the packages but not the interpreter: ``bin/python`` links to
 the interpreter that built it, so every worker needs that Python version at the same path (the
@@ -18,8 +18,9 @@ usual case for machines built from one image). For a self-contained interpreter 
 
 ``--cache-dir`` keeps archives keyed by the wheel's content (its RECORD), the interpreter and the
 extras, so an unchanged project is packed once; and, keyed by the requirements, extras and interpreter
-only, the venv of the dependencies alone: after a code change the archive is that venv copied, the new
-wheel installed into it (``--no-deps``) and packed, without installing the dependencies again.
+only, the venv of the dependencies alone: after a code change the archive is that venv copied (hard links where
+the cache and the temp directory share a file system: pip replaces a file by unlinking it, never writes into one),
+the new wheel installed into it (``--no-deps``) and packed, without installing the dependencies again.
 
 Usage: ``python tools/pack_env.py --output dist/msgstream-env.tar.gz [--extras kafka,pulsar]``
 """
@@ -54,8 +55,11 @@ def norm(name: str) -> str:
 
 # What a wheel must not be built from: setuptools builds inside the source tree and packs whatever build/lib
 # holds, so a build/ left by an earlier layout (the top-level jobs/ package before issue #31) would ship again.
-NOT_SOURCE = shutil.ignore_patterns(".git", ".venv", "build", "dist", "*.egg-info", "__pycache__", ".pytest_cache",
-                                    ".ruff_cache", "msgstream-data", "demo-output", "chaos-results*", "spark-warehouse")
+# The checkout's other environments (`make test` makes .venv-rest, ~400 MiB, and .node-azurite, ~190 MiB) are
+# not sources either: copying them cost every wheel build ~12 s of CPU.
+NOT_SOURCE = shutil.ignore_patterns(".git", ".venv*", ".node-*", "build", "dist", "*.egg-info", "__pycache__",
+                                    ".pytest_cache", ".ruff_cache", "msgstream-data", "demo-output", "chaos-results*",
+                                    "spark-warehouse")
 
 
 def build_wheel(out_dir: Path, python: str = sys.executable, timeout: float = 300, root: Path = ROOT) -> Path:
@@ -108,6 +112,11 @@ def runtime_requirements(metadata: str, extras: set[str]) -> list[str]:
             return out
 
 
+# What the archive's content depends on besides its inputs: changed whenever ``pack`` changes what it writes, so
+# an archive cached by an earlier pack_env is not reused.
+PACK_FORMAT = "2: the dependencies' test suites left out"
+
+
 def cache_key(metadata: str, record: str, extras: set[str], python: str) -> str:
     """What the archive depends on: the packaged files' hashes, the requirements, extras, interpreter.
 
@@ -116,7 +125,7 @@ def cache_key(metadata: str, record: str, extras: set[str], python: str) -> str:
     files = sorted(line for line in record.splitlines() if ".dist-info/" not in line)
     reqs = sorted(line for line in metadata.splitlines() if line.startswith("Requires-Dist:"))
     h = hashlib.sha256()
-    for part in ("\n".join(files), "\n".join(reqs), ",".join(sorted(extras)), os.path.realpath(python),
+    for part in (PACK_FORMAT, "\n".join(files), "\n".join(reqs), ",".join(sorted(extras)), os.path.realpath(python),
                  sys.version):
         h.update(part.encode())
         h.update(b"\0")
@@ -167,11 +176,25 @@ def make_deps_env(env_dir: Path, requirements: list[str], timeout: float) -> Non
     subprocess.run(_pip(env_dir) + requirements, check=True, timeout=timeout)
 
 
+def _link_or_copy(src: str, dst: str) -> None:
+    try:
+        os.link(src, dst)
+    except OSError:  # another file system, or links refused: a copy
+        shutil.copy2(src, dst)
+
+
+def copy_tree(src: Path, dst: Path) -> None:
+    """``src`` at ``dst`` with its symlinks kept, its files hard-linked where the file system allows (the ~650 MiB
+    dependencies' venv in well under a second instead of ~8 s of CPU copying it); a file installed into ``dst``
+    later must replace a linked file, never write into it (pip unlinks before it writes)."""
+    shutil.copytree(src, dst, symlinks=True, copy_function=_link_or_copy)
+
+
 def deps_env(env_dir: Path, requirements: list[str], key: str, cache_dir: Path | None, timeout: float) -> str:
     """The dependencies' venv at ``env_dir``: copied from ``cache_dir/deps-<key>`` or made (and kept there)."""
     cached = cache_dir / f"deps-{key}" if cache_dir else None
     if cached is not None and cached.is_dir():
-        shutil.copytree(cached, env_dir, symlinks=True)
+        copy_tree(cached, env_dir)
         os.utime(cached)  # recently used: kept by prune_cache
         return "dependencies cached"
     make_deps_env(env_dir, requirements, timeout)
@@ -199,13 +222,26 @@ def make_env(env_dir: Path, wheel: Path, requirements: list[str], timeout: float
     return how
 
 
+def dependency_tests(member: tarfile.TarInfo) -> tarfile.TarInfo | None:
+    """A tar filter leaving out the test suites inside installed packages (``site-packages/<pkg>/**/tests``:
+    pandas's, numpy's, pyarrow's, ~65 of the ~650 MiB): no import reaches them, and every driver and executor
+    unpacks the archive; ``testing`` modules (``numpy.testing``) and a top-level ``tests`` stay."""
+    parts = member.name.split("/")
+    if "site-packages" in parts:
+        inside = parts[parts.index("site-packages") + 1:]
+        if "tests" in inside[1:]:
+            return None
+    return member
+
+
 def pack(env_dir: Path, output: Path) -> None:
-    """``env_dir``'s content as a gzipped tar (symlinks kept); written to a temp name, then renamed."""
+    """``env_dir``'s content as a gzipped tar (symlinks kept, the dependencies' test suites left out: see
+    ``dependency_tests``); written to a temp name, then renamed."""
     output.parent.mkdir(parents=True, exist_ok=True)
     tmp = output.with_name(output.name + f".{os.getpid()}.part")
     with tarfile.open(tmp, "w:gz", compresslevel=1) as tar:
         for entry in sorted(env_dir.iterdir()):
-            tar.add(entry, arcname=entry.name)
+            tar.add(entry, arcname=entry.name, filter=dependency_tests)
     os.replace(tmp, output)
 
 
@@ -229,9 +265,10 @@ def build(output: Path, extras: set[str], wheel: Path | None = None, cache_dir: 
             pack(env_dir, src)
             if cache_dir is not None:
                 prune_cache(cache_dir)
-        if src != output:
+        if src != output:  # linked where it can be: nothing writes into an archive (a new one replaces it)
             output.parent.mkdir(parents=True, exist_ok=True)
-            shutil.copyfile(src, output)
+            output.unlink(missing_ok=True)
+            _link_or_copy(str(src), str(output))
     size = output.stat().st_size / 2**20
     print(f"pack_env: {how} {output} ({size:.0f} MiB, {time.monotonic() - t0:.1f} s)", file=sys.stderr)
     return output

@@ -13,8 +13,10 @@ from pathlib import Path
 SIZES = {
     # kills: driver SIGKILLs per fault; backends: where fault 1 runs; soak_s: fault 6; bad: fault 5 payloads;
     # worker_kills: fault 3; restarts: broker restarts (fault 4). ``small`` is what `make test` runs: on
-    # the shared 2-core machine a Spark driver takes 1-2 minutes to start, so it is one kill per fault.
-    "small": dict(kills=1, backends=("local",), soak_s=60, bad=1000, worker_kills=1, restarts=1),
+    # the shared 2-core machine a Spark driver takes 1-2 minutes to start, so it is one kill per fault. Bad
+    # payloads cycle through the six kinds (tests/chaos/badinput.py): 300 are 50 of each, each kind's random
+    # variants (a branch taken half the time) all drawn; `make chaos` pushes 1,000.
+    "small": dict(kills=1, backends=("local",), soak_s=60, bad=300, worker_kills=1, restarts=1),
     "medium": dict(kills=2, backends=("local", "kafka", "pulsar-lite"), soak_s=180, bad=1000, worker_kills=2,
                    restarts=2),
     "large": dict(kills=5, backends=("local", "kafka", "pulsar-lite"), soak_s=600, bad=1000, worker_kills=3,

@@ -1,4 +1,5 @@
-"""Fault 5: 1,000 corrupt Milvus payloads interleaved with valid ones, through Spark and the CLI."""
+"""Fault 5: corrupt Milvus payloads (300 at `make test`'s size, 1,000 in `make chaos`) interleaved with valid ones,
+through Spark and the CLI."""
 
 from __future__ import annotations
 
@@ -107,7 +108,7 @@ def _cli(argv: list[str], capsys) -> tuple[int, list[str], str]:
     return code, [ln for ln in err.splitlines() if ln.strip()], out
 
 
-@pytest.mark.slow  # part of the chaos suite (1,000 payloads through the CLI)
+@pytest.mark.slow  # part of the chaos suite (300-1,000 payloads through the CLI, two commands each)
 def test_inspect_and_tail_give_one_error_line_per_bad_payload(corpus, capsys):
     cfg = str(corpus["dir"] / "msgstream.yaml")
     fig = Figures("bad-input-cli", "local", injected=2 * len(corpus["bad"]))

@@ -17,11 +17,16 @@ DRIVER_S = 480  # the driver runs its three phases with its kills: a bound below
 PHASES = ("batch", "stream-read", "stream-write")
 
 
+# Spark's Python daemons: pyspark's own, and the suite's (``spark.python.daemon.module``, tests/conftest.py)
+DAEMONS = ("pyspark.daemon", "msgstream_spark.spark.daemon")
+
+
 def _daemon_module(cmd: list[str]) -> str | None:
-    """The worker module a ``python -m pyspark.daemon [module]`` process serves, None for other processes."""
-    if "pyspark.daemon" not in cmd:
+    """The worker module a ``python -m <daemon> [module]`` process serves, None for other processes."""
+    daemon = next((d for d in DAEMONS if d in cmd), None)
+    if daemon is None:
         return None
-    rest = cmd[cmd.index("pyspark.daemon") + 1:]
+    rest = cmd[cmd.index(daemon) + 1:]
     return rest[0] if rest else "pyspark.worker"
 
 

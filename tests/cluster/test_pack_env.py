@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.util
+import os
 from pathlib import Path
 
 import pytest
@@ -63,3 +64,43 @@ def test_a_cached_dependencies_venv_is_copied_not_installed_again(tmp_path):
     how = pack_env.deps_env(tmp_path / "env", ["msgstream-no-such-dependency==0"], "k1", cache, timeout=60)
     assert how == "dependencies cached"
     assert (tmp_path / "env" / "lib" / "dep.py").read_text() == "x = 1\n"
+
+
+def test_the_checkouts_environments_are_not_sources():
+    """`make test` makes .venv-rest and .node-azurite in the checkout: a wheel build must not copy them."""
+    names = [".venv", ".venv-rest", ".node-azurite", ".git", "msgstream_spark", "tests", "pyproject.toml"]
+    assert pack_env.NOT_SOURCE("/checkout", names) == {".venv", ".venv-rest", ".node-azurite", ".git"}
+
+
+def test_the_cached_dependencies_are_linked_and_a_replaced_file_leaves_the_cache_alone(tmp_path):
+    cached = tmp_path / "cache" / "deps-k1"
+    (cached / "lib").mkdir(parents=True)
+    (cached / "lib" / "dep.py").write_text("x = 1\n")
+    (cached / "bin").mkdir()
+    (cached / "bin" / "python").symlink_to("/usr/bin/python3")
+    pack_env.deps_env(tmp_path / "env", ["msgstream-no-such-dependency==0"], "k1", tmp_path / "cache", timeout=60)
+    dep = tmp_path / "env" / "lib" / "dep.py"
+    assert dep.stat().st_ino == (cached / "lib" / "dep.py").stat().st_ino
+    assert os.readlink(tmp_path / "env" / "bin" / "python") == "/usr/bin/python3"
+    dep.unlink()  # as pip replaces a file
+    dep.write_text("x = 2\n")
+    assert (cached / "lib" / "dep.py").read_text() == "x = 1\n"
+
+
+def test_the_archive_leaves_out_the_dependencies_test_suites_only(tmp_path):
+    import tarfile
+
+    site = tmp_path / "env" / "lib" / "python3.11" / "site-packages"
+    kept = ["pandas/__init__.py", "numpy/testing/__init__.py", "tests/__init__.py", "pandas/_libs/tests.py"]
+    dropped = ["pandas/tests/__init__.py", "pandas/tests/frame/test_api.py", "numpy/_core/tests/test_x.py"]
+    for rel in kept + dropped:
+        (site / rel).parent.mkdir(parents=True, exist_ok=True)
+        (site / rel).write_text("x = 1\n")
+    (tmp_path / "env" / "bin").mkdir()
+    (tmp_path / "env" / "bin" / "python").symlink_to("/usr/bin/python3")
+    pack_env.pack(tmp_path / "env", tmp_path / "env.tar.gz")
+    with tarfile.open(tmp_path / "env.tar.gz") as tar:
+        names = set(tar.getnames())
+    assert {f"lib/python3.11/site-packages/{rel}" for rel in kept} <= names
+    assert not [n for n in names if "/tests/" in n.replace("site-packages/tests/", "")]
+    assert "lib/python3.11/site-packages/pandas/tests" not in names and "bin/python" in names
