@@ -17,6 +17,7 @@ again), unless it lost the lease (LeaseLost: another writer took the table over)
 
 from __future__ import annotations
 
+import json
 import logging
 import time
 from dataclasses import dataclass, field
@@ -24,12 +25,13 @@ from typing import Any
 
 from msgstream_spark.mirror.formats import registry
 from msgstream_spark.mirror.maintenance import compact, vacuum
-from msgstream_spark.mirror.policy import MaintenancePolicy, TableFigures, keep_from, reasons
-from msgstream_spark.mirror.store import LeaseLost
+from msgstream_spark.mirror.policy import MaintenancePolicy, TableFigures, keep_from, parse, reasons
+from msgstream_spark.mirror.store import LeaseLost, NotFound, StoreError, uri
 from msgstream_spark.mirror.store.writer import writer_lock
 
 log = logging.getLogger(__name__)
 TASKS = ("compact", "merge_manifests", "expire")
+STATE_NAME = "_msgstream_maintenance.json"  # the job's maintenance state, beside the table
 RETAIN_SLACK_S = 1.0  # files removed this long before the oldest kept version's commit stay too (clock grain)
 
 
@@ -55,6 +57,7 @@ class Upkeep:
         self.seconds: dict[str, float] = dict.fromkeys(TASKS, 0.0)
         self.last: dict[str, float] = {}  # task -> wall time of its last success
         self.history: list[TaskRun] = []  # the last runs (at most 50)
+        self.table_figures: dict[str, int] = {}  # the history's size after the last expiry (``figures``)
 
     def figures(self) -> TableFigures:
         """The table's live files as the policy reads them (the batch's own state: no extra read on Delta;
@@ -107,7 +110,17 @@ class Upkeep:
         self.history = [*self.history[-49:], run]
         log.info("maintenance %s of %s (%s): %s in %.3f s %s", task, self.table.location, why,
                  "done" if ok else "FAILED", run.seconds, detail)
+        self._publish()
         return run
+
+    def _publish(self) -> None:
+        """The state beside the table (``STATE_NAME``), where ``msgstream mirror status`` reads it; a failure to
+        write it is logged, never fatal."""
+        try:
+            self.table.store.put(uri.join(self.table.root, STATE_NAME),
+                                 json.dumps({**self.state(), "updated": time.time()}, sort_keys=True).encode())
+        except StoreError as e:
+            log.warning("cannot write the maintenance state of %s (%s): %s", self.table.location, STATE_NAME, e)
 
     def _compact(self, hold) -> dict[str, Any]:
         done = compact(self.table, self.policy.target_bytes)
@@ -130,7 +143,19 @@ class Upkeep:
                 out["versions_kept"] = len(versions) - i
         retain_s = max(0.0, (now_ms - since_ms) / 1000) + RETAIN_SLACK_S  # what the oldest kept version reads
         out["files_deleted"] = len(vacuum(self.table, retain_s, now=now_ms / 1000))
+        self.measure()
         return out
+
+    def measure(self) -> dict[str, int]:
+        """The history's size now (versions kept, metadata files and bytes: a listing), kept as
+        ``table_figures``."""
+        if self.formats is not None:
+            self.table_figures = self.formats.figures(self.table)
+        return self.table_figures
+
+    def version(self) -> int | None:
+        """The table's version as a growing number (Delta: log version; Iceberg: last sequence number)."""
+        return self.formats.version_number(self.table) if self.formats is not None else None
 
     def _log_floor(self, versions: list[tuple[int, int]], i: int, now_ms: int) -> int:
         """The oldest version whose log is kept: the policy's, or older when the table's own log retention
@@ -147,4 +172,31 @@ class Upkeep:
         """The maintenance state for ``mirror status`` and the metrics: runs, errors, seconds, last success."""
         return {"policy": self.policy.as_options(), "runs": dict(self.runs), "errors": dict(self.errors),
                 "seconds": dict(self.seconds), "last_success": dict(self.last),
-                "batches_since": dict(self.since)}
+                "batches_since": dict(self.since), "history": dict(self.table_figures),
+                "last_runs": [vars(r) for r in self.history[-5:]]}
+
+
+def read_state(table) -> dict[str, Any] | None:
+    """The maintenance state a job last wrote beside ``table`` (None: none)."""
+    try:
+        return json.loads(table.store.read(uri.join(table.root, STATE_NAME)))
+    except NotFound:
+        return None
+
+
+def maintenance_status(table) -> dict[str, Any]:
+    """``msgstream mirror status``'s maintenance part: the state the job last wrote (``job``: its policy, runs,
+    errors, last successes; None: no job wrote one), the history's size now (``history``), the live files as
+    the policy reads them, and what that policy would run now (``due``)."""
+    state = read_state(table)
+    policy = MaintenancePolicy()
+    if state and state.get("policy"):
+        policy = parse(state["policy"])
+    up = Upkeep(table, policy)
+    if state:
+        up.since.update(state.get("batches_since", {}))
+    figs = up.figures()
+    return {"job": state, "history": up.measure(),
+            "live_files": {"files": figs.files, "small_files": figs.small_files, "rows": figs.rows,
+                           "deleted_rows": figs.deleted_rows, "manifests": figs.manifests},
+            "due": [{"task": t, "reason": why} for t, why in reasons(policy, figs)]}

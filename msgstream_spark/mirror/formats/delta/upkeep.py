@@ -75,7 +75,12 @@ def figures(table) -> dict[str, int]:
     points = [v for v, kind, _ in listing if kind.startswith("checkpoint")]
     return {"versions": sum(1 for _, kind, _ in listing if kind == "json"), "metadata_files": len(listing),
             "metadata_bytes": sum(m.size for _, _, m in listing), "checkpoint": max(points, default=-1),
-            "version": table._state().version}
+            "version": version_number(table)}
+
+
+def version_number(table) -> int:
+    """The table's log version."""
+    return int(table._state().version)
 
 
 def manifests(table) -> int:

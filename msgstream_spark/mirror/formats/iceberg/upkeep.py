@@ -25,7 +25,8 @@ from msgstream_spark.mirror.formats.iceberg.commit import (
     head_id,
     table_epoch,
 )
-from msgstream_spark.mirror.formats.iceberg.expiry import metadata_dir_files, split_snapshots
+from msgstream_spark.mirror.formats.iceberg.expiry import split_snapshots
+from msgstream_spark.mirror.formats.iceberg.files import store_path
 
 PREVIOUS_VERSIONS_KEY = "write.metadata.previous-versions-max"
 METADATA_VERSIONS = 10  # metadata.json files the metadata log keeps (Iceberg's default: 100)
@@ -69,11 +70,18 @@ def figures(table) -> dict[str, int]:
     current snapshot."""
     tbl = table._table()
     tbl.refresh()
-    store = table.store
-    metas = [m for p in metadata_dir_files(store, tbl) if (m := store.head(p)) is not None]
+    meta = store_path(table.store, tbl.metadata_location)
+    metas = [m for m in table.store.list(meta[:meta.rstrip("/").rfind("/")])
+             if m.uri.endswith((".metadata.json", ".avro"))]
     return {"versions": len(tbl.metadata.snapshots), "metadata_files": len(metas),
             "metadata_bytes": sum(m.size for m in metas), "manifests": manifests(table),
-            "version": head_id(tbl.metadata)}
+            "version": version_number(table)}
+
+
+def version_number(table) -> int:
+    """The table's version as a number that grows by one a commit: its last sequence number (a snapshot id is
+    random)."""
+    return int(table._table().metadata.last_sequence_number)
 
 
 _listed: dict[str, int] = {}  # manifest list -> its manifests (a manifest list never changes)
