@@ -58,6 +58,7 @@ class Upkeep:
         self.last: dict[str, float] = {}  # task -> wall time of its last success
         self.history: list[TaskRun] = []  # the last runs (at most 50)
         self.table_figures: dict[str, int] = {}  # the history's size after the last expiry (``figures``)
+        self._configured = False
 
     def figures(self) -> TableFigures:
         """The table's live files as the policy reads them (the batch's own state: no extra read on Delta;
@@ -134,6 +135,10 @@ class Upkeep:
         out: dict[str, Any] = {}
         since_ms = now_ms
         if self.formats is not None:
+            configure = getattr(self.formats, "configure", None)  # once: what the format's own settings bound
+            if configure is not None and not self._configured:
+                self._configured = True
+                out["configured"] = configure(self.table, self.policy.retain_age_s)
             versions = self.formats.versions(self.table)
             if versions:
                 i = keep_from(self.policy, versions, now_ms)

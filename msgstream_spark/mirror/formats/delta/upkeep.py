@@ -16,7 +16,7 @@ import re
 
 from msgstream_spark.mirror.common import PROP_WRITER_EPOCH, check_epoch
 from msgstream_spark.mirror.formats.delta.log import log_uri
-from msgstream_spark.mirror.formats.delta.retention import interval_ms
+from msgstream_spark.mirror.formats.delta.retention import TOMBSTONE_RETENTION_KEY, interval_ms
 from msgstream_spark.mirror.store import ObjectMeta
 
 log = logging.getLogger(__name__)
@@ -46,6 +46,21 @@ def log_age_ms(table) -> int | None:
     """The table's own ``delta.logRetentionDuration`` in ms (None: not set)."""
     conf = table._table().metadata().configuration
     return interval_ms(conf[LOG_RETENTION_KEY]) if LOG_RETENTION_KEY in conf else None
+
+
+def configure(table, retain_age_s: float) -> bool:
+    """Bound what each checkpoint carries: Delta checkpoints keep the ``remove`` tombstones younger than
+    ``delta.deletedFileRetentionDuration`` (1 week by default: at a commit a second, hundreds of thousands of
+    tombstones rewritten at each checkpoint), so a table that does not set it gets the policy's
+    ``retain.age`` (at least an hour; vacuum reads the commits before the checkpoint for a longer retention).
+    True if it was set now (one metadata commit)."""
+    conf = table._table().metadata().configuration
+    if TOMBSTONE_RETENTION_KEY in conf:
+        return False
+    seconds = int(max(retain_age_s, 3600))
+    table._table().alter.set_table_properties({TOMBSTONE_RETENTION_KEY: f"interval {seconds} seconds"},
+                                              raise_if_not_exists=False)
+    return True
 
 
 def trim(table, keep: int, epoch: int | None) -> dict[str, int]:
