@@ -8,7 +8,8 @@ maintained table, the policy's due tasks (their time counted in the batch's). Fi
 the median batch time of the last 100 batches against batches 11-110 (``bench._util.figure``: the early series
 over the late one, so a ratio below 1 means later batches are slower; goal >= 1/1.2: later batches at most
 1.2x the early ones), and the table's metadata bytes (Delta log, Iceberg metadata directory) at the end
-against at ``mid`` batches (goal <= 1.5x).
+against at ``mid`` batches (goal <= 1.5x; also the most of the last 100 batches against the most of the 100
+before ``mid``: both are a sawtooth, cut at each expiry and, for Delta, at checkpoints).
 
     python -m bench.bench_mirror_upkeep [--batches 300] [--changes 100] [--formats delta,iceberg] [--s3]
                                         [--mid N] [--no-baseline]
@@ -61,10 +62,13 @@ def _run_one(t, batches: int, changes: int, maintained: bool, mid: int) -> dict:
         if up is not None:
             up.after_batch()
         secs.append(time.perf_counter() - t0)
-        if b in (mid, batches):
+        if b % 10 == 0 or b in (mid, batches):  # (outside the batch's time)
             meta[b] = fmts.figures(t)
+    window = max(1, min(WINDOW, batches - mid))
+    peak = {"mid": max(v["metadata_bytes"] for k, v in meta.items() if mid - window < k <= mid),
+            "end": max(v["metadata_bytes"] for k, v in meta.items() if k > batches - window)}
     out = {"batch_s": [round(s, 4) for s in secs], "meta_mid": meta[mid], "meta_end": meta[batches],
-           "rows": t.to_arrow().num_rows, "keys": nxt}
+           "meta_peak": peak, "rows": t.to_arrow().num_rows, "keys": nxt}
     if up is not None:
         out["maintenance"] = {"runs": up.runs, "errors": up.errors, "seconds": up.seconds}
     return out
@@ -89,6 +93,9 @@ def _figures(r: dict, batches: int, mid: int) -> dict:
             "metadata_bytes_mid": r["meta_mid"]["metadata_bytes"],
             "metadata_bytes_end": r["meta_end"]["metadata_bytes"],
             "metadata_end_over_mid": round(growth, 3), "metadata_goal_met": growth <= 1.5,
+            # the log and metadata are a sawtooth (Delta: cut at checkpoints, every 100 versions): the most of
+            # the last 100 batches against the most of the 100 before mid
+            "metadata_peak_end_over_mid": round(r["meta_peak"]["end"] / max(1, r["meta_peak"]["mid"]), 3),
             "versions_end": r["meta_end"]["versions"], "metadata_files_end": r["meta_end"]["metadata_files"]}
 
 
@@ -96,7 +103,7 @@ def run(batches: int = 300, changes: int = 100, formats: tuple[str, ...] = ("del
         s3: bool = False, mid: int | None = None, baseline: bool = True) -> dict:
     if batches < 10 + WINDOW:
         raise SystemExit(f"--batches must be at least {10 + WINDOW} (batches 11-110 are the early series)")
-    mid = mid or min(500, batches // 2)
+    mid = mid or max(WINDOW, min(500, batches // 2 // 100 * 100))  # a multiple of 100: a checkpoint's phase
     tmp = Path(tempfile.mkdtemp(prefix="bench-upkeep-"))
     server = None
     if s3:
@@ -130,7 +137,7 @@ def main() -> None:
     p.add_argument("--changes", type=int, default=100, help="changes per batch")
     p.add_argument("--formats", default="delta,iceberg")
     p.add_argument("--mid", type=int, help="the batch whose metadata bytes the end's are compared to "
-                                           "(default: min(500, batches / 2))")
+                                           "(default: min(500, batches / 2), rounded down to a multiple of 100)")
     p.add_argument("--s3", action="store_true", help="on moto's S3 server instead of a local directory")
     p.add_argument("--no-baseline", dest="baseline", action="store_false",
                    help="the maintained tables only (an unmaintained Iceberg table at 2,000 batches takes an hour)")
