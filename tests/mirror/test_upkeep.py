@@ -127,3 +127,27 @@ def test_the_policy_reads_its_options_and_decides():
     assert keep_from(parse(["retain.age=1h", "retain.min=1", "retain.max=100"]), versions, now) == 6
     assert keep_from(parse(["retain.age=1h", "retain.min=5", "retain.max=100"]), versions, now) == 5
     assert keep_from(parse(["retain.age=10d", "retain.min=1", "retain.max=3"]), versions, now) == 7
+
+
+@pytest.mark.parametrize("fmt", ["delta", "iceberg"])
+def test_a_deposed_writers_maintenance_is_refused_by_the_epoch(fmt, tmp_path, monkeypatch):
+    """The table holds a later writer's epoch: the history trim (and Iceberg's manifest merge) of a writer
+    with a lower one commits and deletes nothing."""
+    from msgstream_spark.mirror.store import LeaseLost
+
+    monkeypatch.setattr(delta_table, "CHECKPOINT_EVERY", 5)
+    t = Place("local", tmp_path).open(fmt)
+    for i in range(12):
+        assert apply_batch(t, to_arrow(_batch(i)), "pk", "q", i)
+    t.publish_epoch(7)
+    fmts = registry.upkeep(t)
+    before = fmts.figures(t)
+    versions = fmts.versions(t)
+    with pytest.raises(LeaseLost, match="epoch 7"):
+        fmts.trim(t, versions[-2][0], epoch=3)
+    if fmt == "iceberg":
+        with pytest.raises(LeaseLost, match="epoch 7"):
+            fmts.merge_manifests(t, epoch=3)
+    after = fmts.figures(t)
+    assert (after["versions"], after["metadata_files"]) == (before["versions"], before["metadata_files"])
+    assert fmts.trim(t, versions[-2][0], epoch=7) is not None  # the current writer's passes
