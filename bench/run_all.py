@@ -39,6 +39,7 @@ SCRIPTS = [
     "bench.bench_keyindex",
     "bench.bench_store",
     "bench.bench_iceberg_catalog",
+    "bench.bench_mirror_upkeep",
 ]
 
 # Sizes per script: "full" is what the README's figures come from (about 70-80 minutes on 2 cores, of them
@@ -64,7 +65,8 @@ SIZES = {
              "bench.bench_freshness": {"small": 1_000, "large": 4_000_000, "samples": 15},
              "bench.bench_keyindex": {"sizes": (100_000, 1_000_000)},
              "bench.bench_store": {"mib": 64, "small": 300},
-             "bench.bench_iceberg_catalog": {"small": 10, "rows": 1000}},
+             "bench.bench_iceberg_catalog": {"small": 10, "rows": 1000},
+             "bench.bench_mirror_upkeep": {"batches": 500}},
     "quick": {"bench.bench_spark_read": {"rows": 200_000, "mem_rows": 0, "kafka": True},
               "bench.bench_spark_write": {"rows": 20_000, "reps": 2},
               "bench.profile_read": {"rows": 50_000, "kafka": True},
@@ -81,7 +83,8 @@ SIZES = {
               "bench.bench_freshness": {"small": 1_000, "large": 400_000, "samples": 8},
               "bench.bench_keyindex": {"sizes": (100_000, 1_000_000), "reps": 3},
               "bench.bench_store": {"mib": 16, "small": 100},
-              "bench.bench_iceberg_catalog": {"small": 5, "rows": 200, "reps": 3}},
+              "bench.bench_iceberg_catalog": {"small": 5, "rows": 200, "reps": 3},
+              "bench.bench_mirror_upkeep": {"batches": 120}},
 }
 
 

@@ -39,7 +39,7 @@ ALLOWED: dict[str, str] = {}
 NOT_FORMATS = {"delta_path": "Milvus's delta (delete) binlogs"}
 # mirror/'s own layers, lowest first: a module imports its own layer and those below it
 MIRROR_LAYERS = [("order", "collapse"), ("store",), ("common", "watermark"), ("formats",), ("write",),
-                 ("snapshot",), ("table", "apply", "maintenance"), ("verify", "history")]
+                 ("snapshot",), ("table", "apply", "maintenance", "policy", "report", "upkeep"), ("verify", "history")]
 MIRROR_RANK = {part: i for i, parts in enumerate(MIRROR_LAYERS) for part in parts}
 
 

@@ -18,6 +18,7 @@ from msgstream_spark.cli.vocab import add_flag
 from msgstream_spark.errors import MirrorError
 from msgstream_spark.mirror.snapshot.handover import milvus_target
 from msgstream_spark.mirror.table import open_table
+from msgstream_spark.mirror.upkeep import maintenance_status
 from msgstream_spark.mirror.verify.compare import DEFAULT_BUCKETS
 from msgstream_spark.mirror.verify.milvus_side import SdkMilvusSide
 from msgstream_spark.mirror.verify.pinned import PinnedTable, table_identity
@@ -45,7 +46,8 @@ def add_mirror_commands(mirror_sub: Any, common: Any) -> None:
     p.add_argument("--repair", action="store_true",
                    help="re-read the differing keys from Milvus and write them through the mirror's exactly-once "
                         "merge, then verify again (stop the mirror job first: one writer per table)")
-    p = mirror_sub.add_parser("status", help="per channel: how fresh the table is, the backlog, stalled (JSON)")
+    p = mirror_sub.add_parser("status", help="per channel: how fresh the table is, the backlog, stalled; the "
+                                          "table version and its maintenance state (JSON)")
     common(p)
     add_table_args(p)
     p.add_argument("--collection", help="collection name (default: the table's msgstream.collection)")
@@ -113,6 +115,7 @@ def cmd_mirror_status(args) -> int:
                          pinned.last_batch(qid) if qid else None, qid, checkpoint)
     with Factory(cfg).client() as client:
         doc = table_status(pinned, wm, client, int(time.time() * 1000), args.stalled_after)
+    doc["maintenance"] = maintenance_status(table)
     _print(doc)
     return 0
 

@@ -84,7 +84,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--max-rows-per-trigger", type=int, default=100000,
                    help="rows per micro-batch (tasks write and plan them; no row reaches the driver; default 100000)")
     p.add_argument("--compact-every", type=int, default=0,
-                   help="compact the table after every N committed micro-batches (default 0: never)")
+                   help="compact the table after every N committed micro-batches (default 0: by the maintenance "
+                        "policy's thresholds only); the same as --maintenance compact.every=N")
+    p.add_argument("--maintenance", action="append", default=[], metavar="KEY=VALUE",
+                   help="the maintenance policy run between batches (repeatable; e.g. retain.age=1h, retain.max=100, "
+                        "compact.small-files=32, enabled=false): docs/mirror.md, Maintenance policy")
+    p.add_argument("--metrics-port", type=int, metavar="PORT",
+                   help="serve Prometheus metrics on this port (0: any free port, logged); docs/mirror.md, Metrics")
     add_flag(p, ("--num-snapshot-tasks",), old=("--snapshot-tasks",), dest="snapshot_tasks", type=int, default=0,
              metavar="N", help="snapshot read tasks (default: Spark parallelism)")
     p.add_argument("--snapshot-answer-mb", type=float, default=16.0,
@@ -155,6 +161,20 @@ def _stream_all(spark, args, cfg, start, sink, checkpoint, trig) -> tuple[int, i
         log.info("schema change, restarting the query (%d of %d): %s", restarts, SCHEMA_RESTARTS, err)
 
 
+def _observers(args, table, policy):
+    """The job's maintenance (``policy``) and its metrics (served on --metrics-port), told of every batch in this
+    order."""
+    from msgstream_spark.jobs.mirror_metrics import JobMetrics
+    from msgstream_spark.mirror.upkeep import Upkeep
+
+    upkeep = Upkeep(table, policy)
+    upkeep.measure()
+    metrics = JobMetrics(table, upkeep, args.metrics_port)
+    log.info("maintenance policy of %s: %s; metrics: %s", args.table, upkeep.policy.as_options(),
+             f"port {metrics.port}" if metrics.port is not None else "not served (--metrics-port)")
+    return upkeep, metrics
+
+
 def run(args: argparse.Namespace, spark=None) -> dict[str, Any]:
     logging.getLogger("py4j").setLevel(logging.WARNING)  # its callback server logs every call at INFO
     if args.collection is None:  # --database / --collections / --include: many collections, one read
@@ -172,6 +192,9 @@ def run(args: argparse.Namespace, spark=None) -> dict[str, Any]:
                           f"--table-format {args.table_format}; nothing written")
     trig = trigger_kwargs(args.trigger)
     checkpoint = checkpoint_of(args, required=True)
+    from msgstream_spark.mirror.policy import MaintenancePolicy, parse
+
+    policy = parse(args.maintenance, MaintenancePolicy(compact_every=args.compact_every))  # a wrong key: now
     from msgstream_spark.mirror.store import open_store
 
     store = open_store(args.table, table_options(args)["storage_options"])  # settings resolved here, on the driver
@@ -193,15 +216,20 @@ def run(args: argparse.Namespace, spark=None) -> dict[str, Any]:
     with writer_lock(store, where, "the mirror job") as hold:  # the table's one writer while the job runs
         start = decide_start(spark, args, cfg, rows_arrow_schema(probe), pk, cid, checkpoint)
         history = HistoryTable(args.history_table, pk, storage_options(args)) if args.history_table else None
+        upkeep, metrics = _observers(args, start.table, policy)
         sink = MirrorBatch(start.table, pk, checkpoint=checkpoint, collection_id=start.collection_id,
-                           compact_every=args.compact_every, history=history, lock=hold)
+                           history=history, lock=hold, observers=[upkeep, metrics])
         t0 = time.perf_counter()
-        rows, restarts = _stream_all(spark, args, cfg, start, sink, checkpoint, trig)
+        try:
+            rows, restarts = _stream_all(spark, args, cfg, start, sink, checkpoint, trig)
+        finally:
+            metrics.close()
     secs = time.perf_counter() - t0
     return {"job": "mirror", "table": args.table, "format": args.table_format, "collection": args.collection,
             "checkpoint": checkpoint, "snapshot": start.summary, "stream_rows": rows,
             "merged_batches": sink.batches, "skipped_batches": sink.skipped, "merged_changes": sink.rows,
-            "compactions": sink.compactions,
+            "compactions": upkeep.runs["compact"], "maintenance": upkeep.state(),
+            "table_version": upkeep.version(), "metrics_port": metrics.port,
             "schema_restarts": restarts, "stream_seconds": round(secs, 3),
             "freshness_ms": sink.freshness_ms, "step_seconds": sink.timings, "step_bytes": sink.bytes}
 

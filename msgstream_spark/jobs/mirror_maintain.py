@@ -8,7 +8,8 @@ files a compaction removed) and what writers killed or failed before their commi
 the files no version committed within H hours reads (a file removed at time T stays until T is H hours
 old; a file nothing references, once written H hours ago; Iceberg: the older snapshots expired first, and
 its metadata files with them). Each holds the table's writer lock: it is refused while a
-mirror job runs on the table (use ``msgstream mirror run --compact-every N`` there). See docs/mirror.md.
+mirror job runs on the table (the job maintains its table itself: ``--maintenance KEY=VALUE``, docs/mirror.md
+"Maintenance policy"). See docs/mirror.md.
 """
 
 from __future__ import annotations

@@ -210,15 +210,16 @@ def classify_orphans(table, paths: list[str]) -> OrphanKinds:
     return OrphanKinds(history, [p for p in paths if _key(table, p) not in seen])
 
 
-def vacuum(table, retain_s: float = 7 * 86400, dry_run: bool = False) -> list[str]:
+def vacuum(table, retain_s: float = 7 * 86400, dry_run: bool = False, now: float | None = None) -> list[str]:
     """Delete the files no version committed within ``retain_s`` reads; their paths. A file a commit removed
     at time R stays until R is older than ``retain_s`` (Delta: its ``remove``'s ``deletionTimestamp``;
     Iceberg: the snapshots current within it are kept, the others expired first); a file no version ever
-    referenced (a killed writer's) goes once it was written more than ``retain_s`` ago."""
+    referenced (a killed writer's) goes once it was written more than ``retain_s`` ago. ``now``: the moment the
+    retention is counted back from (default: when the vacuum begins)."""
     with writer_lock(table.store, table.location, "the vacuum") as hold:
         if not dry_run:  # a deposed writer's commit of files deleted below is refused from here on
             hold.fence(table)
-        now = time.time()
+        now = time.time() if now is None else now
         if not dry_run:  # Iceberg: one commit expires the snapshots not current within the retention
             table.expire(retain_s, now)
         keep = {_key(table, p) for p in table.retained_files(retain_s, now)}

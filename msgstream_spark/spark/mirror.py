@@ -36,6 +36,7 @@ from msgstream_spark.mirror.formats import registry
 from msgstream_spark.mirror.formats.base import WriteSpec
 from msgstream_spark.mirror.history.write import existed_from_matches
 from msgstream_spark.mirror.maintenance import compact
+from msgstream_spark.mirror.report import BatchReport, data_rows, op_counts
 from msgstream_spark.mirror.store import io_since, io_totals
 from msgstream_spark.mirror.store.writer import writer_lock
 from msgstream_spark.mirror.watermark import PROP_WATERMARK, checkpoint_offset, freshness_ms
@@ -94,10 +95,14 @@ class MirrorBatch:
     ``compact_every``: compact the table after every N committed batches (0: never). ``lock``: the table's writer
     lease held by the caller for the whole query (a ``store.writer.Hold``, e.g. the mirror job's): each batch runs
     inside it (Spark calls the function on threads of its own); without it each batch takes the lease.
+    ``observers``: objects told of every batch, inside its lease: ``after_batch(report, hold)`` with a
+    ``mirror.report.BatchReport`` (e.g. ``mirror.upkeep.Upkeep``: maintenance between batches; the job's
+    metrics), and ``batch_failed(batch_id, error)`` when one fails (optional).
     """
 
     def __init__(self, table, pk: str, *, query_id: str | None = None, checkpoint: str | None = None,
-                 collection_id: int | None = None, compact_every: int = 0, history=None, lock=None) -> None:
+                 collection_id: int | None = None, compact_every: int = 0, history=None, lock=None,
+                 observers=()) -> None:
         if query_id is None and checkpoint is None:
             raise MirrorError("MirrorBatch needs query_id or checkpoint (to read Spark's query id)")
         self.table, self.pk, self.checkpoint = table, pk, checkpoint
@@ -123,6 +128,7 @@ class MirrorBatch:
         self.freshness_ms: int | None = None  # wall clock minus the last committed watermark's Milvus time
         self._executor_killed = False  # kill-executor-in-files:first: armed until a batch has written rows
         self.lock = lock
+        self.observers = list(observers)
 
     @property
     def query_id(self) -> str:
@@ -131,10 +137,20 @@ class MirrorBatch:
         return self._query_id
 
     def __call__(self, df, batch_id: int) -> None:
-        with writer_lock(self.table.store, self.table.location, f"batch {batch_id}", share=self.lock) as hold:
-            return self._batch(df, batch_id, hold)
+        try:
+            with writer_lock(self.table.store, self.table.location, f"batch {batch_id}", share=self.lock) as hold:
+                t0 = time.perf_counter()
+                report = self._batch(df, batch_id, hold)
+                report.seconds = round(time.perf_counter() - t0, 3)
+                for o in self.observers:
+                    o.after_batch(report, hold)
+        except Exception as e:
+            for o in self.observers:
+                if hasattr(o, "batch_failed"):
+                    o.batch_failed(batch_id, e)
+            raise
 
-    def _batch(self, df, batch_id: int, hold) -> None:
+    def _batch(self, df, batch_id: int, hold) -> BatchReport:
         qid = self.query_id
         offset = checkpoint_offset(self.checkpoint, batch_id) if self.checkpoint else None
         info = {PROP_WATERMARK: json.dumps(offset, sort_keys=True)} if offset else None
@@ -143,7 +159,7 @@ class MirrorBatch:
         if run.attempt is None:  # its commit survived a kill (or another writer's did)
             log.info("batch %d of query %s is already in the table: skipped", batch_id, qid)
             self.skipped += 1
-            return
+            return BatchReport(batch_id, False, watermark=offset)
         t, io, changes = run.t, run.io, run.changes
         self._timed(write=t[1] - t[0], plan=t[3] - t[2], commit=time.perf_counter() - t[3])
         tasks = {k: _diff(m.value(), run.before[k]) for k, m in run.moved.items()}
@@ -167,6 +183,9 @@ class MirrorBatch:
             self.compactions += 1
             log.info("compaction after batch %d: %d files with %d deleted rows -> %d files", batch_id, done.files_in,
                      done.deleted_rows, done.files_out)
+        return BatchReport(batch_id, plan is not None, changes if plan is not None else 0,
+                           op_counts(changes, run.data_rows, plan), step_seconds=dict(self.last_timings),
+                           watermark=offset, freshness_ms=self.freshness_ms if plan is not None else None)
 
     def _task_failpoint(self, batch_id: int) -> str | None:
         """Tests: the process a writing task of this batch kills (``kill-worker-in-files:<batch id>``,
@@ -230,6 +249,7 @@ class _SparkRunner:
         self.mb, self.df, self.batch_id = mb, df, batch_id
         self.attempt: str | None = None
         self.changes, self.collections = 0, set()
+        self.data_rows = 0
         self.t: list[float] = []  # the steps' clocks: write start, end; plan start, end
         self.io: list[dict[str, int]] = []  # the driver's store traffic at the same points
         self.moved: dict[str, Traffic] = {}  # the tasks' store traffic per step, and its values before the batch
@@ -257,6 +277,7 @@ class _SparkRunner:
         written = write_in_tasks(self.df, spec, self.attempt, kill, self.moved["write"])
         self._mark()
         self.changes = changes_count(written)
+        self.data_rows = data_rows(written)
         if kill == "executor" and self.changes:
             self.mb._executor_killed = True
         self.collections = batch_collections(written)

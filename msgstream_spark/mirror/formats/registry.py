@@ -6,6 +6,7 @@ the source); a new format is one more entry in ``_ENTRIES``.
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Mapping
 from typing import Any
 
@@ -146,3 +147,16 @@ def names_in_catalog(table: str, catalog: str | None) -> bool:
     """Whether ``table`` names a table in ``catalog`` (``namespace.table``; only a format with catalogs has
     them) rather than a location."""
     return is_identifier(table, catalog)
+
+
+def upkeep(table: Any) -> Any:
+    """The module keeping ``table``'s history bounded while a mirror job runs (``versions``, ``trim``,
+    ``figures``, ``manifests``, ``merge_manifests``: ``delta/upkeep.py``, ``iceberg/upkeep.py``); None for a
+    format without one (the job then compacts only)."""
+    module = f"msgstream_spark.mirror.formats.{of(table).name}.upkeep"
+    try:
+        return importlib.import_module(module)
+    except ModuleNotFoundError as e:
+        if e.name != module:  # a library the module needs is missing: not "no such module"
+            raise
+        return None
