@@ -90,8 +90,21 @@ def _checkpoint(args) -> str:
 class Tables:
     """Makes or opens a collection's table by the naming rule (the ``Opener`` of ``spark.mirror_many``)."""
 
-    def __init__(self, args, cfg, checkpoint: str) -> None:
+    def __init__(self, args, cfg, checkpoint: str, policy=None, hub=None) -> None:
         self.args, self.cfg, self.checkpoint = args, cfg, checkpoint
+        self.policy, self.hub = policy, hub  # each table's maintenance policy; the job's metrics endpoint
+        self.upkeeps: dict[str, Any] = {}  # table location -> its Upkeep
+
+    def observers(self, table) -> list:
+        """The table's maintenance (the job's policy, under the batch's lease) and its series on the job's
+        metrics endpoint, told of every batch in this order (as the one-collection job's)."""
+        from msgstream_spark.jobs.mirror_metrics import JobMetrics
+        from msgstream_spark.mirror.upkeep import Upkeep
+
+        upkeep = Upkeep(table, self.policy)
+        upkeep.measure()
+        self.upkeeps[str(table.location)] = upkeep
+        return [upkeep, JobMetrics(table, upkeep, hub=self.hub)]
 
     def _holder(self, location: str) -> int | None:
         from msgstream_spark.mirror.formats import registry
@@ -146,7 +159,7 @@ class Tables:
         table = open_table(self.args.table_format, where, collection=k.name, pk=pk, arrow_schema=rows, create=True,
                            collection_id=k.cid, **table_options(self.args))
         sink = MirrorBatch(table, pk, checkpoint=self.checkpoint, collection_id=k.cid,
-                           compact_every=self.args.compact_every)
+                           observers=self.observers(table))
         s = table.properties().get(PROP_SNAPSHOT_TS)  # a snapshot's table takes the stream's rows after its S
         return Mirrored(table, pk, rows, sink, int(s) if s else None)
 
@@ -254,17 +267,29 @@ def run_many(args: argparse.Namespace, spark=None) -> dict[str, Any]:
     check_args(args)
     selection = parse_selection(args.database, args.collections, args.include)
     args.starting = at_file(args.starting)
+    from msgstream_spark.jobs.mirror_metrics import MetricsHub
+    from msgstream_spark.mirror.policy import MaintenancePolicy, parse
+
+    policy = parse(args.maintenance, MaintenancePolicy(compact_every=args.compact_every))  # a wrong key: now
     checkpoint = _checkpoint(args)
     cfg = config_of(args)
     spark = spark or spark_session("msgstream-mirror", args.master)
     state = ManyState.load(checkpoint)
-    tables = Tables(args, cfg, checkpoint)
-    starting = args.starting
-    if args.snapshot == "initial" and not os.path.isdir(os.path.join(checkpoint, "offsets")):
-        starting = snapshot_all(spark, args, cfg, checkpoint, state, selection, tables) or starting
-    sink = ManyBatch(tables, state, selection, mirrored=_opened(state, tables), concurrency=args.table_concurrency)
-    t0 = time.perf_counter()
-    rows = _run_query(spark, args, cfg, starting, sink, checkpoint)
+    hub = MetricsHub(args.metrics_port)
+    log.info("maintenance policy of every table: %s; metrics: %s", policy.as_options(),
+             f"port {hub.port}" if hub.port is not None else "not served (--metrics-port)")
+    try:
+        tables = Tables(args, cfg, checkpoint, policy, hub)
+        starting = args.starting
+        if args.snapshot == "initial" and not os.path.isdir(os.path.join(checkpoint, "offsets")):
+            starting = snapshot_all(spark, args, cfg, checkpoint, state, selection, tables) or starting
+        sink = ManyBatch(tables, state, selection, mirrored=_opened(state, tables),
+                         concurrency=args.table_concurrency)
+        t0 = time.perf_counter()
+        rows = _run_query(spark, args, cfg, starting, sink, checkpoint)
+    finally:
+        hub.close()
     return {"job": "mirror", "selection": selection.describe(), "table_root": args.table_root,
             "format": args.table_format, "checkpoint": checkpoint, "stream_pieces": rows,
-            "stream_seconds": round(time.perf_counter() - t0, 3), **sink.summary()}
+            "stream_seconds": round(time.perf_counter() - t0, 3), "metrics_port": hub.port,
+            "maintenance": {loc: u.state() for loc, u in sorted(tables.upkeeps.items())}, **sink.summary()}

@@ -58,13 +58,34 @@ def _metrics(r: CollectorRegistry) -> dict[str, Any]:
     }
 
 
-class JobMetrics:
-    """A ``MirrorBatch`` observer: the figures of each batch as metrics (``port``: served over HTTP; None:
-    not served) and as the batch's JSON log line. ``upkeep``: the job's maintenance, whose runs it counts."""
+class MetricsHub:
+    """The job's registry and its HTTP endpoint (``port``: served; None: not served; 0: any free port), shared by
+    the ``JobMetrics`` of every table the job writes (a many-collection job: one endpoint, a series per table)."""
 
-    def __init__(self, table, upkeep=None, port: int | None = None) -> None:
+    def __init__(self, port: int | None = None) -> None:
         self.registry = CollectorRegistry()
         self.m = _metrics(self.registry)
+        self.server = self.port = None
+        if port is not None:
+            self.server, _ = start_http_server(port, addr="0.0.0.0", registry=self.registry)
+            self.port = self.server.server_port
+
+    def close(self) -> None:
+        if self.server is not None:
+            self.server.shutdown()
+            self.server.server_close()
+            self.server = None
+
+
+class JobMetrics:
+    """A ``MirrorBatch`` observer: the figures of each batch as metrics (``port``: served over HTTP; None:
+    not served; ``hub``: the job's shared registry and endpoint instead) and as the batch's JSON log line.
+    ``upkeep``: the table's maintenance, whose runs it counts."""
+
+    def __init__(self, table, upkeep=None, port: int | None = None, hub: MetricsHub | None = None) -> None:
+        self._own = hub is None
+        self.hub = hub if hub is not None else MetricsHub(port)
+        self.registry, self.m, self.port = self.hub.registry, self.hub.m, self.hub.port
         self.labels = {"table": str(table.location), "collection": str(table.collection)}
         self.upkeep = upkeep
         self._seen_runs: dict[str, int] = {}
@@ -72,10 +93,6 @@ class JobMetrics:
         self.new_runs: list = []  # the maintenance runs since the last batch's line
         self.watermark_ms: int | None = None
         self.m["lag"].labels(**self.labels).set_function(self._lag)
-        self.server = self.port = None
-        if port is not None:
-            self.server, _ = start_http_server(port, addr="0.0.0.0", registry=self.registry)
-            self.port = self.server.server_port
         if upkeep is not None:
             self._maintenance()
 
@@ -145,6 +162,5 @@ class JobMetrics:
                                                         "history": up.table_figures}}
 
     def close(self) -> None:
-        if self.server is not None:
-            self.server.shutdown()
-            self.server.server_close()
+        if self._own:  # a shared hub is closed by the job
+            self.hub.close()
