@@ -205,6 +205,25 @@ def milvus_collections(cfg) -> list[tuple[str, str, int]]:
     return out
 
 
+class Locate:
+    """A collection id -> its database, as Milvus lists them (``milvus.address``; listed again on a miss)."""
+
+    def __init__(self, cfg) -> None:
+        self.cfg, self.ids = cfg, {}
+
+    def __call__(self, cid: int) -> str | None:
+        if cid not in self.ids:
+            try:
+                self.ids.update({c: db for db, _, c in milvus_collections(self.cfg)})
+            except Exception as exc:  # noqa: BLE001 - any SDK failure: the stream's answer stands, said loudly
+                log.warning("collection id %d: the stream names no database and Milvus at milvus.address did not "
+                            "answer (%s): taking the database its inserts name (empty: default)", cid, exc)
+                return None
+        db = self.ids.get(cid)
+        log.info("collection id %d: the stream names no database; Milvus answers %r", cid, db)
+        return db
+
+
 def snapshot_all(spark, args, cfg, checkpoint: str, state: ManyState, selection, tables: Tables) -> str | None:
     """A new job with ``--snapshot initial``: each selected collection in Milvus snapshotted at its own S (the
     one-collection job's ``decide_start``, ``--snapshot-concurrency`` at a time) into its table (which records S:
@@ -262,7 +281,9 @@ def run_many(args: argparse.Namespace, spark=None) -> dict[str, Any]:
     starting = args.starting
     if args.snapshot == "initial" and not os.path.isdir(os.path.join(checkpoint, "offsets")):
         starting = snapshot_all(spark, args, cfg, checkpoint, state, selection, tables) or starting
-    sink = ManyBatch(tables, state, selection, mirrored=_opened(state, tables), concurrency=args.table_concurrency)
+    locate = Locate(cfg) if cfg.is_set("milvus.address") and cfg.get_str("milvus.address") else None
+    sink = ManyBatch(tables, state, selection, mirrored=_opened(state, tables), concurrency=args.table_concurrency,
+                     locate=locate)
     t0 = time.perf_counter()
     rows = _run_query(spark, args, cfg, starting, sink, checkpoint)
     return {"job": "mirror", "selection": selection.describe(), "table_root": args.table_root,

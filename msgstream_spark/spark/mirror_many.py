@@ -49,6 +49,8 @@ def rows_schema_of(schema: bytes) -> pa.Schema:
 
 # the job's: (the collection's Known entry, its CollectionSchema or None) -> its Mirrored (table made if missing)
 Opener = Callable[[Any, Any], Mirrored]
+# the job's: a collection id -> its database as Milvus answers (None: Milvus does not know it, or is not configured)
+Locator = Callable[[int], "str | None"]
 
 
 def _unpack_fn(schema: pa.Schema, pk: str, min_ts: int | None):
@@ -67,11 +69,14 @@ class ManyBatch:
     ``opener``: makes or opens a collection's table (the job's naming rule and table settings). ``mirrored``:
     the tables the job opened at its start (collections snapshotted or resumed), by collection id.
     ``concurrency``: tables written and committed at once (1: one after the other, in collection id order).
+    ``locate``: a collection's database from Milvus, for one the stream names no database of (2.3-2.6.5 write
+    none into CreateCollection, and into an insert only what the request's ``db_name`` field held: clients that
+    pass the database in the connection's header, as pymilvus does, leave it empty).
     """
 
     def __init__(self, opener: Opener, state: ManyState, selection: Selection, *, mirrored: dict[int, Mirrored],
-                 concurrency: int = 4) -> None:
-        self.opener, self.state, self.selection = opener, state, selection
+                 concurrency: int = 4, locate: Locator | None = None) -> None:
+        self.opener, self.state, self.selection, self.locate = opener, state, selection, locate
         self.mirrored = mirrored
         self.concurrency = max(1, concurrency)
         self.batches = 0
@@ -93,11 +98,12 @@ class ManyBatch:
                    .agg(F.first("name").alias("name"), F.max("db").alias("db")).collect())
         for r in ddl:
             if r["kind"] == KIND_CREATE:
-                self.state.created(r["_collection"], r["name"] or "", r["db"] or "", r["payload"], r["_ts"])
+                cid = r["_collection"]
+                self.state.created(cid, r["name"] or "", self._db(cid, r["db"]), r["payload"], r["_ts"])
             elif r["kind"] == KIND_ALTER:
                 self._altered(r["_collection"], r["payload"], r["_ts"])
         for r in touched:
-            self.state.seen(r["_collection"], r["name"] or "", r["db"] or "")
+            self.state.seen(r["_collection"], r["name"] or "", self._db(r["_collection"], r["db"]))
         self.state.save()  # before any table is written: a restart knows what this batch's stream told
         todo = [m for m in (self._mirrored(cid) for cid in sorted(r["_collection"] for r in touched)) if m is not None]
         for r in ddl:  # a collection created in this batch with no rows yet gets its (empty) table now
@@ -107,6 +113,13 @@ class ManyBatch:
         for r in ddl:
             if r["kind"] == KIND_DROP:
                 self._drop(r["_collection"], r["_ts"])
+
+    def _db(self, cid: int, db: str | None) -> str:
+        """The collection's database: the stream's, else the one known, else Milvus's answer ("" if none)."""
+        known = self.state.known.get(cid)
+        if db or (known is not None and known.db) or self.locate is None:
+            return db or ""
+        return self.locate(cid) or ""
 
     def _altered(self, cid: int, schema: bytes, ts: int) -> None:
         """A 2.6 schema change: the collection's newest schema; its table gains the new fields as columns (the
