@@ -253,3 +253,37 @@ def test_collections_present_at_the_start_are_snapshotted_each_at_its_own_s(spar
         log.close()
     assert sorted(again["tables"]) == ["db1.a", "db1.n", "db2.c"] and again["tables"]["db1.a"]["changes"] > 0
     assert_tables(root, log, skip={("db2", "other", 17)})
+
+
+def test_a_dropped_partition_s_rows_leave_the_table(spark, local_env, tmp_path):
+    """2.3-2.5's DropPartition (RootCoord's GC step, on the collection's pchannels): every row of that partition
+    leaves the table, those an earlier batch wrote and those of the same batch before the drop; a row written
+    after it (another partition) stays; a second run applies nothing again."""
+    from msgstream_spark.jobs import mirror
+
+    cfg = config_file(local_env, tmp_path)
+    chans = [local_env.new_channel("parts") for _ in range(2)]
+    root = tmp_path / "lake"
+    with local_env.client() as c:
+        log = ManyLog(c, chans)
+        log.create("db1", "a", 21)
+        log.insert(21, range(0, 10))
+        log.insert(21, range(10, 20), partition=211)
+        log.tick()
+        mirror.run(mirror.build_parser().parse_args(_argv(cfg, chans, root)), spark)
+        assert table_rows(root / "db1" / "a") == log.expected[("db1", "a", 21)]
+        log.insert(21, range(20, 25), partition=211)  # same batch as the drop, before it
+        log.upsert(21, [3], gen=1)
+        log.drop_partition(21, 211)
+        log.insert(21, [10, 11], gen=2, partition=212)  # after the drop: stays
+        log.tick()
+        out = mirror.run(mirror.build_parser().parse_args(_argv(cfg, chans, root, "--max-rows-per-trigger", "1000")),
+                         spark)
+        again = mirror.run(mirror.build_parser().parse_args(_argv(cfg, chans, root)), spark)
+        log.close()
+    want = log.expected[("db1", "a", 21)]
+    assert sorted(want) == [*range(0, 10), 10, 11]
+    assert table_rows(root / "db1" / "a") == want
+    assert out["tables"]["db1.a"]["batches"] >= 1 and again["tables"]["db1.a"]["batches"] == 0
+    ids = batches_committed(root / "db1" / "a")
+    assert len(ids) == len(set(ids)), ids
