@@ -5,7 +5,7 @@ Three collections in two databases (``mm1.a``, ``mm1.b``, ``mm2.c``); a job mirr
 a fourth collection ``mm1.d`` is created, ``b`` is dropped, the name ``b`` is created again (a new id: the table
 ``b__<id>``), with inserts, upserts and deletes throughout. After each step every table equals ``query()`` of its
 collection row for row; the dropped one keeps its last state and carries the drop's time; ``mm2.c`` (another
-database) gets no table.
+database) gets no table. Also: a DropPartition takes the partition's rows out of the table.
 """
 
 from __future__ import annotations
@@ -89,9 +89,9 @@ def table_rows(where) -> dict[int, tuple]:
     return out
 
 
-def await_drop(stack, after: dict, timeout: float = 60.0) -> None:
-    """Wait (bounded) until each channel holds a DropCollection after the message id given (2.3-2.5 write it from
-    an asynchronous step after the drop's answer)."""
+def await_drop(stack, after: dict, timeout: float = 60.0, what: int = MsgType.DropCollection) -> None:
+    """Wait (bounded) until each channel holds a DropCollection (``what``) after the message id given (2.3-2.5
+    write it from an asynchronous step after the drop's answer)."""
     import time
 
     from msgstream_spark.msg import codec
@@ -104,9 +104,9 @@ def await_drop(stack, after: dict, timeout: float = 60.0) -> None:
                 r.seek(start, inclusive=False)
                 while True:
                     left = deadline - time.monotonic()
-                    assert left > 0, f"no DropCollection on {ch} within {timeout}s"
+                    assert left > 0, f"no message of type {what} on {ch} within {timeout}s"
                     got = r.receive_batch(64, min(left, 5.0))
-                    if any(codec.peek_msg_type(m.payload, m.properties) == MsgType.DropCollection for m in got):
+                    if any(codec.peek_msg_type(m.payload, m.properties) == what for m in got):
                         break
             finally:
                 r.unsubscribe()
@@ -190,3 +190,36 @@ def test_a_database_job_follows_collections_created_dropped_and_created_again(sp
     out = step({"a": "a", "d": "d", "b": f"b__{new_id}"}, *never)
     assert out["tables"]["mm1.b"]["id"] == new_id, out["tables"]
     assert table_rows(root / "mm1" / "b") == b_last  # the old table untouched
+
+
+def test_a_dropped_partition_s_rows_leave_the_table(spark, milvus_stack, dbs, cfg, tmp_path):
+    """Milvus 2.3.5's DropPartition (its GC step writes it to the collection's pchannels): the table loses the
+    partition's rows, those of the snapshot and those the stream brought, and equals ``query()`` after it."""
+    from pymilvus import Partition
+
+    root = tmp_path / "lake"
+    col = create(dbs["mm1"], "p")
+    col.create_partition("pa")
+    col.insert(_rows(range(0, 5)))
+    last = int(col.insert(_rows(range(10, 15)), partition_name="pa").timestamp)
+    chans = pchannels(dbs["mm1"], "p")
+    argv = ["--config", cfg, "--database", "mm1", "--table-root", str(root), "--table-format", "delta",
+            "--progress-interval", "1"]
+
+    def run(*more: str) -> None:
+        from msgstream_spark.jobs import mirror
+
+        await_ticks(milvus_stack, last, chans)
+        mirror.run(mirror.build_parser().parse_args([*argv, *more]), spark)
+        assert table_rows(root / "mm1" / "p") == queried(col)
+
+    run()
+    col.insert(_rows(range(15, 18)), partition_name="pa")  # through the stream
+    with milvus_stack.env.client() as c:
+        before = {ch: c.latest_message_id(ch) for ch in chans}
+    Partition(col, "pa").release()
+    col.drop_partition("pa")
+    await_drop(milvus_stack, before, what=MsgType.DropPartition)
+    last = int(col.insert(_rows([5, 6])).timestamp)
+    run("--snapshot", "never")
+    assert sorted(queried(col)) == [0, 1, 2, 3, 4, 5, 6]
