@@ -218,21 +218,69 @@ def milvus_collections(cfg) -> list[tuple[str, str, int]]:
     return out
 
 
-def snapshot_all(spark, args, cfg, checkpoint: str, state: ManyState, selection, tables: Tables) -> str | None:
+def described_schema(cfg, db: str, name: str) -> bytes:
+    """The serialized ``CollectionSchema`` Milvus's DescribeCollection gives for ``db.name`` (a collection whose
+    creation the stream may no longer hold)."""
+    from pymilvus.grpc_gen import milvus_pb2
+
+    from msgstream_spark.mirror.snapshot.handover import milvus_target
+
+    target = replace(milvus_target(cfg, name), db=db)
+    mc = target.client()
+    try:
+        req = milvus_pb2.DescribeCollectionRequest(db_name=db, collection_name=name)
+        resp = mc._get_connection()._stub.DescribeCollection(req, timeout=target.timeout)
+    finally:
+        mc.close()
+    if resp.status.code != 0 or not resp.schema.fields:
+        raise MirrorError(f"collection {db}.{name}: Milvus at milvus.address did not describe it "
+                          f"({resp.status.reason or 'no schema'})")
+    return resp.schema.SerializeToString()
+
+
+class Locate:
+    """A collection id -> its database, as Milvus lists them (``milvus.address``; listed again on a miss)."""
+
+    def __init__(self, cfg) -> None:
+        self.cfg, self.ids = cfg, {}
+
+    def __call__(self, cid: int) -> str | None:
+        if cid not in self.ids:
+            try:
+                self.ids.update({c: db for db, _, c in milvus_collections(self.cfg)})
+            except Exception as exc:  # noqa: BLE001 - any SDK failure: the stream's answer stands, said loudly
+                log.warning("collection id %d: the stream names no database and Milvus at milvus.address did not "
+                            "answer (%s): taking the database its inserts name (empty: default)", cid, exc)
+                return None
+        db = self.ids.get(cid)
+        log.info("collection id %d: the stream names no database; Milvus answers %r", cid, db)
+        return db
+
+
+def snapshot_all(spark, args, cfg, checkpoint: str, state: ManyState, selection, tables: Tables, *,
+                 late: bool = False) -> str | None:
     """A new job with ``--snapshot initial``: each selected collection in Milvus snapshotted at its own S (the
     one-collection job's ``decide_start``, ``--snapshot-concurrency`` at a time) into its table (which records S:
     the stream's rows at or before it are left out of that table); the query starts, per channel, at the earliest
-    of the snapshots' positions."""
+    of the snapshots' positions. ``late``: a restart; only the selected collections ``collections.json`` does not
+    know (made while the job was down, their creation perhaps gone from the log) are snapshotted, each at an S
+    after everything the checkpoint's batches read (so the resumed stream's rows after S complete it)."""
     from msgstream_spark.jobs.mirror_start import decide_start
 
-    found = [c for c in milvus_collections(cfg) if selection.matches(c[0], c[1])]
+    found = [c for c in milvus_collections(cfg) if selection.matches(c[0], c[1])
+             and not (late and c[2] in state.known)]
+    if late and found:
+        log.info("restart: snapshotting %d selected collections the job has not seen: %s", len(found),
+                 ", ".join(f"{db}.{n}" for db, n, _ in found))
+    # a late snapshot is one collection's start: a place with no progress of its own for decide_start
+    start_dir = os.path.join(checkpoint, "late-snapshots") if late else checkpoint
 
     def one(item):
         db, name, cid = item
         k = Known(cid, name, db)
-        where, pk, rows = tables.place(k, tables.schema(k, None))
+        where, pk, rows = tables.place(k, tables.schema(k, described_schema(cfg, db, name) if late else None))
         sub = argparse.Namespace(**{**vars(args), "collection": name, "table": where})
-        start = decide_start(spark, sub, cfg.with_overrides({"milvus.database": db}), rows, pk, cid, checkpoint)
+        start = decide_start(spark, sub, cfg.with_overrides({"milvus.database": db}), rows, pk, cid, start_dir)
         k.location = start.table.location
         return k, start
 
@@ -281,10 +329,14 @@ def run_many(args: argparse.Namespace, spark=None) -> dict[str, Any]:
     try:
         tables = Tables(args, cfg, checkpoint, policy, hub)
         starting = args.starting
+        milvus = cfg.is_set("milvus.address") and bool(cfg.get_str("milvus.address"))
         if args.snapshot == "initial" and not os.path.isdir(os.path.join(checkpoint, "offsets")):
             starting = snapshot_all(spark, args, cfg, checkpoint, state, selection, tables) or starting
+        elif args.snapshot == "initial" and milvus:
+            snapshot_all(spark, args, cfg, checkpoint, state, selection, tables, late=True)
+        locate = Locate(cfg) if milvus else None
         sink = ManyBatch(tables, state, selection, mirrored=_opened(state, tables),
-                         concurrency=args.table_concurrency)
+                         concurrency=args.table_concurrency, locate=locate)
         t0 = time.perf_counter()
         rows = _run_query(spark, args, cfg, starting, sink, checkpoint)
     finally:

@@ -114,7 +114,7 @@ class RowsHandler:
     def _apply(self, d: Any) -> None:
         msg = d.msg
         if self.many:  # output=collections: every collection's rows, its creation, schema changes and drop
-            if msg.msg_type in (MsgType.CreateCollection, MsgType.DropCollection) or (
+            if msg.msg_type in (MsgType.CreateCollection, MsgType.DropCollection, MsgType.DropPartition) or (
                     isinstance(msg, WalMsg) and msg.wal_type in _SCHEMA_TYPES):
                 self.builder.ddl(msg)
             elif d.row_bearing and wanted_type(msg.msg_type, self.opts.message_types):

@@ -5,7 +5,8 @@ A ``rows`` read has one schema, so it holds one collection. A many-collection re
 output row per piece of one collection's rows (``kind`` ``rows``: the piece as an Arrow IPC stream in
 ``payload``, its columns those of ``rows`` output: ``op``, the fields the insert carries, the metadata
 columns) and one per DDL message (``kind`` ``create`` with the serialized ``CollectionSchema`` in ``payload``;
-``alter``, a 2.6 AlterCollection / SchemaChange, with the new schema; ``drop``). Decoding stays here, in the
+``alter``, a 2.6 AlterCollection / SchemaChange, with the new schema; ``drop``; ``drop_partition`` with the
+partition id in ``_partition``). Decoding stays here, in the
 Spark-free read core, column-wise: each collection's rows are built by its own
 :class:`~msgstream_spark.source.rows.RowsBuilder` exactly as a ``rows`` read of that collection builds them
 (``_seq``, ``_position``, metadata), and the reader of a piece turns it back into Arrow with :func:`unpack`
@@ -24,14 +25,15 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from msgstream_spark.msg.columns import field_data_to_arrow
-from msgstream_spark.msg.types import DeleteMsg, InsertMsg, MsgType
+from msgstream_spark.msg.types import DeleteMsg, DropPartitionMsg, InsertMsg, MsgType
 from msgstream_spark.msg.wal26 import WalMsg
 from msgstream_spark.source.rows import RowsBuilder, ddl_fields, rows_arrow_schema
 
 KEY = "$key"  # a delete piece's key column (Milvus field names cannot hold '$' but its own $meta)
 KIND_ROWS, KIND_CREATE, KIND_DROP, KIND_ALTER = "rows", "create", "drop", "alter"
+KIND_DROP_PARTITION = "drop_partition"  # a DropPartition: its partition id in ``_partition``
 COLLECTIONS_DDL = ("kind string, _collection bigint, name string, db string, _ts bigint, rows bigint, "
-                   "payload binary")
+                   "payload binary, _partition bigint")
 _TYPES = {"string": pa.string(), "bigint": pa.int64(), "binary": pa.binary()}
 
 
@@ -89,7 +91,14 @@ class CollectionsBuilder:
 
     def ddl(self, msg: Any) -> None:
         """A CreateCollection (its schema), a 2.6 AlterCollection / SchemaChange with a schema (the new one), a
-        DropCollection: after the rows read before it."""
+        DropCollection, a DropPartition: after the rows read before it."""
+        if msg.msg_type == MsgType.DropPartition:
+            if not isinstance(msg, DropPartitionMsg):
+                return  # a 2.6 WAL DropPartition: not applied yet (docs/mirror.md)
+            self._pieces()
+            self.out.append({"kind": KIND_DROP_PARTITION, "_collection": msg.collection_id, "name": "", "db": "",
+                             "_ts": msg.timestamp, "rows": 0, "payload": None, "_partition": msg.partition_id})
+            return
         kind = {MsgType.CreateCollection: KIND_CREATE, MsgType.DropCollection: KIND_DROP}.get(msg.msg_type)
         if kind is None and isinstance(msg, WalMsg):
             kind = KIND_ALTER  # a 2.6 AlterCollection / SchemaChange (the full new schema)

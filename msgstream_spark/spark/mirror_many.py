@@ -19,14 +19,17 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from decimal import Decimal
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from msgstream_spark.mirror.many import PROP_DROPPED_TS, ManyState, Selection
 from msgstream_spark.msg.pb import schema_pb2
 from msgstream_spark.msg.schema import collection_arrow_schema
-from msgstream_spark.source.multi import KIND_ALTER, KIND_CREATE, KIND_DROP, KIND_ROWS, unpack
+from msgstream_spark.msg.seq import SEQ, seq_value
+from msgstream_spark.source.multi import KIND_ALTER, KIND_CREATE, KIND_DROP, KIND_DROP_PARTITION, KIND_ROWS, unpack
 from msgstream_spark.source.rows import rows_arrow_schema
 from msgstream_spark.spark.mirror import MirrorBatch
 
@@ -49,6 +52,8 @@ def rows_schema_of(schema: bytes) -> pa.Schema:
 
 # the job's: (the collection's Known entry, its CollectionSchema or None) -> its Mirrored (table made if missing)
 Opener = Callable[[Any, Any], Mirrored]
+# the job's: a collection id -> its database as Milvus answers (None: Milvus does not know it, or is not configured)
+Locator = Callable[[int], "str | None"]
 
 
 def _unpack_fn(schema: pa.Schema, pk: str, min_ts: int | None):
@@ -61,17 +66,42 @@ def _unpack_fn(schema: pa.Schema, pk: str, min_ts: int | None):
     return rows
 
 
+def partition_deletes(m: Mirrored, rows, pid: int, ts: int):
+    """A DropPartition of partition ``pid`` at ``ts`` as the deletes Milvus's drop amounts to: one delete at
+    ``ts`` of every key in that partition, in the table or in the batch's rows before ``ts`` (a DataFrame of
+    ``m.rows_schema``, merged by the table's batch with the rest: fenced, once, with the batch's record). A row
+    written after the drop (a partition of the same name is a new partition id) is newer and stays."""
+    from pyspark.sql import functions as F
+    from pyspark.sql.pandas.types import from_arrow_schema
+
+    current = m.table.to_arrow().select([m.pk, "_partition"])
+    keys = set(current.filter(pc.equal(current.column("_partition"), pid)).column(m.pk).to_pylist())
+    keys |= {r[0] for r in rows.where((F.col("_partition") == pid) & (F.col("_ts") < ts)).select(m.pk).collect()}
+    n = len(keys)
+    fixed = {"op": pa.array(["delete"] * n), m.pk: pa.array(sorted(keys), m.rows_schema.field(m.pk).type),
+             "_collection": pa.array([m.sink.collection_id] * n, pa.int64()),
+             "_partition": pa.array([pid] * n, pa.int64()), "_ts": pa.array([ts] * n, pa.int64()),
+             SEQ: pa.array([Decimal(seq_value(ts, "delete"))] * n, m.rows_schema.field(SEQ).type)}
+    cols = [fixed.get(f.name, pa.nulls(n, f.type)) for f in m.rows_schema]
+    log.info("collection id %d: partition %d dropped at %d: %d rows deleted", m.sink.collection_id, pid, ts, n)
+    table = pa.Table.from_arrays(cols, schema=m.rows_schema)
+    return rows.sparkSession.createDataFrame(table, schema=from_arrow_schema(m.rows_schema))
+
+
 class ManyBatch:
     """``foreachBatch`` function mirroring every selected collection of a ``collections`` stream.
 
     ``opener``: makes or opens a collection's table (the job's naming rule and table settings). ``mirrored``:
     the tables the job opened at its start (collections snapshotted or resumed), by collection id.
     ``concurrency``: tables written and committed at once (1: one after the other, in collection id order).
+    ``locate``: a collection's database from Milvus, for one the stream names no database of (2.3-2.6.5 write
+    none into CreateCollection, and into an insert only what the request's ``db_name`` field held: clients that
+    pass the database in the connection's header, as pymilvus does, leave it empty).
     """
 
     def __init__(self, opener: Opener, state: ManyState, selection: Selection, *, mirrored: dict[int, Mirrored],
-                 concurrency: int = 4) -> None:
-        self.opener, self.state, self.selection = opener, state, selection
+                 concurrency: int = 4, locate: Locator | None = None) -> None:
+        self.opener, self.state, self.selection, self.locate = opener, state, selection, locate
         self.mirrored = mirrored
         self.concurrency = max(1, concurrency)
         self.batches = 0
@@ -93,20 +123,33 @@ class ManyBatch:
                    .agg(F.first("name").alias("name"), F.max("db").alias("db")).collect())
         for r in ddl:
             if r["kind"] == KIND_CREATE:
-                self.state.created(r["_collection"], r["name"] or "", r["db"] or "", r["payload"], r["_ts"])
+                cid = r["_collection"]
+                self.state.created(cid, r["name"] or "", self._db(cid, r["db"]), r["payload"], r["_ts"])
             elif r["kind"] == KIND_ALTER:
                 self._altered(r["_collection"], r["payload"], r["_ts"])
         for r in touched:
-            self.state.seen(r["_collection"], r["name"] or "", r["db"] or "")
+            self.state.seen(r["_collection"], r["name"] or "", self._db(r["_collection"], r["db"]))
         self.state.save()  # before any table is written: a restart knows what this batch's stream told
-        todo = [m for m in (self._mirrored(cid) for cid in sorted(r["_collection"] for r in touched)) if m is not None]
+        dropped_parts: dict[int, list[tuple[int, int]]] = {}
+        for r in ddl:
+            if r["kind"] == KIND_DROP_PARTITION:
+                dropped_parts.setdefault(r["_collection"], []).append((r["_partition"], r["_ts"]))
+        ids = sorted({r["_collection"] for r in touched} | {c for c in dropped_parts if c in self.mirrored})
+        todo = [m for m in (self._mirrored(cid) for cid in ids) if m is not None]
         for r in ddl:  # a collection created in this batch with no rows yet gets its (empty) table now
             if r["kind"] == KIND_CREATE:
                 self._mirrored(r["_collection"])
-        self._write(df, batch_id, todo)
+        self._write(df, batch_id, todo, dropped_parts)
         for r in ddl:
             if r["kind"] == KIND_DROP:
                 self._drop(r["_collection"], r["_ts"])
+
+    def _db(self, cid: int, db: str | None) -> str:
+        """The collection's database: the stream's, else the one known, else Milvus's answer ("" if none)."""
+        known = self.state.known.get(cid)
+        if db or (known is not None and known.db) or self.locate is None:
+            return db or ""
+        return self.locate(cid) or ""
 
     def _altered(self, cid: int, schema: bytes, ts: int) -> None:
         """A 2.6 schema change: the collection's newest schema; its table gains the new fields as columns (the
@@ -136,7 +179,7 @@ class ManyBatch:
         log.info("collection %s.%s (id %d): table %s", k.db, k.name, cid, got.table.location)
         return got
 
-    def _write(self, df, batch_id: int, todo: list[Mirrored]) -> None:
+    def _write(self, df, batch_id: int, todo: list[Mirrored], dropped_parts: dict | None = None) -> None:
         from pyspark.sql import functions as F
         from pyspark.sql.pandas.types import from_arrow_schema
 
@@ -144,6 +187,8 @@ class ManyBatch:
             cid = m.sink.collection_id
             part = df.where((F.col("kind") == KIND_ROWS) & (F.col("_collection") == cid)).select("payload")
             rows = part.mapInArrow(_unpack_fn(m.rows_schema, m.pk, m.min_ts), from_arrow_schema(m.rows_schema))
+            for pid, ts in (dropped_parts or {}).get(cid, []):
+                rows = rows.unionByName(partition_deletes(m, rows, pid, ts))
             m.sink(rows, batch_id)
 
         if self.concurrency == 1 or len(todo) <= 1:

@@ -51,6 +51,7 @@ class ManyLog:
         self._ts = itertools.count((int(time.time() * 1000) << 18), 1 << 18)
         self._ids = itertools.count(1)
         self.models: dict[int, object] = {}  # id -> the suite proxy's CollectionModel a snapshot queries, if any
+        self.partition_of: dict[tuple[int, int], int] = {}  # (collection id, pk) -> the partition id of its row
 
     def _send(self, i: int, msg, props: dict, ts: int) -> None:
         self.producers[i].send_batch([ProducerMessage(msg.SerializeToString(), props, ts)])
@@ -77,26 +78,44 @@ class ManyLog:
             self._send(i, req, {}, ts)
         return ts
 
+    def drop_partition(self, cid: int, pid: int) -> int:
+        """RootCoord's DropPartition (its GC step, 2.3-2.5): to each of the collection's pchannels, no ``msg_type``
+        property; every row of the partition is gone."""
+        ts = next(self._ts)
+        db, name = self.colls[cid]
+        req = msg_pb2.DropPartitionRequest(base=_base(201, ts), collection_name=name, partition_name=f"p{pid}",
+                                           collectionID=cid, partitionID=pid)
+        for i in range(len(self.pchannels)):
+            self._send(i, req, {}, ts)
+        rows = self.expected[(db, name, cid)]
+        for pk in [k for k in rows if self.partition_of.get((cid, k)) == pid]:
+            del rows[pk]
+        return ts
+
     def _shards(self, pks) -> dict[int, list[int]]:
         out: dict[int, list[int]] = {}
         for pk in pks:
             out.setdefault(pk % len(self.pchannels), []).append(pk)
         return out
 
-    def insert(self, cid: int, pks, gen: int = 0, ts: int | None = None) -> None:
+    def insert(self, cid: int, pks, gen: int = 0, ts: int | None = None, partition: int | None = None) -> None:
+        """Rows into the collection's ``_default`` partition (id ``cid * 10``) or into partition id ``partition``."""
         ts = ts or next(self._ts)
         db, name = self.colls[cid]
+        pid = partition or cid * 10
         for i, keys in self._shards(pks).items():
             rows = [row(name, pk, gen) for pk in keys]
             req = msg_pb2.InsertRequest(
                 base=_base(400, ts, next(self._ids)), shardName=self._vch(cid, i), db_name=db, collection_name=name,
-                partition_name="_default", collectionID=cid, partitionID=cid * 10, segmentID=cid * 100 + 1,
+                partition_name="_default" if pid == cid * 10 else f"p{pid}", collectionID=cid, partitionID=pid,
+                segmentID=pid * 100 + 1,
                 num_rows=len(rows), fields_data=columns(schema(name), rows),
                 version=msg_pb2.InsertDataVersion.ColumnBased)
             req.timestamps.extend([ts] * len(rows))
             req.rowIDs.extend(next(self._ids) for _ in rows)
             self._send(i, req, {"msg_type": "Insert"}, ts)
             self.expected[(db, name, cid)].update({r["pk"]: r for r in rows})
+            self.partition_of.update({(cid, r["pk"]): pid for r in rows})
             if cid in self.models:
                 self.models[cid].put(rows, "_default", ts)
 

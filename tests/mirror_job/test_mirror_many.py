@@ -253,3 +253,89 @@ def test_collections_present_at_the_start_are_snapshotted_each_at_its_own_s(spar
         log.close()
     assert sorted(again["tables"]) == ["db1.a", "db1.n", "db2.c"] and again["tables"]["db1.a"]["changes"] > 0
     assert_tables(root, log, skip={("db2", "other", 17)})
+
+
+def test_a_dropped_partition_s_rows_leave_the_table(spark, local_env, tmp_path):
+    """2.3-2.5's DropPartition (RootCoord's GC step, on the collection's pchannels): every row of that partition
+    leaves the table, those an earlier batch wrote and those of the same batch before the drop; a row written
+    after it (another partition) stays; a second run applies nothing again."""
+    from msgstream_spark.jobs import mirror
+
+    cfg = config_file(local_env, tmp_path)
+    chans = [local_env.new_channel("parts") for _ in range(2)]
+    root = tmp_path / "lake"
+    with local_env.client() as c:
+        log = ManyLog(c, chans)
+        log.create("db1", "a", 21)
+        log.insert(21, range(0, 10))
+        log.insert(21, range(10, 20), partition=211)
+        log.tick()
+        mirror.run(mirror.build_parser().parse_args(_argv(cfg, chans, root)), spark)
+        assert table_rows(root / "db1" / "a") == log.expected[("db1", "a", 21)]
+        log.insert(21, range(20, 25), partition=211)  # same batch as the drop, before it
+        log.upsert(21, [3], gen=1)
+        log.drop_partition(21, 211)
+        log.insert(21, [10, 11], gen=2, partition=212)  # after the drop: stays
+        log.tick()
+        out = mirror.run(mirror.build_parser().parse_args(_argv(cfg, chans, root, "--max-rows-per-trigger", "1000")),
+                         spark)
+        again = mirror.run(mirror.build_parser().parse_args(_argv(cfg, chans, root)), spark)
+        log.close()
+    want = log.expected[("db1", "a", 21)]
+    assert sorted(want) == [*range(0, 10), 10, 11]
+    assert table_rows(root / "db1" / "a") == want
+    assert out["tables"]["db1.a"]["batches"] >= 1 and again["tables"]["db1.a"]["batches"] == 0
+    ids = batches_committed(root / "db1" / "a")
+    assert len(ids) == len(set(ids)), ids
+
+
+def test_a_collection_made_while_the_job_was_down_is_snapshotted_on_restart(spark, local_env, milvus_proxy, tmp_path):
+    """A selected collection Milvus lists that the job's collections.json does not know (made while the job was
+    down; the log no longer holds its creation nor its first rows) is snapshotted on restart at its own S, then
+    streamed: its table holds the rows only Milvus still has and those the log brings after."""
+    import yaml
+
+    from msgstream_spark.jobs import mirror
+    from tests.mirror_job.many_log import row, schema
+
+    chans = [local_env.new_channel("late") for _ in range(2)]
+    cfg = Path(config_file(local_env, tmp_path))
+    cfg.write_text(yaml.safe_dump({**yaml.safe_load(cfg.read_text()), "milvus.address": milvus_proxy.address}))
+    state = milvus_proxy.state
+    state.databases |= {"db1"}
+    root = tmp_path / "lake"
+    argv = ["--config", str(cfg), "--database", "db1", "--table-root", str(root), "--table-format", "delta",
+            "--snapshot", "initial", "--channels", ",".join(chans), "--progress-interval", "1"]
+
+    def model(db: str, name: str, cid: int) -> None:
+        log.models[cid] = state.add_model(db, name, cid, chans, [log._vch(cid, i) for i in range(len(chans))],
+                                          schema(name), [("_default", cid * 10)])
+
+    with local_env.client() as c:
+        log = ManyLog(c, chans)
+        log.create("db1", "a", 31)
+        model("db1", "a", 31)
+        log.insert(31, range(5))
+        log.tick()
+        first = mirror.run(mirror.build_parser().parse_args(argv), spark)
+        assert sorted(first["tables"]) == ["db1.a"]
+        # db1.late: in Milvus with rows the log does not hold (its creation and first inserts are gone)
+        log.colls[38], log.expected[("db1", "late", 38)] = ("db1", "late"), {}
+        model("db1", "late", 38)
+        old = [row("late", pk) for pk in range(10)]
+        log.models[38].put(old, "_default", next(log._ts))
+        log.expected[("db1", "late", 38)].update({r["pk"]: r for r in old})
+        log.insert(38, [20, 21])  # on the log and in Milvus: before the snapshot's S
+        log.insert(31, [6])
+        log.tick()
+        again = mirror.run(mirror.build_parser().parse_args(argv), spark)
+        log.insert(38, [22])
+        log.delete(38, [0])
+        log.tick()
+        third = mirror.run(mirror.build_parser().parse_args(argv), spark)
+        log.close()
+    assert sorted(again["tables"]) == ["db1.a", "db1.late"], again
+    assert "msgstream.snapshot_ts" in deltalake.DeltaTable(str(root / "db1" / "late")).metadata().configuration
+    assert table_rows(root / "db1" / "a") == log.expected[("db1", "a", 31)]
+    assert table_rows(root / "db1" / "late") == log.expected[("db1", "late", 38)]
+    assert third["tables"]["db1.late"]["changes"] > 0
