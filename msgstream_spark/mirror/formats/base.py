@@ -38,6 +38,11 @@ class WriteSpec:
     key_type: pa.DataType = field(default_factory=pa.int64)
     split_by: list[str] = field(default_factory=list)  # one file per value of these (a user's identity partition)
     storage: dict[str, str] = field(default_factory=dict, repr=False)  # (secrets: never printed)
+    # the format's own step on each data file a writing task closes (None: the file is committed as written):
+    # ``finish(store, spec, written, superseded) -> Written``, ``superseded`` the sorted row positions of the file
+    # whose key a later change of the same task replaced (the plan deletes them too); the ``Written`` it returns
+    # (same path: the name the narrow rows and the plan use) reaches the commit as ``Plan.info``
+    finish: Callable[..., Any] | None = field(default=None, repr=False)
 
     def store(self) -> Store:
         """The store the files go to, built from the shipped settings."""

@@ -118,7 +118,7 @@ def deleted_positions(fragment: Any) -> np.ndarray:
     return np.setdiff1d(np.arange(md.physical_rows, dtype=np.uint64), offsets)
 
 
-def _vector_like(t: pa.DataType) -> bool:
+def vector_like(t: pa.DataType) -> bool:
     return (pa.types.is_list(t) or pa.types.is_large_list(t)) and (
         pa.types.is_floating(t.value_type) or pa.types.is_int8(t.value_type) or pa.types.is_uint8(t.value_type))
 
@@ -127,7 +127,7 @@ def fixed_vectors(schema: pa.Schema, store: Store, paths: list[str]) -> pa.Schem
     """``schema`` with each variable list of numbers (a vector, as the collection's Arrow schema spells it) made a
     fixed-size list of the one length its values have in the Parquet files at ``paths`` (a Lance vector index
     needs fixed-size lists); a column without values, or with values of several lengths, stays as it is."""
-    want = [f.name for f in schema if _vector_like(f.type)]
+    want = [f.name for f in schema if vector_like(f.type)]
     if not want:
         return schema
     sizes: dict[str, set[int]] = {n: set() for n in want}
