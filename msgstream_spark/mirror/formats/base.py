@@ -237,7 +237,9 @@ class Format:
     compaction, None for the mirror's (``compact(table, target_bytes, base, epoch) -> (files in, files out, rows,
     deleted rows)``, fenced at version ``base`` and writer ``epoch``, under the caller's writer lease).
     ``storage_keys``: storage options the format's own library reads beyond object_store's, by kind of store
-    (accepted by the store's settings, handed to that library only)."""
+    (accepted by the store's settings, handed to that library only). ``file_suffixes``: how the names of the
+    files the format's own library (or its tasks) write under ``data/`` end: ``orphans`` and ``vacuum`` count
+    them with the Parquet files."""
 
     name: str
     title: str  # for messages: "Delta", "Iceberg"
@@ -252,6 +254,7 @@ class Format:
     catalogs: bool = False
     compact: Callable[..., tuple[int, int, int, int]] | None = None
     storage_keys: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+    file_suffixes: tuple[str, ...] = ()  # the format's own files under data/ (beside Parquet) orphans may count
 
     @property
     def article(self) -> str:

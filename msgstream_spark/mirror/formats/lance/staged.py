@@ -42,6 +42,7 @@ log = logging.getLogger(__name__)
 
 MARK = "lance.fragment"  # the report's fragment metadata (None: every row of the file was superseded)
 REPORTS = "_fragments"
+FILE_SUFFIXES = (".lance", ".json")  # a fragment's data file, a task's report (``Format.file_suffixes``)
 
 
 def report_path(staged: str) -> str:
