@@ -23,7 +23,7 @@ from msgstream_spark.mirror.store import Lease, LeaseHeld, LeaseLost, open_store
 from msgstream_spark.mirror.store import writer as lock
 from msgstream_spark.spark.mirror import MirrorBatch
 from tests.mirror.changes import FIELDS, model, table_state, to_arrow
-from tests.mirror.writers import BATCHES, Clock, planned
+from tests.mirror.writers import BATCHES, Clock, planned, staged_files
 
 
 class Place:
@@ -442,7 +442,7 @@ def test_a_vacuum_fences_a_deposed_writer_before_it_deletes(fmt, tmp_path):
     assert apply_batch(t, to_arrow(BATCHES[0]), "pk", "q", 0)
     hold_a = lock.Hold("writer A", Lease(t.store, loc, "writer A", expiry_s=0.3, auto_renew=False).acquire())
     p = planned(t, BATCHES[1])  # then A stalls, renewing nothing
-    staged = _staged(t, p)
+    staged = set(staged_files(t, p.adds, p.info))
     deadline = time.monotonic() + 60
     while True:
         try:
@@ -456,16 +456,3 @@ def test_a_vacuum_fences_a_deposed_writer_before_it_deletes(fmt, tmp_path):
         t.commit(p, query_id="q", batch_id=1, epoch=hold_a.epoch)
     assert table_state(open_table(fmt, loc, collection="coll", pk="pk").to_arrow()) == model(BATCHES[0])
 
-
-def _staged(t, p) -> set[str]:
-    """The files a planned batch's tasks left for its commit: the data files it adds; for Lance, the fragments'
-    data files the tasks wrote (their staged Parquet files are gone) and the tasks' reports."""
-    if "lance" not in type(t).__module__:
-        return set(p.adds)
-    from msgstream_spark.mirror.formats.lance.fragments import data_path
-    from msgstream_spark.mirror.formats.lance.staged import MARK, report_path, reports
-
-    got = reports(t.store, p.adds, p.info)
-    assert set(got) == set(p.adds)
-    return ({data_path(t.root, r[MARK]["files"][0]["path"]) for r in got.values()}
-            | {report_path(a) for a in p.adds})
