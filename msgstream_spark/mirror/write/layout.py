@@ -60,7 +60,8 @@ class TaskWriter:
     chunk is kept; its rows of ``insert`` and ``update`` changes (the key's new version) are appended to this
     task's data file (one per value of ``split_by``) under ``spec.data_dir``; ``add`` returns the narrow rows
     (``narrow_schema``) of every change kept. A key in two chunks leaves two rows; the driver's ``plan`` deletes
-    the older one in the same commit."""
+    the older one in the same commit. With a ``spec.finish`` (a format's own files) each file closed is handed to
+    it with the positions of its rows a later chunk's change of the same key replaced (``superseded``)."""
 
     def __init__(self, spec: WriteSpec, claims: str | None = None) -> None:
         self.spec = spec

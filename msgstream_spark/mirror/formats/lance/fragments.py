@@ -1,11 +1,11 @@
 """Lance fragments of a mirror table, and what the merge-on-read lookup reads of them.
 
-The write path's tasks write Parquet files under ``data/`` (the shared ``TaskWriter``); the driver's commit turns
-each into one Lance fragment (``LanceFragment.create``: the Lance data file written straight to the table's
-location through Lance's own object store), leaving out the rows the plan deletes from it (a fragment that is
-new in a commit can carry no deletion file: Lance gives new fragments their ids when it commits). Beside each
-fragment the mirror keeps its *key file*: a Parquet file of the fragment's key and ``_seq`` columns in its row
-order (``data/_keys_of/<data file>.parquet``, with the key bounds in its metadata). The lookup reads that file
+A Parquet file becomes one Lance fragment (``LanceFragment.create``: the Lance data file written straight to
+the table's location through Lance's own object store), minus the rows at given positions: a writing task's
+staged file (``staged.py``), a snapshot's files (``add_files``), a Parquet file a plan adds without a task's
+report. Beside each fragment the mirror keeps its *key file*: a Parquet file of the fragment's key and ``_seq``
+columns in its row order (``data/_keys_of/<data file>.parquet``, with the key bounds in its metadata). The
+lookup reads that file
 (and the key index it builds beside it) as it reads a Delta or Iceberg data file, and its row positions are the
 fragment's: a deleted position becomes a row of the fragment's Lance deletion file.
 """
