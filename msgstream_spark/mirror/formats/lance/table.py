@@ -1,12 +1,12 @@
 """The mirrored table as Lance, through ``pylance`` (no JVM): fragments, deletion files, one version per batch.
 
 A batch's commit is one Lance version (``LanceOperation.Update`` in a ``Transaction``): the fragments its writing
-tasks made (``staged.py``: the driver reads none of their rows), the existing fragments whose deletion files
-gained the positions the plan deletes (``LanceFragment.delete_rows``: a deletion file, no data rewritten), and
-the batch record in the transaction's properties (``records.py``: exactly once, a batch already in the table is skipped). Fenced: based
-on the version the plan's lookup read (``read_version``), refused when the table moved since, or holds a writer
-epoch above the writer's; Lance itself refuses a commit racing that check that conflicts with what landed (the
-epoch's ``Merge``, a compaction of the same fragments). One writer at a time (``store/writer.py``).
+tasks made (``staged.py``: the driver reads none of their rows), the existing fragments whose deletion files gained
+the positions the plan deletes (``LanceFragment.delete_rows``: a deletion file, no data rewritten), and the batch
+record in the transaction's properties (``records.py``: exactly once, a batch already in the table is skipped).
+Fenced: based on the version the plan's lookup read (``read_version``), refused when the table moved since, or holds
+a writer epoch above the writer's; Lance itself refuses a commit racing that check that conflicts with what landed
+(the epoch's ``Merge``, a compaction of the same fragments). One writer at a time (``store/writer.py``).
 """
 
 from __future__ import annotations
