@@ -79,6 +79,22 @@ class FragmentTask:
         return Written(written.path, written.rows, written.size, report)
 
 
+    def discard(self, store: Store, staged: str, referenced: set[str] | None = None) -> None:
+        """A lost task attempt's fragment of ``staged`` (its data file, key file and report) deleted, unless a
+        version reads it (``referenced``: the files the table's versions read; None: the caller knows none
+        does)."""
+        try:
+            got = json.loads(store.read(report_path(staged)))
+        except NotFound:
+            return  # none made, or committed and its report cleared
+        if got[MARK] is not None:
+            name = got[MARK]["files"][0]["path"]
+            if referenced is None or name not in {p.rsplit("/", 1)[-1] for p in referenced}:
+                store.delete(data_path(self.root, name))
+                store.delete(key_file(self.root, name))
+        store.delete(report_path(staged))  # (a report no version reads)
+
+
 def reports(store: Store, adds: list[str], info: dict[str, tuple[int, str]]) -> dict[str, dict]:
     """The tasks' reports of the plan's added files that are fragments already (a Parquet file a writer without
     ``FragmentTask`` wrote has none)."""
