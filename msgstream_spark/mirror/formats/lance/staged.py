@@ -70,8 +70,9 @@ class FragmentTask:
     def __call__(self, store: Store, spec: WriteSpec, written: Written, superseded: np.ndarray) -> Written:
         schema = fixed_vectors(spec.schema, store, [written.path]) if self.first else spec.schema
         drop = superseded.astype(np.uint64) if len(superseded) else None
+        mode = "append" if schema.equals(spec.schema) else "overwrite"  # (a new vector type: the first rows')
         got = fragment_from_parquet(store, self.root, self.ds_uri, storage_options(store), schema, spec.pk,
-                                    written.path, drop, "overwrite" if self.first else "append")
+                                    written.path, drop, mode)
         report = json.dumps({MARK: None if got is None else got[0].to_json(),
                              "superseded": [int(x) for x in superseded], "vectors": vector_sizes(schema)})
         store.put(report_path(written.path), report.encode())
