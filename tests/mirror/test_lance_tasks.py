@@ -5,6 +5,8 @@ driver rewriting the losing fragment (the one case it reads rows)."""
 
 from __future__ import annotations
 
+import json
+
 import pyarrow as pa
 import pytest
 
@@ -115,3 +117,33 @@ def test_a_key_two_tasks_changed_is_settled_by_rewriting_the_losing_fragment(tmp
     assert all(f.metadata.deletion_file is None for f in frags)
     data = {m.uri.rsplit("/", 1)[-1] for m in t.store.list(t.root + "/data") if m.uri.endswith(".lance")}
     assert data == {f.metadata.files[0].path for f in frags}  # the rewritten fragment's first file is gone
+
+
+def test_first_rows_from_tasks_that_disagree_on_the_vector_type_keep_the_variable_list(tmp_path):
+    """The first batch of a table whose vectors are variable lists: each task fixes its vectors' length from its
+    own rows; a task whose rows carry no vector keeps the variable list, so the table keeps it and the driver
+    rewrites the other task's fragment to it (one type in the table, every row readable)."""
+    fields = pa.schema([pa.field("pk", pa.int64()), pa.field("v", pa.string()), pa.field("fv", pa.list_(pa.float32()))])
+    t = open_table("lance", str(tmp_path / "t"), collection="coll", pk="pk", arrow_schema=fields)
+    a = to_arrow([insert(10, (1, "a1"), (2, "a2"))])
+    b = to_arrow([insert(10, (3, "b3"))])
+    b = b.set_column(b.schema.get_field_index("fv"), "fv", pa.nulls(1, pa.list_(pa.float32())))
+    t.prepare(a.schema)
+    spec = t.write_spec()
+    parts, written = [], []
+    for changes in (a, b):
+        w = TaskWriter(spec)
+        parts.append(w.add(changes))
+        written += w.close()
+    assert sorted(json.loads(f.stats)["vectors"]["fv"] for f in written) == [-1, 2]
+    narrow = pa.concat_tables(parts)
+    files = t.live_files()
+    p = plan(narrow, lookup_local(t, narrow.column("key").combine_chunks(), files), files.version)
+    p.info = {f.path: (f.size, f.stats) for f in written}
+    assert commit_plan(t, p, set(), query_id="q", batch_id=0) is not None
+    got = t.to_arrow()
+    assert got.schema.field("fv").type == pa.list_(pa.float32())
+    assert {r["pk"]: r["fv"] for r in got.select(["pk", "fv"]).to_pylist()} == {
+        1: [2.0, float(sum(map(ord, "a1")) % 97)], 2: [2.0, float(sum(map(ord, "a2")) % 97)], 3: None}
+    assert apply_batch(t, to_arrow([insert(20, (4, "c4"))]), "pk", "q", 1)  # later batches append to it
+    assert t.to_arrow().num_rows == 4
