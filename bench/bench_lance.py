@@ -7,8 +7,8 @@ session, the order alternating (Delta then Lance, Lance then Delta); events/s of
 the medians. Each table is then checked to hold the same rows (pk, category, score), and the Lance table's
 vectors to be fixed-size lists (a vector index can be built on it).
 
-Where the time goes in the Lance mirror: its tasks write Parquet as for Delta, and the driver's commit turns each
-batch's new files into Lance fragments (it reads them whole once more) beside their key files
+Where the time goes in the Lance mirror: its tasks stage Parquet as for Delta and turn each file into a Lance
+fragment (reading it back once) beside its key file; the driver's commit reads none of the batch's rows
 (docs/mirror.md, "Lance").
 """
 

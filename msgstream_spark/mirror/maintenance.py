@@ -145,10 +145,11 @@ def _rewrite(store: Store, files: list[LiveFile], spec, target_bytes: int, out: 
 TMP_MIN_AGE_S = 3600.0
 
 
-def _candidates(store: Store, root: str) -> tuple[list[ObjectMeta], list[ObjectMeta]]:
+def _candidates(store: Store, root: str, suffixes: tuple[str, ...] = ()) -> tuple[list[ObjectMeta], list[ObjectMeta]]:
     """Files the write path and the snapshot put under the table (data/, snapshot-*/, deletion vectors), and
     the temporary files a killed writer leaves on a local store (``*.tmp`` there, e.g. ``_keys/*.tmp``, and
-    Delta's ``_delta_log/.N.json.*.tmp``); listed with their modification times."""
+    Delta's ``_delta_log/.N.json.*.tmp``), and under data/ those ending in ``suffixes`` (the format's own:
+    ``Format.file_suffixes``); listed with their modification times."""
     out, tmps = [], []
     for m in store.list(root):
         rel = uri.relative(root, m.uri) or ""
@@ -160,7 +161,7 @@ def _candidates(store: Store, root: str) -> tuple[list[ObjectMeta], list[ObjectM
                 and ".json." in name:
             tmps.append(m)
         elif rest and (top == DATA_DIR or top.startswith("snapshot-")):
-            if name.endswith((".parquet", ".bin")):
+            if name.endswith((".parquet", ".bin", *suffixes)):
                 out.append(m)
             elif name.endswith(".tmp"):
                 tmps.append(m)
@@ -178,7 +179,7 @@ def orphans(table, min_age_s: float = 0.0) -> list[str]:
     and the temporary files killed writers left, older than that and than ``TMP_MIN_AGE_S``."""
     live = {_key(table, p) for p in table.referenced_files()}
     now = time.time()
-    files, tmps = _candidates(table.store, table.root)
+    files, tmps = _candidates(table.store, table.root, registry.of(table).file_suffixes)
     return sorted([m.uri for m in files if _key(table, m.uri) not in live and now - m.mtime >= min_age_s]
                   + [m.uri for m in tmps if now - m.mtime >= max(min_age_s, TMP_MIN_AGE_S)])
 
@@ -223,7 +224,7 @@ def vacuum(table, retain_s: float = 7 * 86400, dry_run: bool = False, now: float
         if not dry_run:  # Iceberg: one commit expires the snapshots not current within the retention
             table.expire(retain_s, now)
         keep = {_key(table, p) for p in table.retained_files(retain_s, now)}
-        files, tmps = _candidates(table.store, table.root)
+        files, tmps = _candidates(table.store, table.root, registry.of(table).file_suffixes)
         files += [m for p in table.metadata_files() if (m := table.store.head(p)) is not None]
         gone = sorted([m.uri for m in files if _key(table, m.uri) not in keep and now - m.mtime >= retain_s]
                       + [m.uri for m in tmps if now - m.mtime >= max(retain_s, TMP_MIN_AGE_S)])

@@ -16,6 +16,7 @@ from msgstream_spark.mirror import apply_batch, open_table
 from msgstream_spark.mirror.maintenance import compact, orphans, vacuum
 from msgstream_spark.mirror.write.layout import write_changes
 from tests.mirror.changes import FIELDS, delete, fill, insert, mixed_batches, model, table_state, to_arrow, upsert
+from tests.mirror.writers import staged_files
 
 FORMATS = ["delta", "iceberg", "lance"]
 # the mirror's own compaction (Lance compacts by its compact_files: tests/mirror/test_lance.py; a fragment that
@@ -60,7 +61,7 @@ def test_files_of_a_batch_killed_before_its_commit_are_orphans(fmt, tmp_path):
     seen = fill(t, mixed_batches(2))
     lost = to_arrow([insert(99, (1, "lost"), (77, "new"))])
     narrow = write_changes(lost, t.write_spec())  # what the tasks did before the kill
-    written = sorted(set(narrow.column("_file").drop_null().to_pylist()))
+    written = staged_files(t, sorted(set(narrow.column("_file").drop_null().to_pylist())))
     assert written and orphans(t) == written
     t = _open(fmt, tmp_path / "t")  # the restarted driver
     assert t.last_batch("q") == 1

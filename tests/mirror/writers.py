@@ -40,3 +40,18 @@ def planned(t, msgs):
     narrow = write_changes(changes, t.write_spec())
     files = t.live_files()
     return plan(narrow, lookup_local(t, narrow.column("key").combine_chunks(), files), files.version)
+
+
+def staged_files(t, adds: list[str], info: dict | None = None) -> list[str]:
+    """The files a batch's tasks left for its commit (sorted): the data files it adds; for Lance, the fragments'
+    data and key files the tasks wrote (their staged Parquet files are gone) and the tasks' reports."""
+    if "lance" not in type(t).__module__:
+        return sorted(adds)
+    from msgstream_spark.mirror.formats.lance.fragments import data_path, key_file
+    from msgstream_spark.mirror.formats.lance.staged import MARK, report_path, reports
+
+    got = reports(t.store, adds, info or {})
+    assert set(got) == set(adds)
+    paths = [r[MARK]["files"][0]["path"] for r in got.values()]
+    return sorted({data_path(t.root, p) for p in paths} | {key_file(t.root, p) for p in paths}
+                  | {report_path(a) for a in adds})

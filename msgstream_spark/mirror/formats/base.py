@@ -38,6 +38,11 @@ class WriteSpec:
     key_type: pa.DataType = field(default_factory=pa.int64)
     split_by: list[str] = field(default_factory=list)  # one file per value of these (a user's identity partition)
     storage: dict[str, str] = field(default_factory=dict, repr=False)  # (secrets: never printed)
+    # the format's own step on each data file a writing task closes (None: the file is committed as written):
+    # ``finish(store, spec, written, superseded) -> Written``, ``superseded`` the sorted row positions of the file
+    # whose key a later change of the same task replaced (the plan deletes them too); the ``Written`` it returns
+    # (same path: the name the narrow rows and the plan use) reaches the commit as ``Plan.info``
+    finish: Callable[..., Any] | None = field(default=None, repr=False)
 
     def store(self) -> Store:
         """The store the files go to, built from the shipped settings."""
@@ -232,7 +237,9 @@ class Format:
     compaction, None for the mirror's (``compact(table, target_bytes, base, epoch) -> (files in, files out, rows,
     deleted rows)``, fenced at version ``base`` and writer ``epoch``, under the caller's writer lease).
     ``storage_keys``: storage options the format's own library reads beyond object_store's, by kind of store
-    (accepted by the store's settings, handed to that library only)."""
+    (accepted by the store's settings, handed to that library only). ``file_suffixes``: how the names of the
+    files the format's own library (or its tasks) write under ``data/`` end: ``orphans`` and ``vacuum`` count
+    them with the Parquet files."""
 
     name: str
     title: str  # for messages: "Delta", "Iceberg"
@@ -247,6 +254,7 @@ class Format:
     catalogs: bool = False
     compact: Callable[..., tuple[int, int, int, int]] | None = None
     storage_keys: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+    file_suffixes: tuple[str, ...] = ()  # the format's own files under data/ (beside Parquet) orphans may count
 
     @property
     def article(self) -> str:

@@ -25,6 +25,7 @@ from msgstream_spark.mirror.formats.iceberg.pinned import IcebergPinned
 from msgstream_spark.mirror.formats.iceberg.table import IcebergMirrorTable
 from msgstream_spark.mirror.formats.lance.maintain import compact as lance_compact
 from msgstream_spark.mirror.formats.lance.pinned import LancePinned
+from msgstream_spark.mirror.formats.lance.staged import FILE_SUFFIXES as LANCE_FILES
 from msgstream_spark.mirror.formats.lance.table import LanceMirrorTable
 from msgstream_spark.mirror.store.settings import accept_library_keys
 
@@ -41,7 +42,7 @@ _ENTRIES = (
     Format("iceberg", "Iceberg", IcebergMirrorTable, IcebergMirrorTable.open, _iceberg_stored, IcebergPinned,
            takes=_CATALOG, partitions=True, catalogs=True),
     Format("lance", "Lance", LanceMirrorTable, LanceMirrorTable.open, LanceMirrorTable.stored_properties,
-           LancePinned, compact=lance_compact),
+           LancePinned, compact=lance_compact, file_suffixes=LANCE_FILES),
 )
 FORMATS: dict[str, Format] = {f.name: f for f in _ENTRIES}
 for _f in _ENTRIES:  # the store's settings accept the keys each format's library reads itself

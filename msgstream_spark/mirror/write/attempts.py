@@ -40,7 +40,8 @@ def begin_batch(table: Any, hold: Hold, query_id: str, batch_id: int) -> str | N
     was deposed; earlier attempts' files cleared as far as nothing of theirs can land any more. The directory
     this attempt's tasks write in, or None if the batch is already in the table (skipped, its leftovers cleared)."""
     hold.check()
-    data_dir = table.write_spec().data_dir
+    spec = table.write_spec()
+    data_dir = spec.data_dir
     batch = changes_dir(data_dir, query_id, batch_id)
     found = attempt_epochs(table.store, batch)
     have = table.writer_epoch()
@@ -53,7 +54,7 @@ def begin_batch(table: Any, hold: Hold, query_id: str, batch_id: int) -> str | N
         return None
     if found:
         first = 0 if hold.published else hold.epoch  # unfenced: this holder's own earlier attempt's only
-        drop_lost_files(table.store, batch, data_dir, epochs=(first, hold.epoch))
+        drop_lost_files(table.store, batch, data_dir, epochs=(first, hold.epoch), finish=spec.finish)
         remove_changes(table.store, batch, (first, hold.epoch))
     return attempt_dir(batch, hold.epoch)
 
@@ -63,9 +64,11 @@ def end_batch(table: Any, hold: Hold, attempt: str, written: pa.Table | None) ->
     deleted, the attempts' directories removed. ``written``: this attempt's tasks' rows, when its commit put the
     batch in the table (None: another's did; the claimed files the table's versions read within ``KEEP_S`` stay)."""
     batch = attempt.rsplit("/", 1)[0]
-    data_dir = table.write_spec().data_dir
+    spec = table.write_spec()
+    data_dir = spec.data_dir
     referenced = None
     if written is None and attempt_epochs(table.store, batch):
         referenced = table.retained_files(KEEP_S, time.time())
-    drop_lost_files(table.store, batch, data_dir, written, epochs=(0, hold.epoch), referenced=referenced)
+    drop_lost_files(table.store, batch, data_dir, written, epochs=(0, hold.epoch), referenced=referenced,
+                    finish=spec.finish)
     remove_changes(table.store, batch, (0, hold.epoch))

@@ -18,15 +18,16 @@ import pyarrow.compute as pc
 
 from msgstream_spark.mirror.common import PROP_COLLECTION_ID
 from msgstream_spark.mirror.formats.base import LiveFiles, Plan, WriteSpec
+from msgstream_spark.mirror.store.parquet import Written
 from msgstream_spark.mirror.store.writer import Hold, writer_lock
 from msgstream_spark.mirror.write.layout import (
     COLLECTION,
+    TaskWriter,
     check_collections,
     lookup_file,
     match_schema,
     plan,
     prune,
-    write_changes,
 )
 
 
@@ -107,6 +108,7 @@ class LocalRunner:
 
     def __init__(self, changes: pa.Table) -> None:
         self.changes = changes
+        self.files: list[Written] = []  # the files the writer closed (their size and stats reach the commit)
 
     def begin(self, table: Any, hold: Hold | None, query_id: str, batch_id: int) -> bool:
         done = table.last_batch(query_id)
@@ -116,13 +118,19 @@ class LocalRunner:
         return self.changes.schema
 
     def write(self, spec: WriteSpec) -> pa.Table:
-        return write_changes(self.changes, spec)
+        w = TaskWriter(spec)
+        try:
+            return w.add(self.changes)
+        finally:
+            self.files = w.close()
 
     def plan(self, table: Any, written: pa.Table) -> tuple[Plan, set[int]]:
         files = table.live_files()
         matches = lookup_local(table, written.column("key").combine_chunks(), files)
         ids = set(pc.unique(written.column(COLLECTION).drop_null()).to_pylist()) if written.num_rows else set()
-        return plan(written, matches, files.version), ids
+        p = plan(written, matches, files.version)
+        p.info = {f.path: (f.size, f.stats) for f in self.files if f.rows and f.stats}
+        return p, ids
 
     def end(self, table: Any, hold: Hold | None, written: pa.Table, committed: bool) -> None:
         """Nothing to clean up: a local writer's files of a failed commit are orphans (``orphans``, vacuum)."""

@@ -60,7 +60,8 @@ class TaskWriter:
     chunk is kept; its rows of ``insert`` and ``update`` changes (the key's new version) are appended to this
     task's data file (one per value of ``split_by``) under ``spec.data_dir``; ``add`` returns the narrow rows
     (``narrow_schema``) of every change kept. A key in two chunks leaves two rows; the driver's ``plan`` deletes
-    the older one in the same commit."""
+    the older one in the same commit. With a ``spec.finish`` (a format's own files) each file closed is handed to
+    it with the positions of its rows a later chunk's change of the same key replaced (``superseded``)."""
 
     def __init__(self, spec: WriteSpec, claims: str | None = None) -> None:
         self.spec = spec
@@ -69,6 +70,7 @@ class TaskWriter:
         self.out_schema = narrow_schema(spec.key_type)
         self._files: dict[tuple, list] = {}  # partition values -> [path, ParquetOut, rows written, key parts]
         self.done: list[Written] = []  # the files closed, as a commit records them
+        self._seen: list[pa.Table] = []  # with a ``spec.finish``: the narrow rows so far (superseded rows)
 
     def add(self, changes: pa.Table) -> pa.Table:
         spec = self.spec
@@ -96,9 +98,12 @@ class TaskWriter:
                 pos_arr[ins_idx[g]] = np.arange(done, done + len(g))
         coll = (changes.column(COLLECTION).cast(pa.int64()) if COLLECTION in changes.column_names
                 else pa.nulls(n, pa.int64()))
-        return pa.Table.from_arrays([changes.column(spec.pk).cast(spec.key_type), changes.column(SEQ),
-                                     changes.column(OP), pa.array(file_arr, pa.string()),
-                                     pa.array(pos_arr, mask=pos_arr < 0), coll], schema=self.out_schema)
+        out = pa.Table.from_arrays([changes.column(spec.pk).cast(spec.key_type), changes.column(SEQ),
+                                    changes.column(OP), pa.array(file_arr, pa.string()),
+                                    pa.array(pos_arr, mask=pos_arr < 0), coll], schema=self.out_schema)
+        if spec.finish is not None:
+            self._seen.append(out.select(["key", SEQ, FILE, POS]))
+        return out
 
     def _append(self, key: tuple, rows: pa.Table) -> tuple[str, int]:
         """Append ``rows`` to the file of partition ``key``; (its path, rows it held before)."""
@@ -123,8 +128,13 @@ class TaskWriter:
     def close(self) -> list[Written]:
         """Finish the files (each appears whole in the store as it closes) and write their key indexes;
         every file this writer wrote, with its rows, size and stats."""
+        lost = superseded(pa.concat_tables(self._seen)) if self._seen else {}
+        self._seen.clear()
         for path, out, _, parts in self._files.values():
             got = out.close()
+            if self.spec.finish is not None:  # the format's own file made of it (its key files are the format's)
+                self.done.append(self.spec.finish(self.store, self.spec, got, lost.get(path, np.zeros(0, np.int64))))
+                continue
             self.done.append(got)
             if parts:
                 keys = pa.chunked_array([c for k, _ in parts for c in k.chunks])
@@ -138,6 +148,23 @@ class TaskWriter:
         for _, out, _, _ in self._files.values():
             out.abort()
         self._files.clear()
+
+
+def superseded(narrow: pa.Table) -> dict[str, np.ndarray]:
+    """The positions per file of the rows a writer wrote whose key a later change of its own replaced (the
+    ``plan``'s order: largest ``_seq``, then the later row), sorted: the plan deletes each of them."""
+    t = narrow.append_column("__i", pa.array(np.arange(narrow.num_rows, dtype=np.int64)))
+    t = t.sort_by([("key", "ascending"), (SEQ, "ascending"), ("__i", "ascending")])
+    n = t.num_rows
+    last = np.ones(n, dtype=bool)
+    if n > 1:
+        keys = t.column("key")
+        last[:-1] = pc.not_equal(keys.slice(0, n - 1), keys.slice(1)).to_numpy(zero_copy_only=False)
+    lost = t.filter(pa.array(~last)).drop_null()
+    out: dict[str, np.ndarray] = {}
+    for f, pos in zip(lost.column(FILE).to_pylist(), lost.column(POS).to_pylist()):
+        out.setdefault(f, []).append(pos)
+    return {f: np.unique(np.asarray(v, np.int64)) for f, v in out.items()}
 
 
 def _row_match(rows: pa.Table, cols: list[str], values: dict) -> pa.ChunkedArray:

@@ -26,6 +26,7 @@ from __future__ import annotations
 import logging
 import os
 import uuid
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -84,12 +85,15 @@ def attempt_epochs(store: Store, directory: str) -> set[int]:
 
 
 def drop_lost_files(store: Store, directory: str, data_dir: str, kept: pa.Table | None = None, *,
-                    epochs: tuple[int, int] | None = None, referenced: set[str] | None = None) -> list[str]:
+                    epochs: tuple[int, int] | None = None, referenced: set[str] | None = None,
+                    finish: Any = None) -> list[str]:
     """Delete the data files (and their key indexes) claimed in the batch's ``directory`` by its writing tasks
     that are not among ``kept`` (the writing tasks' output rows the driver used) nor ``referenced`` (paths the
     table's versions read); none of both: every claimed file. ``epochs``: only the claims of attempts of these
     epochs (first, last; default: all). A task that finished its files on an executor that died before its result
-    reached the driver is run again and writes new files; its own are in no commit. The deleted files' paths."""
+    reached the driver is run again and writes new files; its own are in no commit. ``finish``: the table's
+    ``WriteSpec.finish``, whose ``discard(store, path, referenced)`` (if it has one) deletes what it made of a
+    lost file. The deleted files' paths."""
     keep = {p.rsplit("/", 1)[-1] for p in data_files(kept)} if kept is not None else set()
     keep |= {p.rsplit("/", 1)[-1] for p in referenced or ()}
     lost = []
@@ -102,6 +106,9 @@ def drop_lost_files(store: Store, directory: str, data_dir: str, kept: pa.Table 
         if name in keep:
             continue
         path = uri.join(data_dir, name)
+        discard = getattr(finish, "discard", None)
+        if discard is not None:
+            discard(store, path, referenced)
         store.delete(side_path(path))
         store.delete(path)
         gone.append(path)

@@ -1,11 +1,11 @@
 """Lance fragments of a mirror table, and what the merge-on-read lookup reads of them.
 
-The write path's tasks write Parquet files under ``data/`` (the shared ``TaskWriter``); the driver's commit turns
-each into one Lance fragment (``LanceFragment.create``: the Lance data file written straight to the table's
-location through Lance's own object store), leaving out the rows the plan deletes from it (a fragment that is
-new in a commit can carry no deletion file: Lance gives new fragments their ids when it commits). Beside each
-fragment the mirror keeps its *key file*: a Parquet file of the fragment's key and ``_seq`` columns in its row
-order (``data/_keys_of/<data file>.parquet``, with the key bounds in its metadata). The lookup reads that file
+A Parquet file becomes one Lance fragment (``LanceFragment.create``: the Lance data file written straight to
+the table's location through Lance's own object store), minus the rows at given positions: a writing task's
+staged file (``staged.py``), a snapshot's files (``add_files``), a Parquet file a plan adds without a task's
+report. Beside each fragment the mirror keeps its *key file*: a Parquet file of the fragment's key and ``_seq``
+columns in its row order (``data/_keys_of/<data file>.parquet``, with the key bounds in its metadata). The
+lookup reads that file
 (and the key index it builds beside it) as it reads a Delta or Iceberg data file, and its row positions are the
 fragment's: a deleted position becomes a row of the fragment's Lance deletion file.
 """
@@ -118,7 +118,7 @@ def deleted_positions(fragment: Any) -> np.ndarray:
     return np.setdiff1d(np.arange(md.physical_rows, dtype=np.uint64), offsets)
 
 
-def _vector_like(t: pa.DataType) -> bool:
+def vector_like(t: pa.DataType) -> bool:
     return (pa.types.is_list(t) or pa.types.is_large_list(t)) and (
         pa.types.is_floating(t.value_type) or pa.types.is_int8(t.value_type) or pa.types.is_uint8(t.value_type))
 
@@ -127,7 +127,7 @@ def fixed_vectors(schema: pa.Schema, store: Store, paths: list[str]) -> pa.Schem
     """``schema`` with each variable list of numbers (a vector, as the collection's Arrow schema spells it) made a
     fixed-size list of the one length its values have in the Parquet files at ``paths`` (a Lance vector index
     needs fixed-size lists); a column without values, or with values of several lengths, stays as it is."""
-    want = [f.name for f in schema if _vector_like(f.type)]
+    want = [f.name for f in schema if vector_like(f.type)]
     if not want:
         return schema
     sizes: dict[str, set[int]] = {n: set() for n in want}

@@ -1,12 +1,12 @@
 """The mirrored table as Lance, through ``pylance`` (no JVM): fragments, deletion files, one version per batch.
 
-A batch's commit is one Lance version (``LanceOperation.Update`` in a ``Transaction``): the fragments made of the
-files its tasks wrote (``fragments.py``), the existing fragments whose deletion files gained the positions the
-plan deletes (``LanceFragment.delete_rows``: a deletion file, no data rewritten), and the batch record in the
-transaction's properties (``records.py``: exactly once, a batch already in the table is skipped). Fenced: based
-on the version the plan's lookup read (``read_version``), refused when the table moved since, or holds a writer
-epoch above the writer's; Lance itself refuses a commit racing that check that conflicts with what landed (the
-epoch's ``Merge``, a compaction of the same fragments). One writer at a time (``store/writer.py``).
+A batch's commit is one Lance version (``LanceOperation.Update`` in a ``Transaction``): the fragments its writing
+tasks made (``staged.py``: the driver reads none of their rows), the existing fragments whose deletion files gained
+the positions the plan deletes (``LanceFragment.delete_rows``: a deletion file, no data rewritten), and the batch
+record in the transaction's properties (``records.py``: exactly once, a batch already in the table is skipped).
+Fenced: based on the version the plan's lookup read (``read_version``), refused when the table moved since, or holds
+a writer epoch above the writer's; Lance itself refuses a commit racing that check that conflicts with what landed
+(the epoch's ``Merge``, a compaction of the same fragments). One writer at a time (``store/writer.py``).
 """
 
 from __future__ import annotations
@@ -36,6 +36,7 @@ from msgstream_spark.mirror.common import (
 from msgstream_spark.mirror.formats.base import DATA_DIR, LiveFile, LiveFiles, Plan, WriteSpec, fence_message
 from msgstream_spark.mirror.formats.detect import refuse_occupied
 from msgstream_spark.mirror.formats.lance import records as rec
+from msgstream_spark.mirror.formats.lance import staged
 from msgstream_spark.mirror.formats.lance.fragments import (
     data_path,
     deleted_positions,
@@ -47,7 +48,7 @@ from msgstream_spark.mirror.formats.lance.fragments import (
 )
 from msgstream_spark.mirror.formats.lance.maintain import expire, retained, write_key_file_of
 from msgstream_spark.mirror.formats.lance.options import conflict_error, dataset_uri, lance, storage_options
-from msgstream_spark.mirror.store import LeaseLost, NotFound, Store, StoreError, open_store, uri
+from msgstream_spark.mirror.store import LeaseLost, NotFound, Store, open_store, uri
 
 log = logging.getLogger(__name__)
 
@@ -193,8 +194,10 @@ class LanceMirrorTable:
     def write_spec(self) -> WriteSpec:
         snap = self.properties().get(PROP_SNAPSHOT_TS)
         schema = self.schema
+        first = not self._ds.get_fragments()
         return WriteSpec(schema, self.pk, uri.join(self.root, DATA_DIR), None if snap is None else int(snap),
-                         schema.field(self.pk).type, storage=dict(self.store.options))
+                         schema.field(self.pk).type, storage=dict(self.store.options),
+                         finish=staged.FragmentTask(self.root, self.uri, first))
 
     def live_files(self) -> LiveFiles:
         """Each fragment as the lookup reads it: its key file (key bounds, rows), its deleted positions."""
@@ -237,10 +240,11 @@ class LanceMirrorTable:
             raise MirrorError(fence_message(self.location, "version", plan.base, ds.version, what))
         props = {**(commit_info or {}), PROP_QUERY: query_id, PROP_BATCH: str(batch_id),
                  **rec.with_batch(got, query_id, batch_id)}
-        op = self._first_rows(ds, plan)
+        got = staged.reports(self.store, plan.adds, plan.info)
+        op = self._first_rows(ds, plan, got)
         if op is None:
             updated, removed = self._deletions(ds, plan, what)
-            new, _ = self._fragments(ds.schema, plan.adds, plan.deletes)
+            new = self._new_fragments(ds.schema, plan, got)
             op = lance().LanceOperation.Update(removed_fragment_ids=removed, updated_fragments=updated,
                                                new_fragments=new)
         try:
@@ -249,7 +253,7 @@ class LanceMirrorTable:
             raise MirrorError(f"table {self.location}: another writer committed while {what} was committed "
                               f"(Lance refused it: {e}); nothing committed, the batch runs again on restart") from e
         self._known_deletions(done, plan)
-        self._drop_staged(plan.adds)
+        staged.drop_staged(self, plan.adds, got)
         return True
 
     def _known_deletions(self, ds: Any, plan: Plan) -> None:
@@ -262,18 +266,23 @@ class LanceMirrorTable:
             if frag is not None:
                 self._dels[(fid, frag.deletion_file())] = np.union1d(old[fid], np.asarray(positions, np.uint64))
 
-    def _first_rows(self, ds: Any, plan: Plan) -> Any:
+    def _first_rows(self, ds: Any, plan: Plan, got: dict[str, dict]) -> Any:
         """The first rows of a table without fragments whose vectors are variable lists: an ``Overwrite`` with
-        the vectors as fixed-size lists of their length (``fixed_vectors``) and the new fragments; None
-        otherwise (the vector type is settled)."""
+        the vectors as fixed-size lists of their length (``fixed_vectors``; the tasks' reports of the fragments
+        they made) and the new fragments; None otherwise (the vector type is settled)."""
         if not plan.adds or ds.get_fragments():
             return None
-        paths = [self._store_path(p) for p in plan.adds]
-        schema = fixed_vectors(ds.schema, self.store, paths)
+        parquet = [self._store_path(p) for p in plan.adds if p not in got]
+        schema = staged.first_schema(ds.schema, got) if got else fixed_vectors(ds.schema, self.store, parquet)
         if schema.equals(ds.schema):
             return None
-        new, _ = self._fragments(schema, plan.adds, plan.deletes, mode="overwrite")
-        return lance().LanceOperation.Overwrite(schema, new)
+        return lance().LanceOperation.Overwrite(schema, self._new_fragments(schema, plan, got, mode="overwrite"))
+
+    def _new_fragments(self, schema: pa.Schema, plan: Plan, got: dict[str, dict], mode: str = "append") -> list:
+        """The plan's added files as fragments: those the tasks made (``staged``), and the Parquet files of the
+        others turned into fragments here."""
+        new = staged.fragments(self, schema, plan.deletes, got, mode)
+        return new + self._fragments(schema, [p for p in plan.adds if p not in got], plan.deletes, mode)[0]
 
     def _deletions(self, ds: Any, plan: Plan, what: str) -> tuple[list, list[int]]:
         """The fragments losing rows with their new deletion files, and the ids of those losing every row."""
@@ -310,17 +319,6 @@ class LanceMirrorTable:
 
     def _store_path(self, path: str) -> str:
         return path if "://" in path else uri.parse(path).uri()
-
-    def _drop_staged(self, paths: list[str]) -> None:
-        """The tasks' Parquet files (and their key indexes), once their rows are in the fragments committed."""
-        for p in paths:
-            d, name = p.rsplit("/", 1)
-            for target in (p, uri.join(d, "_keys", name + ".keys")):
-                try:
-                    self.store.delete(target)
-                except (OSError, StoreError) as e:  # a leftover is an orphan (orphans, vacuum): logged, never fatal
-                    log.warning("could not delete %s after its rows were committed to %s: %s", target,
-                                self.location, e)
 
     def swap_files(self, old: list[LiveFile], new: list[str], base: int | None = None,
                    epoch: int | None = None) -> None:
