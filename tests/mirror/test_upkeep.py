@@ -42,6 +42,14 @@ def _pinned_read(place: Place, fmt: str, version) -> dict:
         got = pa.table(deltalake.QueryBuilder().register("t", dt).execute("SELECT * FROM t").read_all())
         return table_state(got.cast(pa.schema([f.with_type(pa.string()) if pa.types.is_string_view(f.type) else f
                                                for f in got.schema])))
+    if fmt == "lance":
+        import lance
+
+        from msgstream_spark.mirror.formats.lance.options import dataset_uri
+
+        ds = lance.dataset(dataset_uri(place.loc), version=version,
+                           storage_options={**(place.opts or {}), "allow_http": "true"})
+        return table_state(ds.to_table())
     from pyiceberg.catalog.sql import SqlCatalog
 
     from msgstream_spark.mirror.store.settings import for_pyiceberg
@@ -51,7 +59,7 @@ def _pinned_read(place: Place, fmt: str, version) -> dict:
     return table_state(cat.load_table(("msgstream", "coll")).scan(snapshot_id=version).to_arrow())
 
 
-@pytest.mark.parametrize("fmt", ["delta", "iceberg"])
+@pytest.mark.parametrize("fmt", ["delta", "iceberg", "lance"])
 def test_the_history_stays_bounded_and_a_pinned_reader_reads_its_version(fmt, place, monkeypatch):
     monkeypatch.setattr(delta_table, "CHECKPOINT_EVERY", 5)  # Delta's log is cut at checkpoints (default 100)
     t = place.open(fmt)
@@ -65,7 +73,7 @@ def test_the_history_stays_bounded_and_a_pinned_reader_reads_its_version(fmt, pl
         sizes[i] = fmts.figures(t)
         pins[i] = (fmts.versions(t)[-1][0], model(seen))
     assert up.runs["expire"] == BATCHES // 4 and not any(up.errors.values())
-    assert up.runs["compact"] >= 3
+    assert up.runs["compact"] >= (3 if fmt != "lance" else 2)  # Lance's compact_files leaves fewer small files
     assert table_state(place.open(fmt, create=False).to_arrow()) == model(seen) == place.read(fmt)
     # bounded: the versions kept, the metadata files and their bytes do not grow with the batches
     # (a sawtooth: the second half's mean against the first's after its first expiries; unbounded, it is 2x)
@@ -85,7 +93,7 @@ def test_the_history_stays_bounded_and_a_pinned_reader_reads_its_version(fmt, pl
         _pinned_read(place, fmt, pins[2][0])
 
 
-@pytest.mark.parametrize("fmt", ["delta", "iceberg"])
+@pytest.mark.parametrize("fmt", ["delta", "iceberg", "lance"])
 def test_a_reader_pinned_before_maintenance_reads_on_within_the_retention(fmt, tmp_path, monkeypatch):
     """The pinned read the mirror's own verify uses (``registry.pin``), opened before compactions and expiries
     that keep its version (retain.min): it still reads its rows after them."""
