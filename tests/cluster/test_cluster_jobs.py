@@ -227,7 +227,8 @@ def test_mirror_on_the_cluster_with_no_shared_directory(spark_cluster, cluster_s
               "--max-rows-per-trigger", "150", "--progress-interval", "2"]
     runs = [[*common, "--table", delta_t, "--table-format", "delta", "--checkpoint", str(tmp_path / "chk-delta")],
             [*common, "--table", ice_t, "--catalog", "lake", "--checkpoint", str(tmp_path / "chk-ice")],
-            [*common, "--table", str(local_t), "--table-format", "delta", "--checkpoint", str(tmp_path / "chk-local")]]
+            [*common, "--table", str(local_t), "--table-format", "delta", "--checkpoint", str(tmp_path / "chk-local"),
+             "--maintenance", "enabled=false"]]  # who writes the batches' files: no compaction (the driver's) rewrites
     driver_env = {**s3.env(), "PYICEBERG_HOME": str(tmp_path), "PYICEBERG_CATALOG__LAKE__TYPE": "sql",
                   "PYICEBERG_CATALOG__LAKE__URI": f"sqlite:///{catalog_db}",
                   FAILPOINT_ENV: "kill-executor-in-files:first", "MSGSTREAM_JOBS_QUIET": "0"}
