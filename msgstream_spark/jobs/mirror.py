@@ -15,7 +15,6 @@ import logging
 import os
 import sys
 import time
-import uuid
 from typing import Any
 
 from msgstream_spark.cli.table_args import (
@@ -31,15 +30,12 @@ from msgstream_spark.jobs._common import (
     add_config_args,
     main_wrapper,
     source_options,
-    spark_error_line,
     spark_session,
     trigger_kwargs,
 )
-from msgstream_spark.jobs.ingest import Progress
-from msgstream_spark.jobs.mirror_many import await_query as _await
 from msgstream_spark.jobs.mirror_many import channels_option as _channels_option
 from msgstream_spark.jobs.mirror_many import config_of as _config
-from msgstream_spark.jobs.mirror_many import run_many
+from msgstream_spark.jobs.mirror_many import run_into, run_many, table_observers
 
 log = logging.getLogger("msgstream_spark.jobs.mirror")
 
@@ -136,16 +132,7 @@ SCHEMA_RESTARTS = 3  # a 2.6 AlterCollection adding a field: restart the query, 
 
 def _stream_into(spark, args, cfg, starting: str | None, sink, checkpoint: str, trig: dict):
     """Run the stream into ``sink`` until it ends; (error text or None, rows, batches)."""
-    df = _stream(spark, args, cfg, starting)
-    query = (df.writeStream.foreachBatch(sink).option("checkpointLocation", checkpoint)
-             .trigger(**trig).queryName(f"mirror-{uuid.uuid4().hex[:8]}").start())
-    progress = Progress(query, args.progress_interval).start()
-    try:
-        _await(query, trig, args.timeout)
-    finally:
-        progress.stop()
-    err = query.exception()
-    return (None if err is None else (spark_error_line(err) or str(err))), progress.rows, progress.batches
+    return run_into(_stream(spark, args, cfg, starting), sink, checkpoint, trig, args, "mirror")
 
 
 def _stream_all(spark, args, cfg, start, sink, checkpoint, trig) -> tuple[int, int]:
@@ -164,12 +151,7 @@ def _stream_all(spark, args, cfg, start, sink, checkpoint, trig) -> tuple[int, i
 def _observers(args, table, policy):
     """The job's maintenance (``policy``) and its metrics (served on --metrics-port), told of every batch in this
     order."""
-    from msgstream_spark.jobs.mirror_metrics import JobMetrics
-    from msgstream_spark.mirror.upkeep import Upkeep
-
-    upkeep = Upkeep(table, policy)
-    upkeep.measure()
-    metrics = JobMetrics(table, upkeep, args.metrics_port)
+    upkeep, metrics = table_observers(table, policy, args.metrics_port)
     log.info("maintenance policy of %s: %s; metrics: %s", args.table, upkeep.policy.as_options(),
              f"port {metrics.port}" if metrics.port is not None else "not served (--metrics-port)")
     return upkeep, metrics

@@ -87,6 +87,17 @@ def _checkpoint(args) -> str:
     return args.table_root.removeprefix("file://").rstrip("/") + "_checkpoint"
 
 
+def table_observers(table, policy, port: int | None = None, hub=None):
+    """(the table's ``Upkeep`` on ``policy``, measured once; its ``JobMetrics``: served on ``port``, or a series
+    on the job's shared ``hub``): the observers every mirror job hands a table's ``MirrorBatch``."""
+    from msgstream_spark.jobs.mirror_metrics import JobMetrics
+    from msgstream_spark.mirror.upkeep import Upkeep
+
+    upkeep = Upkeep(table, policy)
+    upkeep.measure()
+    return upkeep, JobMetrics(table, upkeep, port, hub)
+
+
 class Tables:
     """Makes or opens a collection's table by the naming rule (the ``Opener`` of ``spark.mirror_many``)."""
 
@@ -98,13 +109,9 @@ class Tables:
     def observers(self, table) -> list:
         """The table's maintenance (the job's policy, under the batch's lease) and its series on the job's
         metrics endpoint, told of every batch in this order (as the one-collection job's)."""
-        from msgstream_spark.jobs.mirror_metrics import JobMetrics
-        from msgstream_spark.mirror.upkeep import Upkeep
-
-        upkeep = Upkeep(table, self.policy)
-        upkeep.measure()
+        upkeep, metrics = table_observers(table, self.policy, hub=self.hub)
         self.upkeeps[str(table.location)] = upkeep
-        return [upkeep, JobMetrics(table, upkeep, hub=self.hub)]
+        return [upkeep, metrics]
 
     def _holder(self, location: str) -> int | None:
         from msgstream_spark.mirror.formats import registry
@@ -170,23 +177,29 @@ def _stream(spark, args, cfg, starting: str | None, sub: str):
     return spark.readStream.format("msgstream").options(**opts).load()
 
 
-def _run_query(spark, args, cfg, starting, sink, checkpoint: str) -> int:
+def run_into(df, sink, checkpoint: str, trig: dict, args, name: str) -> tuple[str | None, int, int]:
+    """Run the stream ``df`` into the ``foreachBatch`` function ``sink`` until it ends, with progress lines; (the
+    query's error line or None, rows, batches). Both mirror jobs' query."""
     from msgstream_spark.jobs.ingest import Progress
 
-    trig = trigger_kwargs(args.trigger)
-    sub = args.subscription or f"mirror-{os.path.basename(args.table_root.rstrip('/'))}"
-    df = _stream(spark, args, cfg, starting, sub)
     query = (df.writeStream.foreachBatch(sink).option("checkpointLocation", checkpoint)
-             .trigger(**trig).queryName(f"mirror-many-{uuid.uuid4().hex[:8]}").start())
+             .trigger(**trig).queryName(f"{name}-{uuid.uuid4().hex[:8]}").start())
     progress = Progress(query, args.progress_interval).start()
     try:
         await_query(query, trig, args.timeout)
     finally:
         progress.stop()
     err = query.exception()
+    return (None if err is None else (spark_error_line(err) or str(err))), progress.rows, progress.batches
+
+
+def _run_query(spark, args, cfg, starting, sink, checkpoint: str) -> int:
+    sub = args.subscription or f"mirror-{os.path.basename(args.table_root.rstrip('/'))}"
+    err, rows, _ = run_into(_stream(spark, args, cfg, starting, sub), sink, checkpoint, trigger_kwargs(args.trigger),
+                            args, "mirror-many")
     if err is not None:
-        raise MirrorError(f"mirror query failed: {spark_error_line(err) or err}")
-    return progress.rows
+        raise MirrorError(f"mirror query failed: {err}")
+    return rows
 
 
 def _opened(state: ManyState, tables: Tables) -> dict[int, Any]:
