@@ -220,8 +220,9 @@ def test_killed_between_a_create_collection_and_its_tables_first_commit(spark, l
 def test_killed_during_a_late_collections_snapshot_while_another_table_streams(spark, local_env, milvus_proxy, s3,
                                                                               tmp_path, monkeypatch):
     """db1.a is snapshotted at the job's start and then takes stream batches. db1.late is made in Milvus while the
-    job is down (the log holds neither its creation nor its first rows): the restart snapshots it, and the driver
-    is killed while that snapshot's tasks query its rows. The next restart snapshots it again (new S) and the
+    job is down (the log holds none of its messages): the restart snapshots it, and the driver is killed while
+    that snapshot's tasks query its rows. The next restart snapshots it again (new S) and opens its table with the
+    schema collections.json kept (before, it asked Milvus and the log again, and failed: neither knew it); the
     stream goes on: a is not set back, late holds what Milvus has and what the log brought after its S."""
     from tests.mirror_job.many_log import row, schema
 
