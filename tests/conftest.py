@@ -112,6 +112,7 @@ BUDGETS = {
     "tests/chaos/test_worker_kills.py": 60,
     "tests/chaos/test_broker_faults.py": 60,
     "tests/mq_milvus/test_mirror_snapshot.py": 60,
+    "tests/mirror_job/test_mirror_many_kills.py": 100,
     "wheel": 60,
     "rest-catalog": 40,
 }

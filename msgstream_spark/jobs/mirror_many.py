@@ -13,6 +13,7 @@ from its CreateCollection on the stream; a dropped one's table keeps its last st
 from __future__ import annotations
 
 import argparse
+import base64
 import json
 import logging
 import os
@@ -57,6 +58,15 @@ def await_query(query, trig: dict, timeout: float | None) -> None:
         query.stop()
 
 
+# docs/mirror.md "Many collections, one job": why, and what to do when the stream's resume position is lost
+WHEN_NEEDED_REFUSED = (
+    "--snapshot when_needed is the one-collection job's (--collection): with --database / --collections / --include "
+    "every table resumes from the job's one checkpoint, so a lost resume position would need every table "
+    "re-snapshotted and the checkpoint (with its collections.json) replaced together, which this job does not do. "
+    "Pass --snapshot initial (the default) or never; if retention removed the checkpoint's position, move the "
+    "checkpoint and the tables under --table-root aside and start again with --snapshot initial")
+
+
 def check_args(args: argparse.Namespace) -> None:
     """UsageError for a many-collection run missing what it needs, or given a one-collection flag."""
     if not args.table_root:
@@ -68,11 +78,11 @@ def check_args(args: argparse.Namespace) -> None:
     if not args.table_format:
         raise UsageError("--table-root: pass --table-format delta or iceberg (the tables' format)")
     if args.snapshot == "when_needed":
-        raise UsageError("--snapshot when_needed replaces one table's rows: with --database / --collections / "
-                         "--include pass --snapshot initial or never")
+        raise UsageError(WHEN_NEEDED_REFUSED)
     if args.snapshot_source != "query":
-        raise UsageError("--snapshot-source storage: with --database / --collections / --include only the query "
-                         "route is done")
+        raise UsageError("--snapshot-source storage is the one-collection job's (--collection): with --database / "
+                         "--collections / --include the collections are snapshotted through query; pass "
+                         "--snapshot-source query (the default)")
     if args.history_table:
         raise UsageError("--history-table keeps one collection's change log: not with --database / --collections / "
                          "--include")
@@ -96,6 +106,15 @@ def table_observers(table, policy, port: int | None = None, hub=None):
     upkeep = Upkeep(table, policy)
     upkeep.measure()
     return upkeep, JobMetrics(table, upkeep, port, hub)
+
+
+def remember_schema(k: Known, coll) -> None:
+    """Keep the schema a collection's table is made or opened with in its ``Known`` entry when the stream gave
+    none (a snapshotted collection: Milvus's; one seen by its inserts only: the inferred one). A restart opens the
+    table with it instead of asking again: a collection dropped since, or made while the job was down, is
+    described by no Milvus, and the log may no longer hold any of its messages."""
+    if not k.schema:
+        k.schema = base64.b64encode(coll.SerializeToString()).decode()
 
 
 class Tables:
@@ -162,7 +181,9 @@ class Tables:
         from msgstream_spark.spark.mirror import MirrorBatch
         from msgstream_spark.spark.mirror_many import Mirrored
 
-        where, pk, rows = self.place(k, self.schema(k, schema_bytes))
+        coll = self.schema(k, schema_bytes)
+        remember_schema(k, coll)  # kept in collections.json with the batch's (or the snapshots') next save
+        where, pk, rows = self.place(k, coll)
         table = open_table(self.args.table_format, where, collection=k.name, pk=pk, arrow_schema=rows, create=True,
                            collection_id=k.cid, **table_options(self.args))
         sink = MirrorBatch(table, pk, checkpoint=self.checkpoint, collection_id=k.cid,
@@ -291,7 +312,9 @@ def snapshot_all(spark, args, cfg, checkpoint: str, state: ManyState, selection,
     def one(item):
         db, name, cid = item
         k = Known(cid, name, db)
-        where, pk, rows = tables.place(k, tables.schema(k, described_schema(cfg, db, name) if late else None))
+        coll = tables.schema(k, described_schema(cfg, db, name) if late else None)
+        remember_schema(k, coll)  # a restart opens the table with it: Milvus and the log may no longer tell it
+        where, pk, rows = tables.place(k, coll)
         sub = argparse.Namespace(**{**vars(args), "collection": name, "table": where})
         start = decide_start(spark, sub, cfg.with_overrides({"milvus.database": db}), rows, pk, cid, start_dir)
         k.location = start.table.location

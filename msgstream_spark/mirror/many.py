@@ -70,7 +70,7 @@ class Known:
     cid: int
     name: str = ""
     db: str = ""
-    schema: str = ""  # base64 CollectionSchema of its CreateCollection ("" if the stream did not carry it)
+    schema: str = ""  # base64 CollectionSchema of its CreateCollection, else the one its table was made with
     created_ts: int | None = None
     schema_ts: int | None = None  # the time of its newest schema change (None: the creation's schema)
     dropped_ts: int | None = None

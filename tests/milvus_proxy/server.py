@@ -233,7 +233,11 @@ class MilvusProxy:
 
     def start(self) -> MilvusProxy:
         with self._lock:
-            server = grpc.server(futures.ThreadPoolExecutor(max_workers=16))
+            # Milvus's own keepalive enforcement (MinTime 5 s, pings without calls permitted): pymilvus pings an
+            # idle connection every 10 s, which grpc's default server policy answers with GOAWAY "too many pings"
+            server = grpc.server(futures.ThreadPoolExecutor(max_workers=16), options=[
+                ("grpc.http2.min_ping_interval_without_data_ms", 5000),
+                ("grpc.keepalive_permit_without_calls", 1)])
             milvus_grpc.add_MilvusServiceServicer_to_server(Servicer(self.store_path, self.state), server)
             port = server.add_insecure_port(f"127.0.0.1:{self.port}")
             if port == 0:

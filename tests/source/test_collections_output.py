@@ -86,7 +86,9 @@ def test_selection_and_naming_rule(tmp_path):
     (["--database", "d", "--table-root", "r", "--table", "t"], "--table and --collection name one collection"),
     (["--include", "x", "--table-root", "r"], "--table-format delta or iceberg"),
     (["--collections", "a", "--table-root", "r", "--table-format", "delta", "--snapshot", "when_needed"],
-     "when_needed"),
+     r"when_needed is the one-collection job's .* one checkpoint.* --snapshot initial"),
+    (["--database", "d", "--table-root", "r", "--table-format", "delta", "--snapshot-source", "storage"],
+     "storage is the one-collection job's .* pass --snapshot-source query"),
     (["--collection", "c", "--table", "t", "--table-root", "r", "--table-format", "delta"], "--table-root is for"),
 ])
 def test_mirror_run_refuses_a_mix_of_one_and_many_collection_flags(argv, says):
