@@ -273,18 +273,24 @@ def described_schema(cfg, db: str, name: str) -> bytes:
 
 
 class Locate:
-    """A collection id -> its database, as Milvus lists them (``milvus.address``; listed again on a miss)."""
+    """A collection id -> its database, as Milvus lists them (``milvus.address``; listed again on a miss). A
+    collection id Milvus did not answer for is asked once: its CreateCollection comes once per channel (2.3-2.5:
+    a copy on each of its pchannels), and each ask of an unreachable Milvus waits for its connect timeout."""
 
     def __init__(self, cfg) -> None:
         self.cfg, self.ids = cfg, {}
+        self.unanswered: set[int] = set()
 
     def __call__(self, cid: int) -> str | None:
+        if cid in self.unanswered:
+            return None
         if cid not in self.ids:
             try:
                 self.ids.update({c: db for db, _, c in milvus_collections(self.cfg)})
             except Exception as exc:  # noqa: BLE001 - any SDK failure: the stream's answer stands, said loudly
                 log.warning("collection id %d: the stream names no database and Milvus at milvus.address did not "
                             "answer (%s): taking the database its inserts name (empty: default)", cid, exc)
+                self.unanswered.add(cid)
                 return None
         db = self.ids.get(cid)
         log.info("collection id %d: the stream names no database; Milvus answers %r", cid, db)
