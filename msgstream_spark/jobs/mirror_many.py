@@ -26,7 +26,7 @@ from msgstream_spark.cli.table_args import table_options
 from msgstream_spark.cli.vocab import UsageError, at_file
 from msgstream_spark.errors import MirrorError
 from msgstream_spark.jobs._common import parse_kv, source_options, spark_error_line, spark_session, trigger_kwargs
-from msgstream_spark.mirror.common import PROP_COLLECTION_ID, PROP_SNAPSHOT_TS
+from msgstream_spark.mirror.common import PROP_COLLECTION, PROP_COLLECTION_ID, PROP_SNAPSHOT_TS
 from msgstream_spark.mirror.many import DEFAULT_DB, Known, ManyState, parse_selection, table_location
 
 log = logging.getLogger("msgstream_spark.jobs.mirror")
@@ -157,14 +157,26 @@ class Tables:
         where = k.location or table_location(root, db, k.name, k.cid, self._holder(base))
         return where, pk, rows_arrow_schema(collection_arrow_schema(coll))
 
+    def _named(self, k: Known, where: str) -> str:
+        """The collection name the table records: the one it was made with, for a collection renamed since (the
+        table stays where it is, keyed by the collection id; docs/mirror.md)."""
+        if k.renamed_ts is None or not k.location:
+            return k.name
+        from msgstream_spark.mirror.formats import registry
+
+        more = table_options(self.args)
+        if not registry.detect_at(where, more["storage_options"]):
+            return k.name
+        return registry.stored_properties(self.args.table_format, where, **more).get(PROP_COLLECTION) or k.name
+
     def __call__(self, k: Known, schema_bytes: bytes | None):
         from msgstream_spark.mirror.table import open_table
         from msgstream_spark.spark.mirror import MirrorBatch
         from msgstream_spark.spark.mirror_many import Mirrored
 
         where, pk, rows = self.place(k, self.schema(k, schema_bytes))
-        table = open_table(self.args.table_format, where, collection=k.name, pk=pk, arrow_schema=rows, create=True,
-                           collection_id=k.cid, **table_options(self.args))
+        table = open_table(self.args.table_format, where, collection=self._named(k, where), pk=pk, arrow_schema=rows,
+                           create=True, collection_id=k.cid, **table_options(self.args))
         sink = MirrorBatch(table, pk, checkpoint=self.checkpoint, collection_id=k.cid,
                            observers=self.observers(table))
         s = table.properties().get(PROP_SNAPSHOT_TS)  # a snapshot's table takes the stream's rows after its S

@@ -22,6 +22,8 @@ from msgstream_spark.errors import MirrorError
 
 STATE_FILE = "collections.json"
 PROP_DROPPED_TS = "msgstream.mirror.dropped_ts"  # the table property a dropped collection's table gets
+PROP_NAME = "msgstream.mirror.name"  # a renamed collection's table: <db>.<name> the collection has now
+PROP_RENAMED_TS = "msgstream.mirror.renamed_ts"  # ... and the time of the rename (2.6.6+ AlterCollection)
 DEFAULT_DB = "default"
 _NAME = re.compile(r"^[A-Za-z0-9_.$-]+$")
 
@@ -75,6 +77,7 @@ class Known:
     schema_ts: int | None = None  # the time of its newest schema change (None: the creation's schema)
     dropped_ts: int | None = None
     location: str = ""  # its table, once made
+    renamed_ts: int | None = None  # the time of its newest rename (2.6.6+: name and db are the new ones)
 
 
 @dataclass
@@ -130,6 +133,15 @@ class ManyState:
             return False
         k.schema, k.schema_ts = base64.b64encode(schema).decode(), ts
         return True
+
+    def renamed(self, cid: int, name: str, db: str, ts: int) -> None:
+        """A 2.6.6+ AlterCollection of the collection's name and/or database ("" : unchanged); an older one
+        (another vchannel's copy of a rename already taken, or an older rename) changes nothing."""
+        k = self.get(cid)
+        new = (name or k.name, db or k.db)
+        if (k.renamed_ts is not None and k.renamed_ts >= ts) or new == (k.name, k.db):
+            return  # 2.6.6+ writes one copy per vchannel (and the control vchannel), each at its own time
+        (k.name, k.db), k.renamed_ts = new, ts
 
     def schema_bytes(self, cid: int) -> bytes | None:
         k = self.known.get(cid)

@@ -1,0 +1,120 @@
+"""The many-collection job over Milvus 2.6 WAL channels (tests/mirror_job/wal_log.py writes them from the docs):
+collections created in the 2.6.6+ form (a broadcast to the control vchannel and every vchannel, names and database
+in the message, the schema in field #13) and in the 2.6.0-2.6.5 form (one copy per vchannel, no names), inserts,
+upserts (transactions), deletes, a collection created mid-run, a drop, a name created again, a field added, a
+DropPartition, a TruncateCollection, a rename. After each step every table equals the rows its collection holds
+(read by delta-rs, not this project's table code).
+"""
+
+from __future__ import annotations
+
+import deltalake
+import pyarrow as pa
+import pytest
+
+from msgstream_spark.mirror.many import PROP_DROPPED_TS, PROP_NAME, PROP_RENAMED_TS
+from tests.mirror_job.wal_log import NEW, OLD, WalLog
+from tests.sink.helpers import config_file
+
+pytestmark = pytest.mark.slow
+
+
+def table_rows(location, cols: list[str]) -> dict[int, dict]:
+    dt = deltalake.DeltaTable(str(location))
+    sql = f"SELECT {', '.join(cols)} FROM t"
+    t = pa.table(deltalake.QueryBuilder().register("t", dt).execute(sql).read_all())
+    out: dict[int, dict] = {}
+    for r in t.to_pylist():
+        assert r["pk"] not in out, f"pk {r['pk']} twice in {location}"
+        out[r["pk"]] = r
+    return out
+
+
+def assert_tables(root, log: WalLog, where: dict[int, str]) -> None:
+    for cid, path in where.items():
+        cols = [f.name for f in log.schemas[cid].fields]
+        want = {pk: {c: r.get(c) for c in cols} for pk, r in log.expected[cid].items()}
+        assert table_rows(root / path, cols) == want, f"table {path} of collection id {cid}"
+
+
+def _run(cfg: str, chans: list[str], root, spark) -> dict:
+    from msgstream_spark.jobs import mirror
+
+    argv = ["--config", cfg, "--include", r"(db1|db2|default)\..*", "--table-root", str(root), "--table-format",
+            "delta", "--snapshot", "never", "--channels", ",".join(chans), "--max-rows-per-trigger", "20",
+            "--progress-interval", "1"]
+    return mirror.run(mirror.build_parser().parse_args(argv), spark)
+
+
+def test_a_26_wal_database_mirror_through_every_collection_ddl(spark, local_env, tmp_path):
+    cfg = config_file(local_env, tmp_path)
+    chans = [local_env.new_channel("wal26many") for _ in range(2)]
+    root = tmp_path / "lake"
+    with local_env.client() as c:
+        log = WalLog(c, chans)
+        # step 1: three collections (both 2.6 forms) and one not selected; a fourth created mid-run; one dropped
+        log.create("db1", "a", 11, NEW)
+        log.create("db1", "b", 12, OLD)  # its inserts name db1: the stream's only word on its database
+        log.create("default", "c", 13, OLD)  # its inserts name no database: Milvus's default
+        log.create("x", "z", 19, NEW)
+        log.insert(11, range(0, 30))
+        log.insert(12, range(0, 10))
+        log.insert(13, range(100, 110))
+        log.insert(13, range(110, 120), partition=131)
+        log.insert(19, range(5))
+        log.tick()
+        log.delete(11, [1, 2, 3])
+        log.upsert(13, [100, 111], gen=1)
+        log.tick()
+        log.create("db2", "d", 14, NEW)
+        log.insert(14, range(50, 70))
+        log.delete(12, [0])
+        log.tick()
+        log.drop(12)
+        log.upsert(11, [4, 5, 40], gen=2)
+        log.delete(14, [50])
+        log.tick()
+        first = _run(cfg, chans, root, spark)
+        where = {11: "db1/a", 12: "db1/b", 13: "default/c", 14: "db2/d"}
+        assert sorted(first["tables"]) == ["db1.a", "db1.b", "db2.d", "default.c"], first
+        assert first["batches"] >= 3
+        assert_tables(root, log, where)
+        b = deltalake.DeltaTable(str(root / "db1" / "b")).metadata().configuration
+        assert b[PROP_DROPPED_TS] == str(first["tables"]["db1.b"]["dropped_ts"])  # the first copy's time
+        assert not (root / "x").exists()
+
+        # step 2: b's name created again, a field added to a, a partition of c dropped, d truncated
+        log.create("db1", "b", 15, NEW)
+        log.insert(15, range(7))
+        log.add_field(11, "note")
+        log.insert(11, [60, 61], extra={"note": "after"})
+        log.upsert(11, [6], gen=3, extra={"note": "up"})
+        log.insert(13, range(120, 125), partition=131)  # same batch as the drop, before it
+        log.drop_partition(13, 131)
+        log.insert(13, [130], partition=132)  # after the drop: stays
+        log.insert(14, [70, 71])  # before the truncate, in its batch
+        log.truncate(14)
+        log.insert(14, [80, 81, 82])  # after it: stays
+        log.tick()
+        second = _run(cfg, chans, root, spark)
+        where[15] = "db1/b__15"
+        assert_tables(root, log, where)
+        assert sorted(log.expected[13]) == [*range(100, 110), 111, 130]  # 111 upserted into _default: stays
+        assert sorted(log.expected[14]) == [80, 81, 82]
+        assert second["tables"]["db1.b"]["id"] == 15 and second["tables"]["db1.b"]["dropped_ts"] is None
+
+        # step 3: a renamed (and moved to db2) on the stream; its rows keep coming under the new name
+        log.rename(11, name="a2", db="db2")
+        log.insert(11, [90], extra={"note": "renamed"})
+        log.delete(11, [0])
+        log.create("db1", "a", 16, NEW)  # the old name free again: a new collection, a new table
+        log.insert(16, [1])
+        log.tick()
+        third = _run(cfg, chans, root, spark)
+        log.close()
+    where[16] = "db1/a__16"
+    assert_tables(root, log, where)
+    assert third["tables"]["db2.a2"]["id"] == 11 and third["tables"]["db1.a"]["id"] == 16, third
+    props = deltalake.DeltaTable(str(root / "db1" / "a")).metadata().configuration
+    assert props[PROP_NAME] == "db2.a2" and int(props[PROP_RENAMED_TS]) > 0
+    assert not (root / "db2" / "a2").exists()  # the table stays where it is: the collection id decides
