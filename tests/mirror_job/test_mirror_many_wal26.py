@@ -8,6 +8,11 @@ DropPartition, a TruncateCollection, a rename. After each step every table equal
 
 from __future__ import annotations
 
+import threading
+import time
+import uuid
+from pathlib import Path
+
 import deltalake
 import pyarrow as pa
 import pytest
@@ -118,3 +123,58 @@ def test_a_26_wal_database_mirror_through_every_collection_ddl(spark, local_env,
     props = deltalake.DeltaTable(str(root / "db1" / "a")).metadata().configuration
     assert props[PROP_NAME] == "db2.a2" and int(props[PROP_RENAMED_TS]) > 0
     assert not (root / "db2" / "a2").exists()  # the table stays where it is: the collection id decides
+
+
+def _until(what: str, check, seconds: float = 240.0) -> None:
+    """Poll ``check`` until it holds (bounded: fails after ``seconds`` naming ``what``)."""
+    deadline = time.monotonic() + seconds
+    while True:
+        try:
+            if check():
+                return
+        except (OSError, ValueError, deltalake.exceptions.TableNotFoundError):
+            pass  # the table is not there yet
+        assert time.monotonic() < deadline, f"{what}: not within {seconds} s"
+        time.sleep(0.2)
+
+
+def test_a_pchannel_added_while_the_job_runs_is_read_from_its_start(spark, local_env, tmp_path):
+    """Milvus 2.6.12+ adds pchannels online (``rootCoord.dmlChannelNum`` raised). The job, given no ``--channels``,
+    reads the channels named like the cluster's DML channels (``channelPattern``) and lists them again before
+    every batch: a channel that appears mid-run is read from its first message, and a collection created on it
+    gets its table, while the first channel keeps streaming."""
+    import yaml
+
+    from msgstream_spark.jobs import mirror
+
+    cluster = f"grow{uuid.uuid4().hex[:8]}"
+    cfg = Path(config_file(local_env, tmp_path))
+    cfg.write_text(yaml.safe_dump({**yaml.safe_load(cfg.read_text()), "msgchannel.channameprefix.cluster": cluster}))
+    ch0, ch1 = (f"{cluster}-rootcoord-dml_{i}" for i in range(2))
+    root = tmp_path / "lake"
+    argv = ["--config", str(cfg), "--database", "db1", "--table-root", str(root), "--table-format", "delta",
+            "--snapshot", "never", "--trigger", "processing-time:1s", "--timeout", "600", "--progress-interval", "1"]
+    out: dict = {}
+    with local_env.client() as c:
+        log = WalLog(c, [ch0])
+        log.create("db1", "a", 21, NEW)
+        log.insert(21, range(10))
+        log.tick()
+        job = threading.Thread(target=lambda: out.update(mirror.run(mirror.build_parser().parse_args(argv), spark)))
+        job.start()
+        try:
+            _until("db1.a's first rows", lambda: len(table_rows(root / "db1" / "a", ["pk"])) == 10)
+            log.add_pchannel(ch1)  # the cluster grows: a new pchannel, a collection placed on it
+            log.create("db1", "b", 22, NEW, on=[ch1])
+            log.insert(22, range(100, 105))
+            log.insert(21, [10, 11])
+            log.tick()
+            _until("db1.b on the new channel", lambda: len(table_rows(root / "db1" / "b", ["pk"])) == 5)
+            _until("db1.a's later rows", lambda: len(table_rows(root / "db1" / "a", ["pk"])) == 12)
+        finally:
+            for q in spark.streams.active:
+                q.stop()
+            job.join(timeout=120)
+            log.close()
+    assert not job.is_alive() and sorted(out["tables"]) == ["db1.a", "db1.b"], out
+    assert_tables(root, log, {21: "db1/a", 22: "db1/b"})

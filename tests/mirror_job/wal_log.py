@@ -54,6 +54,8 @@ class WalLog:
         self.pchannels = list(pchannels)
         self.control = f"{self.pchannels[0]}_vcchan"
         self.producers = [client.create_producer(p) for p in pchannels]
+        self.client = client
+        self.homes: dict[int, list[str]] = {}  # id -> the pchannels of its vchannels (fixed at its creation)
         self.names: dict[int, tuple[str, str]] = {}
         self.forms: dict[int, str] = {}
         self.db_ids: dict[str, int] = {"default": 1}
@@ -72,10 +74,15 @@ class WalLog:
         return 0 if vc == self.control else self.pchannels.index(vc.rsplit("_", 1)[0])
 
     def _vch(self, cid: int, i: int) -> str:
-        return f"{self.pchannels[i]}_{cid}v{i}"
+        return f"{self.homes[cid][i]}_{cid}v{i}"
 
     def _vchannels(self, cid: int) -> list[str]:
-        return [self._vch(cid, i) for i in range(len(self.pchannels))]
+        return [self._vch(cid, i) for i in range(len(self.homes[cid]))]
+
+    def add_pchannel(self, name: str) -> None:
+        """A pchannel added while the cluster runs (2.6.12+: ``rootCoord.dmlChannelNum`` raised online)."""
+        self.pchannels.append(name)
+        self.producers.append(self.client.create_producer(name))
 
     def _ddl(self, cid: int, t: int, payload: bytes, header: bytes, *, version: int = 1, sync: bool = False) -> None:
         """One collection DDL as the collection's form writes it: 2.6.6+ a broadcast to the control vchannel and
@@ -96,13 +103,15 @@ class WalLog:
                            tt)
 
     # -- DDL -----------------------------------------------------------------------------------------------
-    def create(self, db: str, name: str, cid: int, form: str = NEW) -> None:
+    def create(self, db: str, name: str, cid: int, form: str = NEW, on: list[str] | None = None) -> None:
+        """The collection's vchannels: one per pchannel of ``on`` (default: every pchannel now)."""
         self.names[cid], self.forms[cid] = (db, name), form
+        self.homes[cid] = list(on or self.pchannels)
         self.schemas[cid] = schema(name)
         self.db_ids.setdefault(db, len(self.db_ids) + 1)
         tt = next(self._tt)
         req = msg_pb2.CreateCollectionRequest(
-            base=_base(100, tt), collectionID=cid, partitionIDs=[cid * 10], physicalChannelNames=self.pchannels,
+            base=_base(100, tt), collectionID=cid, partitionIDs=[cid * 10], physicalChannelNames=self.homes[cid],
             virtualChannelNames=self._vchannels(cid))
         header = P.vfield(1, cid) + P.packed(2, [cid * 10])
         if form == NEW:  # names, database and the schema in #13
@@ -168,10 +177,10 @@ class WalLog:
         self.names[cid] = (new_db, new_name)
 
     # -- DML -----------------------------------------------------------------------------------------------
-    def _shards(self, pks) -> dict[int, list[int]]:
+    def _shards(self, cid: int, pks) -> dict[int, list[int]]:
         out: dict[int, list[int]] = {}
         for pk in pks:
-            out.setdefault(shard_of(pk, len(self.pchannels)), []).append(pk)
+            out.setdefault(shard_of(pk, len(self.homes[cid])), []).append(pk)
         return out
 
     def _insert_msg(self, cid: int, i: int, rows: list[dict], pid: int, tt: int, **kw) -> P.Built:
@@ -208,14 +217,14 @@ class WalLog:
 
     def insert(self, cid: int, pks, gen: int = 0, partition: int | None = None, extra: dict | None = None) -> None:
         pid = partition or cid * 10
-        for i, keys in self._shards(pks).items():
+        for i, keys in self._shards(cid, pks).items():
             rows = self._rows(cid, keys, gen, extra)
             m = self._insert_msg(cid, i, rows, pid, next(self._tt))
             self._send(self._vch(cid, i), m.payload, m.properties, m.tt)
             self._keep(cid, rows, pid)
 
     def delete(self, cid: int, pks) -> None:
-        for i, keys in self._shards(pks).items():
+        for i, keys in self._shards(cid, pks).items():
             m = self._delete_msg(cid, i, keys, next(self._tt))
             self._send(self._vch(cid, i), m.payload, m.properties, m.tt)
             for pk in keys:
@@ -223,7 +232,7 @@ class WalLog:
 
     def upsert(self, cid: int, pks, gen: int, extra: dict | None = None) -> None:
         """Per vchannel a transaction: BeginTxn, Delete, Insert of the same keys, CommitTxn."""
-        for i, keys in self._shards(pks).items():
+        for i, keys in self._shards(cid, pks).items():
             vc, txn = self._vch(cid, i), next(self._ids)
             rows = self._rows(cid, keys, gen, extra)
             msgs = [P.begin_txn(next(self._tt), txn, vc=vc),
