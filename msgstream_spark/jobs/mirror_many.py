@@ -26,8 +26,9 @@ from msgstream_spark.cli.table_args import table_options
 from msgstream_spark.cli.vocab import UsageError, at_file
 from msgstream_spark.errors import MirrorError
 from msgstream_spark.jobs._common import parse_kv, source_options, spark_error_line, spark_session, trigger_kwargs
-from msgstream_spark.mirror.common import PROP_COLLECTION, PROP_COLLECTION_ID, PROP_SNAPSHOT_TS
-from msgstream_spark.mirror.many import DEFAULT_DB, Known, ManyState, parse_selection, table_location
+from msgstream_spark.jobs.mirror_many_names import catalog_holder, check_namespace_args, stored_name
+from msgstream_spark.mirror.common import PROP_COLLECTION_ID, PROP_SNAPSHOT_TS
+from msgstream_spark.mirror.many import DEFAULT_DB, Known, ManyState, parse_selection, table_identifier, table_location
 
 log = logging.getLogger("msgstream_spark.jobs.mirror")
 
@@ -59,9 +60,12 @@ def await_query(query, trig: dict, timeout: float | None) -> None:
 
 def check_args(args: argparse.Namespace) -> None:
     """UsageError for a many-collection run missing what it needs, or given a one-collection flag."""
+    if getattr(args, "namespace", None):
+        return check_namespace_args(args)
     if not args.table_root:
         raise UsageError("--database / --collections / --include keep each collection in its own table: pass "
-                         "--table-root LOCATION (tables at <root>/<database>/<collection>)")
+                         "--table-root LOCATION (tables at <root>/<database>/<collection>), or for Iceberg "
+                         "--catalog NAME --namespace NS")
     if args.table or args.collection:
         raise UsageError("--table and --collection name one collection's table: with --database / --collections / "
                          "--include pass --table-root only")
@@ -117,6 +121,8 @@ class Tables:
         from msgstream_spark.mirror.formats import registry
 
         more = table_options(self.args)
+        if self.args.namespace:  # an identifier in --catalog: the catalog says whether it has that table
+            return catalog_holder(self.args.table_format, location, more)
         if not registry.detect_at(location, more["storage_options"]):
             return None
         cid = registry.stored_properties(self.args.table_format, location, **more).get(PROP_COLLECTION_ID)
@@ -152,22 +158,14 @@ class Tables:
         pk = primary_key(coll)
         if pk is None:
             raise MirrorError(f"collection {k.db}.{k.name} (id {k.cid}): its schema names no primary key")
-        root, db = self.args.table_root, k.db or DEFAULT_DB
-        base = f"{root.rstrip('/')}/{db}/{k.name}"
-        where = k.location or table_location(root, db, k.name, k.cid, self._holder(base))
+        root, db, ns = self.args.table_root, k.db or DEFAULT_DB, self.args.namespace
+        if ns:
+            base = table_identifier(ns, db, k.name, k.cid, None)
+            where = k.location or table_identifier(ns, db, k.name, k.cid, self._holder(base))
+        else:
+            base = f"{root.rstrip('/')}/{db}/{k.name}"
+            where = k.location or table_location(root, db, k.name, k.cid, self._holder(base))
         return where, pk, rows_arrow_schema(collection_arrow_schema(coll))
-
-    def _named(self, k: Known, where: str) -> str:
-        """The collection name the table records: the one it was made with, for a collection renamed since (the
-        table stays where it is, keyed by the collection id; docs/mirror.md)."""
-        if k.renamed_ts is None or not k.location:
-            return k.name
-        from msgstream_spark.mirror.formats import registry
-
-        more = table_options(self.args)
-        if not registry.detect_at(where, more["storage_options"]):
-            return k.name
-        return registry.stored_properties(self.args.table_format, where, **more).get(PROP_COLLECTION) or k.name
 
     def __call__(self, k: Known, schema_bytes: bytes | None):
         from msgstream_spark.mirror.table import open_table
@@ -175,12 +173,14 @@ class Tables:
         from msgstream_spark.spark.mirror_many import Mirrored
 
         where, pk, rows = self.place(k, self.schema(k, schema_bytes))
-        table = open_table(self.args.table_format, where, collection=self._named(k, where), pk=pk, arrow_schema=rows,
-                           create=True, collection_id=k.cid, **table_options(self.args))
+        table = open_table(self.args.table_format, where, collection=stored_name(self.args, k, where), pk=pk,
+                           arrow_schema=rows, create=True, collection_id=k.cid, **table_options(self.args))
         sink = MirrorBatch(table, pk, checkpoint=self.checkpoint, collection_id=k.cid,
                            observers=self.observers(table))
         s = table.properties().get(PROP_SNAPSHOT_TS)  # a snapshot's table takes the stream's rows after its S
-        return Mirrored(table, pk, rows, sink, int(s) if s else None)
+        got = Mirrored(table, pk, rows, sink, int(s) if s else None)
+        got.where = where  # what collections.json records: a location, or an identifier in --catalog
+        return got
 
 
 def _stream(spark, args, cfg, starting: str | None, sub: str):
@@ -206,7 +206,8 @@ def run_into(df, sink, checkpoint: str, trig: dict, args, name: str) -> tuple[st
 
 
 def _run_query(spark, args, cfg, starting, sink, checkpoint: str) -> int:
-    sub = args.subscription or f"mirror-{os.path.basename(args.table_root.rstrip('/'))}"
+    sub = args.subscription or (f"mirror-{args.namespace}" if args.namespace else
+                                f"mirror-{os.path.basename(args.table_root.rstrip('/'))}")
     err, rows, _ = run_into(_stream(spark, args, cfg, starting, sub), sink, checkpoint, trigger_kwargs(args.trigger),
                             args, "mirror-many")
     if err is not None:
@@ -306,7 +307,7 @@ def snapshot_all(spark, args, cfg, checkpoint: str, state: ManyState, selection,
         where, pk, rows = tables.place(k, tables.schema(k, described_schema(cfg, db, name) if late else None))
         sub = argparse.Namespace(**{**vars(args), "collection": name, "table": where})
         start = decide_start(spark, sub, cfg.with_overrides({"milvus.database": db}), rows, pk, cid, start_dir)
-        k.location = start.table.location
+        k.location = where if args.namespace else start.table.location
         return k, start
 
     with ThreadPoolExecutor(max_workers=max(1, args.snapshot_concurrency)) as pool:
@@ -366,7 +367,8 @@ def run_many(args: argparse.Namespace, spark=None) -> dict[str, Any]:
         rows = _run_query(spark, args, cfg, starting, sink, checkpoint)
     finally:
         hub.close()
-    return {"job": "mirror", "selection": selection.describe(), "table_root": args.table_root,
+    return {"job": "mirror", "selection": selection.describe(), "table_root": args.table_root or
+            f"{args.catalog}:{args.namespace}",
             "format": args.table_format, "checkpoint": checkpoint, "stream_pieces": rows,
             "stream_seconds": round(time.perf_counter() - t0, 3), "metrics_port": hub.port,
             "maintenance": {loc: u.state() for loc, u in sorted(tables.upkeeps.items())}, **sink.summary()}

@@ -148,11 +148,28 @@ class ManyState:
         return base64.b64decode(k.schema) if k is not None and k.schema else None
 
 
+def _check_names(db: str, name: str, where: str) -> None:
+    for part, what in ((db, "database"), (name, "collection")):
+        if not _NAME.match(part) or part in (".", "..") or (where.startswith("--namespace") and "." in part):
+            raise MirrorError(f"{what} name {part!r} cannot be a part of the table's name under {where}")
+
+
+def table_identifier(namespace: str, db: str, name: str, cid: int, holder_id: int | None) -> str:
+    """The Iceberg identifier of collection ``cid`` in namespace ``namespace`` of a catalog (``--catalog NAME
+    --namespace NS``): ``<NS>.<db>__<name>``, a later collection of a name another collection's table holds
+    ``<NS>.<db>__<name>__<cid>``; one namespace level for every table (catalogs that allow only a few top-level
+    namespaces, such as REST catalogs placing tables themselves, take it as they take one table)."""
+    if not namespace or any(not _NAME.match(p) or "." in p for p in namespace.split(".")) or "$" in namespace:
+        raise MirrorError(f"--namespace {namespace!r} is not an Iceberg namespace (dot-separated names of letters, "
+                          "digits, '_' and '-')")
+    _check_names(db, name, f"--namespace {namespace}")
+    base = f"{namespace}.{db}__{name}"
+    return base if holder_id is None or holder_id == cid else f"{base}__{cid}"
+
+
 def table_location(root: str, db: str, name: str, cid: int, holder_id: int | None) -> str:
     """The table of collection ``cid`` (the naming rule above); ``holder_id``: the collection id of the table
     already at ``<root>/<db>/<name>`` (None: no table there)."""
-    for part, what in ((db, "database"), (name, "collection")):
-        if not _NAME.match(part) or part in (".", ".."):
-            raise MirrorError(f"{what} name {part!r} cannot be a path part of the table under --table-root {root}")
+    _check_names(db, name, f"--table-root {root}")
     base = f"{root.rstrip('/')}/{db}/{name}"
     return base if holder_id is None or holder_id == cid else f"{base}__{cid}"

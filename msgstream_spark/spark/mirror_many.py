@@ -44,6 +44,7 @@ class Mirrored:
 
     def __init__(self, table: Any, pk: str, rows_schema: pa.Schema, sink: MirrorBatch, min_ts: int | None) -> None:
         self.table, self.pk, self.rows_schema, self.sink, self.min_ts = table, pk, rows_schema, sink, min_ts
+        self.where: str | None = None  # where the job's opener found it (a location or a catalog's identifier)
 
 
 def rows_schema_of(schema: bytes) -> pa.Schema:
@@ -222,8 +223,8 @@ class ManyBatch:
             return None
         got = self.opener(k, self.state.schema_bytes(cid))
         self.mirrored[cid] = got
-        if not k.location:
-            k.location = got.table.location
+        if not k.location:  # the opener's name of it (an identifier for a table in a catalog's namespace)
+            k.location = getattr(got, "where", None) or got.table.location
             self.state.save()
         self.created.append(cid)
         log.info("collection %s.%s (id %d): table %s", k.db, k.name, cid, got.table.location)

@@ -178,3 +178,64 @@ def test_a_pchannel_added_while_the_job_runs_is_read_from_its_start(spark, local
             log.close()
     assert not job.is_alive() and sorted(out["tables"]) == ["db1.a", "db1.b"], out
     assert_tables(root, log, {21: "db1/a", 22: "db1/b"})
+
+
+def test_iceberg_tables_in_a_catalog_namespace(spark, local_env, tmp_path, monkeypatch):
+    """``--catalog NAME --namespace NS``: each collection an Iceberg table ``NS.<db>__<name>`` of the catalog (a SQL
+    catalog here, configured as pyiceberg users do), read back through a separately loaded catalog; a truncate, a
+    rename (the table keeps its identifier) and a name created again (``__<id>``) through a restart."""
+    from pyiceberg.catalog import load_catalog
+
+    from msgstream_spark.jobs import mirror
+
+    monkeypatch.setenv("PYICEBERG_HOME", str(tmp_path))
+    monkeypatch.setenv("PYICEBERG_CATALOG__LAKE__TYPE", "sql")
+    monkeypatch.setenv("PYICEBERG_CATALOG__LAKE__URI", f"sqlite:///{tmp_path}/lake.db")
+    monkeypatch.setenv("PYICEBERG_CATALOG__LAKE__WAREHOUSE", f"file://{tmp_path}/wh")
+    ch = [local_env.new_channel("wal26ns") for _ in range(2)]
+    argv = ["--config", config_file(local_env, tmp_path), "--database", "db1", "--catalog", "lake", "--namespace",
+            "mirror", "--checkpoint", str(tmp_path / "chk"), "--snapshot", "never", "--channels", ",".join(ch),
+            "--progress-interval", "1"]
+
+    def lake():  # a catalog of its own, not the job's (pyiceberg read its environment at import)
+        return load_catalog("lake", type="sql", uri=f"sqlite:///{tmp_path}/lake.db", warehouse=f"file://{tmp_path}/wh")
+
+    def rows(ident: str, cid: int) -> dict[int, dict]:
+        got = lake().load_table(ident).scan().to_arrow().select(["pk", "s", "fv"]).to_pylist()
+        assert len(got) == len({r["pk"] for r in got}), ident
+        return {r["pk"]: r for r in got}
+
+    def want(cid: int) -> dict[int, dict]:
+        return {pk: {c: r[c] for c in ("pk", "s", "fv")} for pk, r in log.expected[cid].items()}
+
+    with local_env.client() as c:
+        log = WalLog(c, ch)
+        log.create("db1", "a", 31, NEW)
+        log.create("db1", "b", 32, OLD)
+        log.insert(31, range(12))
+        log.insert(32, range(5))
+        log.tick()
+        log.truncate(32)
+        log.insert(32, [7])
+        log.upsert(31, [3], gen=1)
+        log.tick()
+        first = mirror.run(mirror.build_parser().parse_args(argv), spark)
+        assert sorted(first["tables"]) == ["db1.a", "db1.b"], first
+        assert rows("mirror.db1__a", 31) == want(31) and rows("mirror.db1__b", 32) == want(32)
+        log.rename(31, name="a_old")
+        log.create("db1", "a", 33, NEW)
+        log.insert(33, [1, 2])
+        log.insert(31, [50])
+        log.tick()
+        second = mirror.run(mirror.build_parser().parse_args(argv), spark)
+        log.insert(31, [51])  # a restart opens the renamed collection's table (it records the first name)
+        log.delete(33, [1])
+        log.tick()
+        third = mirror.run(mirror.build_parser().parse_args(argv), spark)
+        log.close()
+    assert second["tables"]["db1.a_old"]["id"] == 31 and second["tables"]["db1.a"]["id"] == 33, second
+    assert third["tables"]["db1.a_old"]["changes"] == 1, third
+    assert rows("mirror.db1__a", 31) == want(31)  # the renamed collection's table keeps its identifier
+    assert rows("mirror.db1__a__33", 33) == want(33)
+    props = lake().load_table("mirror.db1__a").properties
+    assert props[PROP_NAME] == "db1.a_old"
