@@ -149,9 +149,11 @@ class ManyState:
 
 
 def _check_names(db: str, name: str, where: str) -> None:
+    ident = where.startswith("--namespace")  # an identifier's part: no '.'
     for part, what in ((db, "database"), (name, "collection")):
-        if not _NAME.match(part) or part in (".", "..") or (where.startswith("--namespace") and "." in part):
-            raise MirrorError(f"{what} name {part!r} cannot be a part of the table's name under {where}")
+        if not _NAME.match(part) or part in (".", "..") or (ident and "." in part):
+            kind = "a part of the table's identifier" if ident else "a path part of the table"
+            raise MirrorError(f"{what} name {part!r} cannot be {kind} under {where}")
 
 
 def table_identifier(namespace: str, db: str, name: str, cid: int, holder_id: int | None) -> str:
