@@ -2,8 +2,9 @@
 collections created in the 2.6.6+ form (a broadcast to the control vchannel and every vchannel, names and database
 in the message, the schema in field #13) and in the 2.6.0-2.6.5 form (one copy per vchannel, no names), inserts,
 upserts (transactions), deletes, a collection created mid-run, a drop, a name created again, a field added, a
-DropPartition, a TruncateCollection, a rename. After each step every table equals the rows its collection holds
-(read by delta-rs, not this project's table code).
+DropPartition, a TruncateCollection (its copies in two runs: each vchannel's at its own time), a rename, a pchannel
+added while the job runs, Iceberg tables in a catalog's namespace. After each step every table equals the rows its
+collection holds (read by delta-rs or a catalog of the test's own, not this project's table code).
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ import pyarrow as pa
 import pytest
 
 from msgstream_spark.mirror.many import PROP_DROPPED_TS, PROP_NAME, PROP_RENAMED_TS
-from tests.mirror_job.wal_log import NEW, OLD, WalLog
+from tests.mirror_job.wal_log import NEW, OLD, WalLog, shard_of
 from tests.sink.helpers import config_file
 
 pytestmark = pytest.mark.slow
@@ -55,6 +56,7 @@ def test_a_26_wal_database_mirror_through_every_collection_ddl(spark, local_env,
     cfg = config_file(local_env, tmp_path)
     chans = [local_env.new_channel("wal26many") for _ in range(2)]
     root = tmp_path / "lake"
+    later = [k for k in range(80, 120) if shard_of(k, 2) == 1][:3]  # keys of vchannel 1
     with local_env.client() as c:
         log = WalLog(c, chans)
         # step 1: three collections (both 2.6 forms) and one not selected; a fourth created mid-run; one dropped
@@ -98,14 +100,14 @@ def test_a_26_wal_database_mirror_through_every_collection_ddl(spark, local_env,
         log.drop_partition(13, 131)
         log.insert(13, [130], partition=132)  # after the drop: stays
         log.insert(14, [70, 71])  # before the truncate, in its batch
-        log.truncate(14)
-        log.insert(14, [80, 81, 82])  # after it: stays
+        log.truncate(14, shards=[1], broadcast_id=777)  # its control copy and vchannel 1's now, vchannel 0's later
+        log.insert(14, later)  # on vchannel 1 after its copy (before vchannel 0's): stays
         log.tick()
         second = _run(cfg, chans, root, spark)
         where[15] = "db1/b__15"
         assert_tables(root, log, where)
         assert sorted(log.expected[13]) == [*range(100, 110), 111, 130]  # 111 upserted into _default: stays
-        assert sorted(log.expected[14]) == [80, 81, 82]
+        assert log.expected[14] and set(later) < set(log.expected[14])  # vchannel 0's rows not truncated yet
         assert second["tables"]["db1.b"]["id"] == 15 and second["tables"]["db1.b"]["dropped_ts"] is None
 
         # step 3: a renamed (and moved to db2) on the stream; its rows keep coming under the new name
@@ -114,11 +116,15 @@ def test_a_26_wal_database_mirror_through_every_collection_ddl(spark, local_env,
         log.delete(11, [0])
         log.create("db1", "a", 16, NEW)  # the old name free again: a new collection, a new table
         log.insert(16, [1])
+        # d's truncate reaches vchannel 0: its rows go; vchannel 1's later rows, in the table, older than this copy,
+        # stay (the table keeps no vchannel: the key's shard tells them apart, not the time)
+        log.truncate(14, shards=[0], broadcast_id=777)
         log.tick()
         third = _run(cfg, chans, root, spark)
         log.close()
     where[16] = "db1/a__16"
     assert_tables(root, log, where)
+    assert sorted(log.expected[14]) == later
     assert third["tables"]["db2.a2"]["id"] == 11 and third["tables"]["db1.a"]["id"] == 16, third
     props = deltalake.DeltaTable(str(root / "db1" / "a")).metadata().configuration
     assert props[PROP_NAME] == "db2.a2" and int(props[PROP_RENAMED_TS]) > 0
@@ -239,3 +245,4 @@ def test_iceberg_tables_in_a_catalog_namespace(spark, local_env, tmp_path, monke
     assert rows("mirror.db1__a__33", 33) == want(33)
     props = lake().load_table("mirror.db1__a").properties
     assert props[PROP_NAME] == "db1.a_old"
+

@@ -84,15 +84,18 @@ class WalLog:
         self.pchannels.append(name)
         self.producers.append(self.client.create_producer(name))
 
-    def _ddl(self, cid: int, t: int, payload: bytes, header: bytes, *, version: int = 1, sync: bool = False) -> None:
+    def _ddl(self, cid: int, t: int, payload: bytes, header: bytes, *, version: int = 1, sync: bool = False,
+             copies: list[str] | None = None, broadcast_id: int | None = None) -> None:
         """One collection DDL as the collection's form writes it: 2.6.6+ a broadcast to the control vchannel and
-        every vchannel (one ``_bh``); 2.6.0-2.6.5 one copy per vchannel with ``_btt``."""
+        every vchannel (one ``_bh``; ``copies``: only these of its copies now, the others by a later call with the
+        same ``broadcast_id``); 2.6.0-2.6.5 one copy per vchannel with ``_btt``."""
         db, name = self.names[cid]
         if self.forms[cid] == NEW:
             vcs = [self.control, *self._vchannels(cid)]
-            bh = P.broadcast_header(next(self._ids), vcs, [(3, db, True), (2, f"{db}.{name}", False)])
+            bid = broadcast_id or next(self._ids)
+            bh = P.broadcast_header(bid, vcs, [(3, db, True), (2, f"{db}.{name}", False)])
             bh += P.vfield(4, sync)  # ack_sync_up (a truncate's)
-            for vc in vcs:
+            for vc in copies or vcs:
                 tt = next(self._tt)
                 self._send(vc, payload, P.props(t, tt, vc=vc, header=header, version=version, bh=bh), tt)
         else:
@@ -144,12 +147,18 @@ class WalLog:
         for pk in [k for k in rows if self.partition_of.get((cid, k)) == pid]:
             del rows[pk]
 
-    def truncate(self, cid: int) -> None:
-        """TruncateCollection (2.6.11+): every row before it is gone."""
+    def truncate(self, cid: int, shards: list[int] | None = None, broadcast_id: int | None = None) -> None:
+        """TruncateCollection (2.6.11+): every row before it is gone, each vchannel's at its copy. ``shards``:
+        only the copies of these vchannels now (the first call also the control vchannel's), the rest later."""
         db, _ = self.names[cid]
         header = P.vfield(1, self.db_ids[db]) + P.vfield(2, cid) + P.packed(3, [cid * 1000 + 1])
-        self._ddl(cid, P.T["TruncateCollection"], b"", header, version=2, sync=True)
-        self.expected[cid].clear()
+        copies = None if shards is None else [
+            *([self.control] if broadcast_id is None else []), *(self._vch(cid, i) for i in shards)]
+        self._ddl(cid, P.T["TruncateCollection"], b"", header, version=2, sync=True, copies=copies,
+                  broadcast_id=broadcast_id)
+        n = len(self.homes[cid])
+        for pk in [k for k in self.expected[cid] if shards is None or shard_of(k, n) in shards]:
+            del self.expected[cid][pk]
 
     def _alter(self, cid: int, paths: list[str], updates: bytes) -> None:
         db, _ = self.names[cid]
