@@ -290,7 +290,9 @@ class ManyBatch:
         tables = {}
         for cid, m in sorted(self.mirrored.items()):
             k = self.state.known.get(cid)
-            tables[f"{k.db}.{k.name}" if k else str(cid)] = {
+            key = f"{k.db}.{k.name}" if k else str(cid)
+            key = f"{key}__{cid}" if key in tables else key  # a name created again: the later id's, as its table
+            tables[key] = {
                 "id": cid, "table": m.table.location, "batches": m.sink.batches, "skipped": m.sink.skipped,
                 "changes": m.sink.rows, "dropped_ts": k.dropped_ts if k else None}
         return {"batches": self.batches, "created": self.created, "dropped": self.dropped, "tables": tables}

@@ -108,7 +108,8 @@ def test_a_26_wal_database_mirror_through_every_collection_ddl(spark, local_env,
         assert_tables(root, log, where)
         assert sorted(log.expected[13]) == [*range(100, 110), 111, 130]  # 111 upserted into _default: stays
         assert log.expected[14] and set(later) < set(log.expected[14])  # vchannel 0's rows not truncated yet
-        assert second["tables"]["db1.b"]["id"] == 15 and second["tables"]["db1.b"]["dropped_ts"] is None
+        assert second["tables"]["db1.b"]["id"] == 12 and second["tables"]["db1.b__15"]["id"] == 15  # both kept
+        assert second["tables"]["db1.b__15"]["dropped_ts"] is None
 
         # step 3: a renamed (and moved to db2) on the stream; its rows keep coming under the new name
         log.rename(11, name="a2", db="db2")
