@@ -2,7 +2,8 @@
 one job, one Spark query, one checkpoint, the channels read once (``output=collections``).
 
 Each selected collection is kept in its own table under ``ROOT`` (``mirror.many``'s naming rule:
-``<root>/<db>/<collection>``, a later collection of a re-created name ``<root>/<db>/<collection>__<id>``). The
+``<root>/<db>/<collection>``, a later collection of a re-created name ``<root>/<db>/<collection>__<id>``), or with
+``--catalog NAME --namespace NS`` an Iceberg table ``NS.<db>__<collection>`` of that catalog. The
 stream starts at ``--from`` (``--snapshot never``) or, for a new job with ``--snapshot initial``, where the earliest
 of the collections' snapshots started: each selected collection in Milvus at the start is snapshotted at its own S
 (``snapshot_all``) and takes only the stream's rows after its S. A collection created while the job runs starts
