@@ -56,6 +56,8 @@ def build_parser() -> argparse.ArgumentParser:
     add_table_args(p, creates=True, table_required=False)
     p.add_argument("--table-root", metavar="LOCATION", help="with --database/--collections/--include: the tables "
                                                             "go to <root>/<database>/<collection>")
+    p.add_argument("--namespace", metavar="NS", help="with --catalog NAME, instead of --table-root: the tables in "
+                   "the catalog's namespace NS, NS.<database>__<collection> (Iceberg)")
     p.add_argument("--snapshot-concurrency", type=int, default=2, help="with --table-root: collections snapshotted "
                                                                        "at once at the start (default 2)")
     p.add_argument("--table-concurrency", type=int, default=4, help="with --table-root: tables written and committed "

@@ -2,7 +2,8 @@
 one job, one Spark query, one checkpoint, the channels read once (``output=collections``).
 
 Each selected collection is kept in its own table under ``ROOT`` (``mirror.many``'s naming rule:
-``<root>/<db>/<collection>``, a later collection of a re-created name ``<root>/<db>/<collection>__<id>``). The
+``<root>/<db>/<collection>``, a later collection of a re-created name ``<root>/<db>/<collection>__<id>``), or with
+``--catalog NAME --namespace NS`` an Iceberg table ``NS.<db>__<collection>`` of that catalog. The
 stream starts at ``--from`` (``--snapshot never``) or, for a new job with ``--snapshot initial``, where the earliest
 of the collections' snapshots started: each selected collection in Milvus at the start is snapshotted at its own S
 (``snapshot_all``) and takes only the stream's rows after its S. A collection created while the job runs starts
@@ -20,15 +21,16 @@ import os
 import time
 import uuid
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import replace
 from typing import Any
 
 from msgstream_spark.cli.table_args import table_options
 from msgstream_spark.cli.vocab import UsageError, at_file
 from msgstream_spark.errors import MirrorError
 from msgstream_spark.jobs._common import parse_kv, source_options, spark_error_line, spark_session, trigger_kwargs
+from msgstream_spark.jobs.mirror_many_milvus import Locate, described_schema, milvus_collections
+from msgstream_spark.jobs.mirror_many_names import catalog_holder, check_namespace_args, stored_name
 from msgstream_spark.mirror.common import PROP_COLLECTION_ID, PROP_SNAPSHOT_TS
-from msgstream_spark.mirror.many import DEFAULT_DB, Known, ManyState, parse_selection, table_location
+from msgstream_spark.mirror.many import DEFAULT_DB, Known, ManyState, parse_selection, table_identifier, table_location
 
 log = logging.getLogger("msgstream_spark.jobs.mirror")
 
@@ -69,9 +71,12 @@ WHEN_NEEDED_REFUSED = (
 
 def check_args(args: argparse.Namespace) -> None:
     """UsageError for a many-collection run missing what it needs, or given a one-collection flag."""
+    if getattr(args, "namespace", None):
+        return check_namespace_args(args)
     if not args.table_root:
         raise UsageError("--database / --collections / --include keep each collection in its own table: pass "
-                         "--table-root LOCATION (tables at <root>/<database>/<collection>)")
+                         "--table-root LOCATION (tables at <root>/<database>/<collection>), or for Iceberg "
+                         "--catalog NAME --namespace NS")
     if args.table or args.collection:
         raise UsageError("--table and --collection name one collection's table: with --database / --collections / "
                          "--include pass --table-root only")
@@ -136,6 +141,8 @@ class Tables:
         from msgstream_spark.mirror.formats import registry
 
         more = table_options(self.args)
+        if self.args.namespace:  # an identifier in --catalog: the catalog says whether it has that table
+            return catalog_holder(self.args.table_format, location, more)
         if not registry.detect_at(location, more["storage_options"]):
             return None
         cid = registry.stored_properties(self.args.table_format, location, **more).get(PROP_COLLECTION_ID)
@@ -171,9 +178,13 @@ class Tables:
         pk = primary_key(coll)
         if pk is None:
             raise MirrorError(f"collection {k.db}.{k.name} (id {k.cid}): its schema names no primary key")
-        root, db = self.args.table_root, k.db or DEFAULT_DB
-        base = f"{root.rstrip('/')}/{db}/{k.name}"
-        where = k.location or table_location(root, db, k.name, k.cid, self._holder(base))
+        root, db, ns = self.args.table_root, k.db or DEFAULT_DB, self.args.namespace
+        if ns:
+            base = table_identifier(ns, db, k.name, k.cid, None)
+            where = k.location or table_identifier(ns, db, k.name, k.cid, self._holder(base))
+        else:
+            base = f"{root.rstrip('/')}/{db}/{k.name}"
+            where = k.location or table_location(root, db, k.name, k.cid, self._holder(base))
         return where, pk, rows_arrow_schema(collection_arrow_schema(coll))
 
     def __call__(self, k: Known, schema_bytes: bytes | None):
@@ -184,12 +195,14 @@ class Tables:
         coll = self.schema(k, schema_bytes)
         remember_schema(k, coll)  # kept in collections.json with the batch's (or the snapshots') next save
         where, pk, rows = self.place(k, coll)
-        table = open_table(self.args.table_format, where, collection=k.name, pk=pk, arrow_schema=rows, create=True,
-                           collection_id=k.cid, **table_options(self.args))
+        table = open_table(self.args.table_format, where, collection=stored_name(self.args, k, where), pk=pk,
+                           arrow_schema=rows, create=True, collection_id=k.cid, **table_options(self.args))
         sink = MirrorBatch(table, pk, checkpoint=self.checkpoint, collection_id=k.cid,
                            observers=self.observers(table))
         s = table.properties().get(PROP_SNAPSHOT_TS)  # a snapshot's table takes the stream's rows after its S
-        return Mirrored(table, pk, rows, sink, int(s) if s else None)
+        got = Mirrored(table, pk, rows, sink, int(s) if s else None)
+        got.where = where  # what collections.json records: a location, or an identifier in --catalog
+        return got
 
 
 def _stream(spark, args, cfg, starting: str | None, sub: str):
@@ -215,7 +228,8 @@ def run_into(df, sink, checkpoint: str, trig: dict, args, name: str) -> tuple[st
 
 
 def _run_query(spark, args, cfg, starting, sink, checkpoint: str) -> int:
-    sub = args.subscription or f"mirror-{os.path.basename(args.table_root.rstrip('/'))}"
+    sub = args.subscription or (f"mirror-{args.namespace}" if args.namespace else
+                                f"mirror-{os.path.basename(args.table_root.rstrip('/'))}")
     err, rows, _ = run_into(_stream(spark, args, cfg, starting, sub), sink, checkpoint, trigger_kwargs(args.trigger),
                             args, "mirror-many")
     if err is not None:
@@ -230,71 +244,6 @@ def _opened(state: ManyState, tables: Tables) -> dict[int, Any]:
         if k.location:
             out[cid] = tables(k, state.schema_bytes(cid))
     return out
-
-
-def milvus_collections(cfg) -> list[tuple[str, str, int]]:
-    """(database, collection, id) of every collection in Milvus (config key ``milvus.address``)."""
-    from msgstream_spark.mirror.snapshot.handover import milvus_target
-
-    target = milvus_target(cfg, "(every selected collection)")
-    mc = target.client()
-    try:
-        dbs = mc.list_databases()
-    finally:
-        mc.close()
-    out = []
-    for db in dbs:
-        mc = replace(target, db=db).client()
-        try:
-            out += [(db, n, int(mc.describe_collection(n)["collection_id"])) for n in mc.list_collections()]
-        finally:
-            mc.close()
-    return out
-
-
-def described_schema(cfg, db: str, name: str) -> bytes:
-    """The serialized ``CollectionSchema`` Milvus's DescribeCollection gives for ``db.name`` (a collection whose
-    creation the stream may no longer hold)."""
-    from pymilvus.grpc_gen import milvus_pb2
-
-    from msgstream_spark.mirror.snapshot.handover import milvus_target
-
-    target = replace(milvus_target(cfg, name), db=db)
-    mc = target.client()
-    try:
-        req = milvus_pb2.DescribeCollectionRequest(db_name=db, collection_name=name)
-        resp = mc._get_connection()._stub.DescribeCollection(req, timeout=target.timeout)
-    finally:
-        mc.close()
-    if resp.status.code != 0 or not resp.schema.fields:
-        raise MirrorError(f"collection {db}.{name}: Milvus at milvus.address did not describe it "
-                          f"({resp.status.reason or 'no schema'})")
-    return resp.schema.SerializeToString()
-
-
-class Locate:
-    """A collection id -> its database, as Milvus lists them (``milvus.address``; listed again on a miss). A
-    collection id Milvus did not answer for is asked once: its CreateCollection comes once per channel (2.3-2.5:
-    a copy on each of its pchannels), and each ask of an unreachable Milvus waits for its connect timeout."""
-
-    def __init__(self, cfg) -> None:
-        self.cfg, self.ids = cfg, {}
-        self.unanswered: set[int] = set()
-
-    def __call__(self, cid: int) -> str | None:
-        if cid in self.unanswered:
-            return None
-        if cid not in self.ids:
-            try:
-                self.ids.update({c: db for db, _, c in milvus_collections(self.cfg)})
-            except Exception as exc:  # noqa: BLE001 - any SDK failure: the stream's answer stands, said loudly
-                log.warning("collection id %d: the stream names no database and Milvus at milvus.address did not "
-                            "answer (%s): taking the database its inserts name (empty: default)", cid, exc)
-                self.unanswered.add(cid)
-                return None
-        db = self.ids.get(cid)
-        log.info("collection id %d: the stream names no database; Milvus answers %r", cid, db)
-        return db
 
 
 def snapshot_all(spark, args, cfg, checkpoint: str, state: ManyState, selection, tables: Tables, *,
@@ -323,7 +272,7 @@ def snapshot_all(spark, args, cfg, checkpoint: str, state: ManyState, selection,
         where, pk, rows = tables.place(k, coll)
         sub = argparse.Namespace(**{**vars(args), "collection": name, "table": where})
         start = decide_start(spark, sub, cfg.with_overrides({"milvus.database": db}), rows, pk, cid, start_dir)
-        k.location = start.table.location
+        k.location = where if args.namespace else start.table.location
         return k, start
 
     with ThreadPoolExecutor(max_workers=max(1, args.snapshot_concurrency)) as pool:
@@ -383,7 +332,8 @@ def run_many(args: argparse.Namespace, spark=None) -> dict[str, Any]:
         rows = _run_query(spark, args, cfg, starting, sink, checkpoint)
     finally:
         hub.close()
-    return {"job": "mirror", "selection": selection.describe(), "table_root": args.table_root,
+    return {"job": "mirror", "selection": selection.describe(), "table_root": args.table_root or
+            f"{args.catalog}:{args.namespace}",
             "format": args.table_format, "checkpoint": checkpoint, "stream_pieces": rows,
             "stream_seconds": round(time.perf_counter() - t0, 3), "metrics_port": hub.port,
             "maintenance": {loc: u.state() for loc, u in sorted(tables.upkeeps.items())}, **sink.summary()}

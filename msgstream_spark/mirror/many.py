@@ -22,6 +22,8 @@ from msgstream_spark.errors import MirrorError
 
 STATE_FILE = "collections.json"
 PROP_DROPPED_TS = "msgstream.mirror.dropped_ts"  # the table property a dropped collection's table gets
+PROP_NAME = "msgstream.mirror.name"  # a renamed collection's table: <db>.<name> the collection has now
+PROP_RENAMED_TS = "msgstream.mirror.renamed_ts"  # ... and the time of the rename (2.6.6+ AlterCollection)
 DEFAULT_DB = "default"
 _NAME = re.compile(r"^[A-Za-z0-9_.$-]+$")
 
@@ -75,6 +77,7 @@ class Known:
     schema_ts: int | None = None  # the time of its newest schema change (None: the creation's schema)
     dropped_ts: int | None = None
     location: str = ""  # its table, once made
+    renamed_ts: int | None = None  # the time of its newest rename (2.6.6+: name and db are the new ones)
 
 
 @dataclass
@@ -131,16 +134,44 @@ class ManyState:
         k.schema, k.schema_ts = base64.b64encode(schema).decode(), ts
         return True
 
+    def renamed(self, cid: int, name: str, db: str, ts: int) -> None:
+        """A 2.6.6+ AlterCollection of the collection's name and/or database ("" : unchanged); an older one
+        (another vchannel's copy of a rename already taken, or an older rename) changes nothing."""
+        k = self.get(cid)
+        new = (name or k.name, db or k.db)
+        if (k.renamed_ts is not None and k.renamed_ts >= ts) or new == (k.name, k.db):
+            return  # 2.6.6+ writes one copy per vchannel (and the control vchannel), each at its own time
+        (k.name, k.db), k.renamed_ts = new, ts
+
     def schema_bytes(self, cid: int) -> bytes | None:
         k = self.known.get(cid)
         return base64.b64decode(k.schema) if k is not None and k.schema else None
 
 
+def _check_names(db: str, name: str, where: str) -> None:
+    ident = where.startswith("--namespace")  # an identifier's part: no '.'
+    for part, what in ((db, "database"), (name, "collection")):
+        if not _NAME.match(part) or part in (".", "..") or (ident and "." in part):
+            kind = "a part of the table's identifier" if ident else "a path part of the table"
+            raise MirrorError(f"{what} name {part!r} cannot be {kind} under {where}")
+
+
+def table_identifier(namespace: str, db: str, name: str, cid: int, holder_id: int | None) -> str:
+    """The Iceberg identifier of collection ``cid`` in namespace ``namespace`` of a catalog (``--catalog NAME
+    --namespace NS``): ``<NS>.<db>__<name>``, a later collection of a name another collection's table holds
+    ``<NS>.<db>__<name>__<cid>``; one namespace level for every table (catalogs that allow only a few top-level
+    namespaces, such as REST catalogs placing tables themselves, take it as they take one table)."""
+    if not namespace or any(not _NAME.match(p) or "." in p for p in namespace.split(".")) or "$" in namespace:
+        raise MirrorError(f"--namespace {namespace!r} is not an Iceberg namespace (dot-separated names of letters, "
+                          "digits, '_' and '-')")
+    _check_names(db, name, f"--namespace {namespace}")
+    base = f"{namespace}.{db}__{name}"
+    return base if holder_id is None or holder_id == cid else f"{base}__{cid}"
+
+
 def table_location(root: str, db: str, name: str, cid: int, holder_id: int | None) -> str:
     """The table of collection ``cid`` (the naming rule above); ``holder_id``: the collection id of the table
     already at ``<root>/<db>/<name>`` (None: no table there)."""
-    for part, what in ((db, "database"), (name, "collection")):
-        if not _NAME.match(part) or part in (".", ".."):
-            raise MirrorError(f"{what} name {part!r} cannot be a path part of the table under --table-root {root}")
+    _check_names(db, name, f"--table-root {root}")
     base = f"{root.rstrip('/')}/{db}/{name}"
     return base if holder_id is None or holder_id == cid else f"{base}__{cid}"

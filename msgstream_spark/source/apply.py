@@ -28,6 +28,7 @@ log = logging.getLogger(__name__)
 COLLECTION_META = "msgstream.collectionId"
 _SCHEMA_TYPES = (WalMessageType.AlterCollection, WalMessageType.SchemaChange)
 _TXN_END = (WalMessageType.CommitTxn, WalMessageType.RollbackTxn)
+_MANY_WAL_DDL = (*_SCHEMA_TYPES, WalMessageType.TruncateCollection)  # the WalMsg DDL output=collections shows
 
 
 def decode_failed(exc: DecodeError, opts: Any, builder: Any, m: Any) -> None:
@@ -115,7 +116,7 @@ class RowsHandler:
         msg = d.msg
         if self.many:  # output=collections: every collection's rows, its creation, schema changes and drop
             if msg.msg_type in (MsgType.CreateCollection, MsgType.DropCollection, MsgType.DropPartition) or (
-                    isinstance(msg, WalMsg) and msg.wal_type in _SCHEMA_TYPES):
+                    isinstance(msg, WalMsg) and msg.wal_type in _MANY_WAL_DDL):
                 self.builder.ddl(msg)
             elif d.row_bearing and wanted_type(msg.msg_type, self.opts.message_types):
                 self.builder.add(msg, self.part.channel, d.raw.id.serialize(), d.position if d.version else None)

@@ -6,7 +6,10 @@ output row per piece of one collection's rows (``kind`` ``rows``: the piece as a
 ``payload``, its columns those of ``rows`` output: ``op``, the fields the insert carries, the metadata
 columns) and one per DDL message (``kind`` ``create`` with the serialized ``CollectionSchema`` in ``payload``;
 ``alter``, a 2.6 AlterCollection / SchemaChange, with the new schema; ``drop``; ``drop_partition`` with the
-partition id in ``_partition``). Decoding stays here, in the
+partition id in ``_partition``; ``truncate``, a 2.6 TruncateCollection, its ``rows`` the collection's shard
+count its broadcast header names (0: not named); ``rename``, a 2.6.6+ AlterCollection of the name and/or
+database, the new ones in ``name`` / ``db``; a DDL row's ``_shard`` is the vchannel its copy was written to: 2.6
+writes one copy per vchannel, each at its own time). Decoding stays here, in the
 Spark-free read core, column-wise: each collection's rows are built by its own
 :class:`~msgstream_spark.source.rows.RowsBuilder` exactly as a ``rows`` read of that collection builds them
 (``_seq``, ``_position``, metadata), and the reader of a piece turns it back into Arrow with :func:`unpack`
@@ -24,16 +27,21 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from msgstream_spark.errors import DecodeError
 from msgstream_spark.msg.columns import field_data_to_arrow
 from msgstream_spark.msg.types import DeleteMsg, DropPartitionMsg, InsertMsg, MsgType
-from msgstream_spark.msg.wal26 import WalMsg
+from msgstream_spark.msg.wal26 import WalMessageType, WalMsg, fields
+from msgstream_spark.msg.wal26.envelope import CONTROL_VCHANNEL_SUFFIX
 from msgstream_spark.source.rows import RowsBuilder, ddl_fields, rows_arrow_schema
 
 KEY = "$key"  # a delete piece's key column (Milvus field names cannot hold '$' but its own $meta)
 KIND_ROWS, KIND_CREATE, KIND_DROP, KIND_ALTER = "rows", "create", "drop", "alter"
 KIND_DROP_PARTITION = "drop_partition"  # a DropPartition: its partition id in ``_partition``
+KIND_TRUNCATE, KIND_RENAME = "truncate", "rename"  # 2.6.11+ TruncateCollection; 2.6.6+ AlterCollection of names
 COLLECTIONS_DDL = ("kind string, _collection bigint, name string, db string, _ts bigint, rows bigint, "
-                   "payload binary, _partition bigint")
+                   "payload binary, _partition bigint, _shard string")
+_RENAME_PATHS = frozenset({"collection_name", "db"})  # AlterCollection update_mask paths of a rename
+_ALTER_NAMES = {1: ("updates", {2: ("db_name", "string"), 3: ("collection_name", "string")})}
 _TYPES = {"string": pa.string(), "bigint": pa.int64(), "binary": pa.binary()}
 
 
@@ -50,6 +58,35 @@ def _ddl_names(msg: Any) -> tuple[str, str]:
     if not name and msg.msg_type == MsgType.CreateCollection and msg.schema is not None:
         name = msg.schema.name
     return name, getattr(p, "db_name", "") or ""
+
+
+def renamed(msg: WalMsg) -> tuple[str, str] | None:
+    """(new name, new database: "" when unchanged) of a 2.6.6+ AlterCollection whose ``update_mask`` names
+    ``collection_name`` and/or ``db`` (service-notes §1.3), else None."""
+    if msg.wal_type != WalMessageType.AlterCollection:
+        return None
+    paths = set(((msg.header or {}).get("update_mask") or {}).get("paths") or ())
+    if not paths & _RENAME_PATHS:
+        return None
+    try:
+        updates = fields.decode(_ALTER_NAMES, msg.body)["updates"] or {}
+    except ValueError as exc:
+        raise DecodeError(f"malformed AlterCollection body: {exc}", payload=msg.body) from None
+    name = updates.get("collection_name", "") if "collection_name" in paths else ""
+    db = updates.get("db_name", "") if "db" in paths else ""
+    return (name, db) if name or db else None
+
+
+def _shard_count(msg: WalMsg) -> int:
+    """The collection's number of vchannels (shards) a broadcast names in ``_bh`` (the control vchannel left
+    out); 0 when the message carries no broadcast header."""
+    bh = msg.wal.broadcast
+    return 0 if bh is None else sum(1 for v in bh.vchannels if not v.endswith(CONTROL_VCHANNEL_SUFFIX))
+
+
+def _shard(msg: Any) -> str:
+    """The vchannel a DDL copy was written to (2.6 ``_vc``; "" for a 2.3-2.5 message)."""
+    return (msg.wal.vchannel or "") if getattr(msg, "wal", None) is not None else ""
 
 
 class CollectionsBuilder:
@@ -90,28 +127,33 @@ class CollectionsBuilder:
         self.rows += b.rows - before
 
     def ddl(self, msg: Any) -> None:
-        """A CreateCollection (its schema), a 2.6 AlterCollection / SchemaChange with a schema (the new one), a
-        DropCollection, a DropPartition: after the rows read before it."""
+        """A CreateCollection (its schema), a 2.6 AlterCollection / SchemaChange with a schema (the new one) or a
+        new name, a DropCollection, a DropPartition, a 2.6 TruncateCollection: after the rows read before it."""
         if msg.msg_type == MsgType.DropPartition:
-            if not isinstance(msg, DropPartitionMsg):
-                return  # a 2.6 WAL DropPartition: not applied yet (docs/mirror.md)
-            self._pieces()
-            self.out.append({"kind": KIND_DROP_PARTITION, "_collection": msg.collection_id, "name": "", "db": "",
-                             "_ts": msg.timestamp, "rows": 0, "payload": None, "_partition": msg.partition_id})
+            if isinstance(msg, DropPartitionMsg):
+                self._ddl_row(msg, KIND_DROP_PARTITION, "", "", None, msg.partition_id)
             return
+        if isinstance(msg, WalMsg) and msg.wal_type == WalMessageType.TruncateCollection:
+            return self._ddl_row(msg, KIND_TRUNCATE, "", "", None, rows=_shard_count(msg))
         kind = {MsgType.CreateCollection: KIND_CREATE, MsgType.DropCollection: KIND_DROP}.get(msg.msg_type)
         if kind is None and isinstance(msg, WalMsg):
             kind = KIND_ALTER  # a 2.6 AlterCollection / SchemaChange (the full new schema)
+            names = renamed(msg)
+            if names is not None:
+                self._ddl_row(msg, KIND_RENAME, names[0], names[1], None)
         if kind is None:
             return
         schema = msg.schema if kind != KIND_DROP else None
         if kind == KIND_ALTER and schema is None:
-            return  # an AlterCollection of properties, names or description only
-        self._pieces()
+            return  # an AlterCollection of properties or description only
         name, db = _ddl_names(msg) if kind != KIND_ALTER else (schema.name, "")
-        payload = schema.SerializeToString() if schema is not None else None
-        self.out.append({"kind": kind, "_collection": msg.collection_id, "name": name, "db": db,
-                         "_ts": msg.timestamp, "rows": 0, "payload": payload})
+        self._ddl_row(msg, kind, name, db, schema.SerializeToString() if schema is not None else None)
+
+    def _ddl_row(self, msg: Any, kind: str, name: str, db: str, payload: bytes | None, partition: int | None = None,
+                 rows: int = 0) -> None:
+        self._pieces()  # the rows read before it come first
+        self.out.append({"kind": kind, "_collection": msg.collection_id, "name": name, "db": db, "_ts": msg.timestamp,
+                         "rows": rows, "payload": payload, "_partition": partition, "_shard": _shard(msg)})
 
     def _pieces(self) -> None:
         for b, cid, name, db in self.builders.values():

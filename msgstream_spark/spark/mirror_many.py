@@ -25,10 +25,13 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from msgstream_spark.mirror.many import PROP_DROPPED_TS, ManyState, Selection
+from msgstream_spark.mirror.many import PROP_DROPPED_TS, PROP_NAME, PROP_RENAMED_TS, ManyState, Selection
+from msgstream_spark.msg.hashing import shard_indices
 from msgstream_spark.msg.pb import schema_pb2
 from msgstream_spark.msg.schema import collection_arrow_schema
 from msgstream_spark.msg.seq import SEQ, seq_value
+from msgstream_spark.msg.wal26.envelope import CONTROL_VCHANNEL_SUFFIX
+from msgstream_spark.source import multi
 from msgstream_spark.source.multi import KIND_ALTER, KIND_CREATE, KIND_DROP, KIND_DROP_PARTITION, KIND_ROWS, unpack
 from msgstream_spark.source.rows import rows_arrow_schema
 from msgstream_spark.spark.mirror import MirrorBatch
@@ -41,6 +44,7 @@ class Mirrored:
 
     def __init__(self, table: Any, pk: str, rows_schema: pa.Schema, sink: MirrorBatch, min_ts: int | None) -> None:
         self.table, self.pk, self.rows_schema, self.sink, self.min_ts = table, pk, rows_schema, sink, min_ts
+        self.where: str | None = None  # where the job's opener found it (a location or a catalog's identifier)
 
 
 def rows_schema_of(schema: bytes) -> pa.Schema:
@@ -56,6 +60,17 @@ Opener = Callable[[Any, Any], Mirrored]
 Locator = Callable[[int], "str | None"]
 
 
+def removals_of(ddl: list) -> dict[int, list]:
+    """A batch's DropPartition and TruncateCollection rows by collection id, in stream order; a 2.6.6+ copy on
+    the control vchannel is left out (each data vchannel has its own copy, at its own time)."""
+    out: dict[int, list] = {}
+    for r in ddl:
+        control = (r["_shard"] or "").endswith(CONTROL_VCHANNEL_SUFFIX)
+        if r["kind"] in (KIND_DROP_PARTITION, multi.KIND_TRUNCATE) and not control:
+            out.setdefault(r["_collection"], []).append(r)
+    return out
+
+
 def _unpack_fn(schema: pa.Schema, pk: str, min_ts: int | None):
     def rows(batches):
         for b in batches:
@@ -66,26 +81,61 @@ def _unpack_fn(schema: pa.Schema, pk: str, min_ts: int | None):
     return rows
 
 
-def partition_deletes(m: Mirrored, rows, pid: int, ts: int):
-    """A DropPartition of partition ``pid`` at ``ts`` as the deletes Milvus's drop amounts to: one delete at
-    ``ts`` of every key in that partition, in the table or in the batch's rows before ``ts`` (a DataFrame of
-    ``m.rows_schema``, merged by the table's batch with the rest: fenced, once, with the batch's record). A row
-    written after the drop (a partition of the same name is a new partition id) is newer and stays."""
-    from pyspark.sql import functions as F
+def _deletes(m: Mirrored, rows, keys: set, ts: int, pid: int):
+    """One delete at ``ts`` of each of ``keys`` as a DataFrame of ``m.rows_schema`` (merged by the table's batch
+    with the rest: fenced, once, with the batch's record)."""
     from pyspark.sql.pandas.types import from_arrow_schema
 
-    current = m.table.to_arrow().select([m.pk, "_partition"])
-    keys = set(current.filter(pc.equal(current.column("_partition"), pid)).column(m.pk).to_pylist())
-    keys |= {r[0] for r in rows.where((F.col("_partition") == pid) & (F.col("_ts") < ts)).select(m.pk).collect()}
     n = len(keys)
     fixed = {"op": pa.array(["delete"] * n), m.pk: pa.array(sorted(keys), m.rows_schema.field(m.pk).type),
              "_collection": pa.array([m.sink.collection_id] * n, pa.int64()),
              "_partition": pa.array([pid] * n, pa.int64()), "_ts": pa.array([ts] * n, pa.int64()),
              SEQ: pa.array([Decimal(seq_value(ts, "delete"))] * n, m.rows_schema.field(SEQ).type)}
     cols = [fixed.get(f.name, pa.nulls(n, f.type)) for f in m.rows_schema]
-    log.info("collection id %d: partition %d dropped at %d: %d rows deleted", m.sink.collection_id, pid, ts, n)
     table = pa.Table.from_arrays(cols, schema=m.rows_schema)
     return rows.sparkSession.createDataFrame(table, schema=from_arrow_schema(m.rows_schema))
+
+
+def partition_deletes(m: Mirrored, rows, pid: int, ts: int):
+    """A DropPartition of partition ``pid`` at ``ts`` as the deletes Milvus's drop amounts to: one delete at
+    ``ts`` of every key in that partition, in the table or in the batch's rows before ``ts`` (a DataFrame of
+    ``m.rows_schema``). A row written after the drop (a partition of the same name is a new partition id) is
+    newer and stays."""
+    from pyspark.sql import functions as F
+
+    current = m.table.to_arrow().select([m.pk, "_partition"])
+    keys = set(current.filter(pc.equal(current.column("_partition"), pid)).column(m.pk).to_pylist())
+    keys |= {r[0] for r in rows.where((F.col("_partition") == pid) & (F.col("_ts") < ts)).select(m.pk).collect()}
+    log.info("collection id %d: partition %d dropped at %d: %d rows deleted", m.sink.collection_id, pid, ts, len(keys))
+    return _deletes(m, rows, keys, ts, pid)
+
+
+def truncate_deletes(m: Mirrored, rows, shard: str, shards: int, ts: int):
+    """One copy of a 2.6 TruncateCollection, on vchannel ``shard`` at ``ts``, as deletes: Milvus drops that
+    vchannel's rows older than ``ts`` (each vchannel has its own copy, at its own time). The batch's rows are
+    taken by their ``_shard``; the table's (which keep no vchannel) by their primary key's shard (Milvus's hash,
+    modulo ``shards``, the collection's vchannel count its broadcast header names, against the ``v<i>`` of
+    ``shard``), every one older than ``ts`` when either is unknown. A row written after the copy stays."""
+    from pyspark.sql import functions as F
+
+    current = m.table.to_arrow().select([m.pk, "_ts"])
+    current = current.filter(pc.less(current.column("_ts"), pa.scalar(ts, pa.int64())))
+    index = shard_index(shard)
+    if shards > 0 and index is not None and current.num_rows:
+        on = pa.array(shard_indices(current.column(m.pk).to_numpy(), shards) == index)
+        current = current.filter(on)
+    keys = set(current.column(m.pk).to_pylist())
+    mine = (F.col("_shard") == shard) | F.col("_shard").isNull()
+    keys |= {r[0] for r in rows.where(mine & (F.col("_ts") < ts)).select(m.pk).collect()}
+    log.info("collection id %d: truncated at %d on %s: %d rows deleted", m.sink.collection_id, ts, shard, len(keys))
+    return _deletes(m, rows, keys, ts, -1)
+
+
+def shard_index(vchannel: str) -> int | None:
+    """The shard index ``i`` of a vchannel ``<pchannel>_<collection id>v<i>`` (None: another form)."""
+    tail = vchannel.rsplit("_", 1)[-1]
+    head, _, i = tail.rpartition("v")
+    return int(i) if head.isdigit() and i.isdigit() else None
 
 
 class ManyBatch:
@@ -127,22 +177,23 @@ class ManyBatch:
                 self.state.created(cid, r["name"] or "", self._db(cid, r["db"]), r["payload"], r["_ts"])
             elif r["kind"] == KIND_ALTER:
                 self._altered(r["_collection"], r["payload"], r["_ts"])
+            elif r["kind"] == multi.KIND_RENAME:
+                self.state.renamed(r["_collection"], r["name"] or "", r["db"] or "", r["_ts"])
         for r in touched:
             self.state.seen(r["_collection"], r["name"] or "", self._db(r["_collection"], r["db"]))
         self.state.save()  # before any table is written: a restart knows what this batch's stream told
-        dropped_parts: dict[int, list[tuple[int, int]]] = {}
-        for r in ddl:
-            if r["kind"] == KIND_DROP_PARTITION:
-                dropped_parts.setdefault(r["_collection"], []).append((r["_partition"], r["_ts"]))
-        ids = sorted({r["_collection"] for r in touched} | {c for c in dropped_parts if c in self.mirrored})
+        removals = removals_of(ddl)
+        ids = sorted({r["_collection"] for r in touched} | {c for c in removals if c in self.mirrored})
         todo = [m for m in (self._mirrored(cid) for cid in ids) if m is not None]
         for r in ddl:  # a collection created in this batch with no rows yet gets its (empty) table now
             if r["kind"] == KIND_CREATE:
                 self._mirrored(r["_collection"])
-        self._write(df, batch_id, todo, dropped_parts)
+        self._write(df, batch_id, todo, removals)
         for r in ddl:
             if r["kind"] == KIND_DROP:
                 self._drop(r["_collection"], r["_ts"])
+            elif r["kind"] == multi.KIND_RENAME:
+                self._mark_renamed(r["_collection"])
 
     def _db(self, cid: int, db: str | None) -> str:
         """The collection's database: the stream's, else the one known, else Milvus's answer ("" if none)."""
@@ -172,14 +223,14 @@ class ManyBatch:
             return None
         got = self.opener(k, self.state.schema_bytes(cid))
         self.mirrored[cid] = got
-        if not k.location:
-            k.location = got.table.location
+        if not k.location:  # the opener's name of it (an identifier for a table in a catalog's namespace)
+            k.location = getattr(got, "where", None) or got.table.location
             self.state.save()
         self.created.append(cid)
         log.info("collection %s.%s (id %d): table %s", k.db, k.name, cid, got.table.location)
         return got
 
-    def _write(self, df, batch_id: int, todo: list[Mirrored], dropped_parts: dict | None = None) -> None:
+    def _write(self, df, batch_id: int, todo: list[Mirrored], removals: dict | None = None) -> None:
         from pyspark.sql import functions as F
         from pyspark.sql.pandas.types import from_arrow_schema
 
@@ -187,8 +238,12 @@ class ManyBatch:
             cid = m.sink.collection_id
             part = df.where((F.col("kind") == KIND_ROWS) & (F.col("_collection") == cid)).select("payload")
             rows = part.mapInArrow(_unpack_fn(m.rows_schema, m.pk, m.min_ts), from_arrow_schema(m.rows_schema))
-            for pid, ts in (dropped_parts or {}).get(cid, []):
-                rows = rows.unionByName(partition_deletes(m, rows, pid, ts))
+            for r in (removals or {}).get(cid, []):
+                if m.min_ts is not None and r["_ts"] <= m.min_ts:
+                    continue  # before the table's snapshot: the snapshot's rows have it
+                more = (partition_deletes(m, rows, r["_partition"], r["_ts"]) if r["kind"] == KIND_DROP_PARTITION
+                        else truncate_deletes(m, rows, r["_shard"] or "", r["rows"] or 0, r["_ts"]))
+                rows = rows.unionByName(more)
             m.sink(rows, batch_id)
 
         if self.concurrency == 1 or len(todo) <= 1:
@@ -213,17 +268,31 @@ class ManyBatch:
         m = self.mirrored.get(cid)
         if m is None:
             return
-        if m.table.properties().get(PROP_DROPPED_TS) != str(ts):
-            m.table.set_properties({PROP_DROPPED_TS: str(ts)})
+        if m.table.properties().get(PROP_DROPPED_TS) != str(k.dropped_ts):  # 2.6.6+: a copy per vchannel
+            m.table.set_properties({PROP_DROPPED_TS: str(k.dropped_ts)})
             self.dropped.append(cid)
             log.info("collection %s.%s (id %d) dropped at %d: table %s keeps its last state", k.db, k.name, cid, ts,
                      m.table.location)
+
+    def _mark_renamed(self, cid: int) -> None:
+        """A 2.6.6+ rename: the table stays where it is (the collection id decides); its properties record the
+        collection's name now and when it took it (docs/mirror.md "What each DDL does to a table")."""
+        k, m = self.state.get(cid), self.mirrored.get(cid)
+        if m is None or k.renamed_ts is None:
+            return
+        props = {PROP_NAME: f"{k.db}.{k.name}", PROP_RENAMED_TS: str(k.renamed_ts)}
+        if any(m.table.properties().get(p) != v for p, v in props.items()):
+            m.table.set_properties(props)
+            log.info("collection id %d renamed %s at %d: table %s stays, its %s records the name", cid,
+                     props[PROP_NAME], k.renamed_ts, m.table.location, PROP_NAME)
 
     def summary(self) -> dict[str, Any]:
         tables = {}
         for cid, m in sorted(self.mirrored.items()):
             k = self.state.known.get(cid)
-            tables[f"{k.db}.{k.name}" if k else str(cid)] = {
+            key = f"{k.db}.{k.name}" if k else str(cid)
+            key = f"{key}__{cid}" if key in tables else key  # a name created again: the later id's, as its table
+            tables[key] = {
                 "id": cid, "table": m.table.location, "batches": m.sink.batches, "skipped": m.sink.skipped,
                 "changes": m.sink.rows, "dropped_ts": k.dropped_ts if k else None}
         return {"batches": self.batches, "created": self.created, "dropped": self.dropped, "tables": tables}

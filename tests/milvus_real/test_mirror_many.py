@@ -188,7 +188,7 @@ def test_a_database_job_follows_collections_created_dropped_and_created_again(sp
 
     new_id = int(Collection("b", using=dbs["mm1"]).describe()["collection_id"])
     out = step({"a": "a", "d": "d", "b": f"b__{new_id}"}, *never)
-    assert out["tables"]["mm1.b"]["id"] == new_id, out["tables"]
+    assert out["tables"][f"mm1.b__{new_id}"]["id"] == new_id, out["tables"]  # the summary names it as its table
     assert table_rows(root / "mm1" / "b") == b_last  # the old table untouched
 
 

@@ -1,4 +1,4 @@
-"""The many-collection job's database look-up of a collection id (``jobs/mirror_many.Locate``) against a Milvus
+"""The many-collection job's database look-up of a collection id (``jobs/mirror_many_milvus.Locate``) against a Milvus
 address where nothing listens: a collection's CreateCollection comes once per channel, and each ask of an
 unreachable Milvus waits for its connect timeout, so an id Milvus did not answer for is asked once."""
 from __future__ import annotations
@@ -7,7 +7,7 @@ import logging
 import socket
 
 from msgstream_spark.config.loader import Config
-from msgstream_spark.jobs.mirror_many import Locate
+from msgstream_spark.jobs.mirror_many_milvus import Locate
 
 
 def _closed_port() -> int:

@@ -6,7 +6,7 @@ import pyarrow as pa
 import pytest
 
 from msgstream_spark.errors import MirrorError, OptionError
-from msgstream_spark.mirror.many import ManyState, parse_selection, table_location
+from msgstream_spark.mirror.many import ManyState, parse_selection, table_identifier, table_location
 from msgstream_spark.msg.schema import collection_arrow_schema
 from msgstream_spark.source.arrow import read_table
 from msgstream_spark.source.multi import unpack
@@ -73,6 +73,12 @@ def test_selection_and_naming_rule(tmp_path):
     assert table_location("lake", "db", "c", 9, 7) == "lake/db/c__9"  # a re-created name: the id decides
     with pytest.raises(MirrorError, match="path part"):
         table_location("lake", "..", "c", 9, None)
+    assert table_identifier("mirror", "db", "c", 7, None) == "mirror.db__c"  # --catalog NAME --namespace NS
+    assert table_identifier("a.b", "db", "c", 9, 7) == "a.b.db__c__9"
+    with pytest.raises(MirrorError, match="identifier"):
+        table_identifier("mirror", "db", "c.d", 9, None)
+    with pytest.raises(MirrorError, match="--namespace"):
+        table_identifier("a..b", "db", "c", 9, None)
     st = ManyState.load(str(tmp_path))
     st.created(5, "c", "", b"\x01", 100)
     st.seen(5, "c", "")  # the inserts name no database: Milvus's default
@@ -90,6 +96,12 @@ def test_selection_and_naming_rule(tmp_path):
     (["--database", "d", "--table-root", "r", "--table-format", "delta", "--snapshot-source", "storage"],
      "storage is the one-collection job's .* pass --snapshot-source query"),
     (["--collection", "c", "--table", "t", "--table-root", "r", "--table-format", "delta"], "--table-root is for"),
+    (["--database", "d", "--namespace", "ns", "--checkpoint", "c"], "pass --catalog NAME"),
+    (["--database", "d", "--namespace", "ns", "--catalog", "lake"], "pass --checkpoint DIR"),
+    (["--database", "d", "--namespace", "ns", "--catalog", "lake", "--checkpoint", "c", "--table-root", "r"],
+     "not with --table-root"),
+    (["--database", "d", "--namespace", "ns", "--catalog", "lake", "--checkpoint", "c", "--table-format", "delta"],
+     "keep Iceberg tables"),
 ])
 def test_mirror_run_refuses_a_mix_of_one_and_many_collection_flags(argv, says):
     from msgstream_spark.cli.vocab import UsageError
@@ -97,3 +109,32 @@ def test_mirror_run_refuses_a_mix_of_one_and_many_collection_flags(argv, says):
 
     with pytest.raises(UsageError, match=says):  # before Spark or any backend starts
         mirror.run(mirror.build_parser().parse_args(argv))
+
+
+def test_a_26_wal_read_gives_each_ddl_copy_with_its_vchannel(local_env):
+    """2.6.6+ broadcasts (tests/mirror_job/wal_log.py): CreateCollection naming collection and database, a rename,
+    a DropPartition and a TruncateCollection, each as a copy on the control vchannel and one per vchannel, each
+    copy a row with its vchannel and time; the truncate's rows carry the shard count its broadcast header names."""
+    from tests.mirror_job.wal_log import NEW, WalLog
+
+    chans = [local_env.new_channel("multi26") for _ in range(2)]
+    with local_env.client() as c:
+        log = WalLog(c, chans)
+        log.create("db1", "a", 41, NEW)
+        log.insert(41, range(4))
+        log.rename(41, name="a2", db="db2")
+        log.drop_partition(41, 411)
+        log.truncate(41)
+        log.tick()
+        log.close()
+    t = read_table(local_env.config.to_dict(), chans, output="collections")
+    ddl = [r for r in t.drop_columns(["payload"]).to_pylist() if r["kind"] != "rows"]
+    vchannels = {f"{chans[0]}_vcchan", f"{chans[0]}_41v0", f"{chans[1]}_41v1"}
+    for kind, names in (("create", ("a", "db1")), ("rename", ("a2", "db2")), ("drop_partition", ("", "")),
+                        ("truncate", ("", ""))):
+        rows = [r for r in ddl if r["kind"] == kind]
+        assert {r["_shard"] for r in rows} == vchannels, kind
+        assert {(r["_collection"], r["name"], r["db"]) for r in rows} == {(41, *names)}, kind
+        assert len({r["_ts"] for r in rows}) == 3, kind  # each copy at its own time
+    assert {r["_partition"] for r in ddl if r["kind"] == "drop_partition"} == {411}
+    assert {r["rows"] for r in ddl if r["kind"] == "truncate"} == {2}
