@@ -109,6 +109,7 @@ BUDGETS = {
     "tests/milvus_real/test_mirror_keys.py": 40,
     "tests/jobs/test_jobs.py": 60,
     "tests/jobs/test_mirror_job.py": 100,
+    "tests/mirror_job/test_mirror_many.py": 60,
     "tests/chaos/test_worker_kills.py": 60,
     "tests/chaos/test_broker_faults.py": 60,
     "tests/mq_milvus/test_mirror_snapshot.py": 60,
