@@ -108,7 +108,8 @@ BUDGETS = {
     "tests/milvus_real/test_milvus_oracle.py": 50,
     "tests/milvus_real/test_mirror_keys.py": 40,
     "tests/jobs/test_jobs.py": 60,
-    "tests/jobs/test_mirror_job.py": 60,
+    "tests/jobs/test_mirror_job.py": 100,
+    "tests/mirror_job/test_mirror_many.py": 60,
     "tests/chaos/test_worker_kills.py": 60,
     "tests/chaos/test_broker_faults.py": 60,
     "tests/mq_milvus/test_mirror_snapshot.py": 60,
@@ -124,7 +125,6 @@ DEFAULT_BUDGET = 30
 # test of no group counts as 0.
 LONG_TESTS = {
     "tests/bench/test_bench_scripts.py": 45,
-    "tests/jobs/test_mirror_job.py::test_the_job_into_s3_survives_its_kills_and_resumes": 60,
     "tests/jobs/test_jobs.py::test_demo_runs_green_with_small_sizes": 35,
     "tests/jobs/test_jobs.py::test_publish_runs_under_spark_submit": 30,
     "tests/mirror_job/test_mirror_kills.py": 30,

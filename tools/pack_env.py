@@ -9,7 +9,9 @@ spark.pyspark.python=./environment/bin/python``. This script builds that archive
 2. a fresh venv made by the same interpreter that runs the script;
 3. the wheel and its runtime dependencies (with the chosen extras) installed into it, *except
    pyspark*: executors import pyspark from the worker's Spark installation (``pyspark.zip`` on
-   their PYTHONPATH), and the pyspark wheel would add ~500 MB;
+   their PYTHONPATH), and the pyspark wheel would add ~500 MB; ``--without`` leaves out more (distributions the
+   jobs do not use, with what only they need: ``--without pylance`` for jobs that write no Lance table, ~220 of
+   the ~790 MiB every driver and executor unpacks);
 4. the venv, tarred and gzipped, without the test suites the dependencies install inside their packages.
 
 Like venv-pack, the archive holds the packages but not the interpreter: ``bin/python`` links to
@@ -86,8 +88,10 @@ def wheel_metadata(wheel: Path) -> tuple[str, str]:
         return z.read(meta).decode(), z.read(record).decode()
 
 
-def runtime_requirements(metadata: str, extras: set[str]) -> list[str]:
-    """The wheel's Requires-Dist for ``extras`` (self-references expanded), pyspark left out."""
+def runtime_requirements(metadata: str, extras: set[str], without: frozenset[str] = frozenset()) -> list[str]:
+    """The wheel's Requires-Dist for ``extras`` (self-references expanded), pyspark and ``without`` (distribution
+    names, e.g. ``pylance`` for jobs that write no Lance table) left out, and so what only they depend on."""
+    left_out = EXCLUDED | {norm(n) for n in without}
     reqs = [line.split(":", 1)[1].strip() for line in metadata.splitlines() if line.startswith("Requires-Dist:")]
     wanted, out = set(extras), []
     while True:  # until no self-reference adds an extra
@@ -102,7 +106,7 @@ def runtime_requirements(metadata: str, extras: set[str]) -> list[str]:
             if name == norm(PROJECT):  # e.g. msgstream-spark[kafka,pulsar]; extra == "all"
                 wanted |= {e.strip() for e in (nm.group(2) or "").split(",") if e.strip()}
                 continue
-            if name in EXCLUDED:
+            if name in left_out:
                 continue
             rest = _EXTRA_CLAUSE.sub(" ", marker).strip()
             line = spec.strip() + (f"; {rest}" if rest else "")
@@ -117,7 +121,12 @@ def runtime_requirements(metadata: str, extras: set[str]) -> list[str]:
 PACK_FORMAT = "2: the dependencies' test suites left out"
 
 
-def cache_key(metadata: str, record: str, extras: set[str], python: str) -> str:
+def _without(without: frozenset[str]) -> list[str]:
+    """The left-out distributions' part of a cache key (none: no part, so the keys of a plain pack stay)."""
+    return [f"without {','.join(sorted(norm(n) for n in without))}"] if without else []
+
+
+def cache_key(metadata: str, record: str, extras: set[str], python: str, without: frozenset[str] = frozenset()) -> str:
     """What the archive depends on: the packaged files' hashes, the requirements, extras, interpreter.
 
     The README (the long description in METADATA) is left out, so editing docs does not repack.
@@ -126,17 +135,17 @@ def cache_key(metadata: str, record: str, extras: set[str], python: str) -> str:
     reqs = sorted(line for line in metadata.splitlines() if line.startswith("Requires-Dist:"))
     h = hashlib.sha256()
     for part in (PACK_FORMAT, "\n".join(files), "\n".join(reqs), ",".join(sorted(extras)), os.path.realpath(python),
-                 sys.version):
+                 sys.version, *_without(without)):
         h.update(part.encode())
         h.update(b"\0")
     return h.hexdigest()[:16]
 
 
-def deps_key(metadata: str, extras: set[str], python: str) -> str:
+def deps_key(metadata: str, extras: set[str], python: str, without: frozenset[str] = frozenset()) -> str:
     """What the dependencies' venv depends on: the requirements, extras and interpreter (not the code)."""
     reqs = sorted(line for line in metadata.splitlines() if line.startswith("Requires-Dist:"))
     h = hashlib.sha256()
-    for part in ("\n".join(reqs), ",".join(sorted(extras)), os.path.realpath(python), sys.version):
+    for part in ("\n".join(reqs), ",".join(sorted(extras)), os.path.realpath(python), sys.version, *_without(without)):
         h.update(part.encode())
         h.update(b"\0")
     return h.hexdigest()[:16]
@@ -246,21 +255,22 @@ def pack(env_dir: Path, output: Path) -> None:
 
 
 def build(output: Path, extras: set[str], wheel: Path | None = None, cache_dir: Path | None = None,
-          timeout: float = 600) -> Path:
-    """Build (or take from the cache) the archive; returns the path written."""
+          timeout: float = 600, without: frozenset[str] = frozenset()) -> Path:
+    """Build (or take from the cache) the archive, the distributions ``without`` left out; returns the path
+    written."""
     t0 = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="msgstream-pack-") as tmp:
         wheel = wheel or build_wheel(Path(tmp) / "wheel", timeout=timeout)
         metadata, record = wheel_metadata(wheel)
-        key = cache_key(metadata, record, extras, sys.executable)
+        key = cache_key(metadata, record, extras, sys.executable, without)
         cached = cache_dir / f"msgstream-env-{key}.tar.gz" if cache_dir else None
         if cached is not None and cached.is_file():
             src, how = cached, "cached"
             os.utime(cached)  # recently used: kept by prune_cache
         else:
             env_dir = Path(tmp) / "env"
-            deps = make_env(env_dir, wheel, runtime_requirements(metadata, extras), timeout,
-                            deps_key(metadata, extras, sys.executable), cache_dir)
+            deps = make_env(env_dir, wheel, runtime_requirements(metadata, extras, without), timeout,
+                            deps_key(metadata, extras, sys.executable, without), cache_dir)
             src, how = cached or output, f"built ({deps})"
             pack(env_dir, src)
             if cache_dir is not None:
@@ -281,10 +291,13 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--wheel", help="an msgstream-spark wheel to pack (default: build one from this checkout)")
     p.add_argument("--cache-dir", help="reuse archives kept here, keyed by the wheel's content, and the dependencies' "
                                        "venv, keyed by the requirements")
+    p.add_argument("--without", default="", help="distributions the jobs do not use, left out with what only they "
+                                                  "need (comma-separated; e.g. pylance: ~220 MiB unpacked)")
     args = p.parse_args(argv)
     extras = {e.strip() for e in args.extras.split(",") if e.strip()}
+    without = frozenset(w.strip() for w in args.without.split(",") if w.strip())
     build(Path(args.output).resolve(), extras, Path(args.wheel).resolve() if args.wheel else None,
-          Path(args.cache_dir).resolve() if args.cache_dir else None)
+          Path(args.cache_dir).resolve() if args.cache_dir else None, without=without)
     return 0
 
 

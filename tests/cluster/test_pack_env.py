@@ -36,6 +36,24 @@ def test_requirements_follow_the_extras_and_leave_pyspark_to_the_workers(extras,
     assert pack_env.runtime_requirements(METADATA, extras) == expected
 
 
+def test_without_leaves_a_distribution_out_and_keys_its_own_archive():
+    """``--without pylance``: the requirement left out (so are what only it needs: pip never sees it), names
+    compared as pip does; the archive and the dependencies' venv keyed apart from a full pack's, a full pack's keys
+    as they were."""
+    meta = METADATA.replace("Requires-Dist: pyarrow>=15", "Requires-Dist: pyarrow>=15\nRequires-Dist: pylance>=14")
+    assert pack_env.runtime_requirements(meta, {"kafka"}) == [
+        "pyarrow>=15", "pylance>=14", "confluent-kafka>=2.3", 'tomli; python_version < "3.11"']
+    for without in ({"pylance"}, {"PyLance"}):
+        assert pack_env.runtime_requirements(meta, {"kafka"}, frozenset(without)) == [
+            "pyarrow>=15", "confluent-kafka>=2.3", 'tomli; python_version < "3.11"']
+    record = "msgstream_spark/__init__.py,sha256=abc,10\n"
+    py = "/usr/bin/python3"
+    assert pack_env.cache_key(meta, record, {"kafka"}, py, frozenset({"pylance"})) != pack_env.cache_key(
+        meta, record, {"kafka"}, py)
+    assert pack_env.deps_key(meta, {"kafka"}, py, frozenset({"pylance"})) != pack_env.deps_key(meta, {"kafka"}, py)
+    assert pack_env.deps_key(meta, {"kafka"}, py, frozenset()) == pack_env.deps_key(meta, {"kafka"}, py)
+
+
 def test_the_cache_key_follows_the_code_and_the_requirements_not_the_readme():
     record = "msgstream_spark/__init__.py,sha256=abc,10\nmsgstream_spark-0.1.0.dist-info/METADATA,sha256=x,5\n"
     key = pack_env.cache_key(METADATA, record, {"kafka"}, "/usr/bin/python3")

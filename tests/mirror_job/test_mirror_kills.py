@@ -6,6 +6,8 @@
 - ``msgstream mirror compact`` SIGKILLed while it writes its files, before its commit and after it: the re-run
   compacts once, the table equals the collection before and after, the killed process's writer lease does not
   block the re-run, orphans are listed and vacuumed.
+
+The job whose worker is killed is a process of its own; the ``msgstream`` commands after it run in this one.
 """
 
 from __future__ import annotations
@@ -28,9 +30,14 @@ pytestmark = pytest.mark.slow
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def _cli(*argv: str, env: dict | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "msgstream_spark", *argv], cwd=ROOT, timeout=300,
-                          capture_output=True, text=True, env=env or dict(os.environ, PYTHONPATH=str(ROOT)))
+def _cli(capfd, *argv: str) -> tuple[int, str, str]:
+    """``msgstream ARGV`` in this process (nothing here kills it): its exit code, what it printed."""
+    from msgstream_spark.cli.main import main as msgstream_cli
+
+    capfd.readouterr()
+    rc = msgstream_cli(list(argv))
+    out = capfd.readouterr()
+    return rc, out.out, out.err
 
 
 def _published(local_env, tmp_path, name: str) -> tuple[str, list[str]]:
@@ -43,14 +50,14 @@ def _published(local_env, tmp_path, name: str) -> tuple[str, list[str]]:
     return cfg, chans
 
 
-def _orphans(table: Path, fmt: str = "delta", kind: str = "orphans") -> list[str]:
+def _orphans(capfd, table: Path, fmt: str = "delta", kind: str = "orphans") -> list[str]:
     """``mirror orphans``' data files of ``kind`` (``orphans``: all; ``left_by_writers``: no version referenced)."""
-    proc = _cli("mirror", "orphans", "--table", str(table), "--table-format", fmt)
-    assert proc.returncode == 0, proc.stderr[-2000:]
-    return [p for p in json.loads(proc.stdout)[kind] if p.endswith(".parquet")]
+    rc, out, err = _cli(capfd, "mirror", "orphans", "--table", str(table), "--table-format", fmt)
+    assert rc == 0, err[-2000:]
+    return [p for p in json.loads(out)[kind] if p.endswith(".parquet")]
 
 
-def test_a_python_worker_killed_while_writing_a_batch_is_retried_once(local_env, tmp_path):
+def test_a_python_worker_killed_while_writing_a_batch_is_retried_once(local_env, tmp_path, capfd):
     from msgstream_spark.spark.mirror import FAILPOINT_ENV
 
     cfg, chans = _published(local_env, tmp_path, "mkw")
@@ -73,14 +80,15 @@ def test_a_python_worker_killed_while_writing_a_batch_is_retried_once(local_env,
     files = delta_files(str(table))
     assert len(files) == len(set(files))  # no data file referenced twice
     # the killed attempt published no data file (the job's compactions leave expired history, vacuumed later)
-    assert _orphans(table, kind="left_by_writers") == []
+    assert _orphans(capfd, table, kind="left_by_writers") == []
     dead = [os.path.join(d, n) for d, _, ns in os.walk(table / "data") for n in ns if n.endswith(".tmp")]
     assert len(dead) == 1  # its half-written file stayed a temporary one (rows written, no footer)
     with pytest.raises(Exception, match="(?i)parquet"):
         pq.read_metadata(dead[0])
     os.utime(dead[0], (time.time() - 7200, time.time() - 7200))  # an hour later: an orphan, then vacuumed
 
-    proc = _cli("mirror", "vacuum", "--table", str(table), "--table-format", "delta", "--retain-hours", "0")
-    assert proc.returncode == 0, proc.stderr[-2000:]
-    assert dead[0] in json.loads(proc.stdout)["removed"] and not os.path.exists(dead[0])
-    assert _orphans(table) == [] and read_delta(str(table)) == want
+    rc, out, err = _cli(capfd, "mirror", "vacuum", "--table", str(table), "--table-format", "delta",
+                        "--retain-hours", "0")
+    assert rc == 0, err[-2000:]
+    assert dead[0] in json.loads(out)["removed"] and not os.path.exists(dead[0])
+    assert _orphans(capfd, table) == [] and read_delta(str(table)) == want

@@ -120,7 +120,10 @@ def test_a_job_mirrors_collections_of_two_databases_as_they_come_and_go(spark, l
         assert len(ids) == len(set(ids)), (t, ids)
 
 
-def test_the_driver_killed_between_two_tables_commits_of_one_batch(local_env, tmp_path):
+def test_the_driver_killed_between_two_tables_commits_of_one_batch(spark, local_env, tmp_path, capfd):
+    """The killed driver is a process of its own; the restart runs in this one (the suite's Spark session)."""
+    from msgstream_spark.jobs import mirror
+    from msgstream_spark.jobs._common import main_wrapper
     from msgstream_spark.spark.mirror import FAILPOINT_ENV
 
     cfg = config_file(local_env, tmp_path)
@@ -148,9 +151,11 @@ def test_the_driver_killed_between_two_tables_commits_of_one_batch(local_env, tm
     assert killed.returncode == -9, killed.stderr[-4000:]
     first = batches_committed(root / "db1" / "a")
     assert first and not batches_committed(root / "db2" / "c")  # a took the batch, c (committed after a) did not
-    again = subprocess.run(argv, cwd=tmp_path, env=env, timeout=600, capture_output=True, text=True)
-    assert again.returncode == 0, again.stderr[-4000:]
-    summary = json.loads(again.stdout[again.stdout.index("{"):])
+    capfd.readouterr()
+    rc = main_wrapper(mirror.build_parser(), lambda a: mirror.run(a, spark), argv[3:])  # argv after "-m <job>"
+    again = capfd.readouterr()
+    assert rc == 0, again.err[-4000:]
+    summary = json.loads(again.out[again.out.index("{"):])
     assert summary["tables"]["db1.a"]["skipped"] == 1  # its commit survived the kill: not applied again
     assert_tables(root, log)
     for t in ("db1/a", "db2/c"):

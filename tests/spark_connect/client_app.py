@@ -2,6 +2,9 @@
 
 Run by tests/spark_connect in its own process from a temp directory (pyspark allows one kind of session per
 process, and a Connect session switches the whole process into Connect mode). Prints one JSON line.
+``python client_app.py -``: one spec per line of its input, each in a Connect session of its own (stopped after
+it), one JSON line each (``{"error": ...}`` for a spec that failed): the module's calls that need no process of
+their own share one (its start, ~1 s of CPU, once).
 
 spec: url, action (read | stream | write | stream_write), options (Spark options), register (register the
 data source from the client first), plus per action: read: formats; stream: checkpoint, out, subscription;
@@ -69,5 +72,20 @@ def main(spec: dict) -> dict:
         spark.stop()
 
 
+def serve() -> None:
+    """Specs from stdin, one per line, until it closes; a failed spec's traceback as its answer."""
+    import traceback
+
+    for line in sys.stdin:
+        try:
+            answer = main(json.loads(line))
+        except Exception:  # noqa: BLE001 - the test shows it and fails
+            answer = {"error": traceback.format_exc()}
+        print(json.dumps(answer), flush=True)
+
+
 if __name__ == "__main__":
-    print(json.dumps(main(json.loads(sys.argv[1]))))
+    if sys.argv[1] == "-":
+        serve()
+    else:
+        print(json.dumps(main(json.loads(sys.argv[1]))))
