@@ -188,10 +188,20 @@ def write_snapshot(spark: SparkSession, reader: RangeReader, ranges: list[PkRang
         paths, rows = written.column("path").to_pylist(), written.column("rows").to_pylist()
         _remove_strays(store, out_dir, set(paths))
         files, dropped = one_row_per_key(spark, paths, reader.pk, store)
+        if not files:  # no row at S (a collection created, nothing inserted yet): the table's first version is a
+            files = [_empty_file(store, out_dir, reader)]  # file of none, so it still records S and the positions
     except BaseException:
         remove_dir(store, out_dir)  # a failed write leaves no files behind (one directory per retry otherwise)
         raise
     return SnapshotFiles(sorted(files), sum(rows) - dropped, accs[2].value)
+
+
+def _empty_file(store: Store, out_dir: str, reader: RangeReader) -> str:
+    """A Parquet file of no rows in the snapshot's schema under ``out_dir``: what the snapshot of a collection
+    empty at S commits (every format's first version needs a data file)."""
+    path = uri.join(out_dir, f"part-empty-{uuid.uuid4().hex[:8]}.parquet")
+    ParquetOut(store, path, reader.schema, reader.pk, **snapshot_options(reader.schema)).close()
+    return path
 
 
 def _remove_strays(store: Store, out_dir: str, mine: set[str]) -> None:
