@@ -209,3 +209,26 @@ def test_an_aborted_streaming_task_stops_its_fragment_writer(tmp_path):
     assert table_state(t.to_arrow()) == model([insert(10, (1, "a1"))])
     assert apply_batch(t, changes, "pk", "q", 1)
     assert t.to_arrow().num_rows == 101
+
+
+def test_a_fragment_lance_cannot_write_fails_the_task_naming_it(tmp_path):
+    """Lance's writer failing (here: the dataset's directory is a file) fails the task with a MirrorError naming
+    the file and the table, Lance's error as its cause; the writer thread ends (no task waits on it forever)."""
+    import threading
+
+    from msgstream_spark.errors import MirrorError
+    from msgstream_spark.mirror.formats.lance.direct import FragmentOut
+
+    t = _open((str(tmp_path / "t"), None))
+    assert apply_batch(t, to_arrow([insert(10, (1, "a1"))]), "pk", "q", 0)
+    (tmp_path / "blocked").write_text("a file where the dataset should be")
+    spec = t.write_spec()
+    out = FragmentOut(t.store, t.root, str(tmp_path / "blocked" / "ds"), {}, spec.schema, spec.pk,
+                      t.root + "/data/x.parquet")
+    rows = t.to_arrow()
+    with pytest.raises(MirrorError, match=r"x\.parquet under .*/t") as got:
+        for _ in range(8):  # more chunks than the queue holds: the writer's failure reaches the task
+            out.write_table(rows)
+        out.close()
+    assert got.value.__cause__ is not None
+    assert not [th for th in threading.enumerate() if th.name.startswith("lance-fragment-")]

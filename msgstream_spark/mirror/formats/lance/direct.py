@@ -76,7 +76,7 @@ class FragmentOut:
         """``item`` queued for the fragment's writer; its error if it stopped (it reads no more)."""
         while True:
             if not self._thread.is_alive():
-                raise self._failure()
+                raise self._failure() from self._got.get("error")
             try:
                 self._queue.put(item, timeout=WAIT_S)
                 return
