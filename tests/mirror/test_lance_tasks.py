@@ -5,6 +5,7 @@ driver rewriting the losing fragment (the one case it reads rows)."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 
 import pyarrow as pa
@@ -147,3 +148,87 @@ def test_first_rows_from_tasks_that_disagree_on_the_vector_type_keep_the_variabl
         1: [2.0, float(sum(map(ord, "a1")) % 97)], 2: [2.0, float(sum(map(ord, "a2")) % 97)], 3: None}
     assert apply_batch(t, to_arrow([insert(20, (4, "c4"))]), "pk", "q", 1)  # later batches append to it
     assert t.to_arrow().num_rows == 4
+
+
+def test_a_tasks_rows_go_straight_into_its_fragment_without_a_staged_parquet_file(where):
+    """Once the table has rows (its vector type settled) a writing task streams its rows into the Lance fragment:
+    the store moves only the fragment's key file and the task's report, no Parquet copy of the rows written and
+    read back (before: the staged file was written whole, then read whole to make the fragment)."""
+    t = _open(where)
+    assert apply_batch(t, to_arrow([insert(10, (1, "a1"))]), "pk", "q", 0)
+    msgs = [insert(20, *[(p, hashlib.sha256(str(p).encode()).hexdigest() * 2) for p in range(100, 5100)])]
+    changes = to_arrow(msgs)
+    t.prepare(changes.schema)
+    before = io_totals()
+    w = TaskWriter(t.write_spec())
+    w.add(changes)
+    (written,) = w.close()
+    moved = io_since(before)
+    assert written.rows == 5000
+    # (before: the rows written as a Parquet file, ~250 KB here, and read back whole)
+    assert moved["read"] == 0 and moved["written"] < changes.nbytes // 10, (moved, changes.nbytes)
+    data = [m.uri for m in t.store.list(t.root + "/data") if m.uri.endswith(".parquet") and "/_keys_of/" not in m.uri]
+    assert data == []  # no staged Parquet file was ever left
+    assert apply_batch(t, to_arrow([insert(30, (2, "b2"))]), "pk", "q", 1)  # later batches go on as before
+
+
+def test_a_key_changed_in_two_chunks_of_a_streaming_task_leaves_one_row(tmp_path):
+    """A task streaming into its fragment learns only at close that a later chunk replaced a row it streamed:
+    it rewrites the fragment without it (the first one's files deleted), and the commit takes it as written."""
+    where = (str(tmp_path / "t"), None)
+    t = _open(where)
+    first = [insert(10, *[(p, f"a{p}") for p in range(10)])]
+    assert apply_batch(t, to_arrow(first), "pk", "q", 0)
+    one, two = [*upsert(20, (3, "b3")), insert(20, (11, "b11"))], [*upsert(21, (11, "c11")), insert(21, (12, "c12"))]
+    t.prepare(to_arrow(one).schema)
+    w = TaskWriter(t.write_spec())
+    narrow = pa.concat_tables([w.add(to_arrow(one)), w.add(to_arrow(two))])
+    written = w.close()
+    files = t.live_files()
+    p = plan(narrow, lookup_local(t, narrow.column("key").combine_chunks(), files), files.version)
+    p.info = {f.path: (f.size, f.stats) for f in written}
+    assert commit_plan(t, p, set(), query_id="q", batch_id=1) is not None
+    assert table_state(t.to_arrow()) == model(first + one + two)
+    frags = _fragments(where)
+    assert [f.metadata.physical_rows for f in frags] == [10, 3]  # keys 3, 11 (its newer row), 12
+    data = {m.uri.rsplit("/", 1)[-1] for m in t.store.list(t.root + "/data") if m.uri.endswith(".lance")}
+    assert data == {f.metadata.files[0].path for f in frags}  # the streamed fragment with key 11's old row: gone
+
+
+def test_an_aborted_streaming_task_stops_its_fragment_writer(tmp_path):
+    import threading
+
+    t = _open((str(tmp_path / "t"), None))
+    assert apply_batch(t, to_arrow([insert(10, (1, "a1"))]), "pk", "q", 0)
+    changes = to_arrow([insert(20, *[(p, f"n{p}") for p in range(100, 200)])])
+    w = TaskWriter(t.write_spec())
+    w.add(changes)
+    assert [th for th in threading.enumerate() if th.name.startswith("lance-fragment-")]
+    w.abort()
+    assert not [th for th in threading.enumerate() if th.name.startswith("lance-fragment-")]
+    assert table_state(t.to_arrow()) == model([insert(10, (1, "a1"))])
+    assert apply_batch(t, changes, "pk", "q", 1)
+    assert t.to_arrow().num_rows == 101
+
+
+def test_a_fragment_lance_cannot_write_fails_the_task_naming_it(tmp_path):
+    """Lance's writer failing (here: the dataset's directory is a file) fails the task with a MirrorError naming
+    the file and the table, Lance's error as its cause; the writer thread ends (no task waits on it forever)."""
+    import threading
+
+    from msgstream_spark.errors import MirrorError
+    from msgstream_spark.mirror.formats.lance.direct import FragmentOut
+
+    t = _open((str(tmp_path / "t"), None))
+    assert apply_batch(t, to_arrow([insert(10, (1, "a1"))]), "pk", "q", 0)
+    (tmp_path / "blocked").write_text("a file where the dataset should be")
+    spec = t.write_spec()
+    out = FragmentOut(t.store, t.root, str(tmp_path / "blocked" / "ds"), {}, spec.schema, spec.pk,
+                      t.root + "/data/x.parquet")
+    rows = t.to_arrow()
+    with pytest.raises(MirrorError, match=r"x\.parquet under .*/t") as got:
+        for _ in range(8):  # more chunks than the queue holds: the writer's failure reaches the task
+            out.write_table(rows)
+        out.close()
+    assert got.value.__cause__ is not None
+    assert not [th for th in threading.enumerate() if th.name.startswith("lance-fragment-")]

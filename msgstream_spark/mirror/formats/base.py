@@ -41,7 +41,9 @@ class WriteSpec:
     # the format's own step on each data file a writing task closes (None: the file is committed as written):
     # ``finish(store, spec, written, superseded) -> Written``, ``superseded`` the sorted row positions of the file
     # whose key a later change of the same task replaced (the plan deletes them too); the ``Written`` it returns
-    # (same path: the name the narrow rows and the plan use) reaches the commit as ``Plan.info``
+    # (same path: the name the narrow rows and the plan use) reaches the commit as ``Plan.info``; a finish with
+    # ``open(store, spec, path)`` may return the writer of a task's file itself (``ParquetOut``'s methods; None:
+    # a Parquet file), whose ``Written`` then reaches ``finish``
     finish: Callable[..., Any] | None = field(default=None, repr=False)
 
     def store(self) -> Store:

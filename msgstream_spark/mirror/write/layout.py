@@ -61,7 +61,9 @@ class TaskWriter:
     task's data file (one per value of ``split_by``) under ``spec.data_dir``; ``add`` returns the narrow rows
     (``narrow_schema``) of every change kept. A key in two chunks leaves two rows; the driver's ``plan`` deletes
     the older one in the same commit. With a ``spec.finish`` (a format's own files) each file closed is handed to
-    it with the positions of its rows a later chunk's change of the same key replaced (``superseded``)."""
+    it with the positions of its rows a later chunk's change of the same key replaced (``superseded``); a
+    ``spec.finish`` with an ``open(store, spec, path)`` that returns a writer (``ParquetOut``'s methods) gets the
+    rows themselves (Lance: straight into a fragment, no Parquet file staged)."""
 
     def __init__(self, spec: WriteSpec, claims: str | None = None) -> None:
         self.spec = spec
@@ -113,8 +115,11 @@ class TaskWriter:
             path = uri.join(self.spec.data_dir, name)
             if self.claims is not None:  # the driver deletes it if the task's result is lost (a dead executor's)
                 self.store.put(uri.join(self.claims, name), b"")
-            f = self._files[key] = [path, ParquetOut(self.store, path, self.spec.schema, self.spec.pk,
-                                                     compression="zstd"), 0, []]
+            opener = getattr(self.spec.finish, "open", None)  # a format writing its own file from the rows
+            out = opener(self.store, self.spec, path) if opener is not None else None
+            if out is None:
+                out = ParquetOut(self.store, path, self.spec.schema, self.spec.pk, compression="zstd")
+            f = self._files[key] = [path, out, 0, []]
         f[1].write_table(rows, row_group_size=128 * 1024)
         f[2] += rows.num_rows
         if indexable(self.spec.key_type):  # the file's key index is written with it (no lookup reads it back)

@@ -15,6 +15,7 @@ from __future__ import annotations
 import itertools
 import json
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import numpy as np
@@ -30,6 +31,7 @@ from msgstream_spark.mirror.store import Store, uri
 from msgstream_spark.mirror.store.parquet import footer, write_table
 
 KEYS_OF = "_keys_of"
+CONVERTERS = 4  # Parquet files turned into fragments at once
 KEY_MIN = b"msgstream.key_min"
 KEY_MAX = b"msgstream.key_max"
 
@@ -106,6 +108,18 @@ def fragment_from_parquet(store: Store, root: str, ds_uri: str, opts: dict[str, 
         return None
     key_path, _ = write_key_file(store, root, md.files[0].path, pa.concat_tables(keys), pk)
     return md, key_path
+
+
+def fragments_of(table: Any, schema: pa.Schema, paths: list[str], deletes: dict[str, np.ndarray] | None = None,
+                 mode: str = "append") -> list:
+    """The Parquet files at ``paths`` as new fragments of ``table`` (minus their positions in ``deletes``), a few
+    at a time (Lance and pyarrow release the GIL); with the key files written beside them."""
+    def one(p: str):
+        return fragment_from_parquet(table.store, table.root, table.uri, table._opts, schema, table.pk,
+                                     p if "://" in p else uri.parse(p).uri(), (deletes or {}).get(p), mode)
+
+    with ThreadPoolExecutor(max_workers=max(1, min(CONVERTERS, len(paths)))) as pool:
+        return [got[0] for got in pool.map(one, paths) if got is not None]
 
 
 def deleted_positions(fragment: Any) -> np.ndarray:

@@ -45,6 +45,24 @@ def read_records(ds: Any) -> dict[str, str]:
     return {k: val for k, val in ds.config().items() if is_record(k)}
 
 
+class KnownRecords:
+    """The record as of the newest version a table handle read or committed (a version's record never changes:
+    read once, not at each step of a batch; one this handle committed is known without reading it back)."""
+
+    def __init__(self) -> None:
+        self._at: tuple[int, dict[str, str]] | None = None
+
+    def read(self, ds: Any) -> dict[str, str]:
+        if self._at is None or self._at[0] != ds.version:
+            self._at = (ds.version, read_records(ds))
+        return dict(self._at[1])
+
+    def committed(self, version: int, props: dict[str, str]) -> None:
+        """Version ``version`` committed with transaction properties ``props``."""
+        if props.get(RECORDS):
+            self._at = (version, {k: v for k, v in props.items() if is_record(k)})
+
+
 def last_batch(records: dict[str, str], query_id: str) -> int | None:
     v = records.get(BATCH_OF + query_id)
     return None if v is None else int(v)

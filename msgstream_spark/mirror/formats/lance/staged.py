@@ -23,18 +23,16 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from msgstream_spark.mirror.common import conform
 from msgstream_spark.mirror.formats.base import WriteSpec
+from msgstream_spark.mirror.formats.lance.direct import FragmentOut, direct_fragment, rewrite
 from msgstream_spark.mirror.formats.lance.fragments import (
     data_path,
     fixed_vectors,
     fragment_from_parquet,
     key_file,
     vector_like,
-    write_key_file,
 )
 from msgstream_spark.mirror.formats.lance.options import lance, storage_options
-from msgstream_spark.mirror.order import SEQ
 from msgstream_spark.mirror.store import NotFound, Store, StoreError, uri
 from msgstream_spark.mirror.store.parquet import Written
 
@@ -67,18 +65,32 @@ class FragmentTask:
     ds_uri: str
     first: bool = False
 
+    def open(self, store: Store, spec: WriteSpec, path: str) -> FragmentOut | None:
+        """A task's file of the table: its rows streamed straight into a fragment (``direct.FragmentOut``); None
+        for the table's first rows (their vectors' type is settled from all of them: staged as Parquet first)."""
+        if self.first:
+            return None
+        return FragmentOut(store, self.root, self.ds_uri, storage_options(store), spec.schema, spec.pk, path)
+
     def __call__(self, store: Store, spec: WriteSpec, written: Written, superseded: np.ndarray) -> Written:
-        schema = fixed_vectors(spec.schema, store, [written.path]) if self.first else spec.schema
-        drop = superseded.astype(np.uint64) if len(superseded) else None
-        mode = "append" if schema.equals(spec.schema) else "overwrite"  # (a new vector type: the first rows')
-        got = fragment_from_parquet(store, self.root, self.ds_uri, storage_options(store), schema, spec.pk,
-                                    written.path, drop, mode)
+        direct = direct_fragment(written)
+        if direct is not None:  # streamed by FragmentOut: the rows a later change of the task replaced dropped
+            schema = spec.schema
+            md = direct if not len(superseded) else rewrite(store, self.root, self.ds_uri, storage_options(store),
+                                                             schema, spec.pk, direct, superseded)
+            got = None if md is None else (md,)
+        else:
+            schema = fixed_vectors(spec.schema, store, [written.path]) if self.first else spec.schema
+            drop = superseded.astype(np.uint64) if len(superseded) else None
+            mode = "append" if schema.equals(spec.schema) else "overwrite"  # (a new vector type: the first rows')
+            got = fragment_from_parquet(store, self.root, self.ds_uri, storage_options(store), schema, spec.pk,
+                                        written.path, drop, mode)
         report = json.dumps({MARK: None if got is None else got[0].to_json(),
                              "superseded": [int(x) for x in superseded], "vectors": vector_sizes(schema)})
         store.put(report_path(written.path), report.encode())
-        store.delete(written.path)  # its rows are in the fragment
+        if direct is None:
+            store.delete(written.path)  # its rows are in the fragment
         return Written(written.path, written.rows, written.size, report)
-
 
     def discard(self, store: Store, staged: str, referenced: set[str] | None = None) -> None:
         """A lost task attempt's fragment of ``staged`` (its data file, key file and report) deleted, unless a
@@ -149,24 +161,8 @@ def fragments(table: Any, schema: pa.Schema, deletes: dict[str, np.ndarray], got
 
 
 def _rewrite(table: Any, schema: pa.Schema, md: Any, drop: np.ndarray, mode: str) -> Any:
-    """A new fragment of ``md``'s rows minus positions ``drop`` as ``schema``, with its key file; ``md``'s files
-    (never committed) deleted. None if no row is left."""
-    lo = lance()
-    old = md.files[0].path
-    t = lo.file.LanceFileReader(_local(data_path(table.root, old)), storage_options=table._opts).read_all().to_table()
-    if len(drop):
-        keep = np.ones(t.num_rows, dtype=bool)
-        keep[drop] = False
-        t = t.filter(pa.array(keep))
-    new = None
-    if t.num_rows:
-        t = conform(t, schema)
-        new = lo.fragment.LanceFragment.create(table.uri, t, schema=schema, mode=mode, storage_options=table._opts,
-                                               max_rows_per_group=64 * 1024)
-        write_key_file(table.store, table.root, new.files[0].path, t.select([table.pk, SEQ]), table.pk)
-    for target in (data_path(table.root, old), key_file(table.root, old)):
-        drop_quietly(table, target)
-    return new
+    """A new fragment of ``md``'s rows minus positions ``drop`` as ``schema`` (``direct.rewrite``)."""
+    return rewrite(table.store, table.root, table.uri, table._opts, schema, table.pk, md, drop, mode)
 
 
 def drop_staged(table: Any, adds: list[str], got: dict[str, dict]) -> None:
@@ -190,8 +186,3 @@ def drop_quietly(table: Any, target: str) -> None:
 
 def _store_path(path: str) -> str:
     return path if "://" in path else uri.parse(path).uri()
-
-
-def _local(target: str) -> str:
-    loc = uri.parse(target)
-    return loc.key if loc.kind == "local" else loc.uri()

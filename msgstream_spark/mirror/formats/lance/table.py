@@ -12,7 +12,6 @@ a writer epoch above the writer's; Lance itself refuses a commit racing that che
 from __future__ import annotations
 
 import logging
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import numpy as np
@@ -42,7 +41,7 @@ from msgstream_spark.mirror.formats.lance.fragments import (
     deleted_positions,
     file_schema,
     fixed_vectors,
-    fragment_from_parquet,
+    fragments_of,
     key_file,
     key_file_info,
 )
@@ -53,7 +52,6 @@ from msgstream_spark.mirror.store import LeaseLost, NotFound, Store, open_store,
 log = logging.getLogger(__name__)
 
 VERSIONS_DIR = "_versions"
-CONVERTERS = 4  # the tasks' files turned into fragments at once
 
 
 class LanceMirrorTable:
@@ -73,6 +71,7 @@ class LanceMirrorTable:
         self._keys: dict[str, tuple] = {}  # key file -> (key min, key max, rows, size)
         self._dels: dict[tuple, np.ndarray] = {}  # (fragment id, deletion file) -> deleted positions
         self._frag: dict[str, int] = {}  # a live file's path (its key file) -> fragment id
+        self._rec = rec.KnownRecords()  # the record of the newest version read or committed
 
     @classmethod
     def open(cls, location: str, *, collection: str, pk: str, arrow_schema: pa.Schema | None, create: bool,
@@ -127,9 +126,12 @@ class LanceMirrorTable:
         return lance().dataset(self.uri, storage_options=self._opts)
 
     def _table(self) -> Any:
+        """The dataset at its newest version: the one held if no version landed since (a listing of the
+        versions; opening it again would read its manifest, which grows with the table's fragments)."""
         if self._ds is None:
             raise MirrorError(f"no Lance table at {self.location} (open it with create=True or add_files first)")
-        self._ds = self._latest()
+        if self._ds.latest_version != self._ds.version:
+            self._ds = self._latest()
         return self._ds
 
     @property
@@ -145,7 +147,7 @@ class LanceMirrorTable:
         self._table().update_config(dict(properties))
 
     def _records(self, ds: Any = None) -> dict[str, str]:
-        return rec.read_records(ds if ds is not None else self._table())
+        return self._rec.read(ds if ds is not None else self._table())
 
     def last_batch(self, query_id: str) -> int | None:
         return rec.last_batch(self._records(), query_id)
@@ -181,9 +183,11 @@ class LanceMirrorTable:
         """One version: ``operation`` based on version ``base`` with transaction properties ``props``."""
         from lance.dataset import Transaction
 
-        ds = lance().LanceDataset.commit(self.uri, Transaction(base, operation, transaction_properties=props),
+        held = self._ds if self._ds is not None and self._ds.version == base else self.uri  # (its manifest read)
+        ds = lance().LanceDataset.commit(held, Transaction(base, operation, transaction_properties=props),
                                          storage_options=self._opts, max_retries=0)
         self._ds = ds
+        self._rec.committed(ds.version, props)
         return ds
 
     def prepare(self, columns: pa.Schema) -> None:
@@ -282,7 +286,7 @@ class LanceMirrorTable:
         """The plan's added files as fragments: those the tasks made (``staged``), and the Parquet files of the
         others turned into fragments here."""
         new = staged.fragments(self, schema, plan.deletes, got, mode)
-        return new + self._fragments(schema, [p for p in plan.adds if p not in got], plan.deletes, mode)[0]
+        return new + fragments_of(self, schema, [p for p in plan.adds if p not in got], plan.deletes, mode)
 
     def _deletions(self, ds: Any, plan: Plan, what: str) -> tuple[list, list[int]]:
         """The fragments losing rows with their new deletion files, and the ids of those losing every row."""
@@ -304,18 +308,6 @@ class LanceMirrorTable:
             else:
                 updated.append(md)
         return updated, removed
-
-    def _fragments(self, schema: pa.Schema, paths: list[str], deletes: dict[str, np.ndarray] | None = None,
-                   mode: str = "append") -> tuple[list, list[str]]:
-        """The Parquet files at ``paths`` as new fragments (minus their positions in ``deletes``), a few at a
-        time (Lance and pyarrow release the GIL); with the key files written beside them."""
-        def one(p: str):
-            return fragment_from_parquet(self.store, self.root, self.uri, self._opts, schema, self.pk,
-                                         self._store_path(p), (deletes or {}).get(p), mode)
-
-        with ThreadPoolExecutor(max_workers=max(1, min(CONVERTERS, len(paths)))) as pool:
-            done = [got for got in pool.map(one, paths) if got is not None]
-        return [d[0] for d in done], [d[1] for d in done]
 
     def _store_path(self, path: str) -> str:
         return path if "://" in path else uri.parse(path).uri()
@@ -358,7 +350,7 @@ class LanceMirrorTable:
         if self._ds is None:
             schema = fixed_vectors(file_schema(self.store, self._store_path(paths[0])), self.store,
                                    [self._store_path(p) for p in paths])
-            new, _ = self._fragments(schema, paths, mode="overwrite")
+            new = fragments_of(self, schema, paths, mode="overwrite")
             op = lance().LanceOperation.Overwrite(schema, new)
             lance().LanceDataset.commit(self.uri, op, storage_options=self._opts)
             self._ds = self._latest()
@@ -377,7 +369,7 @@ class LanceMirrorTable:
 
     def _replace(self, paths: list[str], properties: dict[str, str], remove: bool) -> None:
         ds = self._table()
-        new, _ = self._fragments(ds.schema, paths)
+        new = fragments_of(self, ds.schema, paths)
         removed = [f.fragment_id for f in ds.get_fragments()] if remove else []
         op = lance().LanceOperation.Update(removed_fragment_ids=removed, new_fragments=new)
         self._commit(ds.version, op, {**self._records(ds), rec.RECORDS: "1", **properties})
