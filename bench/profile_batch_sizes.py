@@ -9,7 +9,8 @@ medians. CPU is the steadier measure on a shared machine. The settings:
 
 - ``pass-through``: a message's piece of at least 256 KiB goes to Spark as it is (here every 1000-row insert:
   ~0.5 MiB batches, no copy; the reader's rule before this measurement);
-- ``1 MiB``: ``PASS_THROUGH_BYTES`` as it is now (1 MiB): the inserts joined into ~1.5 MiB batches of 3000 rows;
+- ``1 MiB``: ``PASS_THROUGH_BYTES`` as it is now (1 MiB): pairs of inserts joined into ~1 MiB batches of 2000
+  rows (the shape of ``joined 2048``);
 - ``joined 2048`` / ``joined 8192`` / ``joined 16384``: every piece joined up to ``maxBatchRows`` rows (a copy
   of each column in the worker: ~1 / ~4 / ~8 MiB batches).
 
