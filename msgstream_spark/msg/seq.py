@@ -65,19 +65,21 @@ def seq_array(ts: np.ndarray, op: str | np.ndarray, row: np.ndarray | None = Non
     n = len(ts)
     if n and int(ts.max()) >= _MAX_TS:
         raise MirrorError(f"timestamp {int(ts.max())} is beyond what _seq can hold ({_MAX_TS - 1})")
+    top_row = n - 1 if row is None else (int(np.max(row)) if n else 0)
+    top_message = int(message) if isinstance(message, int) else (int(np.max(message)) if n else 0)
+    if n and (top_row >= MAX_ROW or top_message > MAX_MESSAGE):
+        raise MirrorError(f"row index {top_row} or message rank {top_message} out of range")
     rows = np.arange(n, dtype=np.uint64) if row is None else np.asarray(row).astype(np.uint64, copy=False)
-    if isinstance(op, str):
-        ops = np.full(n, _op_bit(op), dtype=np.uint64)
+    if isinstance(op, str) and isinstance(message, int):  # one message's rows (the read's case): one subtraction
+        low = np.uint64((_op_bit(op) << 63) | ((MAX_MESSAGE - message) << 32) | (MAX_ROW - 1)) - rows
     else:
-        ops = np.asarray(op).astype(np.uint64)
-    if n and (int(rows.max()) >= MAX_ROW or int(np.max(message)) > MAX_MESSAGE):
-        raise MirrorError(f"row index {int(rows.max())} or message rank {int(np.max(message))} out of range")
-    msg = np.uint64(MAX_MESSAGE) - np.asarray(message, dtype=np.uint64)
-    low = (ops << np.uint64(63)) | (msg << np.uint64(32)) | (np.uint64(MAX_ROW - 1) - rows)
+        ops = np.full(n, _op_bit(op), dtype=np.uint64) if isinstance(op, str) else np.asarray(op).astype(np.uint64)
+        msg = np.uint64(MAX_MESSAGE) - np.asarray(message, dtype=np.uint64)
+        low = (ops << np.uint64(63)) | (msg << np.uint64(32)) | (np.uint64(MAX_ROW - 1) - rows)
     words = np.empty((n, 2), dtype="<u8")
     words[:, 0] = low
     words[:, 1] = ts
-    return pa.Array.from_buffers(SEQ_TYPE, n, [None, pa.py_buffer(words.tobytes())])
+    return pa.Array.from_buffers(SEQ_TYPE, n, [None, pa.py_buffer(words)])  # the array's own buffer: no copy
 
 
 def snapshot_seq_array(snapshot_ts: int, n: int) -> pa.Array:

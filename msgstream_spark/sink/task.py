@@ -35,6 +35,11 @@ log = logging.getLogger(__name__)
 # time ticks. Empty in the product; fault-injection tests install theirs here.
 AFTER_PRODUCE: list[Callable[[TaskWriter], None]] = []
 
+# A task's first flush comes at this many bytes (or ``bufferBytes`` when smaller), each next one at twice the
+# last, up to ``bufferBytes``: the produce starts after the first Arrow batch or so instead of after the first
+# 4 MiB, and overlaps Spark's hand-over of the rest.
+FIRST_FLUSH_BYTES = 512 * 1024
+
 
 
 def committed_key(writer_id: str) -> str:
@@ -102,6 +107,7 @@ class TaskWriter:
         self.encoder = Encoder(opts, plan, self.clock, self._msg_id, self._row_ids)
         self._pending: dict[int, list] = {}
         self._pending_bytes = 0
+        self._flush_at = min(FIRST_FLUSH_BYTES, opts.buffer_bytes)  # grows to bufferBytes (FIRST_FLUSH_BYTES)
         self._io = None  # one background thread producing while the next batches are encoded
         self._inflight = None
         self._client = client
@@ -163,7 +169,8 @@ class TaskWriter:
         for m in self.encoder.encode(batch):
             self._pending.setdefault(m.shard, []).append(m)
             self._pending_bytes += len(m.payload)
-        if self._pending_bytes >= self.opts.buffer_bytes:
+        if self._pending_bytes >= self._flush_at:
+            self._flush_at = min(2 * self._flush_at, self.opts.buffer_bytes)
             self.flush()
 
     def _keys(self, seq: int) -> dict[str, str]:

@@ -97,14 +97,23 @@ def resume_position(channel: str, msg_id: bytes, begin_ts: int, group: str = "")
 _RECURRING = frozenset({OP, "_channel", "_shard", "_collection", "_partition"})
 
 
+_EVENT_TIME = pa.timestamp("us", tz="UTC")
+
+
 def _event_time(ts: np.ndarray) -> pa.Array:
+    """Microseconds of the hybrid timestamps' physical part, wrapped as Arrow's buffer without a conversion pass
+    (``pa.array(us, timestamp type)`` checks and converts every value: 3x the cost)."""
     us = (ts.view(np.int64) >> 18) * 1000  # hybrid ts < 2**63: the int64 view is exact, and no copy
-    return pa.array(us, pa.timestamp("us", tz="UTC"))
+    return pa.Array.from_buffers(_EVENT_TIME, len(us), [None, pa.py_buffer(us)])
 
 
-# A message's piece of at least this many bytes goes to Spark as its own batch: concatenating
-# it would copy every column again for nothing (small pieces are still joined: fewer batches).
-PASS_THROUGH_BYTES = 256 * 1024
+# The size of the Arrow batches handed to Spark (docs/benchmarks.md, "What a read costs, per stage"): a message's
+# piece of at least this many bytes goes as its own batch (concatenating it would copy every column again for
+# nothing); runs of smaller pieces are joined into batches of about this size (fewer batches: Spark's JVM pays per
+# batch). Measured in CPU seconds of the JVM and Python workers (bench/profile_batch_sizes.py): ~1 MiB batches
+# cost the JVM less than 0.5 MiB ones (a 1000-row insert of 128-d vectors) and the Python side no more than
+# passing those through; 4-8 MiB ones cost the workers their copy.
+PASS_THROUGH_BYTES = 1024 * 1024
 
 
 class RowsBuilder:
@@ -158,13 +167,14 @@ class RowsBuilder:
         if n == 0:
             return
         ts = msg.timestamps
+        begin = msg.begin_ts  # computed from the rows' timestamps: once per message
         values.update({
-            SEQ: seq_array(ts, op, None, self._message_rank(channel, op, msg.begin_ts)),
+            SEQ: seq_array(ts, op, None, self._message_rank(channel, op, begin)),
             OP: op, "_channel": channel, "_shard": msg.shard_name, "_collection": msg.collection_id,
             "_partition": msg.partition_id, "_ts": pa.array(ts.view(np.int64)), "_event_time": _event_time(ts),
             "_msg_id": msg_id,
             "_position": (position.to_base64() if position is not None
-                          else resume_position(channel, msg_id, msg.begin_ts, self.group)),
+                          else resume_position(channel, msg_id, begin, self.group)),
         })
         cols = [self._column(f.name, f.type, n, values) for f in self.schema]
         self.pieces.append(pa.RecordBatch.from_arrays(cols, schema=self.schema))
@@ -187,17 +197,24 @@ class RowsBuilder:
         return None
 
     def flush(self) -> list[pa.RecordBatch]:
-        """The pieces in order: large ones as they are (no copy), runs of small ones concatenated."""
+        """The pieces in order: large ones as they are (no copy), runs of small ones concatenated into batches of
+        about ``PASS_THROUGH_BYTES``."""
         out: list[pa.RecordBatch] = []
         small: list[pa.RecordBatch] = []
-        for piece in self.pieces:
-            if piece.nbytes < PASS_THROUGH_BYTES:
-                small.append(piece)
+        run = 0
+        for piece in self.pieces:  # the buffers' sizes: O(columns), where ``nbytes`` walks the offsets (~30x the cost)
+            size = piece.get_total_buffer_size()
+            if size >= PASS_THROUGH_BYTES:
+                if small:
+                    out.append(_concat(small))
+                    small, run = [], 0
+                out.append(piece)
                 continue
-            if small:
+            small.append(piece)
+            run += size
+            if run >= PASS_THROUGH_BYTES:
                 out.append(_concat(small))
-                small = []
-            out.append(piece)
+                small, run = [], 0
         if small:
             out.append(_concat(small))
         self.pieces, self.rows = [], 0

@@ -33,6 +33,18 @@ def test_seq_array_equals_the_documented_formula():
     assert seq_array(ts, "insert").type == SEQ_TYPE == pa.decimal128(38, 0)
 
 
+def test_seq_array_of_one_message_equals_seq_value_per_row():
+    """One op and one message rank for every row (a read's message): the same values as row by row."""
+    ts = np.array([TS, TS + 1, TS + 1, 0], dtype=np.uint64)
+    for op in ("insert", "delete"):
+        for rows in (None, np.array([5, 0, MAX_ROW - 1, 2])):
+            got = seq_array(ts, op, rows, 3).to_pylist()
+            idx = range(4) if rows is None else rows
+            assert got == [decimal.Decimal(seq_value(int(t), op, int(r), 3)) for t, r in zip(ts, idx)]
+    with pytest.raises(MirrorError, match="message rank 2147483648"):
+        seq_array(ts, "insert", None, 2**31)
+
+
 def test_order_ts_then_delete_before_insert_then_the_first_row_last():
     d = seq_value(TS, "delete", row=0, message=0)
     first, second = seq_value(TS, "insert", row=0), seq_value(TS, "insert", row=1)

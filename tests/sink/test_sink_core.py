@@ -194,6 +194,35 @@ def test_a_task_produces_while_its_input_still_arrives(local_env, tmp_path):
     assert sorted(r["pk"] for r in inserted_rows(reads)) == list(range(8 * per))
 
 
+def test_a_tasks_first_flush_comes_after_its_first_batch(local_env, tmp_path):
+    """The first flush comes at FIRST_FLUSH_BYTES (512 KiB), the next ones at twice the last up to bufferBytes: the
+    rows of a task's first ~1 MiB batch are produced before its second batch arrives (not after 4 MiB)."""
+    from msgstream_spark.sink.task import FIRST_FLUSH_BYTES
+
+    ch = local_env.new_channel("first")
+    dim, per = 128, 2000  # ~1 MiB a batch
+    batches = [_vec_batch(list(range(i * per, (i + 1) * per)), dim=dim) for i in range(3)]
+    o, w = _writer(local_env, tmp_path, batches[0].schema, channels=ch)
+    assert FIRST_FLUSH_BYTES == 512 * 1024 < o.buffer_bytes
+    produced_before: list[int] = []
+
+    def arriving():
+        with local_env.client() as c:
+            for i, b in enumerate(batches):
+                if i == 1:  # the first batch's flush runs in the background: wait for it (bounded)
+                    deadline = time.monotonic() + 5
+                    while c.latest_message_id(ch) is None and time.monotonic() < deadline:
+                        time.sleep(0.02)
+                    produced_before.append(len(inserted_rows(read_channel(c, ch))))
+                yield b
+
+    w.write_batches(arriving())
+    assert produced_before == [per], "the first batch's rows were not produced before the second batch arrived"
+    assert w._flush_at == 2 * 1024 * 1024  # flushed at 512 KiB and at 1 MiB; the next one at 2 MiB
+    with local_env.client() as c:
+        assert sorted(r["pk"] for r in inserted_rows(read_channel(c, ch))) == list(range(3 * per))
+
+
 def test_inserts_split_below_max_message_size(local_env, tmp_path):
     ch = local_env.new_channel("split")
     pks = list(range(2000))

@@ -85,3 +85,29 @@ def test_flush_passes_large_pieces_through_and_joins_small_ones():
     assert out[1] is pieces[1] and out[3] is pieces[4]  # not copied
     assert pa.Table.from_batches(out).column("x").to_pylist() == list(range(start))
     assert b.pieces == [] and b.rows == 0
+
+
+def test_flush_joins_half_mebibyte_pieces_into_batches_of_about_a_mebibyte():
+    """A 1000-row insert of 128-d vectors is a ~0.5 MiB piece: Spark gets them joined into ~1 MiB batches (its JVM
+    pays per batch), not one batch each; the rows keep their order."""
+    schema = pa.schema([("x", pa.int64())])
+    n = (PASS_THROUGH_BYTES * 2 // 5) // 8  # 0.4 MiB pieces
+    b = RowsBuilder(schema)
+    for i in range(7):
+        b.pieces.append(pa.record_batch([pa.array(range(i * n, (i + 1) * n), pa.int64())], schema=schema))
+    out = b.flush()
+    assert [o.num_rows for o in out] == [3 * n, 3 * n, n]  # joined until a run reaches PASS_THROUGH_BYTES
+    assert PASS_THROUGH_BYTES == 1024 * 1024
+    assert pa.Table.from_batches(out).column("x").to_pylist() == list(range(7 * n))
+
+
+def test_event_time_is_the_hybrid_timestamps_physical_part():
+    """``_event_time`` wraps the computed microseconds as Arrow's buffer (no conversion pass): same values and type."""
+    import numpy as np
+
+    from msgstream_spark.source.rows import _event_time
+
+    ms = np.array([1_795_000_000_000, 1_795_000_000_007, 0], dtype=np.uint64)
+    got = _event_time((ms << np.uint64(18)) | np.uint64(3))
+    assert got.type == pa.timestamp("us", tz="UTC")
+    assert got == pa.array([int(x) * 1000 for x in ms], pa.timestamp("us", tz="UTC"))
