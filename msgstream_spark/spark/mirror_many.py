@@ -35,6 +35,10 @@ from msgstream_spark.spark.mirror import MirrorBatch
 
 log = logging.getLogger(__name__)
 
+# a table whose rows in a batch are at most this many is written by one task (one data file, one task's fixed
+# costs), not by a task per partition of the batch: a batch spread over many collections gives each a small share
+ONE_TASK_ROWS = 50_000
+
 
 class Mirrored:
     """One collection's table and its batch function."""
@@ -107,6 +111,7 @@ class ManyBatch:
         self.batches = 0
         self.created: list[int] = []  # collection ids whose table this run made or opened on the stream
         self.dropped: list[int] = []  # collection ids whose table this run marked dropped
+        self.batch_rows: dict[int, int] = {}  # the batch's rows per collection id
 
     def __call__(self, df, batch_id: int) -> None:
         df = df.persist()
@@ -120,7 +125,8 @@ class ManyBatch:
 
         ddl = df.where(F.col("kind") != KIND_ROWS).collect()
         touched = (df.where(F.col("kind") == KIND_ROWS).groupBy("_collection")
-                   .agg(F.first("name").alias("name"), F.max("db").alias("db")).collect())
+                   .agg(F.first("name").alias("name"), F.max("db").alias("db"), F.sum("rows").alias("n")).collect())
+        self.batch_rows = {r["_collection"]: int(r["n"] or 0) for r in touched}
         for r in ddl:
             if r["kind"] == KIND_CREATE:
                 cid = r["_collection"]
@@ -186,6 +192,8 @@ class ManyBatch:
         def one(m: Mirrored) -> None:
             cid = m.sink.collection_id
             part = df.where((F.col("kind") == KIND_ROWS) & (F.col("_collection") == cid)).select("payload")
+            if self.batch_rows.get(cid, ONE_TASK_ROWS + 1) <= ONE_TASK_ROWS:
+                part = part.coalesce(1)
             rows = part.mapInArrow(_unpack_fn(m.rows_schema, m.pk, m.min_ts), from_arrow_schema(m.rows_schema))
             for pid, ts in (dropped_parts or {}).get(cid, []):
                 rows = rows.unionByName(partition_deletes(m, rows, pid, ts))
