@@ -13,6 +13,7 @@ import uuid
 from typing import Any
 
 from msgstream_spark.cli.common import UsageError, load_config
+from msgstream_spark.cli.mirror_root_status import root_status
 from msgstream_spark.cli.table_args import add_table_args, checkpoint_of, resolve_table_format, table_options
 from msgstream_spark.cli.vocab import add_flag
 from msgstream_spark.errors import MirrorError
@@ -114,8 +115,6 @@ def cmd_mirror_status(args) -> int:
                          "a many-collection job), one of them")
     cfg = load_config(args)
     if args.table_root:
-        from msgstream_spark.cli.mirror_root_status import root_status
-
         with Factory(cfg).client() as client:
             doc, ok = root_status(args, client)
         _print(doc)

@@ -14,6 +14,7 @@ import time
 from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
+from prometheus_client.core import GaugeMetricFamily
 
 from msgstream_spark.mirror.watermark import physical_ms
 
@@ -82,8 +83,6 @@ class BacklogCollector:
         self.query: Any = None
 
     def collect(self):
-        from prometheus_client.core import GaugeMetricFamily
-
         secs = GaugeMetricFamily(PREFIX + "backlog_seconds", "per channel, Milvus time between the channel's "
                                  "latest position and what the job has applied", labels=["channel"])
         msgs = GaugeMetricFamily(PREFIX + "backlog_messages", "per channel, messages between the channel's latest "
