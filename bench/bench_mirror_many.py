@@ -29,6 +29,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import logging
 import os
 import shutil
 import sys
@@ -105,13 +106,45 @@ def write_changes(log: _Log, names: list[str], channels: str, rows: int, changes
         log.write(channels, name, _changes(rows, per, seed=100 + i))
 
 
+class _Lines(logging.Handler):
+    """The jobs' per-table batch lines (logger ``msgstream_spark.mirror.batches``, JSON): where a batch's time goes."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.INFO)
+        self.lines: list[dict] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        try:
+            line = json.loads(record.getMessage())
+        except ValueError:
+            return
+        if line.get("committed"):
+            self.lines.append(line)
+
+    def steps(self) -> dict:
+        """Medians over the table-batches committed since the last call: batch seconds and its steps."""
+        got, self.lines = self.lines, []
+        out: dict = {"table_batches": len(got)}
+        if got:
+            out["batch_s"] = round(median([ln["batch_seconds"] for ln in got]), 3)
+            for k in ("write", "plan", "commit"):
+                out[f"{k}_s"] = round(median([ln["step_seconds"].get(k, 0.0) for ln in got]), 3)
+        return out
+
+
+LINES = _Lines()
+
+
 def _job(spark, argv: list[str]) -> tuple[float, dict]:
     from msgstream_spark.jobs import mirror
 
     args = mirror.build_parser().parse_args(argv)
+    LINES.steps()  # forget earlier jobs' lines
     t0 = time.perf_counter()
     res = mirror.run(args, spark)
-    return time.perf_counter() - t0, res
+    secs = time.perf_counter() - t0
+    res["table_batch_medians"] = LINES.steps()
+    return secs, res
 
 
 class _Setup:
@@ -149,13 +182,16 @@ def _phase(spark, s: _Setup, phase: str) -> dict:
     db_s, res = _job(spark, s.database())
     ran = s.names[:s.separate_run or len(s.names)]
     seps = [_job(spark, s.separate(name))[0] for name in ran]
-    one_s, _ = _job(spark, s.one())
+    one_s, one_res = _job(spark, s.one())
     sep_total = sum(seps) * len(s.names) / len(ran)
     out = {"database_s": round(db_s, 2), "separate_s": round(sep_total, 2), "separate_run": len(ran),
            "separate_each_s": [round(x, 2) for x in seps], "one_s": round(one_s, 2),
-           "database_batches": res.get("batches"),
+           "database_batches": res.get("batches"), "database_table_batches": res["table_batch_medians"],
+           "one_table_batches": one_res["table_batch_medians"],
            "separate_vs_database": figure([sep_total], [db_s], goal=5.0),
            "one_vs_database": figure([one_s], [db_s], goal=round(1 / 1.3, 3))}
+    print(f"    per table and batch, medians: database job {res['table_batch_medians']}; one job, one table "
+          f"{one_res['table_batch_medians']}", flush=True)
     print(f"  {s.fmt:8} {phase:8}: database job {db_s:7.1f} s ({res.get('batches')} batches); "
           f"{len(s.names)} one-collection jobs {sep_total:7.1f} s ({len(ran)} run; ratio {sep_total / db_s:.2f}, "
           f"goal >= 5); "
@@ -221,6 +257,7 @@ def freshness(spark, s: _Setup, rows: int, samples: int, interval: float = 2.0) 
     job.start()
     try:
         _latencies(s, readers, job, rows + 1)  # the job's start and first batch: not a sample
+        LINES.steps()
         every, slowest = [], []
         for i in range(samples):
             t0 = time.perf_counter()
@@ -234,11 +271,13 @@ def freshness(spark, s: _Setup, rows: int, samples: int, interval: float = 2.0) 
         job.join(120)
     out = {"tables": len(s.names), "samples": samples, "trigger": "processing-time:1s", "goal_p50_s": 3.0,
            "p50_s": round(float(np.percentile(every, 50)), 3), "p95_s": round(float(np.percentile(every, 95)), 3),
-           "slowest_table_p50_s": round(median(slowest), 3), "load": load_average()}
+           "slowest_table_p50_s": round(median(slowest), 3), "load": load_average(),
+           "table_batch_medians": LINES.steps()}
     out["goal_met"] = out["p50_s"] <= 3.0
     print(f"  freshness, {len(s.names)} tables in one job, trigger 1 s: p50 {out['p50_s']:.2f} s, p95 "
           f"{out['p95_s']:.2f} s, slowest table per sample p50 {out['slowest_table_p50_s']:.2f} s (goal p50 <= 3 s: "
-          f"{'met' if out['goal_met'] else 'NOT met'}; load {out['load']})", flush=True)
+          f"{'met' if out['goal_met'] else 'NOT met'}; load {out['load']}); per table and batch, medians: "
+          f"{out['table_batch_medians']}", flush=True)
     return out
 
 
@@ -259,6 +298,9 @@ def run(collections: int = 20, rows: int = 50_000, changes: int = 10_000, format
         samples: int = 10, table_concurrency: int = 4, separate_run: int = 0, stop: bool = True) -> dict:
     """``stop``: stop the Spark session at the end (False: leave it to the caller, e.g. a test's shared one).
     ``separate_run``: how many of the one-collection jobs run (0: all), their time scaled to all."""
+    batches = logging.getLogger("msgstream_spark.mirror.batches")
+    batches.setLevel(logging.INFO)
+    batches.addHandler(LINES)
     work = Path(tempfile.mkdtemp(prefix="bench-many-"))
     os.environ["MSGSTREAM_KEY_CACHE_DIR"] = str(work / "key-cache")  # before Spark starts its Python workers
     spark = _spark()
@@ -277,6 +319,7 @@ def run(collections: int = 20, rows: int = 50_000, changes: int = 10_000, format
                 r["freshness"] = freshness(spark, s, rows, samples)
             result[fmt] = r
     finally:
+        batches.removeHandler(LINES)
         if stop:
             spark.stop()
         with contextlib.suppress(OSError):
