@@ -32,6 +32,7 @@ from msgstream_spark.msg.seq import SEQ, seq_value
 from msgstream_spark.source.multi import KIND_ALTER, KIND_CREATE, KIND_DROP, KIND_DROP_PARTITION, KIND_ROWS, unpack
 from msgstream_spark.source.rows import rows_arrow_schema
 from msgstream_spark.spark.mirror import MirrorBatch
+from msgstream_spark.spark.mirror_many_facts import batch_facts
 
 log = logging.getLogger(__name__)
 
@@ -121,12 +122,8 @@ class ManyBatch:
             df.unpersist()
 
     def _batch(self, df, batch_id: int) -> None:
-        from pyspark.sql import functions as F
-
-        ddl = df.where(F.col("kind") != KIND_ROWS).collect()
-        touched = (df.where(F.col("kind") == KIND_ROWS).groupBy("_collection")
-                   .agg(F.first("name").alias("name"), F.max("db").alias("db"), F.sum("rows").alias("n")).collect())
-        self.batch_rows = {r["_collection"]: int(r["n"] or 0) for r in touched}
+        ddl, touched = batch_facts(df)  # one Spark job, no shuffle
+        self.batch_rows = {r["_collection"]: r["n"] for r in touched}
         for r in ddl:
             if r["kind"] == KIND_CREATE:
                 cid = r["_collection"]

@@ -54,3 +54,30 @@ def test_a_small_share_of_a_batch_is_written_by_one_task(spark, local_env, tmp_p
     many, one = data_files_per_batch(root / "db1" / "a"), data_files_per_batch(root / "db1" / "b")
     assert many[0] > 1, many
     assert one == {0: 1}, one
+
+
+def test_a_batch_is_read_once_for_what_the_driver_learns(spark, tmp_path):
+    """The DDL rows and each touched collection's name, database and rows: one Spark job of one stage (no
+    shuffle), the rows summed by the tasks."""
+    from msgstream_spark.mirror.many import ManyState, Selection
+    from msgstream_spark.source.multi import COLLECTIONS_DDL
+    from msgstream_spark.spark.mirror_many import ManyBatch
+
+    pieces = [("create", 7, "", "", 10, 0, b"schema", None), ("rows", 7, "a", "", 11, 5, b"p1", 70),
+              ("rows", 8, "b", "db2", 12, 3, b"p2", 80), ("rows", 7, "", "db1", 13, 4, b"p3", 70),
+              ("drop", 9, "z", "", 14, 0, None, None)]
+    df = spark.createDataFrame(pieces, COLLECTIONS_DDL)  # two partitions (local[2]), no shuffle
+    state = ManyState(str(tmp_path / "collections.json"))
+    mb = ManyBatch(lambda k, s: None, state, Selection(database="none"), mirrored={}, concurrency=1)
+    sc = spark.sparkContext
+    sc.setJobGroup("many-facts", "a batch's facts")
+    try:
+        mb(df, 0)
+    finally:
+        sc.setJobGroup("", "")
+    jobs = sc.statusTracker().getJobIdsForGroup("many-facts")
+    stages = [s for j in jobs for s in sc.statusTracker().getJobInfo(j).stageIds]
+    assert len(jobs) == 1 and len(stages) == 1, (jobs, stages)
+    assert mb.batch_rows == {7: 9, 8: 3}
+    got = {cid: (k.name, k.db) for cid, k in state.known.items()}
+    assert got[7] == ("a", "db1") and got[8] == ("b", "db2") and state.known[7].schema  # the create's schema kept
