@@ -179,12 +179,13 @@ def _stream(spark, args, cfg, starting: str | None, sub: str):
 
 def run_into(df, sink, checkpoint: str, trig: dict, args, name: str, started=None) -> tuple[str | None, int, int]:
     """Run the stream ``df`` into the ``foreachBatch`` function ``sink`` until it ends, with progress lines; (the
-    query's error line or None, rows, batches). Both mirror jobs' query. ``started``: told the query once it runs
-    (the metrics' backlog reads its progress)."""
+    query's error line or None, rows, batches). Both mirror jobs' query. ``started`` (else the sink's
+    ``on_query_start``, if it has one): told the query once it runs (the metrics' backlog reads its progress)."""
     from msgstream_spark.jobs.ingest import Progress
 
     query = (df.writeStream.foreachBatch(sink).option("checkpointLocation", checkpoint)
              .trigger(**trig).queryName(f"{name}-{uuid.uuid4().hex[:8]}").start())
+    started = started or getattr(sink, "on_query_start", None)
     if started is not None:
         started(query)
     progress = Progress(query, args.progress_interval).start()
@@ -196,10 +197,10 @@ def run_into(df, sink, checkpoint: str, trig: dict, args, name: str, started=Non
     return (None if err is None else (spark_error_line(err) or str(err))), progress.rows, progress.batches
 
 
-def _run_query(spark, args, cfg, starting, sink, checkpoint: str, started=None) -> int:
+def _run_query(spark, args, cfg, starting, sink, checkpoint: str) -> int:
     sub = args.subscription or f"mirror-{os.path.basename(args.table_root.rstrip('/'))}"
     err, rows, _ = run_into(_stream(spark, args, cfg, starting, sub), sink, checkpoint, trigger_kwargs(args.trigger),
-                            args, "mirror-many", started)
+                            args, "mirror-many")
     if err is not None:
         raise MirrorError(f"mirror query failed: {err}")
     return rows
@@ -354,7 +355,8 @@ def run_many(args: argparse.Namespace, spark=None) -> dict[str, Any]:
         sink = ManyBatch(tables, state, selection, mirrored=_opened(state, tables),
                          concurrency=args.table_concurrency, locate=locate)
         t0 = time.perf_counter()
-        rows = _run_query(spark, args, cfg, starting, sink, checkpoint, hub.watch)
+        sink.on_query_start = hub.watch  # the backlog metric reads the running query's progress
+        rows = _run_query(spark, args, cfg, starting, sink, checkpoint)
     finally:
         hub.close()
     return {"job": "mirror", "selection": selection.describe(), "table_root": args.table_root,
