@@ -81,6 +81,22 @@ def ratio_rows(res: dict) -> list[tuple[str, float, float | None]]:
                          1.0))
     if (m.get("snapshot") or {}).get("snapshot_ratio"):
         rows.append(("snapshot (real Milvus) vs append the log to Parquet", m["snapshot"]["snapshot_ratio"], 0.5))
+    rows += _many_rows(res.get("bench.bench_mirror_many") or {})
+    return rows
+
+
+def _many_rows(mm: dict) -> list[tuple[str, float, float | None]]:
+    """#44: one database job vs one job per collection (goal >= 5) and vs one job over one table (goal 1/1.3)."""
+    rows: list[tuple[str, float, float | None]] = []
+    for fmt in ("delta", "iceberg"):
+        for phase in ("load", "changes"):
+            r = (mm.get(fmt) or {}).get(phase) or {}
+            if (r.get("separate_vs_database") or {}).get("ratio"):
+                rows.append((f"mirror {fmt} {phase}: one job per collection / one database job (time)",
+                             r["separate_vs_database"]["ratio"], 5.0))
+            if (r.get("one_vs_database") or {}).get("ratio"):
+                rows.append((f"mirror {fmt} {phase}: one job, one table / one database job (time)",
+                             r["one_vs_database"]["ratio"], round(1 / 1.3, 3)))
     return rows
 
 

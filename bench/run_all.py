@@ -40,6 +40,7 @@ SCRIPTS = [
     "bench.bench_store",
     "bench.bench_iceberg_catalog",
     "bench.bench_mirror_upkeep",
+    "bench.bench_mirror_many",
 ]
 
 # Sizes per script: "full" is what the README's figures come from (about 70-80 minutes on 2 cores, of them
@@ -66,7 +67,10 @@ SIZES = {
              "bench.bench_keyindex": {"sizes": (100_000, 1_000_000)},
              "bench.bench_store": {"mib": 64, "small": 300},
              "bench.bench_iceberg_catalog": {"small": 10, "rows": 1000},
-             "bench.bench_mirror_upkeep": {"batches": 500}},
+             "bench.bench_mirror_upkeep": {"batches": 500},
+             # #44: 20 collections x 50k rows (64-d) + 10k changes in one database job vs 20 one-collection jobs
+             # vs one job over one 1M-row collection; the freshness of 20 tables in one job
+             "bench.bench_mirror_many": {"collections": 20, "rows": 50_000, "changes": 10_000, "samples": 10}},
     "quick": {"bench.bench_spark_read": {"rows": 200_000, "mem_rows": 0, "kafka": True},
               "bench.bench_spark_write": {"rows": 20_000, "reps": 2},
               "bench.profile_read": {"rows": 50_000, "kafka": True},
@@ -84,7 +88,9 @@ SIZES = {
               "bench.bench_keyindex": {"sizes": (100_000, 1_000_000), "reps": 3},
               "bench.bench_store": {"mib": 16, "small": 100},
               "bench.bench_iceberg_catalog": {"small": 5, "rows": 200, "reps": 3},
-              "bench.bench_mirror_upkeep": {"batches": 120}},
+              "bench.bench_mirror_upkeep": {"batches": 120},
+              "bench.bench_mirror_many": {"collections": 20, "rows": 5_000, "changes": 2_000, "samples": 5,
+                                          "separate_run": 4}},
 }
 
 

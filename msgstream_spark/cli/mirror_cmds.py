@@ -13,6 +13,7 @@ import uuid
 from typing import Any
 
 from msgstream_spark.cli.common import UsageError, load_config
+from msgstream_spark.cli.mirror_root_status import root_status
 from msgstream_spark.cli.table_args import add_table_args, checkpoint_of, resolve_table_format, table_options
 from msgstream_spark.cli.vocab import add_flag
 from msgstream_spark.errors import MirrorError
@@ -49,7 +50,11 @@ def add_mirror_commands(mirror_sub: Any, common: Any) -> None:
     p = mirror_sub.add_parser("status", help="per channel: how fresh the table is, the backlog, stalled; the "
                                           "table version and its maintenance state (JSON)")
     common(p)
-    add_table_args(p)
+    add_table_args(p, table_required=False)
+    p.add_argument("--table-root", metavar="LOCATION",
+                   help="instead of --table: every table a --database / --collections / --include job keeps under "
+                        "this root (its collection list in --checkpoint, default <root>_checkpoint), each with its "
+                        "database, version, last batch, freshness and dropped mark")
     p.add_argument("--collection", help="collection name (default: the table's msgstream.collection)")
     p.add_argument("--stalled-after", type=float, default=60.0,
                    help="stalled: the log holds data the table lacks and its last commit is older than this many "
@@ -105,7 +110,15 @@ def _open_existing(args, collection: str | None):
 
 
 def cmd_mirror_status(args) -> int:
+    if bool(args.table) == bool(args.table_root):
+        raise UsageError("mirror status: pass --table LOCATION (one table) or --table-root LOCATION (every table of "
+                         "a many-collection job), one of them")
     cfg = load_config(args)
+    if args.table_root:
+        with Factory(cfg).client() as client:
+            doc, ok = root_status(args, client)
+        _print(doc)
+        return 0 if ok else 1
     table = _open_existing(args, args.collection)
     pinned = PinnedTable(table)
     checkpoint = checkpoint_of(args)

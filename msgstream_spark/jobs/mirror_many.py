@@ -211,13 +211,17 @@ def _stream(spark, args, cfg, starting: str | None, sub: str):
     return spark.readStream.format("msgstream").options(**opts).load()
 
 
-def run_into(df, sink, checkpoint: str, trig: dict, args, name: str) -> tuple[str | None, int, int]:
+def run_into(df, sink, checkpoint: str, trig: dict, args, name: str, started=None) -> tuple[str | None, int, int]:
     """Run the stream ``df`` into the ``foreachBatch`` function ``sink`` until it ends, with progress lines; (the
-    query's error line or None, rows, batches). Both mirror jobs' query."""
+    query's error line or None, rows, batches). Both mirror jobs' query. ``started`` (else the sink's
+    ``on_query_start``, if it has one): told the query once it runs (the metrics' backlog reads its progress)."""
     from msgstream_spark.jobs.ingest import Progress
 
     query = (df.writeStream.foreachBatch(sink).option("checkpointLocation", checkpoint)
              .trigger(**trig).queryName(f"{name}-{uuid.uuid4().hex[:8]}").start())
+    started = started or getattr(sink, "on_query_start", None)
+    if started is not None:
+        started(query)
     progress = Progress(query, args.progress_interval).start()
     try:
         await_query(query, trig, args.timeout)
@@ -329,6 +333,7 @@ def run_many(args: argparse.Namespace, spark=None) -> dict[str, Any]:
         sink = ManyBatch(tables, state, selection, mirrored=_opened(state, tables),
                          concurrency=args.table_concurrency, locate=locate)
         t0 = time.perf_counter()
+        sink.on_query_start = hub.watch  # the backlog metric reads the running query's progress
         rows = _run_query(spark, args, cfg, starting, sink, checkpoint)
     finally:
         hub.close()

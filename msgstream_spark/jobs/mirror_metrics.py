@@ -14,6 +14,7 @@ import time
 from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
+from prometheus_client.core import GaugeMetricFamily
 
 from msgstream_spark.mirror.watermark import physical_ms
 
@@ -58,6 +59,48 @@ def _metrics(r: CollectorRegistry) -> dict[str, Any]:
     }
 
 
+def channel_backlog(progress: Any) -> dict[str, dict[str, int]]:
+    """Per channel the backlog in a streaming query's progress (a dict or Spark's ``StreamingQueryProgress``):
+    between the channel's latest position the source saw (``latestOffset``) and the end of the last batch the job
+    ran to the end (``endOffset``; its tables committed): ``ms`` on Milvus's clock, and ``messages`` where the
+    log's message ids count messages (the embedded log's, Kafka's offsets)."""
+    from msgstream_spark.jobs.ingest import _offset_lag
+
+    if progress is None:
+        return {}
+    d = progress if isinstance(progress, dict) else json.loads(progress.json)
+    out: dict[str, dict[str, int]] = {}
+    for s in d.get("sources") or []:
+        out.update(_offset_lag(s.get("latestOffset"), s.get("endOffset")))
+    return out
+
+
+class BacklogCollector:
+    """``msgstream_mirror_backlog_seconds`` / ``_messages`` per channel, read from the job's query's last progress
+    at each scrape (nothing before the query starts or before its first batch ends)."""
+
+    def __init__(self) -> None:
+        self.query: Any = None
+
+    def collect(self):
+        secs = GaugeMetricFamily(PREFIX + "backlog_seconds", "per channel, Milvus time between the channel's "
+                                 "latest position and what the job has applied", labels=["channel"])
+        msgs = GaugeMetricFamily(PREFIX + "backlog_messages", "per channel, messages between the channel's latest "
+                                 "position and what the job has applied", labels=["channel"])
+        try:
+            lag = channel_backlog(self.query.lastProgress) if self.query is not None else {}
+        except Exception as exc:  # noqa: BLE001 - a scrape never fails the job; said in the log
+            logging.getLogger(__name__).warning("backlog metric: the query's progress is unreadable: %s", exc)
+            lag = {}
+        for ch, v in sorted(lag.items()):
+            if "ms" in v:
+                secs.add_metric([ch], v["ms"] / 1000)
+            if "messages" in v:
+                msgs.add_metric([ch], v["messages"])
+        yield secs
+        yield msgs
+
+
 class MetricsHub:
     """The job's registry and its HTTP endpoint (``port``: served; None: not served; 0: any free port), shared by
     the ``JobMetrics`` of every table the job writes (a many-collection job: one endpoint, a series per table)."""
@@ -65,10 +108,16 @@ class MetricsHub:
     def __init__(self, port: int | None = None) -> None:
         self.registry = CollectorRegistry()
         self.m = _metrics(self.registry)
+        self.backlog = BacklogCollector()
+        self.registry.register(self.backlog)
         self.server = self.port = None
         if port is not None:
             self.server, _ = start_http_server(port, addr="0.0.0.0", registry=self.registry)
             self.port = self.server.server_port
+
+    def watch(self, query: Any) -> None:
+        """The job's streaming query, whose progress the backlog metric reads."""
+        self.backlog.query = query
 
     def close(self) -> None:
         if self.server is not None:

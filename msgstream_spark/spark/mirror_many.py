@@ -35,8 +35,13 @@ from msgstream_spark.source import multi
 from msgstream_spark.source.multi import KIND_ALTER, KIND_CREATE, KIND_DROP, KIND_DROP_PARTITION, KIND_ROWS, unpack
 from msgstream_spark.source.rows import rows_arrow_schema
 from msgstream_spark.spark.mirror import MirrorBatch
+from msgstream_spark.spark.mirror_many_facts import batch_facts
 
 log = logging.getLogger(__name__)
+
+# a table whose rows in a batch are at most this many is written by one task (one data file, one task's fixed
+# costs), not by a task per partition of the batch: a batch spread over many collections gives each a small share
+ONE_TASK_ROWS = 50_000
 
 
 class Mirrored:
@@ -157,6 +162,7 @@ class ManyBatch:
         self.batches = 0
         self.created: list[int] = []  # collection ids whose table this run made or opened on the stream
         self.dropped: list[int] = []  # collection ids whose table this run marked dropped
+        self.batch_rows: dict[int, int] = {}  # the batch's rows per collection id
 
     def __call__(self, df, batch_id: int) -> None:
         df = df.persist()
@@ -166,11 +172,8 @@ class ManyBatch:
             df.unpersist()
 
     def _batch(self, df, batch_id: int) -> None:
-        from pyspark.sql import functions as F
-
-        ddl = df.where(F.col("kind") != KIND_ROWS).collect()
-        touched = (df.where(F.col("kind") == KIND_ROWS).groupBy("_collection")
-                   .agg(F.first("name").alias("name"), F.max("db").alias("db")).collect())
+        ddl, touched = batch_facts(df)  # one Spark job, no shuffle
+        self.batch_rows = {r["_collection"]: r["n"] for r in touched}
         for r in ddl:
             if r["kind"] == KIND_CREATE:
                 cid = r["_collection"]
@@ -237,6 +240,8 @@ class ManyBatch:
         def one(m: Mirrored) -> None:
             cid = m.sink.collection_id
             part = df.where((F.col("kind") == KIND_ROWS) & (F.col("_collection") == cid)).select("payload")
+            if self.batch_rows.get(cid, ONE_TASK_ROWS + 1) <= ONE_TASK_ROWS:
+                part = part.coalesce(1)
             rows = part.mapInArrow(_unpack_fn(m.rows_schema, m.pk, m.min_ts), from_arrow_schema(m.rows_schema))
             for r in (removals or {}).get(cid, []):
                 if m.min_ts is not None and r["_ts"] <= m.min_ts:

@@ -27,7 +27,7 @@ def test_one_endpoint_shows_every_table_of_a_database_job(spark, local_env, tmp_
     argv = ["--config", cfg, "--database", "db1", "--table-root", str(root), "--table-format", "delta",
             "--snapshot", "never", "--channels", ",".join(chans), "--trigger", "processing-time:500 milliseconds",
             "--timeout", "120", "--metrics-port", str(port), "--maintenance", "expire.every=1",
-            "--progress-interval", "1"]
+            "--progress-interval", "1", "--max-rows-per-trigger", "1"]  # a batch per tick: a backlog builds
     out: dict = {}
     caplog.set_level(logging.INFO, logger="msgstream_spark.mirror.batches")
     with local_env.client() as c:
@@ -41,7 +41,7 @@ def test_one_endpoint_shows_every_table_of_a_database_job(spark, local_env, tmp_
         log.tick()
         job = threading.Thread(target=lambda: out.update(mirror.run(mirror.build_parser().parse_args(argv), spark)))
         job.start()
-        name = "msgstream_mirror_rows_applied_total"
+        name, backlog = "msgstream_mirror_rows_applied_total", "msgstream_mirror_backlog_messages"
         a, b = str(root / "db1" / "a"), str(root / "db1" / "b")
         try:
             wait_for("both tables' inserts", lambda: (s := scrape(port)) and total(s, name, table=a) == 6
@@ -50,6 +50,13 @@ def test_one_endpoint_shows_every_table_of_a_database_job(spark, local_env, tmp_
             log.tick()
             got = wait_for("a's deletes", lambda: (s := scrape(port)) and total(s, name, table=a, op="delete") == 2
                            and s, job)
+            for pk in range(100, 112):  # 12 one-row steps, a tick after each: 12 batches of one row
+                log.insert(22, [pk])
+                log.tick()
+            behind = wait_for("a backlog", lambda: (s := scrape(port)) and total(s, backlog) > 0 and s, job)
+            caught_up = wait_for("b's 12 rows, no backlog left", lambda: (s := scrape(port))
+                                 and total(s, name, table=b, op="insert") == 16
+                                 and total(s, backlog) == 0 and s, job)
         finally:
             for q in spark.streams.active:
                 q.stop()
@@ -63,3 +70,7 @@ def test_one_endpoint_shows_every_table_of_a_database_job(spark, local_env, tmp_
     assert out["maintenance"][a]["runs"]["expire"] >= 1  # each table maintained on the job's policy
     lines = [json.loads(r.getMessage()) for r in caplog.records if r.name == "msgstream_spark.mirror.batches"]
     assert {ln["table"] for ln in lines if ln.get("committed")} == {a, b}
+    # the backlog per channel: messages and Milvus time between a channel's newest position and the job's
+    assert {dict(ls)["channel"] for (n, ls), _ in behind.items() if n == backlog} == set(chans)
+    assert total(behind, "msgstream_mirror_backlog_seconds") > 0
+    assert total(caught_up, "msgstream_mirror_backlog_seconds") == 0

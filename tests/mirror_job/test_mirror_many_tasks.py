@@ -1,0 +1,83 @@
+"""A many-collection batch spread over many collections gives each table a small share of it: that share is
+written by one task (one data file per table and batch, one task's fixed costs), not by a task per partition of
+the batch (issue #44's measure: 20 tables in one job); a large share keeps a task per partition."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from tests.mirror_job.many_log import ManyLog
+from tests.mirror_job.test_mirror_many import table_rows
+from tests.sink.helpers import config_file
+
+pytestmark = pytest.mark.slow
+
+
+def data_files_per_batch(location: Path) -> dict[int, int]:
+    """{stream batch id: data files its commit added} of a Delta table's mirror commits."""
+    out = {}
+    for f in sorted((location / "_delta_log").glob("*.json")):
+        actions = [json.loads(line) for line in f.read_text().splitlines()]
+        txn = [a["txn"]["version"] for a in actions if "txn" in a]
+        if txn:
+            out[int(txn[0])] = sum(1 for a in actions if "add" in a and a["add"].get("dataChange", True))
+    return out
+
+
+def test_a_small_share_of_a_batch_is_written_by_one_task(spark, local_env, tmp_path, monkeypatch):
+    from msgstream_spark.jobs import mirror
+    from msgstream_spark.spark import mirror_many
+
+    cfg = config_file(local_env, tmp_path)
+    chans = [local_env.new_channel("mtask") for _ in range(2)]
+    root = tmp_path / "lake"
+    with local_env.client() as c:
+        log = ManyLog(c, chans)
+        try:
+            log.create("db1", "a", 41)
+            log.create("db1", "b", 42)
+            for lo in range(0, 40, 10):  # messages on both channels: a read task per channel
+                log.insert(41, range(lo, lo + 10))
+            log.insert(42, range(20))
+            log.tick()
+        finally:
+            log.close()
+    monkeypatch.setattr(mirror_many, "ONE_TASK_ROWS", 30)  # a's 40 rows: a task per partition; b's 20: one
+    argv = ["--config", cfg, "--database", "db1", "--table-root", str(root), "--table-format", "delta",
+            "--snapshot", "never", "--channels", ",".join(chans), "--progress-interval", "60"]
+    mirror.run(mirror.build_parser().parse_args(argv), spark)
+    assert sorted(table_rows(root / "db1" / "a")) == list(range(40))
+    assert sorted(table_rows(root / "db1" / "b")) == list(range(20))
+    many, one = data_files_per_batch(root / "db1" / "a"), data_files_per_batch(root / "db1" / "b")
+    assert many[0] > 1, many
+    assert one == {0: 1}, one
+
+
+def test_a_batch_is_read_once_for_what_the_driver_learns(spark, tmp_path):
+    """The DDL rows and each touched collection's name, database and rows: one Spark job of one stage (no
+    shuffle), the rows summed by the tasks."""
+    from msgstream_spark.mirror.many import ManyState, Selection
+    from msgstream_spark.source.multi import COLLECTIONS_DDL
+    from msgstream_spark.spark.mirror_many import ManyBatch
+
+    pieces = [("create", 7, "", "", 10, 0, b"schema", None), ("rows", 7, "a", "", 11, 5, b"p1", 70),
+              ("rows", 8, "b", "db2", 12, 3, b"p2", 80), ("rows", 7, "", "db1", 13, 4, b"p3", 70),
+              ("drop", 9, "z", "", 14, 0, None, None)]
+    df = spark.createDataFrame(pieces, COLLECTIONS_DDL)  # two partitions (local[2]), no shuffle
+    state = ManyState(str(tmp_path / "collections.json"))
+    mb = ManyBatch(lambda k, s: None, state, Selection(database="none"), mirrored={}, concurrency=1)
+    sc = spark.sparkContext
+    sc.setJobGroup("many-facts", "a batch's facts")
+    try:
+        mb(df, 0)
+    finally:
+        sc.setJobGroup("", "")
+    jobs = sc.statusTracker().getJobIdsForGroup("many-facts")
+    stages = [s for j in jobs for s in sc.statusTracker().getJobInfo(j).stageIds]
+    assert len(jobs) == 1 and len(stages) == 1, (jobs, stages)
+    assert mb.batch_rows == {7: 9, 8: 3}
+    got = {cid: (k.name, k.db) for cid, k in state.known.items()}
+    assert got[7] == ("a", "db1") and got[8] == ("b", "db2") and state.known[7].schema  # the create's schema kept
