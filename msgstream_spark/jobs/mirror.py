@@ -189,7 +189,6 @@ def run(args: argparse.Namespace, spark=None) -> dict[str, Any]:
     from msgstream_spark.mirror.history.table import HistoryTable
     from msgstream_spark.mirror.store.writer import writer_lock
     from msgstream_spark.mirror.table import open_table
-    from msgstream_spark.mirror.common import PROP_SNAPSHOT_TS
     from msgstream_spark.spark.mirror import MirrorBatch
     from msgstream_spark.spark.removals import RemovingBatch
 
@@ -206,8 +205,7 @@ def run(args: argparse.Namespace, spark=None) -> dict[str, Any]:
         upkeep, metrics = _observers(args, start.table, policy)
         sink = MirrorBatch(start.table, pk, checkpoint=checkpoint, collection_id=start.collection_id,
                            history=history, lock=hold, observers=[upkeep, metrics])
-        s = start.table.properties().get(PROP_SNAPSHOT_TS)  # DropPartition / Truncate: their deletes with the rows
-        removing = RemovingBatch(sink, int(s) if s else None)
+        removing = RemovingBatch(sink)  # DropPartition / Truncate: their deletes merged with the rows
         t0 = time.perf_counter()
         try:
             rows, restarts = _stream_all(spark, args, cfg, start, removing, checkpoint, trig)

@@ -18,6 +18,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from msgstream_spark.mirror.common import PROP_SNAPSHOT_TS
 from msgstream_spark.msg.hashing import shard_indices
 from msgstream_spark.msg.seq import SEQ, seq_value
 from msgstream_spark.msg.wal26.envelope import CONTROL_VCHANNEL_SUFFIX
@@ -108,7 +109,7 @@ def partition_deletes(t: Target, rows, pid: int, ts: int):
     the drop (a partition of the same name is a new partition id) is newer and stays."""
     from pyspark.sql import functions as F
 
-    current = t.table.to_arrow().select([t.pk, "_partition"])
+    current = t.table.to_arrow([t.pk, "_partition"])  # the two columns only: no vector is read
     keys = set(current.filter(pc.equal(current.column("_partition"), pid)).column(t.pk).to_pylist())
     keys |= {r[0] for r in rows.where((F.col("_partition") == pid) & (F.col("_ts") < ts)).select(t.pk).collect()}
     log.info("collection id %s: partition %d dropped at %d: %d rows deleted", t.collection_id, pid, ts, len(keys))
@@ -123,7 +124,7 @@ def truncate_deletes(t: Target, rows, shard: str, shards: int, ts: int):
     ``shard``), every one older than ``ts`` when either is unknown. A row written after the copy stays."""
     from pyspark.sql import functions as F
 
-    current = t.table.to_arrow().select([t.pk, "_ts"])
+    current = t.table.to_arrow([t.pk, "_ts"])
     current = current.filter(pc.less(current.column("_ts"), pa.scalar(ts, pa.int64())))
     index = shard_index(shard)
     if shards > 0 and index is not None and current.num_rows:
@@ -148,10 +149,12 @@ class RemovingBatch:
     ``sink`` (its :class:`~msgstream_spark.spark.mirror.MirrorBatch`). The batch is kept (``persist``: the channels
     are read once), its removal rows are collected by the driver (one per DropPartition / Truncate copy) and
     left out of the rows, and the deletes they amount to go with the rows into ``sink``: one commit, fenced, with
-    the batch's record. ``min_ts``: the table's snapshot S (a removal at or before it is in the snapshot)."""
+    the batch's record. The table's snapshot S (``msgstream.snapshot_ts``): a removal at or before it is in the
+    snapshot already."""
 
-    def __init__(self, sink: Any, min_ts: int | None = None) -> None:
-        self.sink, self.min_ts = sink, min_ts
+    def __init__(self, sink: Any) -> None:
+        s = sink.table.properties().get(PROP_SNAPSHOT_TS)
+        self.sink, self.min_ts = sink, (int(s) if s else None)
         self.removals = 0  # removal copies applied (summed over the batches)
 
     def __call__(self, df, batch_id: int) -> None:
