@@ -114,6 +114,7 @@ BUDGETS = {
     "tests/chaos/test_broker_faults.py": 60,
     "tests/mq_milvus/test_mirror_snapshot.py": 60,
     "tests/mirror_job/test_mirror_many_kills.py": 100,
+    "tests/mirror_job/test_mirror_one_ddl.py": 60,
     "wheel": 60,
     "rest-catalog": 40,
 }

@@ -107,7 +107,8 @@ def build_parser() -> argparse.ArgumentParser:
 def _stream(spark, args, cfg, starting: str | None):
     sub = args.subscription or f"mirror-{args.collection}-{os.path.basename(args.table.rstrip('/'))}"
     opts = source_options(args, collection=args.collection, subscription=sub, startingPositions=starting,
-                          maxRowsPerTrigger=args.max_rows_per_trigger, **_channels_option(args, cfg))
+                          maxRowsPerTrigger=args.max_rows_per_trigger, removalRows="true",  # spark/removals.py
+                          **_channels_option(args, cfg))
     return spark.readStream.format("msgstream").options(**opts).load()
 
 
@@ -189,6 +190,7 @@ def run(args: argparse.Namespace, spark=None) -> dict[str, Any]:
     from msgstream_spark.mirror.store.writer import writer_lock
     from msgstream_spark.mirror.table import open_table
     from msgstream_spark.spark.mirror import MirrorBatch
+    from msgstream_spark.spark.removals import RemovingBatch
 
     probe = _stream(spark, args, cfg, None)
     pk, cid = _facts(probe)
@@ -203,9 +205,10 @@ def run(args: argparse.Namespace, spark=None) -> dict[str, Any]:
         upkeep, metrics = _observers(args, start.table, policy)
         sink = MirrorBatch(start.table, pk, checkpoint=checkpoint, collection_id=start.collection_id,
                            history=history, lock=hold, observers=[upkeep, metrics])
+        removing = RemovingBatch(sink)  # DropPartition / Truncate: their deletes merged with the rows
         t0 = time.perf_counter()
         try:
-            rows, restarts = _stream_all(spark, args, cfg, start, sink, checkpoint, trig)
+            rows, restarts = _stream_all(spark, args, cfg, start, removing, checkpoint, trig)
         finally:
             metrics.close()
     secs = time.perf_counter() - t0
@@ -214,7 +217,7 @@ def run(args: argparse.Namespace, spark=None) -> dict[str, Any]:
             "merged_batches": sink.batches, "skipped_batches": sink.skipped, "merged_changes": sink.rows,
             "compactions": upkeep.runs["compact"], "maintenance": upkeep.state(),
             "table_version": upkeep.version(), "metrics_port": metrics.port,
-            "schema_restarts": restarts, "stream_seconds": round(secs, 3),
+            "schema_restarts": restarts, "removals": removing.removals, "stream_seconds": round(secs, 3),
             "freshness_ms": sink.freshness_ms, "step_seconds": sink.timings, "step_bytes": sink.bytes}
 
 

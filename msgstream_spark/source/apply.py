@@ -18,6 +18,7 @@ from msgstream_spark.errors import DecodeError, SchemaError, UnknownMessageTypeE
 from msgstream_spark.msg.schema import collection_arrow_schema
 from msgstream_spark.msg.types import MsgType
 from msgstream_spark.msg.wal26 import WalMessageType, WalMsg, decode_message, parse_envelope, time_tick_of
+from msgstream_spark.source import multi
 from msgstream_spark.source.offsets import b64
 from msgstream_spark.source.rows import METADATA, OP, wanted_type
 from msgstream_spark.stream.decode import ChannelDecoder
@@ -121,6 +122,8 @@ class RowsHandler:
             elif d.row_bearing and wanted_type(msg.msg_type, self.opts.message_types):
                 self.builder.add(msg, self.part.channel, d.raw.id.serialize(), d.position if d.version else None)
             return
+        if self.opts.removal_rows and self._removal(d):
+            return
         if isinstance(msg, WalMsg):
             if msg.wal_type in _SCHEMA_TYPES:
                 self._schema_change(d)
@@ -130,6 +133,30 @@ class RowsHandler:
         if not collection_matches(msg, self.part):
             return
         self.builder.add(msg, self.part.channel, d.raw.id.serialize(), d.position if d.version else None)
+
+    def _removal(self, d: Any) -> bool:
+        """``removalRows``: a DropPartition / TruncateCollection copy of the query's collection as one row
+        (``source.multi.removal`` decides, as for ``output=collections``); True when ``d`` is such a message."""
+        msg = d.msg
+        got = multi.removal(msg)
+        if got is None:
+            return False
+        name = getattr(getattr(msg, "proto", None), "collection_name", "") or ""
+        if self._removal_ours(msg.collection_id, name):
+            kind, pid, shards = got
+            self.builder.removal(msg, kind, pid if kind == multi.KIND_DROP_PARTITION else shards,
+                                 multi.ddl_shard(msg), self.part.channel, d.raw.id.serialize())
+        return True
+
+    def _removal_ours(self, cid: int, name: str) -> bool:
+        """Whether a removal is of the query's collection: by id where the query knows it (a Truncate names no
+        collection, a 2.3-2.6.5 DropPartition may not), else by name."""
+        part = self.part
+        if part.collection_id is not None:
+            return cid == part.collection_id
+        if self.inferred_cid is not None:
+            return cid == int(self.inferred_cid)
+        return part.collection_name is None or name == part.collection_name
 
     def _schema_change(self, d: Any) -> None:
         """An AlterCollection adding fields the query lacks: ``onSchemaChange`` fail or ignore."""

@@ -84,9 +84,21 @@ def _shard_count(msg: WalMsg) -> int:
     return 0 if bh is None else sum(1 for v in bh.vchannels if not v.endswith(CONTROL_VCHANNEL_SUFFIX))
 
 
-def _shard(msg: Any) -> str:
+def ddl_shard(msg: Any) -> str:
     """The vchannel a DDL copy was written to (2.6 ``_vc``; "" for a 2.3-2.5 message)."""
     return (msg.wal.vchannel or "") if getattr(msg, "wal", None) is not None else ""
+
+
+def removal(msg: Any) -> tuple[str, int | None, int] | None:
+    """A message that removes rows by itself (service-notes §1.6): ``(KIND_DROP_PARTITION, partition id, 0)`` for a
+    DropPartition (2.3-2.5 msgstream, 2.6 WAL), ``(KIND_TRUNCATE, None, shard count)`` for a 2.6.11+
+    TruncateCollection copy (the count its broadcast header names, 0 when none); None for any other message.
+    Both the ``collections`` output and the ``rows`` output's ``removalRows`` rows come from here."""
+    if msg.msg_type == MsgType.DropPartition:
+        return (KIND_DROP_PARTITION, msg.partition_id, 0) if isinstance(msg, DropPartitionMsg) else None
+    if isinstance(msg, WalMsg) and msg.wal_type == WalMessageType.TruncateCollection:
+        return KIND_TRUNCATE, None, _shard_count(msg)
+    return None
 
 
 class CollectionsBuilder:
@@ -129,12 +141,12 @@ class CollectionsBuilder:
     def ddl(self, msg: Any) -> None:
         """A CreateCollection (its schema), a 2.6 AlterCollection / SchemaChange with a schema (the new one) or a
         new name, a DropCollection, a DropPartition, a 2.6 TruncateCollection: after the rows read before it."""
+        removes = removal(msg)
+        if removes is not None:
+            kind, pid, shards = removes
+            return self._ddl_row(msg, kind, "", "", None, pid, rows=shards)
         if msg.msg_type == MsgType.DropPartition:
-            if isinstance(msg, DropPartitionMsg):
-                self._ddl_row(msg, KIND_DROP_PARTITION, "", "", None, msg.partition_id)
             return
-        if isinstance(msg, WalMsg) and msg.wal_type == WalMessageType.TruncateCollection:
-            return self._ddl_row(msg, KIND_TRUNCATE, "", "", None, rows=_shard_count(msg))
         kind = {MsgType.CreateCollection: KIND_CREATE, MsgType.DropCollection: KIND_DROP}.get(msg.msg_type)
         if kind is None and isinstance(msg, WalMsg):
             kind = KIND_ALTER  # a 2.6 AlterCollection / SchemaChange (the full new schema)
@@ -153,7 +165,7 @@ class CollectionsBuilder:
                  rows: int = 0) -> None:
         self._pieces()  # the rows read before it come first
         self.out.append({"kind": kind, "_collection": msg.collection_id, "name": name, "db": db, "_ts": msg.timestamp,
-                         "rows": rows, "payload": payload, "_partition": partition, "_shard": _shard(msg)})
+                         "rows": rows, "payload": payload, "_partition": partition, "_shard": ddl_shard(msg)})
 
     def _pieces(self) -> None:
         for b, cid, name, db in self.builders.values():

@@ -57,6 +57,8 @@ READ_OPTIONS = {
     "minpartitions": "positive integer: at least this many read tasks (channel ranges cut at safe messages)",
     "maxrecordsperpartition": "positive integer: at most this many messages a read task (as planned)",
     "dedupe": "true | false: drop replayed sink batches (exactly-once with the msgstream sink)",
+    "removalrows": "true | false (output=rows): also one row per DropPartition / TruncateCollection copy of the "
+                   "collection, op drop_partition / truncate (a mirror deletes what they removed)",
     "upsertas": "insert-delete (default) | update: an upsert (an insert and a delete of a key at one timestamp) "
                 "as one row with op update",
     "schema": "Spark DDL of the collection's fields (else inferred)",
@@ -137,6 +139,7 @@ class ReadOptions:
     min_partitions: int | None = None
     max_records: int | None = None  # maxRecordsPerPartition
     dedupe: bool = False
+    removal_rows: bool = False  # removalRows: rows output carries DropPartition / TruncateCollection rows
     upsert_as: str = "insert-delete"  # upsertAs: "update" pairs an upsert's two rows into one
     schema_ddl: str | None = None
     read_timeout: float = 60.0
@@ -187,7 +190,7 @@ def parse_read_options(options: Mapping[str, Any], *, streaming: bool | None) ->
         on_decode_error=_choice(opts, "ondecodeerror", DECODE_ERROR_POLICIES, "fail"),
         on_schema_change=_choice(opts, "onschemachange", SCHEMA_CHANGE_POLICIES, "fail"),
         min_partitions=_pos_int(opts, "minpartitions"), max_records=_pos_int(opts, "maxrecordsperpartition"),
-        dedupe=bool(_bool(opts, "dedupe", False)),
+        dedupe=bool(_bool(opts, "dedupe", False)), removal_rows=bool(_bool(opts, "removalrows", False)),
         upsert_as=_choice(opts, "upsertas", UPSERT_AS, "insert-delete"),
         schema_ddl=opts.get("schema") or None,
     )

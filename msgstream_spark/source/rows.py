@@ -180,6 +180,19 @@ class RowsBuilder:
         self.pieces.append(pa.RecordBatch.from_arrays(cols, schema=self.schema))
         self.rows += n
 
+    def removal(self, msg: TsMsg, op: str, partition: int | None, shard: str, channel: str, msg_id: bytes) -> None:
+        """One row for a message that removes rows by itself (option ``removalRows``): ``op`` ``drop_partition``
+        (``_partition`` the dropped partition id) or ``truncate`` (``_partition`` the collection's shard count
+        its broadcast header names, 0: not named), ``_shard`` the vchannel of its copy, the fields null."""
+        ts = np.array([msg.timestamp], dtype=np.uint64)
+        values: dict[str, Any] = {
+            SEQ: seq_array(ts, "delete", None, 0), OP: op, "_channel": channel, "_shard": shard,
+            "_collection": msg.collection_id, "_partition": partition, "_ts": pa.array(ts.view(np.int64)),
+            "_event_time": _event_time(ts), "_msg_id": msg_id,
+            "_position": resume_position(channel, msg_id, msg.timestamp, self.group)}
+        cols = [self._column(f.name, f.type, 1, values) for f in self.schema]
+        self.pieces.append(pa.RecordBatch.from_arrays(cols, schema=self.schema))
+
     def _message_rank(self, channel: str, op: str, ts: int) -> int:
         """0, or 1, 2, ... for the next consecutive messages of one channel with the same type and timestamp
         (one request split into several messages): an earlier message's rows win (``_seq``)."""

@@ -19,23 +19,19 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from decimal import Decimal
 from typing import Any
 
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from msgstream_spark.mirror.many import PROP_DROPPED_TS, PROP_NAME, PROP_RENAMED_TS, ManyState, Selection
-from msgstream_spark.msg.hashing import shard_indices
 from msgstream_spark.msg.pb import schema_pb2
 from msgstream_spark.msg.schema import collection_arrow_schema
-from msgstream_spark.msg.seq import SEQ, seq_value
-from msgstream_spark.msg.wal26.envelope import CONTROL_VCHANNEL_SUFFIX
 from msgstream_spark.source import multi
-from msgstream_spark.source.multi import KIND_ALTER, KIND_CREATE, KIND_DROP, KIND_DROP_PARTITION, KIND_ROWS, unpack
+from msgstream_spark.source.multi import KIND_ALTER, KIND_CREATE, KIND_DROP, KIND_ROWS, unpack
 from msgstream_spark.source.rows import rows_arrow_schema
 from msgstream_spark.spark.mirror import MirrorBatch
 from msgstream_spark.spark.mirror_many_facts import batch_facts
+from msgstream_spark.spark.removals import Target, removals_of, with_removals
 
 log = logging.getLogger(__name__)
 
@@ -65,17 +61,6 @@ Opener = Callable[[Any, Any], Mirrored]
 Locator = Callable[[int], "str | None"]
 
 
-def removals_of(ddl: list) -> dict[int, list]:
-    """A batch's DropPartition and TruncateCollection rows by collection id, in stream order; a 2.6.6+ copy on
-    the control vchannel is left out (each data vchannel has its own copy, at its own time)."""
-    out: dict[int, list] = {}
-    for r in ddl:
-        control = (r["_shard"] or "").endswith(CONTROL_VCHANNEL_SUFFIX)
-        if r["kind"] in (KIND_DROP_PARTITION, multi.KIND_TRUNCATE) and not control:
-            out.setdefault(r["_collection"], []).append(r)
-    return out
-
-
 def _unpack_fn(schema: pa.Schema, pk: str, min_ts: int | None):
     def rows(batches):
         for b in batches:
@@ -84,63 +69,6 @@ def _unpack_fn(schema: pa.Schema, pk: str, min_ts: int | None):
                 yield from t.to_batches()
 
     return rows
-
-
-def _deletes(m: Mirrored, rows, keys: set, ts: int, pid: int):
-    """One delete at ``ts`` of each of ``keys`` as a DataFrame of ``m.rows_schema`` (merged by the table's batch
-    with the rest: fenced, once, with the batch's record)."""
-    from pyspark.sql.pandas.types import from_arrow_schema
-
-    n = len(keys)
-    fixed = {"op": pa.array(["delete"] * n), m.pk: pa.array(sorted(keys), m.rows_schema.field(m.pk).type),
-             "_collection": pa.array([m.sink.collection_id] * n, pa.int64()),
-             "_partition": pa.array([pid] * n, pa.int64()), "_ts": pa.array([ts] * n, pa.int64()),
-             SEQ: pa.array([Decimal(seq_value(ts, "delete"))] * n, m.rows_schema.field(SEQ).type)}
-    cols = [fixed.get(f.name, pa.nulls(n, f.type)) for f in m.rows_schema]
-    table = pa.Table.from_arrays(cols, schema=m.rows_schema)
-    return rows.sparkSession.createDataFrame(table, schema=from_arrow_schema(m.rows_schema))
-
-
-def partition_deletes(m: Mirrored, rows, pid: int, ts: int):
-    """A DropPartition of partition ``pid`` at ``ts`` as the deletes Milvus's drop amounts to: one delete at
-    ``ts`` of every key in that partition, in the table or in the batch's rows before ``ts`` (a DataFrame of
-    ``m.rows_schema``). A row written after the drop (a partition of the same name is a new partition id) is
-    newer and stays."""
-    from pyspark.sql import functions as F
-
-    current = m.table.to_arrow().select([m.pk, "_partition"])
-    keys = set(current.filter(pc.equal(current.column("_partition"), pid)).column(m.pk).to_pylist())
-    keys |= {r[0] for r in rows.where((F.col("_partition") == pid) & (F.col("_ts") < ts)).select(m.pk).collect()}
-    log.info("collection id %d: partition %d dropped at %d: %d rows deleted", m.sink.collection_id, pid, ts, len(keys))
-    return _deletes(m, rows, keys, ts, pid)
-
-
-def truncate_deletes(m: Mirrored, rows, shard: str, shards: int, ts: int):
-    """One copy of a 2.6 TruncateCollection, on vchannel ``shard`` at ``ts``, as deletes: Milvus drops that
-    vchannel's rows older than ``ts`` (each vchannel has its own copy, at its own time). The batch's rows are
-    taken by their ``_shard``; the table's (which keep no vchannel) by their primary key's shard (Milvus's hash,
-    modulo ``shards``, the collection's vchannel count its broadcast header names, against the ``v<i>`` of
-    ``shard``), every one older than ``ts`` when either is unknown. A row written after the copy stays."""
-    from pyspark.sql import functions as F
-
-    current = m.table.to_arrow().select([m.pk, "_ts"])
-    current = current.filter(pc.less(current.column("_ts"), pa.scalar(ts, pa.int64())))
-    index = shard_index(shard)
-    if shards > 0 and index is not None and current.num_rows:
-        on = pa.array(shard_indices(current.column(m.pk).to_numpy(), shards) == index)
-        current = current.filter(on)
-    keys = set(current.column(m.pk).to_pylist())
-    mine = (F.col("_shard") == shard) | F.col("_shard").isNull()
-    keys |= {r[0] for r in rows.where(mine & (F.col("_ts") < ts)).select(m.pk).collect()}
-    log.info("collection id %d: truncated at %d on %s: %d rows deleted", m.sink.collection_id, ts, shard, len(keys))
-    return _deletes(m, rows, keys, ts, -1)
-
-
-def shard_index(vchannel: str) -> int | None:
-    """The shard index ``i`` of a vchannel ``<pchannel>_<collection id>v<i>`` (None: another form)."""
-    tail = vchannel.rsplit("_", 1)[-1]
-    head, _, i = tail.rpartition("v")
-    return int(i) if head.isdigit() and i.isdigit() else None
 
 
 class ManyBatch:
@@ -243,12 +171,9 @@ class ManyBatch:
             if self.batch_rows.get(cid, ONE_TASK_ROWS + 1) <= ONE_TASK_ROWS:
                 part = part.coalesce(1)
             rows = part.mapInArrow(_unpack_fn(m.rows_schema, m.pk, m.min_ts), from_arrow_schema(m.rows_schema))
-            for r in (removals or {}).get(cid, []):
-                if m.min_ts is not None and r["_ts"] <= m.min_ts:
-                    continue  # before the table's snapshot: the snapshot's rows have it
-                more = (partition_deletes(m, rows, r["_partition"], r["_ts"]) if r["kind"] == KIND_DROP_PARTITION
-                        else truncate_deletes(m, rows, r["_shard"] or "", r["rows"] or 0, r["_ts"]))
-                rows = rows.unionByName(more)
+            mine = (removals or {}).get(cid)
+            if mine:  # DropPartition / Truncate: their deletes, merged with the rows (spark/removals.py)
+                rows = with_removals(Target(m.table, m.pk, m.rows_schema, cid, m.min_ts), rows, mine)
             m.sink(rows, batch_id)
 
         if self.concurrency == 1 or len(todo) <= 1:

@@ -223,3 +223,42 @@ def test_a_dropped_partition_s_rows_leave_the_table(spark, milvus_stack, dbs, cf
     last = int(col.insert(_rows([5, 6])).timestamp)
     run("--snapshot", "never")
     assert sorted(queried(col)) == [0, 1, 2, 3, 4, 5, 6]
+
+
+def test_the_one_collection_job_takes_a_dropped_partition_s_rows_out(spark, milvus_stack, pymilvus_orm, cfg,
+                                                                      tmp_path):
+    """``mirror run --collection``: Milvus 2.3.5's DropPartition takes the partition's rows out of the table,
+    those of the snapshot (their ``_partition`` as Milvus answered) and those the stream brought; the table
+    equals ``query()`` after it."""
+    from pymilvus import Partition, utility
+
+    from msgstream_spark.jobs import mirror
+
+    col = create(pymilvus_orm, "onep")
+    table = tmp_path / "onep"
+    try:
+        col.create_partition("pa")
+        col.insert(_rows(range(0, 5)))
+        last = int(col.insert(_rows(range(10, 15)), partition_name="pa").timestamp)
+        chans = pchannels(pymilvus_orm, "onep")
+        argv = ["--config", cfg, "--collection", "onep", "--table", str(table), "--table-format", "delta",
+                "--channels", ",".join(chans), "--progress-interval", "1"]
+
+        def run() -> dict:
+            await_ticks(milvus_stack, last, chans)
+            out = mirror.run(mirror.build_parser().parse_args(argv), spark)
+            assert table_rows(table) == queried(col)
+            return out
+
+        assert run()["snapshot"]["mode"] == "initial"
+        col.insert(_rows(range(15, 18)), partition_name="pa")  # through the stream
+        with milvus_stack.env.client() as c:
+            before = {ch: c.latest_message_id(ch) for ch in chans}
+        Partition(col, "pa").release()
+        col.drop_partition("pa")
+        await_drop(milvus_stack, before, what=MsgType.DropPartition)
+        last = int(col.insert(_rows([5, 6])).timestamp)
+        assert run()["removals"] >= 1
+        assert sorted(queried(col)) == [0, 1, 2, 3, 4, 5, 6]
+    finally:
+        utility.drop_collection("onep", using=pymilvus_orm)

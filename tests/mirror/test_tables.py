@@ -525,3 +525,19 @@ def test_deletion_vectors_on_a_table_of_a_legacy_protocol_keep_its_features(read
     else:  # Polars reads no column-mapping table, before the upgrade (reader 2) or after (the feature listed)
         with pytest.raises(Exception, match="(?i)column ?mapping"):
             pl.read_delta(loc)
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_to_arrow_reads_only_the_columns_asked(fmt, tmp_path):
+    """``to_arrow(columns)`` (the mirror's DropPartition / Truncate deletes read the keys with their partitions or
+    times this way): the live rows' values of those columns only, deletes applied, as the whole read has them."""
+    t = _open(fmt, tmp_path / "t")
+    for i, batch in enumerate(_golden()):
+        assert apply_batch(t, to_arrow(batch), "pk", "q1", i) is True
+    whole = t.to_arrow()
+    for cols in (["pk", "_partition"], ["pk", "_ts"]):
+        got = t.to_arrow(cols)
+        assert got.column_names == cols
+        assert sorted(got.to_pylist(), key=lambda r: r["pk"]) == sorted(whole.select(cols).to_pylist(),
+                                                                          key=lambda r: r["pk"])
+    assert sorted(t.to_arrow(["pk"]).column("pk").to_pylist()) == [1, 2, 3, 4, 6]

@@ -63,9 +63,9 @@ def test_a_batch_is_read_once_for_what_the_driver_learns(spark, tmp_path):
     from msgstream_spark.source.multi import COLLECTIONS_DDL
     from msgstream_spark.spark.mirror_many import ManyBatch
 
-    pieces = [("create", 7, "", "", 10, 0, b"schema", None), ("rows", 7, "a", "", 11, 5, b"p1", 70),
-              ("rows", 8, "b", "db2", 12, 3, b"p2", 80), ("rows", 7, "", "db1", 13, 4, b"p3", 70),
-              ("drop", 9, "z", "", 14, 0, None, None)]
+    pieces = [("create", 7, "", "", 10, 0, b"schema", None, "ch_7v0"), ("rows", 7, "a", "", 11, 5, b"p1", 70, None),
+              ("rows", 8, "b", "db2", 12, 3, b"p2", 80, None), ("rows", 7, "", "db1", 13, 4, b"p3", 70, None),
+              ("drop", 9, "z", "", 14, 0, None, None, "ch_9v0")]
     df = spark.createDataFrame(pieces, COLLECTIONS_DDL)  # two partitions (local[2]), no shuffle
     state = ManyState(str(tmp_path / "collections.json"))
     mb = ManyBatch(lambda k, s: None, state, Selection(database="none"), mirrored={}, concurrency=1)

@@ -134,8 +134,9 @@ class MirrorTable(Protocol):
     def evolve(self, new_schema: pa.Schema) -> None:
         """Add the columns of ``new_schema`` the table lacks, as nullable columns."""
 
-    def to_arrow(self) -> pa.Table:
-        """The table's live rows (tests, small tables)."""
+    def to_arrow(self, columns: list[str] | None = None) -> pa.Table:
+        """The table's live rows (tests, small tables); ``columns``: only these (a projection: the other columns'
+        data is not read)."""
 
     # the write path (write/batch.py, spark/mirror.py)
     def prepare(self, columns: pa.Schema) -> None:

@@ -355,15 +355,18 @@ class DeltaMirrorTable:
         dl = _deltalake()
         self._table().alter.add_columns([dl.Field.from_arrow(f.with_nullable(True)) for f in fields])
 
-    def to_arrow(self) -> pa.Table:
-        """The table's rows as plain delta-rs reads them (its DataFusion scan once deletion vectors are on)."""
+    def to_arrow(self, columns: list[str] | None = None) -> pa.Table:
+        """The table's rows as plain delta-rs reads them (its DataFusion scan once deletion vectors are on);
+        ``columns``: only these, projected in the scan."""
         dl = _deltalake()
         dt = self._table()
         dt.update_incremental()
+        schema = self.schema if columns is None else pa.schema([self.schema.field(c) for c in columns])
         if "deletionVectors" in (dt.protocol().reader_features or []):
-            got = pa.table(dl.QueryBuilder().register("t", dt).execute("SELECT * FROM t").read_all())
-            return conform(got, self.schema)  # DataFusion hands strings as string_view
-        return pa.table(dt.to_pyarrow_table())
+            what = "*" if columns is None else ", ".join(f'"{c}"' for c in columns)
+            got = pa.table(dl.QueryBuilder().register("t", dt).execute(f"SELECT {what} FROM t").read_all())
+            return conform(got, schema)  # DataFusion hands strings as string_view
+        return pa.table(dt.to_pyarrow_table(columns=columns))
 
 
 def _dv_key(dv: dict) -> tuple:

@@ -384,8 +384,8 @@ class IcebergMirrorTable(CatalogTable):
         with fenced(self.location, "adding columns"), tbl.update_schema() as u:
             u.union_by_name(pa.schema([f.with_nullable(True) for f in fields]))
 
-    def to_arrow(self) -> pa.Table:
+    def to_arrow(self, columns: list[str] | None = None) -> pa.Table:
         tbl = self._table()
         tbl.refresh()
-        return tbl.scan().to_arrow()
+        return (tbl.scan() if columns is None else tbl.scan(selected_fields=tuple(columns))).to_arrow()
 

@@ -383,5 +383,5 @@ class LanceMirrorTable:
     def _add_columns(self, fields: list[pa.Field]) -> None:
         self._table().add_columns([f.with_nullable(True) for f in fields])
 
-    def to_arrow(self) -> pa.Table:
-        return self._table().to_table()
+    def to_arrow(self, columns: list[str] | None = None) -> pa.Table:
+        return self._table().to_table(columns=columns)

@@ -1,0 +1,106 @@
+"""``mirror run --collection NAME``: the one-collection job applies DropPartition and TruncateCollection.
+
+On the embedded log, with the producers written from the docs (tests/mirror_job/many_log.py: 2.3-2.5's RootCoord
+DropPartition on the collection's pchannels; tests/mirror_job/wal_log.py: 2.6's broadcast DropPartition and a
+2.6.11+ TruncateCollection, each vchannel's copy at its own time). After each DDL the table (read by delta-rs,
+not this project's table code) equals the rows the collection holds; a run with nothing new commits nothing.
+"""
+
+from __future__ import annotations
+
+import deltalake
+import pyarrow as pa
+import pytest
+
+from tests.mirror_job.many_log import ManyLog
+from tests.mirror_job.wal_log import NEW, WalLog, shard_of
+from tests.sink.helpers import config_file
+
+pytestmark = pytest.mark.slow
+
+
+def table_rows(location) -> dict[int, dict]:
+    dt = deltalake.DeltaTable(str(location))
+    t = pa.table(deltalake.QueryBuilder().register("t", dt).execute("SELECT pk, s, fv FROM t").read_all())
+    out: dict[int, dict] = {}
+    for r in t.to_pylist():
+        assert r["pk"] not in out, f"pk {r['pk']} twice in {location}"
+        out[r["pk"]] = r
+    return out
+
+
+def _run(spark, cfg: str, chans: list[str], table, name: str) -> dict:
+    from msgstream_spark.jobs import mirror
+
+    argv = ["--config", cfg, "--collection", name, "--table", str(table), "--table-format", "delta",
+            "--snapshot", "never", "--channels", ",".join(chans), "--max-rows-per-trigger", "1000",
+            "--progress-interval", "1"]
+    return mirror.run(mirror.build_parser().parse_args(argv), spark)
+
+
+def test_a_dropped_partition_s_rows_leave_the_one_collection_table(spark, local_env, tmp_path):
+    """2.3-2.5: RootCoord's DropPartition (its GC step, a copy on each pchannel): the partition's rows an earlier
+    batch wrote and those of the same batch before the drop leave the table; rows after it stay."""
+    cfg = config_file(local_env, tmp_path)
+    chans = [local_env.new_channel("onepart") for _ in range(2)]
+    table = tmp_path / "a"
+    with local_env.client() as c:
+        log = ManyLog(c, chans)
+        log.create("default", "a", 41)
+        log.insert(41, range(0, 10))
+        log.insert(41, range(10, 20), partition=411)
+        log.tick()
+        _run(spark, cfg, chans, table, "a")
+        assert table_rows(table) == log.expected[("default", "a", 41)]
+        log.insert(41, range(20, 25), partition=411)  # same batch as the drop, before it
+        log.upsert(41, [3], gen=1)
+        log.drop_partition(41, 411)
+        log.insert(41, [10, 11], gen=2, partition=412)  # after the drop (a new partition): stays
+        log.tick()
+        out = _run(spark, cfg, chans, table, "a")
+        again = _run(spark, cfg, chans, table, "a")
+        log.close()
+    want = log.expected[("default", "a", 41)]
+    assert sorted(want) == [*range(0, 10), 10, 11]
+    assert table_rows(table) == want
+    assert out["removals"] == 2 and out["merged_batches"] >= 1  # a copy per pchannel
+    assert again["merged_batches"] == 0 and again["removals"] == 0
+
+
+def test_a_26_drop_partition_and_truncate_in_the_one_collection_table(spark, local_env, tmp_path):
+    """2.6.6+: a DropPartition broadcast (the control vchannel's copy and each vchannel's), then a
+    TruncateCollection whose copies arrive in two runs: vchannel 1's rows go with its copy, vchannel 0's stay
+    until its own copy; a row written after a copy stays."""
+    cfg = config_file(local_env, tmp_path)
+    chans = [local_env.new_channel("onewal") for _ in range(2)]
+    table = tmp_path / "b"
+    v1 = [k for k in range(100, 160) if shard_of(k, 2) == 1][:3]  # keys of vchannel 1
+    with local_env.client() as c:
+        log = WalLog(c, chans)
+        log.create("default", "b", 51, form=NEW)
+        log.insert(51, range(0, 12))
+        log.insert(51, range(20, 28), partition=511)
+        log.tick()
+        _run(spark, cfg, chans, table, "b")
+        assert table_rows(table) == log.expected[51]
+        log.insert(51, range(28, 30), partition=511)
+        log.drop_partition(51, 511)
+        log.insert(51, [20, 21], partition=512)  # after the drop: stays
+        log.tick()
+        dropped = dict(log.expected[51])  # after the drop
+        assert 20 in dropped and 25 not in dropped
+        log.insert(51, [40, 41])
+        log.truncate(51, shards=[1], broadcast_id=901)  # the control copy and vchannel 1's
+        log.insert(51, v1)  # on vchannel 1 after its copy: stays
+        log.tick()
+        first = _run(spark, cfg, chans, table, "b")  # the drop and vchannel 1's truncate copy in one run
+        assert table_rows(table) == log.expected[51]
+        assert set(v1) < set(log.expected[51]) and any(shard_of(k, 2) == 0 for k in log.expected[51])
+        assert {k for k in dropped if shard_of(k, 2) == 0} <= set(log.expected[51])
+        log.truncate(51, shards=[0], broadcast_id=901)  # vchannel 0's copy, later
+        log.tick()
+        second = _run(spark, cfg, chans, table, "b")
+        log.close()
+    assert sorted(log.expected[51]) == sorted(v1)
+    assert table_rows(table) == log.expected[51]
+    assert first["removals"] == 3 and second["removals"] == 1  # 2 DropPartition + 1 truncate copy; no control copy
