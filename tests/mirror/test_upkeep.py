@@ -163,3 +163,84 @@ def test_a_deposed_writers_maintenance_is_refused_by_the_epoch(fmt, tmp_path, mo
     after = fmts.figures(t)
     assert (after["versions"], after["metadata_files"]) == (before["versions"], before["metadata_files"])
     assert fmts.trim(t, versions[-2][0], epoch=7) is not None  # the current writer's passes
+
+
+def _duckdb_read(place: Place) -> dict:
+    """The Delta table as DuckDB's delta extension (delta-kernel-rs) reads it, from its last checkpoint on."""
+    if place.opts:
+        from tests.fixtures.plain_readers import duckdb_on_s3
+
+        con = duckdb_on_s3(place.opts)
+    else:
+        from pathlib import Path
+
+        import duckdb
+        import duckdb_ext
+
+        con = duckdb.connect(config={"extension_directory": str(Path(next(iter(duckdb_ext.__path__))) / "extensions"),
+                                     "autoinstall_known_extensions": False, "autoload_known_extensions": False})
+        con.load_extension("delta")
+    return table_state(con.execute(f"SELECT * FROM delta_scan('{place.loc}')").fetch_arrow_table())
+
+
+def test_delta_checkpoints_carry_only_the_tombstones_of_the_kept_versions(place, monkeypatch):
+    """A checkpoint keeps the ``remove`` tombstones younger than ``delta.deletedFileRetentionDuration`` (the job
+    sets an hour): in a run shorter than that, before, every checkpoint carried every tombstone of the run and
+    grew with it. The files removed before the oldest kept version are deleted by the expiry, so their
+    tombstones go from the next checkpoint: what each carries stays bounded by the versions kept. The pruned
+    checkpoints are valid: deltalake and DuckDB read the table from them, and a kept version reads as it was."""
+    from msgstream_spark.mirror.formats.delta import tombstones
+
+    monkeypatch.setattr(delta_table, "CHECKPOINT_EVERY", 5)
+    monkeypatch.setattr(upkeep_mod, "RETAIN_SLACK_S", 0.05)
+    t = place.open("delta")
+    up = Upkeep(t, parse(POLICY))
+    fmts = registry.upkeep(t)
+    seen, carried, pins, floors = [], {}, {}, {}
+    for i in range(48):
+        assert apply_batch(t, to_arrow(_batch(i)), "pk", "q", i)
+        seen += _batch(i)
+        floor = t.tombstone_floor_ms  # the expiry's floor while this batch commits (and maybe checkpoints)
+        up.after_batch()
+        point = fmts.figures(t)["checkpoint"]
+        if point not in carried and floor is not None:
+            floors[point] = floor
+        carried[point] = tombstones.count(t.store, t.root, point)
+        pins[i] = (fmts.versions(t)[-1][0], model(seen))
+    assert not any(up.errors.values()) and up.runs["expire"] == 12
+    points = sorted(p for p in carried if p > 0)
+    assert len(points) >= 8, points
+    # the mean of the second half's checkpoints against the first's after its first expiry (before: every
+    # tombstone of the run, growing with it: ~3x here)
+    early = [carried[p] for p in points[1:len(points) // 2]]
+    late = [carried[p] for p in points[len(points) // 2:]]
+    assert 0 < sum(late) / len(late) <= 1.5 * sum(early) / len(early), carried
+    # and none it carries is of a file the expiry had deleted when the checkpoint was written
+    for point, floor in floors.items():
+        first = tombstones.oldest(t.store, t.root, point)
+        assert first is None or first > floor, (point, first, floor)
+    assert place.read("delta") == model(seen) == _duckdb_read(place)
+    kept = {v for v, _ in fmts.versions(t)}
+    for version, want in pins.values():
+        if version in kept:
+            assert _pinned_read(place, "delta", version) == want
+
+
+def test_delta_checkpoints_keep_up_when_other_commits_take_the_interval_versions(tmp_path, monkeypatch):
+    """The batch commit checkpoints at the first version at or after each multiple of the interval: when the
+    multiples fall on other commits (here an epoch's after each batch: in a job, the expiry's fence, a
+    compaction), before, no checkpoint was written again and the log could never be cut (its cleanup keeps
+    every version after the newest checkpoint at or before the oldest kept one)."""
+    monkeypatch.setattr(delta_table, "CHECKPOINT_EVERY", 5)
+    t = Place("local", tmp_path).open("delta")
+    fmts = registry.upkeep(t)
+    seen, epoch = [], 1
+    for i in range(30):
+        assert apply_batch(t, to_arrow(_batch(i)), "pk", "q", i)
+        seen += _batch(i)
+        while (fmts.version_number(t) + 1) % 5 == 0:  # the interval's versions taken by other commits
+            epoch += 1
+            t.publish_epoch(epoch)
+    head = fmts.version_number(t)
+    assert head > 30 and fmts.figures(t)["checkpoint"] > head - 2 * 5, (head, fmts.figures(t))
+    assert Place("local", tmp_path).read("delta") == model(seen)
