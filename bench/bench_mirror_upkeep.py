@@ -18,6 +18,7 @@ before ``mid``: both are a sawtooth, cut at each expiry and, for Delta, at check
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import shutil
 import statistics
@@ -42,9 +43,11 @@ def _batch(keys: np.ndarray, ts: int) -> pa.Table:
                      "_partition": pa.array(np.zeros(n, np.int64))})
 
 
-def _run_one(t, batches: int, changes: int, maintained: bool, mid: int) -> dict:
+def _run_one(t, batches: int, changes: int, maintained: bool, mid: int, progress=None) -> dict:
     """``batches`` batches into table ``t`` (with the default policy's maintenance when ``maintained``): each
-    batch's seconds, the metadata bytes at ``mid`` and at the end."""
+    batch's seconds, the metadata bytes at ``mid`` and at the end; ``progress``: a file each batch's seconds
+    (and every 10th batch's metadata figures) are appended to as a JSON line, so a run stopped early still
+    says how far it came."""
     from msgstream_spark.mirror import apply_batch
     from msgstream_spark.mirror.formats import registry
     from msgstream_spark.mirror.upkeep import Upkeep
@@ -64,6 +67,10 @@ def _run_one(t, batches: int, changes: int, maintained: bool, mid: int) -> dict:
         secs.append(time.perf_counter() - t0)
         if b % 10 == 0 or b in (mid, batches):  # (outside the batch's time)
             meta[b] = fmts.figures(t)
+        if progress is not None:
+            progress.write(json.dumps({"batch": b, "s": round(secs[-1], 4), **({"meta": meta[b]} if b in meta else {})})
+                           + "\n")
+            progress.flush()
     window = max(1, min(WINDOW, batches - mid))
     peak = {"mid": max(v["metadata_bytes"] for k, v in meta.items() if mid - window < k <= mid),
             "end": max(v["metadata_bytes"] for k, v in meta.items() if k > batches - window)}
@@ -100,7 +107,7 @@ def _figures(r: dict, batches: int, mid: int) -> dict:
 
 
 def run(batches: int = 300, changes: int = 100, formats: tuple[str, ...] = ("delta", "iceberg"),
-        s3: bool = False, mid: int | None = None, baseline: bool = True) -> dict:
+        s3: bool = False, mid: int | None = None, baseline: bool = True, progress: str | None = None) -> dict:
     if batches < 10 + WINDOW:
         raise SystemExit(f"--batches must be at least {10 + WINDOW} (batches 11-110 are the early series)")
     mid = mid or max(WINDOW, min(500, batches // 2 // 100 * 100))  # a multiple of 100: a checkpoint's phase
@@ -115,7 +122,8 @@ def run(batches: int = 300, changes: int = 100, formats: tuple[str, ...] = ("del
         for fmt in formats:
             for maintained in (False, True) if baseline else (True,):
                 name = f"{fmt}_{'policy' if maintained else 'none'}"
-                raw = _run_one(_open(fmt, tmp, server, name), batches, changes, maintained, mid)
+                with open(f"{progress}.{name}", "a") if progress else contextlib.nullcontext() as lines:
+                    raw = _run_one(_open(fmt, tmp, server, name), batches, changes, maintained, mid, lines)
                 out[name] = {**_figures(raw, batches, mid), "maintenance": raw.get("maintenance"),
                              "rows": raw["rows"], "keys": raw["keys"]}
                 print(f"{name}: late/early {out[name]['late_over_early']}, early/late "
@@ -141,8 +149,10 @@ def main() -> None:
     p.add_argument("--s3", action="store_true", help="on moto's S3 server instead of a local directory")
     p.add_argument("--no-baseline", dest="baseline", action="store_false",
                    help="the maintained tables only (an unmaintained Iceberg table at 2,000 batches takes an hour)")
+    p.add_argument("--progress", metavar="FILE", help="append each batch's seconds to FILE.<table> as JSON lines")
     a = p.parse_args()
-    print(json.dumps(run(a.batches, a.changes, tuple(a.formats.split(",")), a.s3, a.mid, a.baseline), indent=2))
+    print(json.dumps(run(a.batches, a.changes, tuple(a.formats.split(",")), a.s3, a.mid, a.baseline, a.progress),
+                     indent=2))
 
 
 if __name__ == "__main__":
