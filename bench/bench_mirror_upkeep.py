@@ -50,27 +50,32 @@ def _run_one(t, batches: int, changes: int, maintained: bool, mid: int, progress
     says how far it came."""
     from msgstream_spark.mirror import apply_batch
     from msgstream_spark.mirror.formats import registry
+    from msgstream_spark.mirror.store.writer import writer_lock
     from msgstream_spark.mirror.upkeep import Upkeep
 
     up = Upkeep(t) if maintained else None
     fmts = registry.upkeep(t)
     rng = np.random.default_rng(7)
     nxt, secs, meta = 0, [], {}
-    for b in range(1, batches + 1):
-        old = rng.choice(nxt, size=min(changes // 2, nxt), replace=False) if nxt else np.zeros(0, np.int64)
-        new = np.arange(nxt, nxt + changes - len(old))
-        nxt += len(new)
-        t0 = time.perf_counter()
-        assert apply_batch(t, _batch(np.concatenate([old.astype(np.int64), new]), b), "pk", "q", b)
-        if up is not None:
-            up.after_batch()
-        secs.append(time.perf_counter() - t0)
-        if b % 10 == 0 or b in (mid, batches):  # (outside the batch's time)
-            meta[b] = fmts.figures(t)
-        if progress is not None:
-            progress.write(json.dumps({"batch": b, "s": round(secs[-1], 4), **({"meta": meta[b]} if b in meta else {})})
-                           + "\n")
-            progress.flush()
+    # the table's writer lease held for the run, as `mirror run` holds it for the job (the batches and the
+    # maintenance join it): not taken again by every batch and every maintenance pass, each taking listing the
+    # table's objects (on S3 a listing that grows with the table) and each expiry publishing a new epoch
+    with writer_lock(t.store, t.location, "bench_mirror_upkeep") as hold:
+        for b in range(1, batches + 1):
+            old = rng.choice(nxt, size=min(changes // 2, nxt), replace=False) if nxt else np.zeros(0, np.int64)
+            new = np.arange(nxt, nxt + changes - len(old))
+            nxt += len(new)
+            t0 = time.perf_counter()
+            assert apply_batch(t, _batch(np.concatenate([old.astype(np.int64), new]), b), "pk", "q", b)
+            if up is not None:
+                up.after_batch(None, hold)
+            secs.append(time.perf_counter() - t0)
+            if b % 10 == 0 or b in (mid, batches):  # (outside the batch's time)
+                meta[b] = fmts.figures(t)
+            if progress is not None:
+                progress.write(json.dumps({"batch": b, "s": round(secs[-1], 4), **({"meta": meta[b]} if b in meta
+                                                                                  else {})}) + "\n")
+                progress.flush()
     window = max(1, min(WINDOW, batches - mid))
     peak = {"mid": max(v["metadata_bytes"] for k, v in meta.items() if mid - window < k <= mid),
             "end": max(v["metadata_bytes"] for k, v in meta.items() if k > batches - window)}
