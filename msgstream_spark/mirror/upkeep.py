@@ -65,8 +65,8 @@ class Upkeep:
         Iceberg's manifests read once per snapshot)."""
         files = self.table.live_files()
         half = self.policy.target_bytes // 2
-        return TableFigures(
-            files=len(files), small_files=sum(1 for f in files if not len(f.deleted) and 0 < f.size < half),
+        return TableFigures(  # a small file is small with deleted rows too (the compaction rewrites those all)
+            files=len(files), small_files=sum(1 for f in files if 0 < f.size < half),
             rows=sum(f.num_rows for f in files), deleted_rows=sum(len(f.deleted) for f in files),
             manifests=self.formats.manifests(self.table) if self.formats is not None else 0,
             batches_since_compaction=self.since["compact"], batches_since_expiry=self.since["expire"])

@@ -244,3 +244,24 @@ def test_delta_checkpoints_keep_up_when_other_commits_take_the_interval_versions
     head = fmts.version_number(t)
     assert head > 30 and fmts.figures(t)["checkpoint"] > head - 2 * 5, (head, fmts.figures(t))
     assert Place("local", tmp_path).read("delta") == model(seen)
+
+
+@pytest.mark.parametrize("fmt", ["delta", "iceberg"])
+def test_small_files_with_deleted_rows_count_toward_compaction(fmt, tmp_path):
+    """``compact.small-files`` counts the data files under half the target size, deleted rows or not: random
+    upserts delete a row or two of most small files soon after they are written, and before, those no longer
+    counted, so the live files grew with the table (only ``compact.deleted-fraction`` of a growing table
+    compacted them) and every batch searched more of them."""
+    t = Place("local", tmp_path).open(fmt)
+    up = Upkeep(t, parse({"compact.small-files": "6", "compact.deleted-fraction": "0.9", "expire.every": "0"}))
+    seen = []
+    for i in range(10):  # each batch: 10 new keys in a file of its own, and a delete in the previous batch's
+        batch = [*upsert(10 + 10 * i, *[(10 * i + k, f"v{i}") for k in range(10)])]
+        if i:
+            batch.append(delete(15 + 10 * i, 10 * (i - 1)))
+        assert apply_batch(t, to_arrow(batch), "pk", "q", i)
+        seen += batch
+        up.after_batch()
+    assert up.runs["compact"] >= 1 and not up.errors["compact"]
+    assert len(t.live_files()) < 6
+    assert table_state(t.to_arrow()) == model(seen)
