@@ -79,16 +79,20 @@ def test_the_history_stays_bounded_and_a_pinned_reader_reads_its_version(fmt, pl
     assert up.runs["expire"] == BATCHES // 4 and not any(up.errors.values())
     assert up.runs["compact"] >= (3 if fmt != "lance" else 2)  # Lance's compact_files leaves fewer small files
     assert table_state(place.open(fmt, create=False).to_arrow()) == model(seen) == place.read(fmt)
-    # bounded: the versions kept, the metadata files and their bytes do not grow with the batches
-    # (a sawtooth: the second half's mean against the first's after its first expiries; unbounded, it is 2x)
+    # bounded: the versions kept, the metadata files and their bytes do not grow with the batches (a sawtooth,
+    # cut at each expiry and, Delta, at its checkpoints: whether a window holds one checkpoint or two moves its
+    # mean by a third, so the second half's peak against the first's after its first expiries; unbounded, 2x)
     for key in ("versions", "metadata_files", "metadata_bytes"):
         first = [s[key] for i, s in sizes.items() if 8 <= i < BATCHES // 2]
         second = [s[key] for i, s in sizes.items() if i >= BATCHES // 2]
-        assert sum(second) / len(second) <= 1.25 * sum(first) / len(first), key
+        assert max(second) <= 1.25 * max(first), key
     # retain.max + 2 versions (a batch, a compaction) per batch between expiries (+ Delta: to a checkpoint)
     assert max(s["versions"] for s in sizes.values()) <= 6 + 2 * 4 + (2 * 5 if fmt == "delta" else 0)
     # the versions kept (at least retain.min) read as they were committed; an expired one is gone
     kept_versions = [v for v, _ in fmts.versions(t)]
+    if fmt == "delta":  # the log also holds the versions back to the checkpoint it is cut at, whose files the
+        # last expiry deleted: the kept ones were committed after its floor
+        kept_versions = [v for v, ms in fmts.versions(t) if ms > t.tombstone_floor_ms]
     assert len(kept_versions) >= 3 and pins[BATCHES - 1][0] == kept_versions[-1]
     for version, want in pins.values():
         if version in kept_versions:
@@ -220,7 +224,10 @@ def test_delta_checkpoints_carry_only_the_tombstones_of_the_kept_versions(place,
         first = tombstones.oldest(t.store, t.root, point)
         assert first is None or first > floor, (point, first, floor)
     assert place.read("delta") == model(seen) == _duckdb_read(place)
-    kept = {v for v, _ in fmts.versions(t)}
+    # the versions the policy keeps: committed after the last expiry's floor (the log may hold older ones, back
+    # to the checkpoint it is cut at, whose files that expiry deleted)
+    kept = {v for v, ms in fmts.versions(t) if ms > t.tombstone_floor_ms}
+    assert len(kept) >= 3
     for version, want in pins.values():
         if version in kept:
             assert _pinned_read(place, "delta", version) == want
