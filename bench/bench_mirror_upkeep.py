@@ -18,6 +18,7 @@ before ``mid``: both are a sawtooth, cut at each expiry and, for Delta, at check
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import shutil
 import statistics
@@ -42,28 +43,39 @@ def _batch(keys: np.ndarray, ts: int) -> pa.Table:
                      "_partition": pa.array(np.zeros(n, np.int64))})
 
 
-def _run_one(t, batches: int, changes: int, maintained: bool, mid: int) -> dict:
+def _run_one(t, batches: int, changes: int, maintained: bool, mid: int, progress=None) -> dict:
     """``batches`` batches into table ``t`` (with the default policy's maintenance when ``maintained``): each
-    batch's seconds, the metadata bytes at ``mid`` and at the end."""
+    batch's seconds, the metadata bytes at ``mid`` and at the end; ``progress``: a file each batch's seconds
+    (and every 10th batch's metadata figures) are appended to as a JSON line, so a run stopped early still
+    says how far it came."""
     from msgstream_spark.mirror import apply_batch
     from msgstream_spark.mirror.formats import registry
+    from msgstream_spark.mirror.store.writer import writer_lock
     from msgstream_spark.mirror.upkeep import Upkeep
 
     up = Upkeep(t) if maintained else None
     fmts = registry.upkeep(t)
     rng = np.random.default_rng(7)
     nxt, secs, meta = 0, [], {}
-    for b in range(1, batches + 1):
-        old = rng.choice(nxt, size=min(changes // 2, nxt), replace=False) if nxt else np.zeros(0, np.int64)
-        new = np.arange(nxt, nxt + changes - len(old))
-        nxt += len(new)
-        t0 = time.perf_counter()
-        assert apply_batch(t, _batch(np.concatenate([old.astype(np.int64), new]), b), "pk", "q", b)
-        if up is not None:
-            up.after_batch()
-        secs.append(time.perf_counter() - t0)
-        if b % 10 == 0 or b in (mid, batches):  # (outside the batch's time)
-            meta[b] = fmts.figures(t)
+    # the table's writer lease held for the run, as `mirror run` holds it for the job (the batches and the
+    # maintenance join it): not taken again by every batch and every maintenance pass, each taking listing the
+    # table's objects (on S3 a listing that grows with the table) and each expiry publishing a new epoch
+    with writer_lock(t.store, t.location, "bench_mirror_upkeep") as hold:
+        for b in range(1, batches + 1):
+            old = rng.choice(nxt, size=min(changes // 2, nxt), replace=False) if nxt else np.zeros(0, np.int64)
+            new = np.arange(nxt, nxt + changes - len(old))
+            nxt += len(new)
+            t0 = time.perf_counter()
+            assert apply_batch(t, _batch(np.concatenate([old.astype(np.int64), new]), b), "pk", "q", b)
+            if up is not None:
+                up.after_batch(None, hold)
+            secs.append(time.perf_counter() - t0)
+            if b % 10 == 0 or b in (mid, batches):  # (outside the batch's time)
+                meta[b] = fmts.figures(t)
+            if progress is not None:
+                progress.write(json.dumps({"batch": b, "s": round(secs[-1], 4), **({"meta": meta[b]} if b in meta
+                                                                                  else {})}) + "\n")
+                progress.flush()
     window = max(1, min(WINDOW, batches - mid))
     peak = {"mid": max(v["metadata_bytes"] for k, v in meta.items() if mid - window < k <= mid),
             "end": max(v["metadata_bytes"] for k, v in meta.items() if k > batches - window)}
@@ -100,7 +112,7 @@ def _figures(r: dict, batches: int, mid: int) -> dict:
 
 
 def run(batches: int = 300, changes: int = 100, formats: tuple[str, ...] = ("delta", "iceberg"),
-        s3: bool = False, mid: int | None = None, baseline: bool = True) -> dict:
+        s3: bool = False, mid: int | None = None, baseline: bool = True, progress: str | None = None) -> dict:
     if batches < 10 + WINDOW:
         raise SystemExit(f"--batches must be at least {10 + WINDOW} (batches 11-110 are the early series)")
     mid = mid or max(WINDOW, min(500, batches // 2 // 100 * 100))  # a multiple of 100: a checkpoint's phase
@@ -115,7 +127,8 @@ def run(batches: int = 300, changes: int = 100, formats: tuple[str, ...] = ("del
         for fmt in formats:
             for maintained in (False, True) if baseline else (True,):
                 name = f"{fmt}_{'policy' if maintained else 'none'}"
-                raw = _run_one(_open(fmt, tmp, server, name), batches, changes, maintained, mid)
+                with open(f"{progress}.{name}", "a") if progress else contextlib.nullcontext() as lines:
+                    raw = _run_one(_open(fmt, tmp, server, name), batches, changes, maintained, mid, lines)
                 out[name] = {**_figures(raw, batches, mid), "maintenance": raw.get("maintenance"),
                              "rows": raw["rows"], "keys": raw["keys"]}
                 print(f"{name}: late/early {out[name]['late_over_early']}, early/late "
@@ -141,8 +154,10 @@ def main() -> None:
     p.add_argument("--s3", action="store_true", help="on moto's S3 server instead of a local directory")
     p.add_argument("--no-baseline", dest="baseline", action="store_false",
                    help="the maintained tables only (an unmaintained Iceberg table at 2,000 batches takes an hour)")
+    p.add_argument("--progress", metavar="FILE", help="append each batch's seconds to FILE.<table> as JSON lines")
     a = p.parse_args()
-    print(json.dumps(run(a.batches, a.changes, tuple(a.formats.split(",")), a.s3, a.mid, a.baseline), indent=2))
+    print(json.dumps(run(a.batches, a.changes, tuple(a.formats.split(",")), a.s3, a.mid, a.baseline, a.progress),
+                     indent=2))
 
 
 if __name__ == "__main__":

@@ -65,8 +65,8 @@ class Upkeep:
         Iceberg's manifests read once per snapshot)."""
         files = self.table.live_files()
         half = self.policy.target_bytes // 2
-        return TableFigures(
-            files=len(files), small_files=sum(1 for f in files if not len(f.deleted) and 0 < f.size < half),
+        return TableFigures(  # a small file is small with deleted rows too (the compaction rewrites those all)
+            files=len(files), small_files=sum(1 for f in files if 0 < f.size < half),
             rows=sum(f.num_rows for f in files), deleted_rows=sum(len(f.deleted) for f in files),
             manifests=self.formats.manifests(self.table) if self.formats is not None else 0,
             batches_since_compaction=self.since["compact"], batches_since_expiry=self.since["expire"])
@@ -148,6 +148,9 @@ class Upkeep:
                 out["versions_kept"] = len(versions) - i
         retain_s = max(0.0, (now_ms - since_ms) / 1000) + RETAIN_SLACK_S  # what the oldest kept version reads
         out["files_deleted"] = len(vacuum(self.table, retain_s, now=now_ms / 1000))
+        expired = getattr(self.formats, "expired", None)  # Delta: later checkpoints drop those files' tombstones
+        if expired is not None:
+            expired(self.table, int(now_ms - retain_s * 1000) - 1)  # the vacuum's cutoff (a ms below: rounding)
         self.measure()
         return out
 

@@ -114,6 +114,7 @@ class LogState:
         self.version = -1
         self.files: dict[str, dict] = {}
         self.txns: dict[str, int] = {}
+        self.checkpoint = -1  # the version of the newest checkpoint this state knows (read from, or written)
 
     def refresh(self) -> LogState:
         if self.version < 0:
@@ -166,7 +167,7 @@ class LogState:
             for x in t.column("txn").to_pylist() if "txn" in t.column_names else []:
                 if x is not None:
                     self.txns[x["appId"]] = int(x["version"])
-        self.version = v
+        self.version = self.checkpoint = v
 
 
 def checkpoint_parts(store: Store, root: str) -> tuple[int, list[str]]:

@@ -47,6 +47,7 @@ from msgstream_spark.mirror.formats.delta.log import (
     write_replace_version,
 )
 from msgstream_spark.mirror.formats.delta.retention import TOMBSTONE_RETENTION_KEY, interval_ms, removed_after
+from msgstream_spark.mirror.formats.delta.tombstones import prune as prune_tombstones
 from msgstream_spark.mirror.formats.detect import refuse_occupied
 from msgstream_spark.mirror.store import Store, open_store, uri
 
@@ -69,6 +70,9 @@ class DeltaMirrorTable:
         self._log: LogState | None = None
         self._dvs: dict[tuple, np.ndarray] = {}  # the live files' deletion vectors, by descriptor
         self._stats: dict[str, tuple] = {}  # an add's stats JSON -> (key min, key max, rows)
+        # set by the job's expiry (delta/upkeep.expired): files removed at or before it are deleted, so the
+        # checkpoints written from then on leave their tombstones out (delta/tombstones)
+        self.tombstone_floor_ms: int | None = None
 
     @classmethod
     def open(cls, location: str, *, collection: str, pk: str, arrow_schema: pa.Schema | None, create: bool,
@@ -233,8 +237,13 @@ class DeltaMirrorTable:
         for path, dv in dv_of.items():  # the next batch's live files: the vectors known, not read back one by one
             self._dvs[_dv_key(dv)] = np.unique(np.asarray(vectors[path], dtype=np.uint64))
         self._dt.update_incremental()
-        if version % CHECKPOINT_EVERY == 0:  # readers (and LogState) start from the last checkpoint
+        # readers (and LogState) start from the last checkpoint: one at the first batch at or after each multiple
+        # of CHECKPOINT_EVERY (that version may be another writer's, a compaction's or an epoch's)
+        if version // CHECKPOINT_EVERY > max(state.checkpoint, 0) // CHECKPOINT_EVERY:
             self._dt.create_checkpoint()
+            state.checkpoint = version
+            if self.tombstone_floor_ms is not None:
+                prune_tombstones(self.store, self.root, version, self.tombstone_floor_ms)
         return True
 
     def _fence(self, base: int | None, current: int, what: str) -> None:

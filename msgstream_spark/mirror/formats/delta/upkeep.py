@@ -63,6 +63,13 @@ def configure(table, retain_age_s: float) -> bool:
     return True
 
 
+def expired(table, floor_ms: int) -> None:
+    """The job's expiry has deleted the files removed at or before ``floor_ms`` (no kept version reads them):
+    the checkpoints the table writes from now on leave their tombstones out (``delta/tombstones``), so what a
+    checkpoint carries is bounded by the versions kept, not by ``delta.deletedFileRetentionDuration``."""
+    table.tombstone_floor_ms = floor_ms
+
+
 def trim(table, keep: int, epoch: int | None) -> dict[str, int]:
     """Delete the log files of the versions before the newest checkpoint at or before version ``keep`` (the
     oldest version kept); the counts of files and bytes deleted."""
