@@ -208,7 +208,8 @@ def run(args: argparse.Namespace, spark=None) -> dict[str, Any]:
         removing = RemovingBatch(sink)  # DropPartition / Truncate: their deletes merged with the rows
         t0 = time.perf_counter()
         try:
-            rows, restarts = _stream_all(spark, args, cfg, start, removing, checkpoint, trig)
+            _, restarts = _stream_all(spark, args, cfg, start, removing, checkpoint, trig)
+            rows = removing.rows  # each batch once (Spark's input count repeats a lost executor's cached rows)
         finally:
             metrics.close()
     secs = time.perf_counter() - t0

@@ -24,12 +24,17 @@ def check_namespace_args(args: argparse.Namespace) -> None:
         raise UsageError("--namespace puts the tables into --catalog's namespace: not with --table-root")
     if not args.catalog:
         raise UsageError("--namespace NS names a namespace of a catalog: pass --catalog NAME (a pyiceberg catalog)")
-    if (args.table_format or "iceberg") != "iceberg":
-        raise UsageError(f"--catalog/--namespace keep Iceberg tables: not --table-format {args.table_format}")
+    from msgstream_spark.mirror.formats import registry
+
+    cataloged = registry.with_feature("catalogs")  # the formats whose tables a catalog keeps
+    fmt = args.table_format or cataloged[0]
+    if fmt not in cataloged:
+        raise UsageError(f"--catalog/--namespace keep {registry.titles('catalogs')} tables: not --table-format {fmt} "
+                         f"(use {registry.flags('catalogs')})")
     if not args.checkpoint:
         raise UsageError("--namespace: pass --checkpoint DIR, a directory on the driver's disk for Spark's checkpoint "
                          "(the tables' catalog places them: there is no directory beside them)")
-    args.table_format = "iceberg"
+    args.table_format = fmt
     args.table_root = None
 
 

@@ -149,13 +149,14 @@ class RemovingBatch:
     ``sink`` (its :class:`~msgstream_spark.spark.mirror.MirrorBatch`). The batch is kept (``persist``: the channels
     are read once), its removal rows are collected by the driver (one per DropPartition / Truncate copy) and
     left out of the rows, and the deletes they amount to go with the rows into ``sink``: one commit, fenced, with
-    the batch's record. The table's snapshot S (``msgstream.snapshot_ts``): a removal at or before it is in the
-    snapshot already."""
+    the batch's record; ``rows`` counts the batches' rows. The table's snapshot S (``msgstream.snapshot_ts``): a
+    removal at or before it is in the snapshot already."""
 
     def __init__(self, sink: Any) -> None:
         s = sink.table.properties().get(PROP_SNAPSHOT_TS)
         self.sink, self.min_ts = sink, (int(s) if s else None)
         self.removals = 0  # removal copies applied (summed over the batches)
+        self.rows = 0  # the batches' rows, each batch counted once (the job's ``stream_rows``)
 
     def __call__(self, df, batch_id: int) -> None:
         from pyspark.sql import functions as F
@@ -164,7 +165,12 @@ class RemovingBatch:
         df = df.persist()
         try:
             removal = F.col("op").isin(*REMOVAL_OPS)
-            found = removal_rows(df.where(removal).select("op", "_ts", "_shard", "_partition").collect())
+            # one action: the batch's rows counted here, not by Spark's source metric, which counts a lost
+            # executor's cached partitions again when the write recomputes them
+            got = df.agg(F.count(F.lit(1)).alias("n"), F.collect_list(F.when(
+                removal, F.struct("op", "_ts", "_shard", "_partition"))).alias("found")).first()
+            self.rows += int(got["n"])
+            found = removal_rows(sorted(got["found"], key=lambda r: (r["_ts"], r["_shard"] or "")))
             rows = df.where(~removal)
             if found:
                 s = self.sink
