@@ -214,11 +214,13 @@ def test_delta_checkpoints_carry_only_the_tombstones_of_the_kept_versions(place,
     assert not any(up.errors.values()) and up.runs["expire"] == 12
     points = sorted(p for p in carried if p > 0)
     assert len(points) >= 8, points
-    # the mean of the second half's checkpoints against the first's after its first expiry (before: every
-    # tombstone of the run, growing with it: ~3x here)
+    # the mean of the second half's checkpoints against the first's after its first expiry. Before: every
+    # tombstone of the run, growing with it (linear growth gives ~2.8x with these halves). The bound is 2x, not
+    # tighter: the kept window is wall time (the expiry's age against the slack), so how many batches' tombstones
+    # it holds moves with the machine's speed (1.55x measured on the S3 server under load, bounded all the same)
     early = [carried[p] for p in points[1:len(points) // 2]]
     late = [carried[p] for p in points[len(points) // 2:]]
-    assert 0 < sum(late) / len(late) <= 1.5 * sum(early) / len(early), carried
+    assert 0 < sum(late) / len(late) <= 2.0 * sum(early) / len(early), carried
     # and none it carries is of a file the expiry had deleted when the checkpoint was written
     for point, floor in floors.items():
         first = tombstones.oldest(t.store, t.root, point)
