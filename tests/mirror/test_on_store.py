@@ -228,13 +228,14 @@ def test_what_a_batch_moves_through_the_store_is_counted(where):
 
 
 def _big_file(where: Where, n: int, monkeypatch):
-    """A table with one data file of ``n`` random keys, its key index in blocks of 4 KiB (so that a small file
-    has many blocks: the ranged reads are what is measured, not the size)."""
+    """A table with one data file of ``n`` random keys, its key index in blocks of 4 KiB fetched one block at a
+    time (so that a small file has many units to fetch: the ranged reads are what is measured, not the size)."""
     import numpy as np
 
-    from msgstream_spark.mirror.write import keyindex
+    from msgstream_spark.mirror.write import keycache, keyindex
 
     monkeypatch.setattr(keyindex, "BLOCK_BYTES", 4096)
+    monkeypatch.setattr(keycache, "FETCH_BYTES", 4096)
     rng = np.random.default_rng(n)
     keys = rng.choice(10 * n, n, replace=False)
     t = _open(where, f"t{n}")
