@@ -338,6 +338,36 @@ def test_a_damaged_block_on_s3_is_rebuilt_and_the_lookup_right(s3, tmp_path, mon
     assert lookup_file(f, "pk", want, pa.int64(), t.store).num_rows == 50  # the rebuilt side file
 
 
+def test_a_damaged_block_on_s3_is_caught_only_by_a_lookup_that_reads_it(s3, tmp_path, monkeypatch, caplog):
+    """A new executor checks each block it fetches, not the side file: a byte flipped in a keys block no key of
+    the lookup falls in is never fetched nor noticed (the rows right, no warning); a lookup of keys in that
+    block catches it, logs it naming the side file, rebuilds it and answers right."""
+    import logging
+
+    import numpy as np
+
+    from msgstream_spark.mirror.write.keyindex import side_path
+    from msgstream_spark.mirror.write.layout import lookup_file
+
+    where = Where("s3", tmp_path, s3)
+    t, keys = _big_file(where, 5_000, monkeypatch)  # 4 KiB blocks: keys blocks 0-9
+    [f] = t.live_files()
+    side = side_path(f.path)
+    raw = bytearray(t.store.read(side))
+    raw[len(raw) - 32 * 5_000 + 5 * 4096 + 8] ^= 0xFF  # keys block 5: sorted rows 2,560-3,071
+    t.store.put(side, bytes(raw))
+    ordered = np.sort(keys)
+    low, mid = pa.array(ordered[:3].tolist(), pa.int64()), pa.array(ordered[2600:2603].tolist(), pa.int64())
+    _forget(tmp_path / "cache", monkeypatch)
+    with caplog.at_level(logging.WARNING):
+        assert sorted(lookup_file(f, "pk", low, pa.int64(), t.store).column("key").to_pylist()) == low.to_pylist()
+    assert caplog.text == "" and t.store.read(side) == bytes(raw)
+    _forget(tmp_path / "cache2", monkeypatch)
+    with caplog.at_level(logging.WARNING):
+        assert sorted(lookup_file(f, "pk", mid, pa.int64(), t.store).column("key").to_pylist()) == mid.to_pylist()
+    assert f"the key index {side} does not match its data file" in caplog.text and t.store.read(side) != bytes(raw)
+
+
 def test_a_compaction_beside_a_running_job_is_refused_on_the_store(where):
     """The job holds the table's lease on its store for its run: ``msgstream mirror compact`` (another process)
     is refused naming it, with no secret in its output; after the job, it compacts. A bad storage option is an

@@ -1,15 +1,19 @@
-"""A key index read by range from an object store, and the executor's local disk cache of what it fetched.
+"""The search of a key index by blocks, a key index read by range from an object store, and the executor's local
+disk cache of what it fetched.
 
-A side file (:mod:`.keyindex`) is a header and three arrays checksummed per block of ``block_bytes`` (1 MiB); its
-descriptor lists the first key of each block of the sorted keys. :class:`RemoteIndex` reads the header once per
-process, then, for the keys a lookup searches, only the keys blocks that can hold them (by those first keys),
-and for the rows it finds only the blocks of their positions and ``_seq``: a lookup's bytes grow with the
-blocks its keys touch, never with the file or the table. Every fetched block is checked against its CRC-32
-and kept in :class:`BlockCache`, a directory on the executor's local disk (``MSGSTREAM_KEY_CACHE_DIR``,
-default ``<tmp>/msgstream-key-cache-<uid>``) bounded in bytes (``MSGSTREAM_KEY_CACHE_MB``, default 1024; the
-least recently used blocks go first; set them on executors with ``spark.executorEnv.*``), shared by the
-executor's Python workers and valid across batches: a side file never changes, and a rebuilt one has another
-header checksum, which names its blocks. Blocks are memory-mapped from there.
+A side file (:mod:`.keyindex`) is a header and three arrays checksummed per block of ``block_bytes`` (4 KiB); its
+descriptor lists the first key of each block of the sorted keys. :class:`BlockedIndex` is the search a mapped
+side file and a ranged one share: the keys blocks a key can be in (by those first keys), each block's CRC-32
+checked the first time the process reads it, a binary search that stays inside them, then the blocks of the
+found rows' positions and ``_seq``. :class:`RemoteIndex` reads the header once per process and fetches units
+of ``FETCH_BYTES`` (whole blocks, ~1 MiB: few large GETs) holding the blocks a lookup needs, every block of a
+fetched unit checked as it arrives: a lookup's bytes grow with the blocks its keys touch, never with the file
+or the table. Fetched units are kept in :class:`BlockCache`, a directory on the executor's local disk
+(``MSGSTREAM_KEY_CACHE_DIR``, default ``<tmp>/msgstream-key-cache-<uid>``) bounded in bytes
+(``MSGSTREAM_KEY_CACHE_MB``, default 1024; the least recently used go first; set them on executors with
+``spark.executorEnv.*``), shared by the executor's Python workers and valid across batches: a side file never
+changes, and a rebuilt one has another header checksum, which names its units. Units are memory-mapped from
+there, each block checked when this process first reads it (a damaged copy is fetched again).
 """
 
 from __future__ import annotations

@@ -15,22 +15,26 @@ a side file with its data file. See docs/mirror.md "The write path".
 The format describes itself, so that a reader that fetches byte ranges (an object store) needs nothing
 else: the magic ``MSKEYS02``, the descriptor's length and CRC-32 (two little-endian uint32), the
 descriptor (JSON: rows, the data file's name and size, each array's name, dtype, shape and offset, the
-file's total size, the block size and the CRC-32 of each block of the arrays' bytes), zeros up to a
-multiple of 64, then the arrays (keys int64, row positions int64, ``_seq`` as its 16 raw bytes). A side
-file is trusted only once its header matches the data file (rows, name, size), its size matches the
-header, and every block's CRC-32 matches (verified once per process per file: a lookup then costs nothing
-more); anything else is logged at warning level naming the file and the index is rebuilt, never answered
+file's total size, the block size (4 KiB), the CRC-32 of each block of the arrays' bytes and the first key of
+each keys block, these two as base64 of little-endian uint32 / int64 arrays; the previous release wrote
+1 MiB blocks and JSON lists, read as they are), zeros up to a multiple of 64, then the arrays (keys int64,
+row positions int64, ``_seq`` as its 16 raw bytes). A side file is opened only once its header matches the
+data file (rows, name, size) and its size matches the header; a lookup then checks each block's CRC-32 the
+first time this process reads it (:class:`.keycache.BlockedIndex`: a key's blocks are found by the first
+keys and searched within, so a lookup reads, and checks, the blocks its keys touch and never the whole
+file: a new executor's first batch costs what its keys cost, not what the table's indexes hold). Anything
+that does not match is logged at warning level naming the file and the index is rebuilt, never answered
 from. It is written whole to a temporary file, fsync'd, renamed into place, and the directory fsync'd: a
 crash leaves the old state or the whole new file, and a file that came back with stale pages (a crash
-before an fsync of an earlier release's side file) fails its checksum.
+before an fsync of an earlier release's side file) fails its checksum where a lookup reads it.
 
 Side files live in the table's store beside their data files. A writing task writes one with each data file
 it closes (it has the keys in hand); a data file written by someone else (the snapshot, delta-rs's optimize)
 gets one at its first lookup. On a local store a side file is memory-mapped; on an object store a lookup
-fetches the header once per process, then only the blocks that hold the keys it searches (the descriptor
-lists each keys block's first key), then the blocks of their positions and ``_seq``: a batch's bytes grow
-with the blocks its keys touch, not with the table. Fetched blocks are verified and kept in a local disk
-cache of the executor (:mod:`.keycache`, bounded in bytes, valid across batches: a side file never changes).
+fetches the header once per process, then only the units of blocks (~1 MiB) that hold the keys it searches,
+then those of their positions and ``_seq``: a batch's bytes grow with the blocks its keys touch, not with the
+table. Fetched units are verified and kept in a local disk cache of the executor (:mod:`.keycache`, bounded in
+bytes, valid across batches: a side file never changes).
 """
 
 from __future__ import annotations
