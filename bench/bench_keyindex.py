@@ -14,8 +14,8 @@ keys and their ``_seq`` (zstd); per size, best of ``reps``:
 - a cold lookup: open in a new process and ``find`` 1,000 random keys of the file, its CPU seconds (what a new
   executor's first batch pays per data file: the header checked, then only the blocks those keys touch
   verified, so it grows with the keys, not the file: compare ``--sizes 1000000 10000000``).
-The verification's share = (open, verify - open, verified before) / read columns; its growth = the
-1M / 100k ratio of that difference (linear in the side file's 32 bytes a row).
+The cold lookup's growth = its CPU at the larger size / at the smaller one (before blocks were checked as read:
+~8.7x for 10x rows, every block of the file checked on open; measured 2026-12-06: 1.5-1.7x).
 """
 
 from __future__ import annotations
@@ -117,16 +117,13 @@ def run(sizes: tuple[int, ...] = (100_000, 1_000_000), reps: int = 5) -> dict:
     finally:
         shutil.rmtree(d, ignore_errors=True)
     lo, hi = res[str(sizes[0])], res[str(sizes[-1])]
-    res["verify_growth"] = hi["verify_s"] / lo["verify_s"]
     res["rows_growth"] = sizes[-1] / sizes[0]
     res["cold_lookup_growth"] = hi["cold_lookup_cpu_s"] / lo["cold_lookup_cpu_s"]
     print(f"cold lookup of 1,000 keys (CPU) {lo['cold_lookup_cpu_s'] * 1e3:.1f} ms -> "
           f"{hi['cold_lookup_cpu_s'] * 1e3:.1f} ms ({res['cold_lookup_growth']:.2f}x for "
           f"{res['rows_growth']:.0f}x rows)")
-    print(f"verification {lo['verify_s'] * 1e3:.1f} ms -> {hi['verify_s'] * 1e3:.1f} ms "
-          f"({res['verify_growth']:.1f}x for {res['rows_growth']:.0f}x rows), "
-          f"{lo['verify_vs_read']:.2f}x / {hi['verify_vs_read']:.2f}x of reading the columns; once per process "
-          "per file", flush=True)
+    print(f"open in a new process (the header checked) {lo['open_verify_s'] * 1e3:.1f} ms -> "
+          f"{hi['open_verify_s'] * 1e3:.1f} ms; the blocks are checked as lookups read them", flush=True)
     return res
 
 
