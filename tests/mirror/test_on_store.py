@@ -368,6 +368,38 @@ def test_a_damaged_block_on_s3_is_caught_only_by_a_lookup_that_reads_it(s3, tmp_
     assert f"the key index {side} does not match its data file" in caplog.text and t.store.read(side) != bytes(raw)
 
 
+def test_a_damaged_copy_in_the_block_cache_is_fetched_again(s3, tmp_path, monkeypatch, caplog):
+    """A unit of the executor's block cache whose bytes changed on its disk is caught when a new worker first
+    reads it (its blocks' CRC-32), logged, fetched again from the store and the lookup answered right; the side
+    file on the store, which is right, is not rebuilt."""
+    import logging
+
+    import numpy as np
+
+    from msgstream_spark.mirror.write.keyindex import side_path
+    from msgstream_spark.mirror.write.layout import lookup_file
+
+    where = Where("s3", tmp_path, s3)
+    t, keys = _big_file(where, 5_000, monkeypatch)
+    [f] = t.live_files()
+    side = t.store.read(side_path(f.path))
+    want = pa.array(np.sort(keys)[:3].tolist(), pa.int64())
+    cache = tmp_path / "cache"
+    _forget(cache, monkeypatch)
+    lookup_file(f, "pk", want, pa.int64(), t.store)
+    units = {u: u.read_bytes() for u in sorted(cache.glob("*.blk"))}
+    assert units
+    for u, good in units.items():  # every cached unit damaged on the executor's disk, its length kept
+        u.write_bytes(good[:8] + bytes([good[8] ^ 0xFF]) + good[9:])
+    _forget()  # a new worker on the same executor
+    with caplog.at_level(logging.WARNING):
+        got = lookup_file(f, "pk", want, pa.int64(), t.store)
+    assert sorted(got.column("key").to_pylist()) == want.to_pylist()
+    assert "key index cache block" in caplog.text and "does not match its data file" not in caplog.text
+    assert t.store.read(side_path(f.path)) == side
+    assert all(u.read_bytes() == good for u, good in units.items())  # the right bytes cached again
+
+
 def test_a_compaction_beside_a_running_job_is_refused_on_the_store(where):
     """The job holds the table's lease on its store for its run: ``msgstream mirror compact`` (another process)
     is refused naming it, with no secret in its output; after the job, it compacts. A bad storage option is an
