@@ -283,7 +283,8 @@ def test_a_delta_checkpoint_is_written_once_already_pruned(place, monkeypatch):
             t.store.delete(log_uri(t.root, name))
     dt = deltalake.DeltaTable(place.loc, version=10, storage_options=place.opts or {})
     ours = LogState(t.store, t.root).refresh()
-    assert (ours.version, ours.checkpoint) == (10, 10)
+    assert (ours.version, ours.checkpoint) == (10, 10) and ours.protocol and ours.metadata
+    assert len(ours.removes) == tombstones.count(t.store, t.root, 10) and ours.txns["q"] == 9
     assert {u.rsplit("/", 1)[-1] for u in dt.file_uris()} == {p.rsplit("/", 1)[-1] for p in ours.files}
     assert _pinned_read(place, "delta", 10) == model(seen) == _duckdb_read(place) == place.read("delta")
 
