@@ -125,9 +125,80 @@ def test_a_side_file_for_a_data_file_of_another_size_is_rebuilt(tmp_path, caplog
     assert _rows(got) == {(8, 100 + 495, 495)} and "data_file_size" in caplog.text
 
 
+def test_a_lookup_checks_the_blocks_it_reads_not_the_whole_side_file(tmp_path, caplog):
+    """A new process checks a side file's header on open and each block's CRC-32 when a lookup first reads it:
+    a byte flipped in a block the lookup does not read is harmless (no warning, the side file kept as it is,
+    the rows right); a lookup that reads that block catches it, logs it naming the file, rebuilds the side file
+    from the data file and answers right. (Every block was checked on open before: the first lookup rebuilt.)"""
+    rng = np.random.default_rng(11)
+    keys = rng.choice(10**9, 40_000, replace=False)  # 320 KB of keys: 79 blocks of 4 KiB
+    path = _file(tmp_path / "h.parquet", keys, np.arange(40_000) + 3)
+    f = LiveFile(path, int(keys.min()), int(keys.max()), np.zeros(0, np.uint64), 40_000)
+    order = np.argsort(keys)
+    low, mid = pa.array(np.sort(keys)[:3]), pa.array(np.sort(keys)[20_480:20_483])  # keys block 0; block 40
+    lookup_file(f, "pk", low, pa.int64())  # writes the side file
+    side = side_path(path)
+    data = bytearray(open(side, "rb").read())
+    start = len(data) - 32 * 40_000
+    data[start + 40 * 4096 + 8] ^= 0x40  # in keys block 40 (sorted rows 20,480-20,991): none of ``low``'s
+    open(side, "wb").write(bytes(data))
+    want_low = {(int(keys[i]), int(i) + 3, int(i)) for i in order[:3]}
+    want_mid = {(int(keys[i]), int(i) + 3, int(i)) for i in order[20_480:20_483]}
+    _new_process()
+    with caplog.at_level(logging.WARNING):
+        assert _rows(lookup_file(f, "pk", low, pa.int64())) == want_low
+    assert caplog.text == "" and open(side, "rb").read() == bytes(data)  # not read, not rebuilt
+    _new_process()
+    with caplog.at_level(logging.WARNING):
+        assert _rows(lookup_file(f, "pk", mid, pa.int64())) == want_mid
+    assert f"the key index {side} does not match its data file {path} (the checksum of block" in caplog.text
+    assert open(side, "rb").read() != bytes(data)  # rebuilt
+    caplog.clear()
+    _new_process()
+    with caplog.at_level(logging.WARNING):
+        assert _rows(lookup_file(f, "pk", pa.array(np.sort(keys)), pa.int64())) == \
+            {(int(k), i + 3, i) for i, k in enumerate(keys)}
+    assert caplog.text == ""
+
+
+def test_a_side_file_of_the_previous_release_is_read_as_it_is(tmp_path, caplog):
+    """Side files written before the blocks shrank (1 MiB blocks, their checksums and first keys as JSON lists)
+    are read as they are, their blocks checked as lookups read them: an upgrade rebuilds none."""
+    import json
+    import struct
+    import zlib
+
+    rng = np.random.default_rng(12)
+    keys = rng.choice(10**9, 40_000, replace=False)
+    path = _file(tmp_path / "p.parquet", keys, np.arange(40_000) + 3)
+    t = pq.read_table(path)
+    built = keyindex.KeyIndex.build(t.column("pk"), t.column(SEQ).cast(SEQ_TYPE))
+    payload = b"".join(np.ascontiguousarray(a).tobytes() for a in (built.keys, built.pos, built.seq))
+    step, start, n = 1 << 20, 4096, 40_000
+    desc = {"rows": n, "data_file": "p.parquet", "data_file_size": os.path.getsize(path), "block_bytes": step,
+            "block_crc32": [zlib.crc32(payload[i:i + step]) for i in range(0, len(payload), step)],
+            "block_first_key": [int(k) for k in built.keys[::step // 8]],
+            "arrays": [{"name": "keys", "dtype": "<i8", "shape": [n], "offset": start},
+                       {"name": "pos", "dtype": "<i8", "shape": [n], "offset": start + 8 * n},
+                       {"name": "seq", "dtype": "<u8", "shape": [n, 2], "offset": start + 16 * n}],
+            "file_size": start + len(payload)}
+    raw = json.dumps(desc).encode()
+    head = struct.pack("<8sII", b"MSKEYS02", len(raw), zlib.crc32(raw)) + raw
+    os.makedirs(os.path.dirname(side_path(path)), exist_ok=True)
+    old = head + bytes(start - len(head)) + payload
+    open(side_path(path), "wb").write(old)
+    f = LiveFile(path, int(keys.min()), int(keys.max()), np.zeros(0, np.uint64), n)
+    _new_process()
+    with caplog.at_level(logging.WARNING):
+        got = lookup_file(f, "pk", pa.array(np.sort(keys)[::97]), pa.int64())
+    assert _rows(got) == {(int(keys[i]), int(i) + 3, int(i)) for i in np.argsort(keys)[::97]}
+    assert caplog.text == "" and open(side_path(path), "rb").read() == old
+
+
 def test_a_side_file_describes_itself(tmp_path):
     """The header alone says where each array is and how to check it: a reader of byte ranges needs nothing
     else (its rows, data file name and size, arrays' dtype, shape and offset, per-block CRC-32)."""
+    import base64
     import json
     import struct
     import zlib
@@ -147,8 +218,11 @@ def test_a_side_file_describes_itself(tmp_path):
     got = np.frombuffer(raw, arrays["keys"]["dtype"], 40_000, arrays["keys"]["offset"])
     assert (got == np.sort(keys)).all() and arrays["seq"]["shape"] == [40_000, 2]
     step, start = desc["block_bytes"], arrays["keys"]["offset"]
-    assert start % 64 == 0 and len(desc["block_crc32"]) == -(-(len(raw) - start) // step) > 1
-    assert [zlib.crc32(raw[i:i + step]) for i in range(start, len(raw), step)] == desc["block_crc32"]
+    crcs = np.frombuffer(base64.b64decode(desc["block_crc32"]), "<u4").tolist()  # little-endian uint32s
+    assert start % 64 == 0 and len(crcs) == -(-(len(raw) - start) // step) > 1
+    assert [zlib.crc32(raw[i:i + step]) for i in range(start, len(raw), step)] == crcs
+    first = np.frombuffer(base64.b64decode(desc["block_first_key"]), "<i8")  # each keys block's first key
+    assert (first == np.sort(keys)[::step // 8]).all()
 
 
 def test_a_side_file_that_cannot_be_written_is_logged_and_the_lookup_still_right(tmp_path, caplog):

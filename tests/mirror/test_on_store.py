@@ -228,13 +228,14 @@ def test_what_a_batch_moves_through_the_store_is_counted(where):
 
 
 def _big_file(where: Where, n: int, monkeypatch):
-    """A table with one data file of ``n`` random keys, its key index in blocks of 4 KiB (so that a small file
-    has many blocks: the ranged reads are what is measured, not the size)."""
+    """A table with one data file of ``n`` random keys, its key index in blocks of 4 KiB fetched one block at a
+    time (so that a small file has many units to fetch: the ranged reads are what is measured, not the size)."""
     import numpy as np
 
-    from msgstream_spark.mirror.write import keyindex
+    from msgstream_spark.mirror.write import keycache, keyindex
 
     monkeypatch.setattr(keyindex, "BLOCK_BYTES", 4096)
+    monkeypatch.setattr(keycache, "FETCH_BYTES", 4096)
     rng = np.random.default_rng(n)
     keys = rng.choice(10 * n, n, replace=False)
     t = _open(where, f"t{n}")
@@ -335,6 +336,68 @@ def test_a_damaged_block_on_s3_is_rebuilt_and_the_lookup_right(s3, tmp_path, mon
     assert got.num_rows == 50 and "does not match its data file" in caplog.text
     _forget(tmp_path / "cache2", monkeypatch)
     assert lookup_file(f, "pk", want, pa.int64(), t.store).num_rows == 50  # the rebuilt side file
+
+
+def test_a_damaged_block_on_s3_is_caught_only_by_a_lookup_that_reads_it(s3, tmp_path, monkeypatch, caplog):
+    """A new executor checks each block it fetches, not the side file: a byte flipped in a keys block no key of
+    the lookup falls in is never fetched nor noticed (the rows right, no warning); a lookup of keys in that
+    block catches it, logs it naming the side file, rebuilds it and answers right."""
+    import logging
+
+    import numpy as np
+
+    from msgstream_spark.mirror.write.keyindex import side_path
+    from msgstream_spark.mirror.write.layout import lookup_file
+
+    where = Where("s3", tmp_path, s3)
+    t, keys = _big_file(where, 5_000, monkeypatch)  # 4 KiB blocks: keys blocks 0-9
+    [f] = t.live_files()
+    side = side_path(f.path)
+    raw = bytearray(t.store.read(side))
+    raw[len(raw) - 32 * 5_000 + 5 * 4096 + 8] ^= 0xFF  # keys block 5: sorted rows 2,560-3,071
+    t.store.put(side, bytes(raw))
+    ordered = np.sort(keys)
+    low, mid = pa.array(ordered[:3].tolist(), pa.int64()), pa.array(ordered[2600:2603].tolist(), pa.int64())
+    _forget(tmp_path / "cache", monkeypatch)
+    with caplog.at_level(logging.WARNING):
+        assert sorted(lookup_file(f, "pk", low, pa.int64(), t.store).column("key").to_pylist()) == low.to_pylist()
+    assert caplog.text == "" and t.store.read(side) == bytes(raw)
+    _forget(tmp_path / "cache2", monkeypatch)
+    with caplog.at_level(logging.WARNING):
+        assert sorted(lookup_file(f, "pk", mid, pa.int64(), t.store).column("key").to_pylist()) == mid.to_pylist()
+    assert f"the key index {side} does not match its data file" in caplog.text and t.store.read(side) != bytes(raw)
+
+
+def test_a_damaged_copy_in_the_block_cache_is_fetched_again(s3, tmp_path, monkeypatch, caplog):
+    """A unit of the executor's block cache whose bytes changed on its disk is caught when a new worker first
+    reads it (its blocks' CRC-32), logged, fetched again from the store and the lookup answered right; the side
+    file on the store, which is right, is not rebuilt."""
+    import logging
+
+    import numpy as np
+
+    from msgstream_spark.mirror.write.keyindex import side_path
+    from msgstream_spark.mirror.write.layout import lookup_file
+
+    where = Where("s3", tmp_path, s3)
+    t, keys = _big_file(where, 5_000, monkeypatch)
+    [f] = t.live_files()
+    side = t.store.read(side_path(f.path))
+    want = pa.array(np.sort(keys)[:3].tolist(), pa.int64())
+    cache = tmp_path / "cache"
+    _forget(cache, monkeypatch)
+    lookup_file(f, "pk", want, pa.int64(), t.store)
+    units = {u: u.read_bytes() for u in sorted(cache.glob("*.blk"))}
+    assert units
+    for u, good in units.items():  # every cached unit damaged on the executor's disk, its length kept
+        u.write_bytes(good[:8] + bytes([good[8] ^ 0xFF]) + good[9:])
+    _forget()  # a new worker on the same executor
+    with caplog.at_level(logging.WARNING):
+        got = lookup_file(f, "pk", want, pa.int64(), t.store)
+    assert sorted(got.column("key").to_pylist()) == want.to_pylist()
+    assert "key index cache block" in caplog.text and "does not match its data file" not in caplog.text
+    assert t.store.read(side_path(f.path)) == side
+    assert all(u.read_bytes() == good for u, good in units.items())  # the right bytes cached again
 
 
 def test_a_compaction_beside_a_running_job_is_refused_on_the_store(where):

@@ -235,6 +235,60 @@ def test_delta_checkpoints_carry_only_the_tombstones_of_the_kept_versions(place,
             assert _pinned_read(place, "delta", version) == want
 
 
+def test_a_delta_checkpoint_is_written_once_already_pruned(place, monkeypatch):
+    """Each checkpoint is one create-if-absent of its final name, already without the tombstones removed at or
+    before the expiry's floor (before: delta-rs wrote it, then it was written again without them, and a reader
+    that listed the log between the two could read a size the file no longer had). delta-rs (at the checkpoint's
+    version), DuckDB and the mirror's own log reader read the table from it alone (the commits before it gone,
+    as the log cleanup leaves them) with the model's rows."""
+    import json
+    import time
+
+    import deltalake
+    import pyarrow.parquet as pq
+
+    from msgstream_spark.mirror.formats.delta import tombstones
+    from msgstream_spark.mirror.formats.delta.log import LogState, log_uri
+
+    monkeypatch.setattr(delta_table, "CHECKPOINT_EVERY", 5)
+    t = place.open("delta")
+    writes = []  # (checkpoint name, whether it was there already when written)
+
+    def spied(real):
+        def spy(name, data, *a, **k):
+            if name.endswith(".checkpoint.parquet"):
+                writes.append((name.rsplit("/", 1)[-1], t.store.head(name) is not None))
+            return real(name, data, *a, **k)
+        return spy
+
+    for meth in ("put", "put_if_absent"):
+        monkeypatch.setattr(t.store, meth, spied(getattr(t.store, meth)))
+    seen, floor = [], None
+    for i in range(10):  # versions 1-10: checkpoints at 5 and 10; each batch updates rows of earlier files
+        batch = [*upsert(10 * i + 10, *[((i * 3 + k) % 12, f"v{i}.{k}") for k in range(5)]),
+                 delete(10 * i + 11, (i * 7 + 3) % 12)]
+        if i == 7:
+            floor = t.tombstone_floor_ms = int(time.time() * 1000)  # the tombstones of batches 0-6 expired
+        assert apply_batch(t, to_arrow(batch), "pk", "q", i)
+        seen += batch
+    assert writes == [(f"{5:020d}.checkpoint.parquet", False), (f"{10:020d}.checkpoint.parquet", False)]
+    assert tombstones.count(t.store, t.root, 10) > 0 and tombstones.oldest(t.store, t.root, 10) > floor
+    assert tombstones.oldest(t.store, t.root, 5) < floor
+    body = t.store.read(log_uri(t.root, f"{10:020d}.checkpoint.parquet"))
+    last = json.loads(t.store.read(log_uri(t.root, "_last_checkpoint")))
+    assert last == {"version": 10, "size": pq.ParquetFile(pa.BufferReader(body)).metadata.num_rows,
+                    "sizeInBytes": len(body), "numOfAddFiles": len(LogState(t.store, t.root).refresh().files)}
+    for v in range(10):
+        for name in (f"{v:020d}.json", f"{v:020d}.checkpoint.parquet"):
+            t.store.delete(log_uri(t.root, name))
+    dt = deltalake.DeltaTable(place.loc, version=10, storage_options=place.opts or {})
+    ours = LogState(t.store, t.root).refresh()
+    assert (ours.version, ours.checkpoint) == (10, 10) and ours.protocol and ours.metadata
+    assert len(ours.removes) == tombstones.count(t.store, t.root, 10) and ours.txns["q"] == 9
+    assert {u.rsplit("/", 1)[-1] for u in dt.file_uris()} == {p.rsplit("/", 1)[-1] for p in ours.files}
+    assert _pinned_read(place, "delta", 10) == model(seen) == _duckdb_read(place) == place.read("delta")
+
+
 def test_delta_checkpoints_keep_up_when_other_commits_take_the_interval_versions(tmp_path, monkeypatch):
     """The batch commit checkpoints at the first version at or after each multiple of the interval: when the
     multiples fall on other commits (here an epoch's after each batch: in a job, the expiry's fence, a

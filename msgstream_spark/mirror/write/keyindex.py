@@ -15,26 +15,31 @@ a side file with its data file. See docs/mirror.md "The write path".
 The format describes itself, so that a reader that fetches byte ranges (an object store) needs nothing
 else: the magic ``MSKEYS02``, the descriptor's length and CRC-32 (two little-endian uint32), the
 descriptor (JSON: rows, the data file's name and size, each array's name, dtype, shape and offset, the
-file's total size, the block size and the CRC-32 of each block of the arrays' bytes), zeros up to a
-multiple of 64, then the arrays (keys int64, row positions int64, ``_seq`` as its 16 raw bytes). A side
-file is trusted only once its header matches the data file (rows, name, size), its size matches the
-header, and every block's CRC-32 matches (verified once per process per file: a lookup then costs nothing
-more); anything else is logged at warning level naming the file and the index is rebuilt, never answered
+file's total size, the block size (4 KiB), the CRC-32 of each block of the arrays' bytes and the first key of
+each keys block, these two as base64 of little-endian uint32 / int64 arrays; the previous release wrote
+1 MiB blocks and JSON lists, read as they are), zeros up to a multiple of 64, then the arrays (keys int64,
+row positions int64, ``_seq`` as its 16 raw bytes). A side file is opened only once its header matches the
+data file (rows, name, size) and its size matches the header; a lookup then checks each block's CRC-32 the
+first time this process reads it (:class:`.keycache.BlockedIndex`: a key's blocks are found by the first
+keys and searched within, so a lookup reads, and checks, the blocks its keys touch and never the whole
+file: a new executor's first batch costs what its keys cost, not what the table's indexes hold). Anything
+that does not match is logged at warning level naming the file and the index is rebuilt, never answered
 from. It is written whole to a temporary file, fsync'd, renamed into place, and the directory fsync'd: a
 crash leaves the old state or the whole new file, and a file that came back with stale pages (a crash
-before an fsync of an earlier release's side file) fails its checksum.
+before an fsync of an earlier release's side file) fails its checksum where a lookup reads it.
 
 Side files live in the table's store beside their data files. A writing task writes one with each data file
 it closes (it has the keys in hand); a data file written by someone else (the snapshot, delta-rs's optimize)
 gets one at its first lookup. On a local store a side file is memory-mapped; on an object store a lookup
-fetches the header once per process, then only the blocks that hold the keys it searches (the descriptor
-lists each keys block's first key), then the blocks of their positions and ``_seq``: a batch's bytes grow
-with the blocks its keys touch, not with the table. Fetched blocks are verified and kept in a local disk
-cache of the executor (:mod:`.keycache`, bounded in bytes, valid across batches: a side file never changes).
+fetches the header once per process, then only the units of blocks (~1 MiB) that hold the keys it searches,
+then those of their positions and ``_seq``: a batch's bytes grow with the blocks its keys touch, not with the
+table. Fetched units are verified and kept in a local disk cache of the executor (:mod:`.keycache`, bounded in
+bytes, valid across batches: a side file never changes).
 """
 
 from __future__ import annotations
 
+import base64
 import json
 import logging
 import os
@@ -48,14 +53,14 @@ import pyarrow as pa
 from msgstream_spark.mirror.order import SEQ, SEQ_TYPE
 from msgstream_spark.mirror.store import Store, StoreError, store_for, uri
 from msgstream_spark.mirror.store.parquet import footer, read_parquet
-from msgstream_spark.mirror.write.keycache import DamagedIndex, RemoteIndex
+from msgstream_spark.mirror.write.keycache import BlockedIndex, DamagedIndex, RemoteIndex
 
 log = logging.getLogger(__name__)
 
 KEYS_DIR = "_keys"
 MAGIC = b"MSKEYS02"
 _PREFIX = struct.Struct("<8sII")  # magic, descriptor length, descriptor CRC-32
-BLOCK_BYTES = 1 << 20  # the arrays' bytes are checksummed per block (a range reader verifies what it reads)
+BLOCK_BYTES = 4096  # the arrays' bytes are checksummed per block (a lookup verifies the blocks it reads)
 _ARRAYS = (("keys", "<i8", 1), ("pos", "<i8", 1), ("seq", "<u8", 2))  # name, dtype, values per row
 
 
@@ -90,10 +95,11 @@ class KeyIndex:
                                 [np.ascontiguousarray(a) for a in (self.keys, self.pos, self.seq)])
         return head + payload
 
-    @classmethod
-    def load(cls, path: str, data_file: str, num_rows: int, data_size: int) -> KeyIndex | None:
-        """The side file memory-mapped, or None when it is missing or does not match the data file (``num_rows``
-        rows, ``data_size`` bytes) or its checksums (logged: the caller rebuilds it)."""
+    @staticmethod
+    def load(path: str, data_file: str, num_rows: int, data_size: int) -> MappedIndex | None:
+        """The side file memory-mapped, or None when it is missing or its header does not match the data file
+        (``num_rows`` rows, ``data_size`` bytes) or its checksum (logged: the caller rebuilds it); its blocks are
+        checked as lookups read them (``find``: DamagedIndex)."""
         try:
             got = _open_checked(path, _name(data_file), num_rows, data_size)
         except (FileNotFoundError, NotADirectoryError):
@@ -104,7 +110,7 @@ class KeyIndex:
             log.warning("the key index %s does not match its data file %s (%s): rebuilding it from the data file",
                         path, data_file, got)
             return None
-        return cls(*got)
+        return got
 
     def find(self, want: np.ndarray) -> tuple[np.ndarray, np.ndarray, pa.Array]:
         """(keys, row positions, ``_seq``) of every row whose key is in ``want`` (sorted, unique)."""
@@ -129,10 +135,12 @@ def _encode(rows: int, data_name: str, data_size: int, arrays: list[np.ndarray])
     """(header with its padding, the arrays' bytes) of a side file. ``block_first_key``: the first key of each
     block of the keys array (the arrays start at a block boundary): a ranged reader finds a key's block by it."""
     payload = b"".join(a.tobytes() for a in arrays)
-    per_block = BLOCK_BYTES // 8
-    desc: dict = {"rows": rows, "data_file": data_name, "data_file_size": data_size, "block_bytes": BLOCK_BYTES,
-                  "block_crc32": [zlib.crc32(payload[i:i + BLOCK_BYTES]) for i in range(0, len(payload), BLOCK_BYTES)],
-                  "block_first_key": [int(k) for k in arrays[0][::per_block]]}
+    view, step = memoryview(payload), BLOCK_BYTES
+    crcs = np.array([zlib.crc32(view[i:i + step]) for i in range(0, len(payload), step)], "<u4")
+    first = np.ascontiguousarray(arrays[0][::step // 8], "<i8")
+    desc: dict = {"rows": rows, "data_file": data_name, "data_file_size": data_size, "block_bytes": step,
+                  "block_crc32": base64.b64encode(crcs.tobytes()).decode(),
+                  "block_first_key": base64.b64encode(first.tobytes()).decode()}
     start = 64
     while True:  # the arrays' offsets depend on the descriptor's length: grow the room until it fits
         at, desc["arrays"] = start, []
@@ -149,12 +157,42 @@ def _encode(rows: int, data_name: str, data_size: int, arrays: list[np.ndarray])
     return head + b"\0" * (start - len(head)), payload
 
 
-_VERIFIED: OrderedDict[tuple, None] = OrderedDict()  # side files whose blocks matched, by identity
+_VERIFIED: OrderedDict[tuple, np.ndarray] = OrderedDict()  # per side file (by identity): its blocks checked
 _VERIFIED_MAX = 65536
 
 
-def _open_checked(path: str, data_name: str, num_rows: int, data_size: int) -> tuple | str:
-    """(keys, positions, seq) of a side file that matches, else what does not match."""
+class MappedIndex(BlockedIndex):
+    """A side file on the local disk, memory-mapped; each block checked the first time this process reads it."""
+
+    def __init__(self, desc: dict, mm: np.ndarray, ident: tuple) -> None:
+        super().__init__(desc, int(desc["arrays"][0]["offset"]))
+        self.raw = mm.view(np.ndarray)  # (a plain array over the mapping: faster to slice and index)
+        self.words = self.raw[self.start:].view("<u8")
+        ok = _VERIFIED.get(ident)
+        if ok is None:
+            ok = _VERIFIED[ident] = np.zeros(len(self.crcs), bool)
+            while len(_VERIFIED) > _VERIFIED_MAX:
+                _VERIFIED.popitem(last=False)
+        self._ok = ok
+
+    def _ensure(self, ids: np.ndarray, held: dict) -> None:
+        todo = ids[~self._ok[ids]]
+        if not len(todo):
+            return
+        raw, step, start = self.raw, self.block, self.start  # the file's size matched its header on open
+        for j, crc in zip(todo.tolist(), self.crcs[todo].tolist()):
+            if zlib.crc32(raw[start + j * step:start + (j + 1) * step]) != crc:
+                raise DamagedIndex(f"the checksum of block {j}")
+        self._ok[todo] = True
+
+    def _words(self, offsets: np.ndarray, width: int, held: dict) -> np.ndarray:
+        w = offsets // 8
+        return self.words[w] if width == 8 else np.stack([self.words[w], self.words[w + 1]], axis=1)
+
+
+def _open_checked(path: str, data_name: str, num_rows: int, data_size: int) -> MappedIndex | str:
+    """The side file mapped if its header matches (its blocks are checked as lookups read them), else what does
+    not match."""
     st = os.stat(path)
     with open(path, "rb") as f:
         prefix = f.read(_PREFIX.size)
@@ -172,35 +210,20 @@ def _open_checked(path: str, data_name: str, num_rows: int, data_size: int) -> t
     if wrong:
         return ", ".join(wrong)
     arrays = desc["arrays"]
-    if ([(a["name"], a["dtype"], a["shape"][0]) for a in arrays] != [(n_, d, num_rows) for n_, d, _ in _ARRAYS]
-            or any(a["offset"] + 8 * w * num_rows > st.st_size for a, (_, _, w) in zip(arrays, _ARRAYS))):
+    if [(a["name"], a["dtype"], a["shape"][0]) for a in arrays] != [(n_, d, num_rows) for n_, d, _ in _ARRAYS]:
         return f"arrays {arrays}"
-    if num_rows == 0:
-        return np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros((0, 2), np.uint64)
+    if "block_first_key" not in desc:
+        return "no first key per block (written before ranged reads)"
     mm = np.memmap(path, dtype=np.uint8, mode="r")
-    start = arrays[0]["offset"]
-    ident = (path, st.st_ino, st.st_mtime_ns, st.st_size)
-    if ident not in _VERIFIED:
-        step, crcs = int(desc["block_bytes"]), desc["block_crc32"]
-        got = [zlib.crc32(mm[i:i + step]) for i in range(start, st.st_size, step)]
-        if got != crcs:
-            return f"the checksum of block {next((i for i, (a, b) in enumerate(zip(got, crcs)) if a != b), len(got))}"
-        _VERIFIED[ident] = None
-        while len(_VERIFIED) > _VERIFIED_MAX:
-            _VERIFIED.popitem(last=False)
-    out = []
-    for a, (_, dtype, width) in zip(arrays, _ARRAYS):
-        v = mm[a["offset"]:a["offset"] + 8 * width * num_rows].view(np.dtype(dtype))
-        out.append(v.reshape(-1, width) if width > 1 else v)
-    return tuple(out)
+    return MappedIndex(desc, mm, (path, st.st_ino, st.st_mtime_ns, st.st_size))
 
 
-_OPEN: OrderedDict[tuple[str, int], KeyIndex | RemoteIndex] = OrderedDict()  # this process's, newest last
+_OPEN: OrderedDict[tuple[str, int], KeyIndex | BlockedIndex] = OrderedDict()  # this process's, newest last
 _OPEN_MAX = 512  # mapped indexes kept (a data file never changes: a kept one stays right); a lookup task is reused
 _REMOTE_MAX = 16384  # headers of indexes read by range kept (a few KB each: a table's files, not its rows)
 
 
-def key_index(store: Store, path: str, pk: str, num_rows: int = 0, size: int = 0) -> KeyIndex | RemoteIndex:
+def key_index(store: Store, path: str, pk: str, num_rows: int = 0, size: int = 0) -> KeyIndex | BlockedIndex:
     """The index of data file ``path``: its side file (when it matches the file's rows and size; mapped on a
     local store, read by range on an object store), else built from the file's key and ``_seq`` columns (and
     its side file written)."""
@@ -245,7 +268,7 @@ def find_keys(store: Store, path: str, pk: str, num_rows: int, size: int,
         return built.find(want)
 
 
-def _load(store: Store, path: str, num_rows: int, size: int) -> KeyIndex | RemoteIndex | None:
+def _load(store: Store, path: str, num_rows: int, size: int) -> KeyIndex | BlockedIndex | None:
     side = side_path(path)
     if store.kind == "local":
         return KeyIndex.load(uri.parse(side).key, path, num_rows, size)

@@ -115,6 +115,13 @@ class LogState:
         self.files: dict[str, dict] = {}
         self.txns: dict[str, int] = {}
         self.checkpoint = -1  # the version of the newest checkpoint this state knows (read from, or written)
+        # what else a checkpoint of this version holds (delta/checkpoint writes it from these): the protocol, the
+        # metadata, each app's txn, the domains, the remove tombstones by (path, deletion vector)
+        self.protocol: dict | None = None
+        self.metadata: dict | None = None
+        self.txn_actions: dict[str, dict] = {}
+        self.domains: dict[str, dict] = {}
+        self.removes: dict[tuple, dict] = {}
 
     def refresh(self) -> LogState:
         if self.version < 0:
@@ -146,13 +153,26 @@ class LogState:
         if "add" in action:
             a = action["add"]
             self.files[unquote(a["path"])] = a
+            self.removes.pop((unquote(a["path"]), _dv_id(a.get("deletionVector"))), None)
         elif "txn" in action:
             self.txns[action["txn"]["appId"]] = int(action["txn"]["version"])
+            self.txn_actions[action["txn"]["appId"]] = action["txn"]
         elif "remove" in action:
             r = action["remove"]
             cur = self.files.get(unquote(r["path"]))
             if cur is not None and _dv_id(cur.get("deletionVector")) == _dv_id(r.get("deletionVector")):
                 del self.files[unquote(r["path"])]
+            self.removes[(unquote(r["path"]), _dv_id(r.get("deletionVector")))] = r
+        elif "metaData" in action:
+            self.metadata = action["metaData"]
+        elif "protocol" in action:
+            self.protocol = action["protocol"]
+        elif "domainMetadata" in action:
+            d = action["domainMetadata"]
+            if d.get("removed"):
+                self.domains.pop(d["domain"], None)
+            else:
+                self.domains[d["domain"]] = d
 
     def _from_checkpoint(self) -> None:
         v, names = checkpoint_parts(self.store, self.location)
@@ -160,13 +180,10 @@ class LogState:
             return
         for name in names:
             t = pq.read_table(pa.BufferReader(self.store.read(log_uri(self.location, name))))
-            for a in t.column("add").to_pylist() if "add" in t.column_names else []:
-                if a is not None:
-                    a = _from_parquet_action(a)
-                    self.files[unquote(a["path"])] = a
-            for x in t.column("txn").to_pylist() if "txn" in t.column_names else []:
-                if x is not None:
-                    self.txns[x["appId"]] = int(x["version"])
+            for kind in ("protocol", "metaData", "domainMetadata", "txn", "remove", "add"):  # an add outranks
+                for a in t.column(kind).to_pylist() if kind in t.column_names else []:
+                    if a is not None:
+                        self._apply({kind: _from_parquet_action(a) if kind == "add" else _json_form(a)})
         self.version = self.checkpoint = v
 
 
@@ -200,6 +217,17 @@ def _from_parquet_action(a: dict) -> dict:
         out[k] = v
     out.setdefault("partitionValues", {})
     return out
+
+
+def _json_form(v):
+    """A checkpoint row's struct as its JSON action: maps (Arrow's lists of pairs) as objects, nulls left out."""
+    if isinstance(v, dict):
+        return {k: (dict(x) if k in _MAPS and isinstance(x, list) else _json_form(x)) for k, x in v.items()
+                if x is not None}
+    return v
+
+
+_MAPS = ("partitionValues", "tags", "options", "configuration")
 
 
 def _dv_id(dv: dict | None) -> tuple | None:

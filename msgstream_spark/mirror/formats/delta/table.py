@@ -31,6 +31,7 @@ from msgstream_spark.mirror.common import (
     table_schema,
 )
 from msgstream_spark.mirror.formats.base import DATA_DIR, LiveFile, LiveFiles, Plan, WriteSpec, fence_message
+from msgstream_spark.mirror.formats.delta import checkpoint
 from msgstream_spark.mirror.formats.delta.dv import dv_file_path, read_dv, write_dv_file
 from msgstream_spark.mirror.formats.delta.handle import deltalake as _deltalake
 from msgstream_spark.mirror.formats.delta.handle import is_table, table_at
@@ -47,7 +48,6 @@ from msgstream_spark.mirror.formats.delta.log import (
     write_replace_version,
 )
 from msgstream_spark.mirror.formats.delta.retention import TOMBSTONE_RETENTION_KEY, interval_ms, removed_after
-from msgstream_spark.mirror.formats.delta.tombstones import prune as prune_tombstones
 from msgstream_spark.mirror.formats.detect import refuse_occupied
 from msgstream_spark.mirror.store import Store, open_store, uri
 
@@ -71,7 +71,7 @@ class DeltaMirrorTable:
         self._dvs: dict[tuple, np.ndarray] = {}  # the live files' deletion vectors, by descriptor
         self._stats: dict[str, tuple] = {}  # an add's stats JSON -> (key min, key max, rows)
         # set by the job's expiry (delta/upkeep.expired): files removed at or before it are deleted, so the
-        # checkpoints written from then on leave their tombstones out (delta/tombstones)
+        # checkpoints written from then on leave their tombstones out (delta/checkpoint)
         self.tombstone_floor_ms: int | None = None
 
     @classmethod
@@ -240,10 +240,11 @@ class DeltaMirrorTable:
         # readers (and LogState) start from the last checkpoint: one at the first batch at or after each multiple
         # of CHECKPOINT_EVERY (that version may be another writer's, a compaction's or an epoch's)
         if version // CHECKPOINT_EVERY > max(state.checkpoint, 0) // CHECKPOINT_EVERY:
-            self._dt.create_checkpoint()
+            if checkpoint.wants_v2(state):
+                self._dt.create_checkpoint()  # (v2 checkpoints: delta-rs's, with every unexpired tombstone)
+            else:  # written once, without the tombstones of files the expiry deleted (delta/checkpoint)
+                checkpoint.write(self.store, self.root, state, version, now, self.tombstone_floor_ms)
             state.checkpoint = version
-            if self.tombstone_floor_ms is not None:
-                prune_tombstones(self.store, self.root, version, self.tombstone_floor_ms)
         return True
 
     def _fence(self, base: int | None, current: int, what: str) -> None:

@@ -65,7 +65,7 @@ def configure(table, retain_age_s: float) -> bool:
 
 def expired(table, floor_ms: int) -> None:
     """The job's expiry has deleted the files removed at or before ``floor_ms`` (no kept version reads them):
-    the checkpoints the table writes from now on leave their tombstones out (``delta/tombstones``), so what a
+    the checkpoints the table writes from now on leave their tombstones out (``delta/checkpoint``), so what a
     checkpoint carries is bounded by the versions kept, not by ``delta.deletedFileRetentionDuration``."""
     table.tombstone_floor_ms = floor_ms
 
