@@ -13,10 +13,18 @@ from __future__ import annotations
 
 import itertools
 import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import deltalake
+import pyarrow as pa
+import yaml
 
 from msgstream_spark.mq.base import ProducerMessage
 from msgstream_spark.msg.pb import common_pb2, msg_pb2, schema_pb2
 from tests.milvus_proxy.query import columns
+from tests.sink.helpers import config_file
 
 DT = schema_pb2.DataType
 DIM = 4
@@ -52,6 +60,13 @@ class ManyLog:
         self._ids = itertools.count(1)
         self.models: dict[int, object] = {}  # id -> the suite proxy's CollectionModel a snapshot queries, if any
         self.partition_of: dict[tuple[int, int], int] = {}  # (collection id, pk) -> the partition id of its row
+
+    def listed(self, state, db: str, name: str, cid: int) -> None:
+        """The collection in the suite proxy's ``state`` (tests/milvus_proxy): described, listed with its
+        ``_default`` partition, queried from a model the log's later writes go to."""
+        self.models[cid] = state.add_model(db, name, cid, self.pchannels,
+                                           [self._vch(cid, i) for i in range(len(self.pchannels))], schema(name),
+                                           [("_default", cid * 10)])
 
     def _send(self, i: int, msg, props: dict, ts: int) -> None:
         self.producers[i].send_batch([ProducerMessage(msg.SerializeToString(), props, ts)])
@@ -153,3 +168,76 @@ class ManyLog:
     def close(self) -> None:
         for p in self.producers:
             p.close()
+
+
+def table_rows(location) -> dict[int, dict]:
+    """A Delta table's rows by pk, read by delta-rs (not this project's table code); a pk found twice fails."""
+    dt = deltalake.DeltaTable(str(location))
+    t = pa.table(deltalake.QueryBuilder().register("t", dt).execute("SELECT pk, s, fv FROM t").read_all())
+    out: dict[int, dict] = {}
+    for r in t.to_pylist():
+        assert r["pk"] not in out, f"pk {r['pk']} twice in {location}"
+        out[r["pk"]] = r
+    return out
+
+
+def drop_partition_scenario(local_env, prefix: str, coll: tuple[str, str, int], location: Path,
+                            run: Callable[[list[str], int], dict]) -> tuple[dict, dict]:
+    """2.3-2.5's DropPartition (RootCoord's GC step, a copy on each of the collection's pchannels) for one job.
+
+    Collection ``coll`` (db, name, id) on two new channels named from ``prefix``: rows in ``_default`` and in
+    partition ``id * 10 + 1``; run 1 (``run(channels, 1)``) writes them to the table at ``location``. Then, in one
+    batch: more rows of that partition, an upsert, the drop, and rows of another partition after it; run 2 applies
+    them, run 3 finds nothing new. Every row of the dropped partition has left the table (those run 1 wrote and
+    those of the drop's batch before it); the rows after the drop stay. Returns runs 2 and 3's results."""
+    db, name, cid = coll
+    part = cid * 10 + 1
+    chans = [local_env.new_channel(prefix) for _ in range(2)]
+    with local_env.client() as c:
+        log = ManyLog(c, chans)
+        log.create(db, name, cid)
+        log.insert(cid, range(0, 10))
+        log.insert(cid, range(10, 20), partition=part)
+        log.tick()
+        run(chans, 1)
+        assert table_rows(location) == log.expected[coll]
+        log.insert(cid, range(20, 25), partition=part)  # same batch as the drop, before it
+        log.upsert(cid, [3], gen=1)
+        log.drop_partition(cid, part)
+        log.insert(cid, [10, 11], gen=2, partition=part + 1)  # after the drop (another partition): stays
+        log.tick()
+        out = run(chans, 2)
+        again = run(chans, 3)
+        log.close()
+    want = log.expected[coll]
+    assert sorted(want) == [*range(0, 10), 10, 11]
+    assert table_rows(location) == want
+    return out, again
+
+
+def proxied_config(local_env, milvus_proxy, tmp_path: Path, databases: set[str]) -> str:
+    """A config file for ``local_env`` whose Milvus is the suite's proxy, which lists ``databases``."""
+    cfg = Path(config_file(local_env, tmp_path))
+    cfg.write_text(yaml.safe_dump({**yaml.safe_load(cfg.read_text()), "milvus.address": milvus_proxy.address}))
+    milvus_proxy.state.databases |= databases
+    return str(cfg)
+
+
+@dataclass
+class DatabaseJob:
+    """A ``--database db1 --snapshot initial`` job over two new channels, Milvus being the suite's proxy: a
+    collection it finds listed there and not yet mirrored is snapshotted at its own S, then streamed."""
+
+    chans: list[str]
+    root: Path  # the table root: ``root / db / name`` per collection
+    argv: list[str]  # the job's arguments
+    state: object  # the proxy's state (``ManyLog.listed`` lists a collection in it)
+
+
+def database_job(local_env, milvus_proxy, tmp_path: Path, prefix: str) -> DatabaseJob:
+    chans = [local_env.new_channel(prefix) for _ in range(2)]
+    cfg = proxied_config(local_env, milvus_proxy, tmp_path, {"db1"})
+    root = tmp_path / "lake"
+    argv = ["--config", cfg, "--database", "db1", "--table-root", str(root), "--table-format", "delta",
+            "--snapshot", "initial", "--channels", ",".join(chans), "--progress-interval", "1"]
+    return DatabaseJob(chans, root, argv, milvus_proxy.state)

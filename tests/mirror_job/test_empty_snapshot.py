@@ -4,38 +4,25 @@ Before, the snapshot's commit failed with "add_files needs at least one data fil
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import deltalake
 import pytest
 
-from tests.mirror_job.many_log import ManyLog, schema
-from tests.mirror_job.test_mirror_many import table_rows
-from tests.sink.helpers import config_file
+from tests.mirror_job.many_log import ManyLog, database_job, table_rows
 
 pytestmark = pytest.mark.slow
 
 
 def test_a_collection_empty_at_its_snapshot_gets_an_empty_table_and_then_its_stream(spark, local_env, milvus_proxy,
                                                                                    tmp_path):
-    import yaml
-
     from msgstream_spark.jobs import mirror
 
-    chans = [local_env.new_channel("empty") for _ in range(2)]
-    cfg = Path(config_file(local_env, tmp_path))
-    cfg.write_text(yaml.safe_dump({**yaml.safe_load(cfg.read_text()), "milvus.address": milvus_proxy.address}))
-    state = milvus_proxy.state
-    state.databases |= {"db1"}
-    root = tmp_path / "lake"
-    argv = ["--config", str(cfg), "--database", "db1", "--table-root", str(root), "--table-format", "delta",
-            "--snapshot", "initial", "--channels", ",".join(chans), "--progress-interval", "1"]
+    job = database_job(local_env, milvus_proxy, tmp_path, "empty")
+    root, argv = job.root, job.argv
     with local_env.client() as c:
-        log = ManyLog(c, chans)
+        log = ManyLog(c, job.chans)
         for name, cid in (("a", 41), ("e", 42)):
             log.create("db1", name, cid)
-            log.models[cid] = state.add_model("db1", name, cid, chans, [log._vch(cid, i) for i in range(len(chans))],
-                                              schema(name), [("_default", cid * 10)])
+            log.listed(job.state, "db1", name, cid)
         log.insert(41, range(5))  # e: created, no row
         log.tick()
         first = mirror.run(mirror.build_parser().parse_args(argv), spark)

@@ -21,21 +21,11 @@ import pyarrow as pa
 import pytest
 
 from msgstream_spark.mirror.many import PROP_DROPPED_TS
-from tests.mirror_job.many_log import ManyLog
+from tests.mirror_job.many_log import ManyLog, database_job, drop_partition_scenario, proxied_config, table_rows
 from tests.sink.helpers import config_file
 
 pytestmark = pytest.mark.slow
 ROOT = Path(__file__).resolve().parents[2]
-
-
-def table_rows(location: Path) -> dict[int, dict]:
-    dt = deltalake.DeltaTable(str(location))
-    t = pa.table(deltalake.QueryBuilder().register("t", dt).execute("SELECT pk, s, fv FROM t").read_all())
-    out: dict[int, dict] = {}
-    for r in t.to_pylist():
-        assert r["pk"] not in out, f"pk {r['pk']} twice in {location}"
-        out[r["pk"]] = r
-    return out
 
 
 def batches_committed(location: Path) -> list[int]:
@@ -203,26 +193,20 @@ def test_collections_present_at_the_start_are_snapshotted_each_at_its_own_s(spar
     """--snapshot initial: the collections Milvus lists (the suite's proxy, its models written with the log) are
     read through query at their own S; the stream starts after the snapshots; a collection created later comes
     from the stream."""
-    import yaml
-
     from msgstream_spark.jobs import mirror
-    from tests.mirror_job.many_log import schema
 
     chans = [local_env.new_channel("manys") for _ in range(2)]
-    cfg = Path(config_file(local_env, tmp_path))
-    cfg.write_text(yaml.safe_dump({**yaml.safe_load(cfg.read_text()), "milvus.address": milvus_proxy.address}))
+    cfg = proxied_config(local_env, milvus_proxy, tmp_path, {"db1", "db2"})
     state = milvus_proxy.state
-    state.databases |= {"db1", "db2"}
     root = tmp_path / "lake"
-    argv = ["--config", str(cfg), "--collections", "db1.a,c,n", "--table-root", str(root), "--table-format", "delta",
+    argv = ["--config", cfg, "--collections", "db1.a,c,n", "--table-root", str(root), "--table-format", "delta",
             "--snapshot", "initial", "--channels", ",".join(chans), "--max-rows-per-trigger", "25",
             "--progress-interval", "1", "--num-snapshot-tasks", "2"]
     with local_env.client() as c:
         log = ManyLog(c, chans)
         for db, name, cid in (("db1", "a", 11), ("db2", "c", 13), ("db2", "other", 17)):
             log.create(db, name, cid)
-            log.models[cid] = state.add_model(db, name, cid, chans, [log._vch(cid, i) for i in range(len(chans))],
-                                              schema(name), [("_default", cid * 10)])
+            log.listed(state, db, name, cid)
         log.insert(11, range(30))
         log.insert(13, range(10))
         log.insert(17, range(3))
@@ -267,28 +251,13 @@ def test_a_dropped_partition_s_rows_leave_the_table(spark, local_env, tmp_path):
     from msgstream_spark.jobs import mirror
 
     cfg = config_file(local_env, tmp_path)
-    chans = [local_env.new_channel("parts") for _ in range(2)]
     root = tmp_path / "lake"
-    with local_env.client() as c:
-        log = ManyLog(c, chans)
-        log.create("db1", "a", 21)
-        log.insert(21, range(0, 10))
-        log.insert(21, range(10, 20), partition=211)
-        log.tick()
-        mirror.run(mirror.build_parser().parse_args(_argv(cfg, chans, root)), spark)
-        assert table_rows(root / "db1" / "a") == log.expected[("db1", "a", 21)]
-        log.insert(21, range(20, 25), partition=211)  # same batch as the drop, before it
-        log.upsert(21, [3], gen=1)
-        log.drop_partition(21, 211)
-        log.insert(21, [10, 11], gen=2, partition=212)  # after the drop: stays
-        log.tick()
-        out = mirror.run(mirror.build_parser().parse_args(_argv(cfg, chans, root, "--max-rows-per-trigger", "1000")),
-                         spark)
-        again = mirror.run(mirror.build_parser().parse_args(_argv(cfg, chans, root)), spark)
-        log.close()
-    want = log.expected[("db1", "a", 21)]
-    assert sorted(want) == [*range(0, 10), 10, 11]
-    assert table_rows(root / "db1" / "a") == want
+
+    def run(chans: list[str], step: int) -> dict:  # the drop's run reads its whole batch at once
+        more = ("--max-rows-per-trigger", "1000") if step == 2 else ()
+        return mirror.run(mirror.build_parser().parse_args(_argv(cfg, chans, root, *more)), spark)
+
+    out, again = drop_partition_scenario(local_env, "parts", ("db1", "a", 21), root / "db1" / "a", run)
     assert out["tables"]["db1.a"]["batches"] >= 1 and again["tables"]["db1.a"]["batches"] == 0
     ids = batches_committed(root / "db1" / "a")
     assert len(ids) == len(set(ids)), ids
@@ -298,35 +267,22 @@ def test_a_collection_made_while_the_job_was_down_is_snapshotted_on_restart(spar
     """A selected collection Milvus lists that the job's collections.json does not know (made while the job was
     down; the log no longer holds its creation nor its first rows) is snapshotted on restart at its own S, then
     streamed: its table holds the rows only Milvus still has and those the log brings after."""
-    import yaml
-
     from msgstream_spark.jobs import mirror
-    from tests.mirror_job.many_log import row, schema
+    from tests.mirror_job.many_log import row
 
-    chans = [local_env.new_channel("late") for _ in range(2)]
-    cfg = Path(config_file(local_env, tmp_path))
-    cfg.write_text(yaml.safe_dump({**yaml.safe_load(cfg.read_text()), "milvus.address": milvus_proxy.address}))
-    state = milvus_proxy.state
-    state.databases |= {"db1"}
-    root = tmp_path / "lake"
-    argv = ["--config", str(cfg), "--database", "db1", "--table-root", str(root), "--table-format", "delta",
-            "--snapshot", "initial", "--channels", ",".join(chans), "--progress-interval", "1"]
-
-    def model(db: str, name: str, cid: int) -> None:
-        log.models[cid] = state.add_model(db, name, cid, chans, [log._vch(cid, i) for i in range(len(chans))],
-                                          schema(name), [("_default", cid * 10)])
-
+    job = database_job(local_env, milvus_proxy, tmp_path, "late")
+    root, argv = job.root, job.argv
     with local_env.client() as c:
-        log = ManyLog(c, chans)
+        log = ManyLog(c, job.chans)
         log.create("db1", "a", 31)
-        model("db1", "a", 31)
+        log.listed(job.state, "db1", "a", 31)
         log.insert(31, range(5))
         log.tick()
         first = mirror.run(mirror.build_parser().parse_args(argv), spark)
         assert sorted(first["tables"]) == ["db1.a"]
         # db1.late: in Milvus with rows the log does not hold (its creation and first inserts are gone)
         log.colls[38], log.expected[("db1", "late", 38)] = ("db1", "late"), {}
-        model("db1", "late", 38)
+        log.listed(job.state, "db1", "late", 38)
         old = [row("late", pk) for pk in range(10)]
         log.models[38].put(old, "_default", next(log._ts))
         log.expected[("db1", "late", 38)].update({r["pk"]: r for r in old})

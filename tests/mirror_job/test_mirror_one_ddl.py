@@ -8,25 +8,13 @@ not this project's table code) equals the rows the collection holds; a run with 
 
 from __future__ import annotations
 
-import deltalake
-import pyarrow as pa
 import pytest
 
-from tests.mirror_job.many_log import ManyLog
+from tests.mirror_job.many_log import drop_partition_scenario, table_rows
 from tests.mirror_job.wal_log import NEW, WalLog, shard_of
 from tests.sink.helpers import config_file
 
 pytestmark = pytest.mark.slow
-
-
-def table_rows(location) -> dict[int, dict]:
-    dt = deltalake.DeltaTable(str(location))
-    t = pa.table(deltalake.QueryBuilder().register("t", dt).execute("SELECT pk, s, fv FROM t").read_all())
-    out: dict[int, dict] = {}
-    for r in t.to_pylist():
-        assert r["pk"] not in out, f"pk {r['pk']} twice in {location}"
-        out[r["pk"]] = r
-    return out
 
 
 def _run(spark, cfg: str, chans: list[str], table, name: str) -> dict:
@@ -42,27 +30,9 @@ def test_a_dropped_partition_s_rows_leave_the_one_collection_table(spark, local_
     """2.3-2.5: RootCoord's DropPartition (its GC step, a copy on each pchannel): the partition's rows an earlier
     batch wrote and those of the same batch before the drop leave the table; rows after it stay."""
     cfg = config_file(local_env, tmp_path)
-    chans = [local_env.new_channel("onepart") for _ in range(2)]
     table = tmp_path / "a"
-    with local_env.client() as c:
-        log = ManyLog(c, chans)
-        log.create("default", "a", 41)
-        log.insert(41, range(0, 10))
-        log.insert(41, range(10, 20), partition=411)
-        log.tick()
-        _run(spark, cfg, chans, table, "a")
-        assert table_rows(table) == log.expected[("default", "a", 41)]
-        log.insert(41, range(20, 25), partition=411)  # same batch as the drop, before it
-        log.upsert(41, [3], gen=1)
-        log.drop_partition(41, 411)
-        log.insert(41, [10, 11], gen=2, partition=412)  # after the drop (a new partition): stays
-        log.tick()
-        out = _run(spark, cfg, chans, table, "a")
-        again = _run(spark, cfg, chans, table, "a")
-        log.close()
-    want = log.expected[("default", "a", 41)]
-    assert sorted(want) == [*range(0, 10), 10, 11]
-    assert table_rows(table) == want
+    out, again = drop_partition_scenario(local_env, "onepart", ("default", "a", 41), table,
+                                         lambda chans, _: _run(spark, cfg, chans, table, "a"))
     assert out["removals"] == 2 and out["merged_batches"] >= 1  # a copy per pchannel
     assert again["merged_batches"] == 0 and again["removals"] == 0
 

@@ -2,9 +2,9 @@
 
 Run by tests/spark_connect in its own process from a temp directory (pyspark allows one kind of session per
 process, and a Connect session switches the whole process into Connect mode). Prints one JSON line.
-``python client_app.py -``: one spec per line of its input, each in a Connect session of its own (stopped after
-it), one JSON line each (``{"error": ...}`` for a spec that failed): the module's calls that need no process of
-their own share one (its start, ~1 s of CPU, once).
+``python client_app.py -``: one spec per line of its input, one JSON line each (``{"error": ...}`` for a spec that
+failed): the module's calls that need no process of their own share one (its start, ~1 s of CPU, once), and those
+that register nothing one Connect session (``serve``).
 
 spec: url, action (read | stream | write | stream_write), options (Spark options), register (register the
 data source from the client first), plus per action: read: formats; stream: checkpoint, out, subscription;
@@ -49,39 +49,64 @@ def write(spark, spec: dict) -> dict:
     return {"written": len(spec["rows"])}
 
 
+def register(spark) -> None:
+    """The data source, and an alias of it only this session knows, registered from the client."""
+    from msgstream_spark.spark.datasource import MsgStreamDataSource
+
+    class ClientSideAlias(MsgStreamDataSource):
+        """Defined here, so format("msgstream_client") can only resolve through the client's registration."""
+
+        @classmethod
+        def name(cls) -> str:
+            return "msgstream_client"
+
+    spark.dataSource.register(MsgStreamDataSource)
+    spark.dataSource.register(ClientSideAlias)
+
+
+def run(spark, spec: dict) -> dict:
+    actions = {"read": read, "stream": stream, "write": write, "stream_write": stream_write}
+    return actions[spec["action"]](spark, spec)
+
+
 def main(spec: dict) -> dict:
+    """``spec`` in a new Connect session (``create``: never another one of this process), stopped after it."""
     from pyspark.sql import SparkSession
 
-    spark = SparkSession.builder.remote(spec["url"]).getOrCreate()
-    if spec.get("register"):
-        from msgstream_spark.spark.datasource import MsgStreamDataSource
-
-        class ClientSideAlias(MsgStreamDataSource):
-            """Defined here, so format("msgstream_client") can only resolve through the client's registration."""
-
-            @classmethod
-            def name(cls) -> str:
-                return "msgstream_client"
-
-        spark.dataSource.register(MsgStreamDataSource)
-        spark.dataSource.register(ClientSideAlias)
+    spark = SparkSession.builder.remote(spec["url"]).create()
     try:
-        actions = {"read": read, "stream": stream, "write": write, "stream_write": stream_write}
-        return actions[spec["action"]](spark, spec)
+        if spec.get("register"):
+            register(spark)
+        return run(spark, spec)
     finally:
         spark.stop()
 
 
 def serve() -> None:
-    """Specs from stdin, one per line, until it closes; a failed spec's traceback as its answer."""
+    """Specs from stdin, one per line, until it closes; a failed spec's traceback as its answer. The specs that
+    register nothing share one Connect session (the server starts Python planner daemons per session: ~2-3 s of
+    CPU each new session, the forks they serve included); a spec that registers gets a session of its own, so a
+    client-side registration is never seen by another spec."""
     import traceback
 
-    for line in sys.stdin:
-        try:
-            answer = main(json.loads(line))
-        except Exception:  # noqa: BLE001 - the test shows it and fails
-            answer = {"error": traceback.format_exc()}
-        print(json.dumps(answer), flush=True)
+    from pyspark.sql import SparkSession
+
+    shared = None
+    try:
+        for line in sys.stdin:
+            try:
+                spec = json.loads(line)
+                if spec.get("register"):
+                    answer = main(spec)
+                else:
+                    shared = shared or SparkSession.builder.remote(spec["url"]).create()
+                    answer = run(shared, spec)
+            except Exception:  # noqa: BLE001 - the test shows it and fails
+                answer = {"error": traceback.format_exc()}
+            print(json.dumps(answer), flush=True)
+    finally:
+        if shared is not None:
+            shared.stop()
 
 
 if __name__ == "__main__":

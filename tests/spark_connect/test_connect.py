@@ -2,8 +2,9 @@
 
 The server runs from the project venv in a directory outside the repo (tests/fixtures/spark_connect.py); the
 client calls run in a process apart from the tests' (tests/spark_connect/client_app.py), as users run a Connect
-client: one client process for the module's calls (``shared_client``), each call in a Connect session of its own,
-and a process of its own for each run of the restart test (a new client process, the same checkpoint).
+client: one client process for the module's calls (``shared_client``; those that register nothing share a Connect
+session, one that registers the source from the client has its own), and a process of its own for each run of the
+restart test (a new client process, the same checkpoint).
 """
 
 from __future__ import annotations
@@ -29,8 +30,9 @@ def _client_env() -> dict[str, str]:
 
 
 class SharedClient:
-    """One client program (``client_app.py -``) that runs the specs sent to it, each in a new Connect session,
-    in a directory outside the repo; its answers are read with a bound (a reader thread, a queue)."""
+    """One client program (``client_app.py -``) that runs the specs sent to it (``client_app.serve``: one Connect
+    session for those that register nothing), in a directory outside the repo; its answers are read with a bound
+    (a reader thread, a queue)."""
 
     def __init__(self, cwd: Path) -> None:
         import queue
