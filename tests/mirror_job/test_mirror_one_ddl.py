@@ -38,9 +38,42 @@ def _run(spark, cfg: str, chans: list[str], table, name: str) -> dict:
     return mirror.run(mirror.build_parser().parse_args(argv), spark)
 
 
-def test_a_dropped_partition_s_rows_leave_the_one_collection_table(spark, local_env, tmp_path):
+def _probe(spark, monkeypatch) -> list[dict]:
+    """Per batch of the one-collection job: the Spark jobs its ``foreachBatch`` call ran (``all``), those the
+    table's own batch ran inside it (``table``: write, plan, a removal's rework), and the RDDs cached while the
+    table's batch ran beyond those cached before the call (``cached``)."""
+    from msgstream_spark.spark.mirror import MirrorBatch
+    from msgstream_spark.spark.removals import RemovingBatch
+
+    sc, seen = spark.sparkContext, []
+    outer, inner = RemovingBatch.__call__, MirrorBatch.__call__
+
+    def jobs() -> set[int]:  # the streaming query's jobs carry its run id as their group
+        return set(sc.statusTracker().getJobIdsForGroup(sc.getLocalProperty("spark.jobGroup.id")))
+
+    def batch(self, df, batch_id):
+        seen.append({"cached_before": len(sc._jsc.getPersistentRDDs())})
+        before = jobs()
+        outer(self, df, batch_id)
+        seen[-1]["all"] = len(jobs() - before)
+
+    def table(self, df, batch_id):
+        seen[-1]["cached"] = len(sc._jsc.getPersistentRDDs()) - seen[-1].pop("cached_before")
+        before = jobs()
+        inner(self, df, batch_id)
+        seen[-1]["table"] = len(jobs() - before)
+
+    monkeypatch.setattr(RemovingBatch, "__call__", batch)
+    monkeypatch.setattr(MirrorBatch, "__call__", table)
+    return seen
+
+
+def test_a_dropped_partition_s_rows_leave_the_one_collection_table(spark, local_env, tmp_path, monkeypatch):
     """2.3-2.5: RootCoord's DropPartition (its GC step, a copy on each pchannel): the partition's rows an earlier
-    batch wrote and those of the same batch before the drop leave the table; rows after it stay."""
+    batch wrote and those of the same batch before the drop leave the table; rows after it stay. Each batch is
+    read by the table's write tasks alone: nothing cached, no Spark job beside the table's (its removal rows
+    come back from the write's tasks, and a batch with some is written again inside its own attempt)."""
+    probe = _probe(spark, monkeypatch)
     cfg = config_file(local_env, tmp_path)
     chans = [local_env.new_channel("onepart") for _ in range(2)]
     table = tmp_path / "a"
@@ -50,7 +83,7 @@ def test_a_dropped_partition_s_rows_leave_the_one_collection_table(spark, local_
         log.insert(41, range(0, 10))
         log.insert(41, range(10, 20), partition=411)
         log.tick()
-        _run(spark, cfg, chans, table, "a")
+        assert _run(spark, cfg, chans, table, "a")["stream_rows"] == 20
         assert table_rows(table) == log.expected[("default", "a", 41)]
         log.insert(41, range(20, 25), partition=411)  # same batch as the drop, before it
         log.upsert(41, [3], gen=1)
@@ -65,6 +98,7 @@ def test_a_dropped_partition_s_rows_leave_the_one_collection_table(spark, local_
     assert table_rows(table) == want
     assert out["removals"] == 2 and out["merged_batches"] >= 1  # a copy per pchannel
     assert again["merged_batches"] == 0 and again["removals"] == 0
+    assert len(probe) >= 2 and all(b["all"] == b["table"] > 0 and b["cached"] == 0 for b in probe), probe
 
 
 def test_a_26_drop_partition_and_truncate_in_the_one_collection_table(spark, local_env, tmp_path):
