@@ -59,8 +59,9 @@ class FlooredBatch(MirrorBatch):
     def __init__(self, table, pk: str, floors: dict[str, int], **kw) -> None:
         super().__init__(table, pk, **kw)
         self.floors = dict(floors)
-        log.info("table %s: the stream's rows taken after each channel's snapshot checkpoint %s", table.location,
-                 self.floors)
+        if self.floors:
+            log.info("table %s: the stream's rows taken after each channel's snapshot checkpoint %s",
+                     table.location, self.floors)
 
     def __call__(self, df, batch_id: int) -> None:
         return super().__call__(floored(df, self.floors), batch_id)
