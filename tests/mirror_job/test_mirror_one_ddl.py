@@ -8,6 +8,8 @@ not this project's table code) equals the rows the collection holds; a run with 
 
 from __future__ import annotations
 
+import json
+
 import deltalake
 import pyarrow as pa
 import pytest
@@ -68,7 +70,7 @@ def _probe(spark, monkeypatch) -> list[dict]:
     return seen
 
 
-def test_a_dropped_partition_s_rows_leave_the_one_collection_table(spark, local_env, tmp_path, monkeypatch):
+def test_a_dropped_partition_s_rows_leave_the_one_collection_table(spark, local_env, tmp_path, monkeypatch, capsys):
     """2.3-2.5: RootCoord's DropPartition (its GC step, a copy on each pchannel): the partition's rows an earlier
     batch wrote and those of the same batch before the drop leave the table; rows after it stay. Each batch is
     read by the table's write tasks alone: nothing cached, no Spark job beside the table's (its removal rows
@@ -99,6 +101,12 @@ def test_a_dropped_partition_s_rows_leave_the_one_collection_table(spark, local_
     assert out["removals"] == 2 and out["merged_batches"] >= 1  # a copy per pchannel
     assert again["merged_batches"] == 0 and again["removals"] == 0
     assert len(probe) >= 2 and all(b["all"] == b["table"] > 0 and b["cached"] == 0 for b in probe), probe
+    # the drop's batch was written twice in one attempt: the first write's files went with it
+    from msgstream_spark.cli.main import main
+
+    capsys.readouterr()
+    assert main(["mirror", "orphans", "--table", str(table), "--table-format", "delta"]) == 0
+    assert json.loads(capsys.readouterr().out)["left_by_writers"] == []
 
 
 def test_a_26_drop_partition_and_truncate_in_the_one_collection_table(spark, local_env, tmp_path):
