@@ -70,7 +70,8 @@ SIZES = {
              "bench.bench_mirror_upkeep": {"batches": 500},
              # #44: 20 collections x 50k rows (64-d) + 10k changes in one database job vs 20 one-collection jobs
              # vs one job over one 1M-row collection; the freshness of 20 tables in one job
-             "bench.bench_mirror_many": {"collections": 20, "rows": 50_000, "changes": 10_000, "samples": 10}},
+             "bench.bench_mirror_many": {"collections": 20, "rows": 50_000, "changes": 10_000, "samples": 10,
+                                         "formats": ("delta", "iceberg")}},
     "quick": {"bench.bench_spark_read": {"rows": 200_000, "mem_rows": 0, "kafka": True},
               "bench.bench_spark_write": {"rows": 20_000, "reps": 2},
               "bench.profile_read": {"rows": 50_000, "kafka": True},
@@ -90,7 +91,7 @@ SIZES = {
               "bench.bench_iceberg_catalog": {"small": 5, "rows": 200, "reps": 3},
               "bench.bench_mirror_upkeep": {"batches": 120},
               "bench.bench_mirror_many": {"collections": 20, "rows": 5_000, "changes": 2_000, "samples": 5,
-                                          "separate_run": 4}},
+                                          "separate_run": 4, "formats": ("delta", "iceberg")}},
 }
 
 

@@ -205,7 +205,7 @@ def run(args: argparse.Namespace, spark=None) -> dict[str, Any]:
         upkeep, metrics = _observers(args, start.table, policy)
         sink = MirrorBatch(start.table, pk, checkpoint=checkpoint, collection_id=start.collection_id,
                            history=history, lock=hold, observers=[upkeep, metrics])
-        removing = RemovingBatch(sink)  # DropPartition / Truncate: their deletes merged with the rows
+        removing = RemovingBatch(sink, on_query_start=metrics.hub.watch)  # and the backlog metric watches the query
         t0 = time.perf_counter()
         try:
             _, restarts = _stream_all(spark, args, cfg, start, removing, checkpoint, trig)

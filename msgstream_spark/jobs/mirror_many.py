@@ -84,10 +84,6 @@ def check_args(args: argparse.Namespace) -> None:
         raise UsageError("--table-root: pass --table-format delta or iceberg (the tables' format)")
     if args.snapshot == "when_needed":
         raise UsageError(WHEN_NEEDED_REFUSED)
-    if args.snapshot_source != "query":
-        raise UsageError("--snapshot-source storage is the one-collection job's (--collection): with --database / "
-                         "--collections / --include the collections are snapshotted through query; pass "
-                         "--snapshot-source query (the default)")
     if args.history_table:
         raise UsageError("--history-table keeps one collection's change log: not with --database / --collections / "
                          "--include")
@@ -188,8 +184,9 @@ class Tables:
         return where, pk, rows_arrow_schema(collection_arrow_schema(coll))
 
     def __call__(self, k: Known, schema_bytes: bytes | None):
+        from msgstream_spark.jobs.mirror_start import START_PROPERTY
         from msgstream_spark.mirror.table import open_table
-        from msgstream_spark.spark.mirror import MirrorBatch
+        from msgstream_spark.spark.channel_floor import FlooredBatch, channel_floors
         from msgstream_spark.spark.mirror_many import Mirrored
 
         coll = self.schema(k, schema_bytes)
@@ -197,9 +194,12 @@ class Tables:
         where, pk, rows = self.place(k, coll)
         table = open_table(self.args.table_format, where, collection=stored_name(self.args, k, where), pk=pk,
                            arrow_schema=rows, create=True, collection_id=k.cid, **table_options(self.args))
-        sink = MirrorBatch(table, pk, checkpoint=self.checkpoint, collection_id=k.cid,
-                           observers=self.observers(table))
-        s = table.properties().get(PROP_SNAPSHOT_TS)  # a snapshot's table takes the stream's rows after its S
+        props = table.properties()
+        s = props.get(PROP_SNAPSHOT_TS)  # a snapshot's table takes the stream's rows after its S
+        # and a storage snapshot's, each channel's after its checkpoint (spark/channel_floor.py)
+        floors = channel_floors(props.get(START_PROPERTY), int(s) if s else None)
+        sink = FlooredBatch(table, pk, floors, checkpoint=self.checkpoint, collection_id=k.cid,
+                            observers=self.observers(table))
         got = Mirrored(table, pk, rows, sink, int(s) if s else None)
         got.where = where  # what collections.json records: a location, or an identifier in --catalog
         return got
@@ -258,7 +258,7 @@ def snapshot_all(spark, args, cfg, checkpoint: str, state: ManyState, selection,
     of the snapshots' positions. ``late``: a restart; only the selected collections ``collections.json`` does not
     know (made while the job was down, their creation perhaps gone from the log) are snapshotted, each at an S
     after everything the checkpoint's batches read (so the resumed stream's rows after S complete it)."""
-    from msgstream_spark.jobs.mirror_start import decide_start
+    from msgstream_spark.jobs.mirror_start import positions_now
 
     found = [c for c in milvus_collections(cfg) if selection.matches(c[0], c[1])
              and not (late and c[2] in state.known)]
@@ -268,14 +268,17 @@ def snapshot_all(spark, args, cfg, checkpoint: str, state: ManyState, selection,
     # a late snapshot is one collection's start: a place with no progress of its own for decide_start
     start_dir = os.path.join(checkpoint, "late-snapshots") if late else checkpoint
 
+    # the storage route starts a channel where the collection has no vchannel at "latest": the query starts such
+    # a channel here instead (taken before any snapshot: a collection made later has its CreateCollection after it)
+    now = positions_now(args, cfg) if found and args.snapshot_source == "storage" else None
+
     def one(item):
         db, name, cid = item
         k = Known(cid, name, db)
         coll = tables.schema(k, described_schema(cfg, db, name) if late else None)
         remember_schema(k, coll)  # a restart opens the table with it: Milvus and the log may no longer tell it
         where, pk, rows = tables.place(k, coll)
-        sub = argparse.Namespace(**{**vars(args), "collection": name, "table": where})
-        start = decide_start(spark, sub, cfg.with_overrides({"milvus.database": db}), rows, pk, cid, start_dir)
+        start = collection_start(spark, args, cfg, k, where, rows, pk, start_dir)
         k.location = where if args.namespace else start.table.location
         return k, start
 
@@ -285,21 +288,35 @@ def snapshot_all(spark, args, cfg, checkpoint: str, state: ManyState, selection,
         state.known[k.cid] = k
         log.info("collection %s.%s (id %d): %s", k.db, k.name, k.cid, start.summary)
     state.save()
-    return earliest([start.starting for _, start in done])
+    return earliest([start.starting for _, start in done], now)
 
 
-def earliest(startings: list[str | None]) -> str | None:
-    """Per channel the position with the lowest Milvus time among the snapshots' recorded starts."""
+def collection_start(spark, args, cfg, k: Known, where: str, rows, pk: str, start_dir: str):
+    """One selected collection's start into its table at ``where`` (``mirror_start.decide_start``, the
+    one-collection job's): a snapshot at its own S through ``query`` or, with ``--snapshot-source storage``, from
+    Milvus's storage (its binlogs at the channels' checkpoints), or the start a table already records."""
+    from msgstream_spark.jobs.mirror_start import decide_start
+
+    sub = argparse.Namespace(**{**vars(args), "collection": k.name, "table": where})
+    return decide_start(spark, sub, cfg.with_overrides({"milvus.database": k.db}), rows, pk, k.cid, start_dir)
+
+
+def earliest(startings: list[str | None], fallback: str | None = None) -> str | None:
+    """Per channel the position with the lowest Milvus time among the snapshots' recorded starts; a channel
+    that only ``latest`` names (no snapshotted collection has rows there) starts at ``fallback``'s position."""
     from msgstream_spark.msg.position import MsgPosition
 
-    def ts(pos: str) -> int:
-        return -1 if pos == "earliest" else MsgPosition.from_base64(pos).timestamp
+    def ts(pos: str) -> float:
+        return -1 if pos == "earliest" else float("inf") if pos == "latest" else MsgPosition.from_base64(pos).timestamp
 
     best: dict[str, str] = {}
     for s in startings:
         for ch, pos in (json.loads(s) if s else {}).items():
             if ch not in best or ts(pos) < ts(best[ch]):
                 best[ch] = pos
+    for ch, pos in (json.loads(fallback) if fallback else {}).items():
+        if best.get(ch) == "latest":
+            best[ch] = pos
     return json.dumps(best) if best else None
 
 

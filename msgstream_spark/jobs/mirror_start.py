@@ -73,6 +73,15 @@ def _channels(client, args, cfg) -> list[str]:
     return sorted(c for c in client.list_channels() if pat.match(c))
 
 
+def positions_now(args, cfg) -> str:
+    """The channels' positions now (``startingPositions`` JSON: after each channel's last message)."""
+    from msgstream_spark.mirror.snapshot.handover import starting_positions, take_positions
+    from msgstream_spark.stream.factory import Factory
+
+    with Factory(cfg).client() as client:
+        return starting_positions(take_positions(client, _channels(client, args, cfg)))
+
+
 def decide_start(spark, args, cfg, schema, pk: str, cid: int | None, checkpoint: str) -> Start:
     """``schema``: the Arrow schema of the stream's rows (the table keeps the fields, ``_ts``, ``_seq``)."""
     table = _open(args, pk, schema, cid, create=False)

@@ -49,7 +49,7 @@ from msgstream_spark.mirror.write.taskplan import (
     merge_plans,
 )
 from msgstream_spark.spark.history import history_in_tasks, seed_in_tasks
-from msgstream_spark.spark.mirror_tasks import Traffic, plan_in_tasks, write_in_tasks
+from msgstream_spark.spark.mirror_tasks import Traffic, aside_rows, input_rows, plan_in_tasks, write_in_tasks
 
 log = logging.getLogger(__name__)
 
@@ -129,6 +129,11 @@ class MirrorBatch:
         self._executor_killed = False  # kill-executor-in-files:first: armed until a batch has written rows
         self.lock = lock
         self.observers = list(observers)
+        # rows the writing tasks leave unwritten (their ``op``), and what the batch is written as when the tasks
+        # found some: ``rework(df, rows) -> df`` (e.g. DropPartition / Truncate merged as deletes: removals.py)
+        self.aside: tuple[str, ...] | None = None
+        self.rework = None
+        self.read_rows = 0  # with ``aside``: the rows the writing tasks read, each batch once
 
     @property
     def query_id(self) -> str:
@@ -274,7 +279,14 @@ class _SparkRunner:
         self.moved = self.mb._traffic(self.df.sparkSession.sparkContext)  # (a skipped batch touches no df)
         self.before = {k: m.value() for k, m in self.moved.items()}
         self._mark()
-        written = write_in_tasks(self.df, spec, self.attempt, kill, self.moved["write"])
+        mb = self.mb
+        written = write_in_tasks(self.df, spec, self.attempt, kill, self.moved["write"], mb.aside)
+        if mb.aside is not None:
+            mb.read_rows += input_rows(written)
+            found = aside_rows(written)
+            if found:  # written again, as ``rework`` makes it: the first write's files are dropped with the attempt
+                self.df = mb.rework(self.df, found)
+                written = write_in_tasks(self.df, spec, self.attempt, None, self.moved["write"])
         self._mark()
         self.changes = changes_count(written)
         self.data_rows = data_rows(written)

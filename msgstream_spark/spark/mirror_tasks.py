@@ -3,7 +3,10 @@ the planning tasks (their keys looked up in the table's live files), with the st
 
 from __future__ import annotations
 
+import json
+
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from msgstream_spark.errors import MirrorError
 from msgstream_spark.mirror.formats.base import WriteSpec
@@ -39,13 +42,40 @@ class Traffic:
         return {k: a.value for k, a in self.acc.items()}
 
 
-def _writer_fn(spec: WriteSpec, changes_at: str, kill: str | None, traffic: Traffic):
+# a writing task's extra rows when asked (``aside``): its input row count, and each row it set aside unwritten
+INPUT, ASIDE = "input", "aside"
+ASIDE_COLUMNS = ("op", "_ts", "_shard", "_partition")
+
+
+def _set_aside(b: pa.RecordBatch, ops: tuple[str, ...], out: list[dict]) -> pa.RecordBatch:
+    """``b`` without its rows whose ``op`` is one of ``ops``; those rows' ``ASIDE_COLUMNS`` appended to ``out``."""
+    hit = pc.fill_null(pc.is_in(b.column("op"), value_set=pa.array(ops, b.schema.field("op").type)), False)
+    if not pc.any(hit).as_py():
+        return b
+    out.extend(b.filter(hit).select([c for c in ASIDE_COLUMNS if c in b.schema.names]).to_pylist())
+    return b.filter(pc.invert(hit))
+
+
+def _reported(out: pa.Table, seen: int, aside: list[dict]) -> pa.Table:
+    n = 1 + len(aside)
+    extra = {"kind": [INPUT] + [ASIDE] * len(aside), "path": [None] + [json.dumps(r) for r in aside],
+             "rows": [seen] + [1] * len(aside)}
+    cols = [pa.array(extra[f.name], f.type) if f.name in extra else pa.nulls(n, f.type) for f in out.schema]
+    return pa.concat_tables([out, pa.Table.from_arrays(cols, schema=out.schema)])
+
+
+def _writer_fn(spec: WriteSpec, changes_at: str, kill: str | None, traffic: Traffic,
+               aside: tuple[str, ...] | None = None):
     def write(batches):
         before = io_totals()
         w = TaskWriter(spec, claims=claims_dir(changes_at))
         changes = ChangesFile(w.store, changes_at, spec.key_type)
+        seen, kept = 0, []
         try:
             for b in batches:  # one Arrow batch at a time (spark.sql.execution.arrow.maxRecordsPerBatch rows)
+                seen += b.num_rows
+                if aside and b.num_rows:
+                    b = _set_aside(b, aside, kept)
                 if b.num_rows:
                     changes.add(w.add(pa.Table.from_batches([b])))
                     if kill:
@@ -56,9 +86,21 @@ def _writer_fn(spec: WriteSpec, changes_at: str, kill: str | None, traffic: Traf
             changes.abort()
             raise
         traffic.add(io_since(before))
-        yield from out.to_batches()
+        yield from (_reported(out, seen, kept) if aside is not None else out).to_batches()
 
     return write
+
+
+def input_rows(written: pa.Table) -> int:
+    """The rows the writing tasks read (each task's once: only the successful attempts' results reach the driver)."""
+    return sum(r for k, r in zip(written.column("kind").to_pylist(), written.column("rows").to_pylist())
+               if k == INPUT)
+
+
+def aside_rows(written: pa.Table) -> list[dict]:
+    """The rows the writing tasks set aside (``ASIDE_COLUMNS``), in no particular order."""
+    return [json.loads(p) for k, p in zip(written.column("kind").to_pylist(), written.column("path").to_pylist())
+            if k == ASIDE]
 
 
 def _plan_fn(files_bc, pk: str, key_type, existed: bool, store, traffic: Traffic):
@@ -76,9 +118,11 @@ def _plan_fn(files_bc, pk: str, key_type, existed: bool, store, traffic: Traffic
 
 
 def write_in_tasks(df, spec: WriteSpec, changes_at: str, kill: str | None = None,
-                   traffic: Traffic | None = None) -> pa.Table:
+                   traffic: Traffic | None = None, aside: tuple[str, ...] | None = None) -> pa.Table:
     """The micro-batch's rows written as data files by Spark tasks, their narrow rows as changes files under
-    ``changes_at``; a row per file (``taskplan.written_schema``)."""
+    ``changes_at``; a row per file (``taskplan.written_schema``). ``aside`` (not None): each task also reports
+    the rows it read (a row of kind ``INPUT``) and leaves its rows whose ``op`` is one of ``aside`` unwritten, a
+    row of kind ``ASIDE`` each (``input_rows``, ``aside_rows``)."""
     from pyspark.sql.pandas.types import from_arrow_schema
 
     if SEQ not in df.columns:
@@ -87,7 +131,8 @@ def write_in_tasks(df, spec: WriteSpec, changes_at: str, kill: str | None = None
     # channel, so rarely) meets its other changes in the planning shuffle, which deletes the losing rows
     out = written_schema()
     traffic = traffic or Traffic(df.sparkSession.sparkContext)
-    return df.mapInArrow(_writer_fn(spec, changes_at, kill, traffic), from_arrow_schema(out)).toArrow().cast(out)
+    fn = _writer_fn(spec, changes_at, kill, traffic, aside)
+    return df.mapInArrow(fn, from_arrow_schema(out)).toArrow().cast(out)
 
 
 # a batch of at most this many changes is planned by one task reading every changes file (~60 bytes a change,

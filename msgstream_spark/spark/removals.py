@@ -146,37 +146,43 @@ def shard_index(vchannel: str) -> int | None:
 
 class RemovingBatch:
     """The one-collection job's ``foreachBatch`` function: a ``rows`` stream read with ``removalRows`` into
-    ``sink`` (its :class:`~msgstream_spark.spark.mirror.MirrorBatch`). The batch is kept (``persist``: the channels
-    are read once), its removal rows are collected by the driver (one per DropPartition / Truncate copy) and
-    left out of the rows, and the deletes they amount to go with the rows into ``sink``: one commit, fenced, with
-    the batch's record; ``rows`` counts the batches' rows. The table's snapshot S (``msgstream.snapshot_ts``): a
-    removal at or before it is in the snapshot already."""
+    ``sink`` (its :class:`~msgstream_spark.spark.mirror.MirrorBatch`). The batch is read once, by the write's own
+    tasks, with nothing cached: they leave its removal rows (one per DropPartition / Truncate copy) unwritten and
+    return them, with the count of the rows they read, beside their files. A batch that has some (rare) is written
+    again, inside the same attempt, as its rows without them plus the deletes they amount to (its source read a
+    second time); the first write's files go with the attempt. Either way one commit, fenced, with the batch's
+    record. ``rows`` counts the batches' rows (each once: only successful task results reach the driver). The
+    table's snapshot S (``msgstream.snapshot_ts``): a removal at or before it is in the snapshot already."""
 
-    def __init__(self, sink: Any) -> None:
+    def __init__(self, sink: Any, on_query_start: Any = None) -> None:
+        self.on_query_start = on_query_start  # told the query once it runs (``jobs.mirror_many.run_into``)
         s = sink.table.properties().get(PROP_SNAPSHOT_TS)
         self.sink, self.min_ts = sink, (int(s) if s else None)
         self.removals = 0  # removal copies applied (summed over the batches)
-        self.rows = 0  # the batches' rows, each batch counted once (the job's ``stream_rows``)
+        sink.aside, sink.rework = REMOVAL_OPS, self._rework
 
-    def __call__(self, df, batch_id: int) -> None:
+    @property
+    def rows(self) -> int:
+        """The batches' rows the job wrote (the job's ``stream_rows``; a batch already in the table is not read)."""
+        return self.sink.read_rows
+
+    def _rework(self, df, found: list[dict]):
+        """The batch as written with its removals: its other rows and the deletes each removal amounts to."""
         from pyspark.sql import functions as F
         from pyspark.sql.pandas.types import to_arrow_schema
 
-        df = df.persist()
+        removals = removal_rows(sorted(found, key=lambda r: (r["_ts"], r["_shard"] or "")))
+        rows = df.where(~F.col("op").isin(*REMOVAL_OPS))
+        s = self.sink
+        t = Target(s.table, s.pk, to_arrow_schema(rows.schema, timezone="UTC"), s.collection_id, self.min_ts)
+        self.removals += len(removals)
+        return with_removals(t, rows, removals)
+
+    def __call__(self, df, batch_id: int) -> None:
+        if self.sink.history is None:
+            return self.sink(df, batch_id)
+        df = df.persist()  # the change log's tasks read the batch again
         try:
-            removal = F.col("op").isin(*REMOVAL_OPS)
-            # one action: the batch's rows counted here, not by Spark's source metric, which counts a lost
-            # executor's cached partitions again when the write recomputes them
-            got = df.agg(F.count(F.lit(1)).alias("n"), F.collect_list(F.when(
-                removal, F.struct("op", "_ts", "_shard", "_partition"))).alias("found")).first()
-            self.rows += int(got["n"])
-            found = removal_rows(sorted(got["found"], key=lambda r: (r["_ts"], r["_shard"] or "")))
-            rows = df.where(~removal)
-            if found:
-                s = self.sink
-                t = Target(s.table, s.pk, to_arrow_schema(rows.schema, timezone="UTC"), s.collection_id, self.min_ts)
-                rows = with_removals(t, rows, found)
-                self.removals += len(found)
-            self.sink(rows, batch_id)
+            self.sink(df, batch_id)
         finally:
             df.unpersist()

@@ -94,3 +94,38 @@ def test_the_endpoint_and_the_log_show_what_the_job_did(spark, local_env, tmp_pa
     m = s["maintenance"]
     assert s["version"] is not None and m["job"]["runs"]["expire"] == out["maintenance"]["runs"]["expire"]
     assert m["history"]["versions"] >= 2 and m["live_files"]["rows"] >= 2
+
+
+def test_the_one_collection_job_shows_its_backlog_per_channel(spark, local_env, tmp_path):
+    """``msgstream_mirror_backlog_seconds`` / ``_messages`` of a ``--collection`` job (as the database job's): a
+    batch per tick (``--max-rows-per-trigger 1``) behind 12 one-row ticks leaves a backlog on the channel; once
+    the job has taken every row it is 0."""
+    from msgstream_spark.jobs import mirror
+
+    ch, tt, table, port = local_env.new_channel("backlog"), D.TT, tmp_path / "t", free_port()
+    argv = ["--config", config_file(local_env, tmp_path), "--channels", ch, "--collection", "c26", "--table",
+            str(table), "--snapshot", "never", "--table-format", "delta", "--trigger",
+            "processing-time:500 milliseconds", "--timeout", "120", "--metrics-port", str(port),
+            "--progress-interval", "1", "--max-rows-per-trigger", "1"]
+    out: dict = {}
+    rows, backlog = "msgstream_mirror_rows_applied_total", "msgstream_mirror_backlog_messages"
+    with local_env.client() as c, c.create_producer(ch) as prod:
+        P.write(prod, [P.create_collection(tt), P.insert(tt + 1, [1]), P.timetick(tt + 2)])
+        job = threading.Thread(target=lambda: out.update(mirror.run(mirror.build_parser().parse_args(argv), spark)))
+        job.start()
+        try:
+            wait_for("the first insert", lambda: total(scrape(port), rows, op="insert") == 1, job)
+            step = 100 << 18  # 100 ms of Milvus time between two ticks
+            P.write(prod, [m for k in range(1, 13) for m in (P.insert(tt + k * step, [100 + k]),
+                                                             P.timetick(tt + k * step + 1))])
+            behind = wait_for("a backlog", lambda: (s := scrape(port)) and total(s, backlog) > 0 and s, job)
+            caught_up = wait_for("13 inserts, no backlog left", lambda: (s := scrape(port))
+                                 and total(s, rows, op="insert") == 13 and total(s, backlog) == 0 and s, job)
+        finally:
+            for q in spark.streams.active:
+                q.stop()
+            job.join(60)
+    assert not job.is_alive() and out, "the job ended with its result"
+    assert {dict(ls)["channel"] for (n, ls), _ in behind.items() if n == backlog} == {ch}
+    assert total(behind, "msgstream_mirror_backlog_seconds") > 0
+    assert total(caught_up, "msgstream_mirror_backlog_seconds") == 0 and out["merged_changes"] == 13

@@ -262,3 +262,67 @@ def test_the_one_collection_job_takes_a_dropped_partition_s_rows_out(spark, milv
         assert sorted(queried(col)) == [0, 1, 2, 3, 4, 5, 6]
     finally:
         utility.drop_collection("onep", using=pymilvus_orm)
+
+
+def test_a_database_job_snapshots_its_collections_from_storage(spark, milvus_stack, dbs, tmp_path):
+    """``--database --snapshot-source storage``: two collections of two shards each, never loaded (the storage
+    route reads Milvus's binlogs and etcd, no query), several flushed segments, deletes and upserts in delete logs
+    and unflushed; the first run snapshots both from storage, the second streams what came after. Each table
+    equals ``query()`` of its collection after each run (the collections loaded for the check only)."""
+    from pymilvus import Collection
+
+    from msgstream_spark.jobs import mirror
+    from tests.milvus_real.test_mirror_storage import storage_config
+
+    values = {k: v for k, v in milvus_stack.env.config.values.items() if v not in ("", None)}
+    values.update({"mq.type": milvus_stack.mq, "milvus.address": milvus_stack.uri.removeprefix("http://")})
+    cfg = tmp_path / "storage.yaml"
+    cfg.write_text(yaml.safe_dump(storage_config(milvus_stack, values)))
+    root = tmp_path / "lake"
+    cols = {}
+    for name in ("sa", "sb"):
+        cols[name] = Collection(name, _schema(), using=dbs["mm2"], shards_num=2)
+        cols[name].create_index("fv", {"index_type": "FLAT", "metric_type": "L2", "params": {}})
+    last = 0
+
+    def write(kind: str, name: str, keys, gen: int = 0) -> None:
+        nonlocal last
+        col = cols[name]
+        r = col.delete(f"pk in {list(keys)}") if kind == "delete" else getattr(col, kind)(_rows(keys, gen))
+        last = max(last, int(r.timestamp))
+
+    def run() -> dict:
+        await_ticks(milvus_stack, last, sorted({ch for c in cols.values() for ch in pchannels(c._using, c.name)}))
+        return mirror.run(mirror.build_parser().parse_args([
+            "--config", str(cfg), "--database", "mm2", "--table-root", str(root), "--table-format", "delta",
+            "--snapshot-source", "storage", "--progress-interval", "1"]), spark)
+
+    def check() -> None:
+        for name, col in cols.items():
+            col.load()
+            try:
+                assert table_rows(root / "mm2" / name) == queried(col), f"table of mm2.{name}"
+            finally:
+                col.release()
+
+    write("insert", "sa", range(0, 200))
+    write("insert", "sb", range(0, 50))
+    for col in cols.values():
+        col.flush()
+    write("insert", "sa", range(200, 300))
+    write("delete", "sa", range(0, 20))
+    write("upsert", "sa", range(30, 40), gen=1)
+    write("upsert", "sb", range(0, 5), gen=1)
+    cols["sa"].flush()  # deletes and upserts in delete logs
+    write("delete", "sb", [10, 11])
+    write("upsert", "sa", range(250, 260), gen=2)  # unflushed: the job's flush writes them
+    first = run()
+    assert sorted(first["tables"]) == ["mm2.sa", "mm2.sb"], first
+    check()
+
+    write("upsert", "sa", [1, 2, 35, 255], gen=3)
+    write("delete", "sb", [0, 20])
+    write("insert", "sb", range(100, 110))
+    second = run()
+    assert sum(t["changes"] for t in second["tables"].values()) > 0, second
+    check()

@@ -8,6 +8,8 @@ not this project's table code) equals the rows the collection holds; a run with 
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from tests.mirror_job.many_log import drop_partition_scenario, table_rows
@@ -26,15 +28,55 @@ def _run(spark, cfg: str, chans: list[str], table, name: str) -> dict:
     return mirror.run(mirror.build_parser().parse_args(argv), spark)
 
 
-def test_a_dropped_partition_s_rows_leave_the_one_collection_table(spark, local_env, tmp_path):
+def _probe(spark, monkeypatch) -> list[dict]:
+    """Per batch of the one-collection job: the Spark jobs its ``foreachBatch`` call ran (``all``), those the
+    table's own batch ran inside it (``table``: write, plan, a removal's rework), and the RDDs cached while the
+    table's batch ran beyond those cached before the call (``cached``)."""
+    from msgstream_spark.spark.mirror import MirrorBatch
+    from msgstream_spark.spark.removals import RemovingBatch
+
+    sc, seen = spark.sparkContext, []
+    outer, inner = RemovingBatch.__call__, MirrorBatch.__call__
+
+    def jobs() -> set[int]:  # the streaming query's jobs carry its run id as their group
+        return set(sc.statusTracker().getJobIdsForGroup(sc.getLocalProperty("spark.jobGroup.id")))
+
+    def batch(self, df, batch_id):
+        seen.append({"cached_before": len(sc._jsc.getPersistentRDDs())})
+        before = jobs()
+        outer(self, df, batch_id)
+        seen[-1]["all"] = len(jobs() - before)
+
+    def table(self, df, batch_id):
+        seen[-1]["cached"] = len(sc._jsc.getPersistentRDDs()) - seen[-1].pop("cached_before")
+        before = jobs()
+        inner(self, df, batch_id)
+        seen[-1]["table"] = len(jobs() - before)
+
+    monkeypatch.setattr(RemovingBatch, "__call__", batch)
+    monkeypatch.setattr(MirrorBatch, "__call__", table)
+    return seen
+
+
+def test_a_dropped_partition_s_rows_leave_the_one_collection_table(spark, local_env, tmp_path, monkeypatch, capsys):
     """2.3-2.5: RootCoord's DropPartition (its GC step, a copy on each pchannel): the partition's rows an earlier
-    batch wrote and those of the same batch before the drop leave the table; rows after it stay."""
+    batch wrote and those of the same batch before the drop leave the table; rows after it stay. Each batch is
+    read by the table's write tasks alone: nothing cached, no Spark job beside the table's (its removal rows
+    come back from the write's tasks, and a batch with some is written again inside its own attempt)."""
+    probe = _probe(spark, monkeypatch)
     cfg = config_file(local_env, tmp_path)
     table = tmp_path / "a"
     out, again = drop_partition_scenario(local_env, "onepart", ("default", "a", 41), table,
                                          lambda chans, _: _run(spark, cfg, chans, table, "a"))
     assert out["removals"] == 2 and out["merged_batches"] >= 1  # a copy per pchannel
     assert again["merged_batches"] == 0 and again["removals"] == 0
+    assert len(probe) >= 2 and all(b["all"] == b["table"] > 0 and b["cached"] == 0 for b in probe), probe
+    # the drop's batch was written twice in one attempt: the first write's files went with it
+    from msgstream_spark.cli.main import main
+
+    capsys.readouterr()
+    assert main(["mirror", "orphans", "--table", str(table), "--table-format", "delta"]) == 0
+    assert json.loads(capsys.readouterr().out)["left_by_writers"] == []
 
 
 def test_a_26_drop_partition_and_truncate_in_the_one_collection_table(spark, local_env, tmp_path):

@@ -67,3 +67,24 @@ def test_milvus_address_from_the_documented_variable_only(tmp_path, monkeypatch)
     assert cfg.get("milvus.address") == "localhost:19530" and not cfg.is_set("milvus.address")
     with pytest.raises(MirrorError, match="MILVUS_ADDRESS in the environment is not read.*MSGSTREAM_MILVUS_ADDRESS"):
         milvus_target(cfg, "c1")
+
+
+def test_a_storage_snapshot_s_channels_start_after_their_own_checkpoints_in_the_database_job():
+    """The storage route's start positions are each channel's checkpoint, S the oldest: a database job's table
+    takes each channel's rows after that channel's checkpoint (the query starts at the earliest of every
+    collection's positions), and a channel only ``latest`` names starts at the positions taken before the
+    snapshots, never at the query's own "latest"."""
+    from msgstream_spark.jobs.mirror_many import earliest
+    from msgstream_spark.spark.channel_floor import channel_floors
+
+    p0, p1 = (MsgPosition(ch, bytes([i + 1]) + b"\x00" * 7, "", ts) for i, (ch, ts) in enumerate([("c0", 40),
+                                                                                                  ("c1", 55)]))
+    storage = json.dumps({"c0": p0.to_base64(), "c1": p1.to_base64(), "c2": "latest"})
+    assert channel_floors(storage, 40) == {"c1": 55}  # c0's rows after S=40 already; c2 has none of its rows
+    assert channel_floors(starting_positions({"c0": p0, "c1": None}), 55) == {}  # a query snapshot: S covers all
+    assert channel_floors(None, 40) == {} and channel_floors(storage, None) == {}
+    q = MsgPosition("c1", b"\x09" + b"\x00" * 7, "", 50)
+    now = MsgPosition("c2", b"\x03" + b"\x00" * 7, "", 30)
+    got = json.loads(earliest([storage, starting_positions({"c1": q})], starting_positions({"c2": now})))
+    assert got == {"c0": p0.to_base64(), "c1": q.to_base64(), "c2": now.to_base64()}
+    assert json.loads(earliest([storage]))["c2"] == "latest"  # no positions taken: as the one-collection job

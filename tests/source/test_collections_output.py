@@ -93,8 +93,6 @@ def test_selection_and_naming_rule(tmp_path):
     (["--include", "x", "--table-root", "r"], "--table-format delta or iceberg"),
     (["--collections", "a", "--table-root", "r", "--table-format", "delta", "--snapshot", "when_needed"],
      r"when_needed is the one-collection job's .* one checkpoint.* --snapshot initial"),
-    (["--database", "d", "--table-root", "r", "--table-format", "delta", "--snapshot-source", "storage"],
-     "storage is the one-collection job's .* pass --snapshot-source query"),
     (["--collection", "c", "--table", "t", "--table-root", "r", "--table-format", "delta"], "--table-root is for"),
     (["--database", "d", "--namespace", "ns", "--checkpoint", "c"], "pass --catalog NAME"),
     (["--database", "d", "--namespace", "ns", "--catalog", "lake"], "pass --checkpoint DIR"),
