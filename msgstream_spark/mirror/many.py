@@ -78,6 +78,7 @@ class Known:
     dropped_ts: int | None = None
     location: str = ""  # its table, once made
     renamed_ts: int | None = None  # the time of its newest rename (2.6.6+: name and db are the new ones)
+    pending: bool = False  # its snapshot runs beside the stream, not handed over yet (its rows are staged)
 
 
 @dataclass
