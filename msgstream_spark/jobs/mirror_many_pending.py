@@ -146,7 +146,7 @@ class Pending:
         # a place with no query progress of its own for decide_start (the stream's checkpoint has some)
         start = decide_start(self.spark, sub, self.cfg.with_overrides({"milvus.database": db}), rows, pk, cid,
                              os.path.join(self.checkpoint, "late-snapshots"))
-        failpoint("kill-after-snapshot:any")
+        failpoint(f"kill-after-snapshot:{cid}")
         return (where if self.args.namespace else start.table.location), start.summary
 
     def before_batch(self, sink, batch_id: int) -> None:
@@ -189,7 +189,7 @@ class Pending:
         for i, b in enumerate(ids):
             apply_staged(self.spark, m, self.root, cid, b)
             if i == 0 and len(ids) > 1:
-                failpoint("kill-in-handover:first")
+                failpoint(f"kill-in-handover:{cid}")
         sink.mirrored[cid] = m
         clear(self.root, cid)  # before pending is cleared: a restart in between hands over nothing, clears it
         self.cids.discard(cid)

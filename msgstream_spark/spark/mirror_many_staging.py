@@ -3,9 +3,9 @@
 A collection of a many-collection job whose snapshot has not committed yet is *pending*: a batch does not merge
 its rows (its table is the snapshot's alone until then) but stages them, as they came (the source's ``payload``
 pieces), to ``<staging>/<collection id>/batch-<batch id>/rows/``: Parquet written by the batch's tasks with
-``overwrite`` (a batch Spark runs again after a kill replaces its own files, never adds a copy), its
-DropPartition / Truncate rows in the small ``staged.json`` beside it that the driver writes last: a directory without it is an
-unfinished attempt, ignored at the handover and overwritten when Spark runs the batch again.
+``overwrite`` (a batch Spark runs again after a kill replaces its own files, never adds a copy); its DropPartition
+/ Truncate rows go in the small ``staged.json`` beside them, which the driver writes last: a directory without it
+is an unfinished attempt, ignored at the handover and overwritten when Spark runs the batch again.
 
 The handover (:func:`apply_staged`, the batch thread's, never beside another write of the table) applies each
 staged batch in batch-id order through the table's own :class:`~msgstream_spark.spark.mirror.MirrorBatch`, with
@@ -38,8 +38,9 @@ _BATCH = re.compile(r"^batch-(\d+)$")
 
 def failpoint(name: str) -> None:
     """Tests: SIGKILL the driver (and its process group, when the test made it one) at failpoint ``name`` when
-    ``MSGSTREAM_MIRROR_FAILPOINT`` names it (``kill-after-staging:first``, ``kill-after-snapshot:any``,
-    ``kill-in-handover:first``)."""
+    ``MSGSTREAM_MIRROR_FAILPOINT`` names it (``kill-after-staging:<collection id>``: a batch staged its rows;
+    ``kill-after-snapshot:<collection id>``: its snapshot committed; ``kill-in-handover:<collection id>``: the first
+    of its two or more staged batches applied)."""
     if name not in {p.strip() for p in os.environ.get(FAILPOINT_ENV, "").split(",")}:
         return
     log.warning("failpoint %s: SIGKILL", name)
@@ -70,7 +71,7 @@ def stage(df, root: str, cid: int, batch_id: int, rows: bool, removals: list[Rem
     log.info("batch %d: collection id %d is pending its snapshot: %s staged in %s", batch_id, cid,
              "its rows" + (f" and {len(removals)} removal(s)" if removals else "") if rows else
              f"{len(removals)} removal(s)", where)
-    failpoint("kill-after-staging:first")
+    failpoint(f"kill-after-staging:{cid}")
 
 
 def staged(root: str, cid: int) -> list[int]:
@@ -90,7 +91,8 @@ def apply_staged(spark, m: Any, root: str, cid: int, batch_id: int) -> None:
         mark = json.load(f)
     schema = from_arrow_schema(m.rows_schema)
     if mark["rows"]:
-        rows = spark.read.parquet(os.path.join(where, "rows")).mapInArrow(_unpack_fn(m.rows_schema, m.pk, m.min_ts), schema)
+        rows = spark.read.parquet(os.path.join(where, "rows"))
+        rows = rows.mapInArrow(_unpack_fn(m.rows_schema, m.pk, m.min_ts), schema)
     else:
         rows = spark.createDataFrame([], schema)
     removals = [Removal(**r) for r in mark["removals"]]
