@@ -59,7 +59,8 @@ def test_other_tables_stream_while_a_snapshot_runs_and_its_rows_are_handed_over(
 
     chans = [local_env.new_channel("beside") for _ in range(2)]
     cfg = Path(config_file(local_env, tmp_path))
-    cfg.write_text(yaml.safe_dump({**yaml.safe_load(cfg.read_text()), "milvus.address": milvus_proxy.address}))
+    cfg.write_text(yaml.safe_dump({**yaml.safe_load(cfg.read_text()), "milvus.address": milvus_proxy.address,
+                                   "milvus.requesttimeout": 3 * HOLD}))  # the held Query outlives no bound
     state = milvus_proxy.state
     state.databases |= {"db1"}
     root, chk = tmp_path / "lake", tmp_path / "chk"
@@ -153,8 +154,10 @@ def test_a_driver_killed_around_a_snapshot_beside_the_stream(spark, local_env, m
     chans = [local_env.new_channel("bk") for _ in range(2)]
     state = milvus_proxy.state
     state.databases |= {"db1"}
-    argv = ["--config", lake.config(local_env, tmp_path, **{"milvus.address": milvus_proxy.address}), "--database",
-            "db1", *lake.args, "--snapshot", "initial", "--channels", ",".join(chans), "--num-snapshot-tasks", "1"]
+    cfg = lake.config(local_env, tmp_path, **{"milvus.address": milvus_proxy.address,
+                                              "milvus.requesttimeout": 3 * HOLD})
+    argv = ["--config", cfg, "--database", "db1", *lake.args, "--snapshot", "initial", "--channels", ",".join(chans),
+            "--num-snapshot-tasks", "1"]
     job: list = []
     with local_env.client() as c:
         log = ManyLog(c, chans)
