@@ -111,14 +111,12 @@ class Pending:
                      len(found), ", ".join(f"{db}.{n}" for db, n, _ in found))
 
     def _record(self, selection, late: bool) -> list:
-        from msgstream_spark.jobs.mirror_many import remember_schema
-
         found = [c for c in milvus_collections(self.cfg) if selection.matches(c[0], c[1])
                  and c[2] not in self.state.known]
         for db, name, cid in found:
             k = Known(cid, name, db, pending=True)
             coll = self.tables.schema(k, described_schema(self.cfg, db, name) if late else None)
-            remember_schema(k, coll)  # the snapshot and a restart open the table with it
+            k.schema = base64.b64encode(coll.SerializeToString()).decode()  # the snapshot and a restart open with it
             k.location = self.tables.place(k, coll)[0]
             self.state.known[cid] = k
             self.cids.add(cid)
