@@ -62,7 +62,7 @@ class Pending:
     def __init__(self, spark, args, cfg, checkpoint: str, state: ManyState, tables, root: str) -> None:
         self.spark, self.args, self.cfg, self.checkpoint = spark, args, cfg, checkpoint
         self.state, self.tables, self.root = state, tables, root
-        self.cids = {cid for cid, k in state.known.items() if k.pending}
+        self.cids = {cid for cid, k in state.known.items() if k.pending}  # a gone one stays: no table, ever
         self.futures: dict[int, Future] = {}
         self.pool = ThreadPoolExecutor(max_workers=max(1, args.snapshot_concurrency),
                                        thread_name_prefix="mirror-snapshot")
@@ -127,6 +127,8 @@ class Pending:
         """Every pending collection's snapshot submitted (a committed one is found and kept)."""
         for cid in sorted(self.cids):
             k = self.state.known[cid]
+            if k.gone:
+                continue
             self.futures[cid] = self.pool.submit(self._snapshot, cid, k.name, k.db, k.location, k.schema)
 
     def _snapshot(self, cid: int, name: str, db: str, where: str, schema: str) -> tuple[str, dict[str, Any]]:
@@ -162,13 +164,14 @@ class Pending:
 
         for cid in sorted(self.cids):
             rows, mine = batch_rows.get(cid, 0) > 0, removals.get(cid, [])
-            if rows or mine:
+            if (rows or mine) and not self.state.known[cid].gone:
                 stage(df, self.root, cid, batch_id, rows, mine)
 
     def finish(self, sink) -> None:
         """After the query ended: every snapshot awaited and handed over (the stream's batches are all staged)."""
         for cid in sorted(self.cids):
-            self._handover(sink, cid, self.futures[cid], "the query's end")
+            if cid in self.futures:
+                self._handover(sink, cid, self.futures[cid], "the query's end")
 
     def close(self) -> None:
         self.pool.shutdown(wait=True, cancel_futures=True)
@@ -180,6 +183,8 @@ class Pending:
         try:
             where, summary = f.result()
         except Exception as exc:
+            if self._dropped(cid, exc):
+                return
             raise MirrorError(f"snapshot of collection {k.db}.{k.name} (id {cid}) beside the stream failed: "
                               f"{exc}") from exc
         log.info("collection %s.%s (id %d): %s", k.db, k.name, cid, summary)
@@ -201,3 +206,19 @@ class Pending:
             sink._drop(cid, k.dropped_ts)
         sink._mark_renamed(cid)
         self.handed.append(cid)
+
+    def _dropped(self, cid: int, exc: Exception) -> bool:
+        """Whether a failed snapshot's collection is no longer in Milvus (dropped while pending): then it never gets
+        a table (one of part of its rows would be wrong), its staged rows are removed, and the job goes on."""
+        from msgstream_spark.spark.mirror_many_staging import clear
+
+        if cid in {c[2] for c in milvus_collections(self.cfg)}:
+            return False
+        k = self.state.known[cid]
+        log.warning("collection %s.%s (id %d) was dropped before its snapshot committed (%s): no table is made for "
+                    "it; its staged rows are removed", k.db, k.name, cid, exc)
+        self.futures.pop(cid, None)
+        clear(self.root, cid)
+        k.gone, k.location = True, ""
+        self.state.save()
+        return True

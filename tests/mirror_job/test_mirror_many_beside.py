@@ -217,3 +217,49 @@ def test_a_driver_killed_around_a_snapshot_beside_the_stream(spark, local_env, m
     assert 22 in again["handed_over"], again
     lake.check(log)  # every table equal to its rows, no batch recorded twice
     assert not (lake.chk / "staged" / "22").exists() and not lake.known()["22"]["pending"]
+
+
+def test_a_collection_dropped_before_its_snapshot_commits_gets_no_table(spark, local_env, milvus_proxy, tmp_path):
+    """db1.b is dropped (in Milvus and on the stream) while its snapshot runs beside the stream: the snapshot fails,
+    the job goes on (before, the job failed; with pending recorded, every restart would have failed again): b gets
+    no table (one of part of its rows would be wrong), its staged rows are removed, a is mirrored; a restart does
+    not try b again."""
+    from msgstream_spark.jobs import mirror
+
+    chans = [local_env.new_channel("gone") for _ in range(2)]
+    cfg = Path(config_file(local_env, tmp_path))
+    cfg.write_text(yaml.safe_dump({**yaml.safe_load(cfg.read_text()), "milvus.address": milvus_proxy.address}))
+    state = milvus_proxy.state
+    state.databases |= {"db1"}
+    root, chk = tmp_path / "lake", tmp_path / "chk"
+    argv = ["--config", str(cfg), "--database", "db1", "--table-root", str(root), "--table-format", "delta",
+            "--checkpoint", str(chk), "--snapshot", "initial", "--channels", ",".join(chans),
+            "--num-snapshot-tasks", "1", "--progress-interval", "1"]
+    with local_env.client() as c:
+        log = ManyLog(c, chans)
+        _models(log, state, chans, ("db1", "a", 31), ("db1", "b", 32))
+        log.insert(31, range(5))
+        log.insert(32, range(5))
+        log.tick()
+
+        def drop_b(request) -> None:  # b's first Query: b dropped in Milvus, then its later Queries fail
+            if request.collection_name == "b" and ("db1", "b") in state.collections:
+                del state.collections[("db1", "b")], state.models[("db1", "b")]
+                log.insert(31, [7])
+                log.drop(32)
+                log.tick()
+
+        state.on_query = drop_b
+        try:
+            first = mirror.run(mirror.build_parser().parse_args(argv), spark)
+        finally:
+            state.on_query = None
+        log.insert(31, [8])
+        log.tick()
+        again = mirror.run(mirror.build_parser().parse_args(argv), spark)
+        log.close()
+    assert first["handed_over"] == [31] and sorted(first["tables"]) == ["db1.a"], first
+    assert again["handed_over"] == [] and sorted(again["tables"]) == ["db1.a"], again
+    assert table_rows(root / "db1" / "a") == log.expected[("db1", "a", 31)]
+    assert not (root / "db1" / "b" / "_delta_log").exists() and not (chk / "staged" / "32").exists()
+    assert json.loads((chk / "collections.json").read_text())["32"]["gone"]
