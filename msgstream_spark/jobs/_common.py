@@ -42,7 +42,8 @@ def spark_session(app: str, master: str | None = None):
     if master:
         b = b.master(master)
     b = (b.config("spark.ui.showConsoleProgress", "false")
-          .config("spark.sql.session.timeZone", "UTC"))
+          .config("spark.sql.session.timeZone", "UTC")
+          .config("spark.scheduler.mode", "FAIR"))  # the mirror's snapshots beside the stream: a pool of their own
     spark = b.getOrCreate()
     if os.environ.get("MSGSTREAM_JOBS_QUIET", "1") == "1":
         spark.sparkContext.setLogLevel("ERROR")

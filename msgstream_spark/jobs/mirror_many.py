@@ -4,9 +4,10 @@ one job, one Spark query, one checkpoint, the channels read once (``output=colle
 Each selected collection is kept in its own table under ``ROOT`` (``mirror.many``'s naming rule:
 ``<root>/<db>/<collection>``, a later collection of a re-created name ``<root>/<db>/<collection>__<id>``), or with
 ``--catalog NAME --namespace NS`` an Iceberg table ``NS.<db>__<collection>`` of that catalog. The
-stream starts at ``--from`` (``--snapshot never``) or, for a new job with ``--snapshot initial``, where the earliest
-of the collections' snapshots started: each selected collection in Milvus at the start is snapshotted at its own S
-(``snapshot_all``) and takes only the stream's rows after its S. A collection created while the job runs starts
+stream starts at ``--from`` (``--snapshot never``) or, for a new job with ``--snapshot initial``, at the channels'
+positions taken when it starts: each selected collection in Milvus at the start is snapshotted at its own S beside
+the running stream (``jobs.mirror_many_pending``; on a cluster, before it: ``snapshot_all``) and takes only the
+stream's rows after its S. A collection created while the job runs starts
 from its CreateCollection on the stream; a dropped one's table keeps its last state and is marked
 (``spark.mirror_many``).
 """
@@ -29,6 +30,7 @@ from msgstream_spark.errors import MirrorError
 from msgstream_spark.jobs._common import parse_kv, source_options, spark_error_line, spark_session, trigger_kwargs
 from msgstream_spark.jobs.mirror_many_milvus import Locate, described_schema, milvus_collections
 from msgstream_spark.jobs.mirror_many_names import catalog_holder, check_namespace_args, stored_name
+from msgstream_spark.jobs.mirror_many_pending import Pending
 from msgstream_spark.mirror.common import PROP_COLLECTION_ID, PROP_SNAPSHOT_TS
 from msgstream_spark.mirror.many import DEFAULT_DB, Known, ManyState, parse_selection, table_identifier, table_location
 
@@ -241,18 +243,32 @@ def _run_query(spark, args, cfg, starting, sink, checkpoint: str) -> int:
     return rows
 
 
+def _run_beside(spark, args, cfg, starting, sink, checkpoint: str, pending) -> int:
+    """The query, the pending collections' snapshots running beside it; after it ends, each handed over."""
+    if pending is None:
+        return _run_query(spark, args, cfg, starting, sink, checkpoint)
+    try:
+        pending.start()
+        rows = _run_query(spark, args, cfg, starting, sink, checkpoint)
+        pending.finish(sink)
+    finally:
+        pending.close()
+    return rows
+
+
 def _opened(state: ManyState, tables: Tables) -> dict[int, Any]:
     """The tables an earlier run made (a restart): each opened by the location it recorded."""
     out = {}
     for cid, k in sorted(state.known.items()):
-        if k.location:
+        if k.location and not k.pending:  # a pending one's table is its snapshot's until the handover
             out[cid] = tables(k, state.schema_bytes(cid))
     return out
 
 
 def snapshot_all(spark, args, cfg, checkpoint: str, state: ManyState, selection, tables: Tables, *,
                  late: bool = False) -> str | None:
-    """A new job with ``--snapshot initial``: each selected collection in Milvus snapshotted at its own S (the
+    """Snapshots before the stream (a cluster, or ``--snapshot-source storage``: ``Pending.for_job`` is None).
+    A new job with ``--snapshot initial``: each selected collection in Milvus snapshotted at its own S (the
     one-collection job's ``decide_start``, ``--snapshot-concurrency`` at a time) into its table (which records S:
     the stream's rows at or before it are left out of that table); the query starts, per channel, at the earliest
     of the snapshots' positions. ``late``: a restart; only the selected collections ``collections.json`` does not
@@ -342,20 +358,27 @@ def run_many(args: argparse.Namespace, spark=None) -> dict[str, Any]:
         tables = Tables(args, cfg, checkpoint, policy, hub)
         starting = args.starting
         milvus = cfg.is_set("milvus.address") and bool(cfg.get_str("milvus.address"))
+        pending = Pending.for_job(spark, args, cfg, checkpoint, state, tables)  # None: snapshots before the stream
         if args.snapshot == "initial" and not os.path.isdir(os.path.join(checkpoint, "offsets")):
-            starting = snapshot_all(spark, args, cfg, checkpoint, state, selection, tables) or starting
+            starting = (pending.begin_new(selection) if pending else
+                        snapshot_all(spark, args, cfg, checkpoint, state, selection, tables)) or starting
         elif args.snapshot == "initial" and milvus:
-            snapshot_all(spark, args, cfg, checkpoint, state, selection, tables, late=True)
+            if pending:
+                pending.begin_late(selection)
+            else:
+                snapshot_all(spark, args, cfg, checkpoint, state, selection, tables, late=True)
         locate = Locate(cfg) if milvus else None
         sink = ManyBatch(tables, state, selection, mirrored=_opened(state, tables),
                          concurrency=args.table_concurrency, locate=locate)
+        sink.pending = pending  # its rows staged, its handover at a batch's start (jobs/mirror_many_pending.py)
         t0 = time.perf_counter()
         sink.on_query_start = hub.watch  # the backlog metric reads the running query's progress
-        rows = _run_query(spark, args, cfg, starting, sink, checkpoint)
+        rows = _run_beside(spark, args, cfg, starting, sink, checkpoint, pending)
     finally:
         hub.close()
     return {"job": "mirror", "selection": selection.describe(), "table_root": args.table_root or
             f"{args.catalog}:{args.namespace}",
             "format": args.table_format, "checkpoint": checkpoint, "stream_pieces": rows,
             "stream_seconds": round(time.perf_counter() - t0, 3), "metrics_port": hub.port,
-            "maintenance": {loc: u.state() for loc, u in sorted(tables.upkeeps.items())}, **sink.summary()}
+            "maintenance": {loc: u.state() for loc, u in sorted(tables.upkeeps.items())},
+            "handed_over": pending.handed if pending else [], **sink.summary()}

@@ -78,6 +78,8 @@ class Known:
     dropped_ts: int | None = None
     location: str = ""  # its table, once made
     renamed_ts: int | None = None  # the time of its newest rename (2.6.6+: name and db are the new ones)
+    pending: bool = False  # its snapshot runs beside the stream, not handed over yet (its rows are staged)
+    gone: bool = False  # pending, but dropped from Milvus before its snapshot committed: never a table
 
 
 @dataclass

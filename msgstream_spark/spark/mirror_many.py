@@ -91,6 +91,9 @@ class ManyBatch:
         self.created: list[int] = []  # collection ids whose table this run made or opened on the stream
         self.dropped: list[int] = []  # collection ids whose table this run marked dropped
         self.batch_rows: dict[int, int] = {}  # the batch's rows per collection id
+        # the job's pending collections (snapshots beside the stream, jobs/mirror_many_pending.py): their
+        # handovers at a batch's start, their rows staged instead of merged; None: no collection is ever pending
+        self.pending: Any = None
 
     def __call__(self, df, batch_id: int) -> None:
         df = df.persist()
@@ -100,6 +103,8 @@ class ManyBatch:
             df.unpersist()
 
     def _batch(self, df, batch_id: int) -> None:
+        if self.pending is not None:  # collections whose snapshot committed: their staged batches applied first
+            self.pending.before_batch(self, batch_id)
         ddl, touched = batch_facts(df)  # one Spark job, no shuffle
         self.batch_rows = {r["_collection"]: r["n"] for r in touched}
         for r in ddl:
@@ -114,6 +119,8 @@ class ManyBatch:
             self.state.seen(r["_collection"], r["name"] or "", self._db(r["_collection"], r["db"]))
         self.state.save()  # before any table is written: a restart knows what this batch's stream told
         removals = removals_of(ddl)
+        if self.pending is not None:  # a pending collection's rows and removals go to its staging, not its table
+            self.pending.stage(df, batch_id, self.batch_rows, removals)
         ids = sorted({r["_collection"] for r in touched} | {c for c in removals if c in self.mirrored})
         todo = [m for m in (self._mirrored(cid) for cid in ids) if m is not None]
         for r in ddl:  # a collection created in this batch with no rows yet gets its (empty) table now
@@ -147,8 +154,8 @@ class ManyBatch:
         """The collection's table (made from the schema its CreateCollection carried), or None when it is not
         selected (or its database or name is not known yet: 2.3-2.5 tell the database in its inserts)."""
         got = self.mirrored.get(cid)
-        if got is not None:
-            return got
+        if got is not None or (self.pending is not None and cid in self.pending.cids):
+            return got  # a pending collection's table is its snapshot's alone until the handover
         k = self.state.get(cid)
         if not k.name or not k.db or not self.selection.matches(k.db, k.name):
             return None
