@@ -73,6 +73,9 @@ WHEN_NEEDED_REFUSED = (
 
 def check_args(args: argparse.Namespace) -> None:
     """UsageError for a many-collection run missing what it needs, or given a one-collection flag."""
+    for flag in ("snapshot_concurrency", "table_concurrency"):
+        if getattr(args, flag, 1) < 1:
+            raise UsageError(f"--{flag.replace('_', '-')} {getattr(args, flag)}: must be 1 or more")
     if getattr(args, "namespace", None):
         return check_namespace_args(args)
     if not args.table_root:
@@ -83,7 +86,10 @@ def check_args(args: argparse.Namespace) -> None:
         raise UsageError("--table and --collection name one collection's table: with --database / --collections / "
                          "--include pass --table-root only")
     if not args.table_format:
-        raise UsageError("--table-root: pass --table-format delta or iceberg (the tables' format)")
+        from msgstream_spark.mirror.formats import registry
+
+        raise UsageError(f"--table-root: pass --table-format, one of {', '.join(registry.names())} (the tables' "
+                         "format)")
     if args.snapshot == "when_needed":
         raise UsageError(WHEN_NEEDED_REFUSED)
     if args.history_table:

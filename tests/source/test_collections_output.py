@@ -90,7 +90,10 @@ def test_selection_and_naming_rule(tmp_path):
 @pytest.mark.parametrize(("argv", "says"), [
     (["--database", "d"], "pass --table-root"),
     (["--database", "d", "--table-root", "r", "--table", "t"], "--table and --collection name one collection"),
-    (["--include", "x", "--table-root", "r"], "--table-format delta or iceberg"),
+    (["--include", "x", "--table-root", "r"], "--table-format, one of delta, iceberg, lance"),
+    (["--database", "d", "--table-root", "r", "--table-format", "delta", "--snapshot-concurrency", "0"],
+     "--snapshot-concurrency 0: must be 1 or more"),
+    (["--database", "d", "--namespace", "ns", "--table-concurrency", "-1"], "--table-concurrency -1: must be 1"),
     (["--collections", "a", "--table-root", "r", "--table-format", "delta", "--snapshot", "when_needed"],
      r"when_needed is the one-collection job's .* one checkpoint.* --snapshot initial"),
     (["--collection", "c", "--table", "t", "--table-root", "r", "--table-format", "delta"], "--table-root is for"),
