@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import pyarrow as pa
@@ -27,11 +26,12 @@ from msgstream_spark.mirror.many import PROP_DROPPED_TS, PROP_NAME, PROP_RENAMED
 from msgstream_spark.msg.pb import schema_pb2
 from msgstream_spark.msg.schema import collection_arrow_schema
 from msgstream_spark.source import multi
-from msgstream_spark.source.multi import KIND_ALTER, KIND_CREATE, KIND_DROP, KIND_ROWS, unpack
+from msgstream_spark.source.multi import KIND_ALTER, KIND_CREATE, KIND_DROP
 from msgstream_spark.source.rows import rows_arrow_schema
 from msgstream_spark.spark.mirror import MirrorBatch
 from msgstream_spark.spark.mirror_many_facts import batch_facts
-from msgstream_spark.spark.removals import Target, removals_of, with_removals
+from msgstream_spark.spark.mirror_many_write import ManyWrite
+from msgstream_spark.spark.removals import removals_of
 
 log = logging.getLogger(__name__)
 
@@ -61,16 +61,6 @@ Opener = Callable[[Any, Any], Mirrored]
 Locator = Callable[[int], "str | None"]
 
 
-def _unpack_fn(schema: pa.Schema, pk: str, min_ts: int | None):
-    def rows(batches):
-        for b in batches:
-            if b.num_rows:
-                t = unpack(b.column(0).to_pylist(), schema, pk, min_ts)
-                yield from t.to_batches()
-
-    return rows
-
-
 class ManyBatch:
     """``foreachBatch`` function mirroring every selected collection of a ``collections`` stream.
 
@@ -90,7 +80,7 @@ class ManyBatch:
         self.batches = 0
         self.created: list[int] = []  # collection ids whose table this run made or opened on the stream
         self.dropped: list[int] = []  # collection ids whose table this run marked dropped
-        self.batch_rows: dict[int, int] = {}  # the batch's rows per collection id
+        self.shared = ManyWrite()  # the write step: one Spark job writing, one planning, every touched table
 
     def __call__(self, df, batch_id: int) -> None:
         df = df.persist()
@@ -101,7 +91,6 @@ class ManyBatch:
 
     def _batch(self, df, batch_id: int) -> None:
         ddl, touched = batch_facts(df)  # one Spark job, no shuffle
-        self.batch_rows = {r["_collection"]: r["n"] for r in touched}
         for r in ddl:
             if r["kind"] == KIND_CREATE:
                 cid = r["_collection"]
@@ -119,7 +108,7 @@ class ManyBatch:
         for r in ddl:  # a collection created in this batch with no rows yet gets its (empty) table now
             if r["kind"] == KIND_CREATE:
                 self._mirrored(r["_collection"])
-        self._write(df, batch_id, todo, removals)
+        self._write(df, batch_id, todo, removals, {r["_collection"]: r["n"] for r in touched})
         for r in ddl:
             if r["kind"] == KIND_DROP:
                 self._drop(r["_collection"], r["_ts"])
@@ -161,33 +150,12 @@ class ManyBatch:
         log.info("collection %s.%s (id %d): table %s", k.db, k.name, cid, got.table.location)
         return got
 
-    def _write(self, df, batch_id: int, todo: list[Mirrored], removals: dict | None = None) -> None:
-        from pyspark.sql import functions as F
-        from pyspark.sql.pandas.types import from_arrow_schema
-
-        def one(m: Mirrored) -> None:
-            cid = m.sink.collection_id
-            part = df.where((F.col("kind") == KIND_ROWS) & (F.col("_collection") == cid)).select("payload")
-            if self.batch_rows.get(cid, ONE_TASK_ROWS + 1) <= ONE_TASK_ROWS:
-                part = part.coalesce(1)
-            rows = part.mapInArrow(_unpack_fn(m.rows_schema, m.pk, m.min_ts), from_arrow_schema(m.rows_schema))
-            mine = (removals or {}).get(cid)
-            if mine:  # DropPartition / Truncate: their deletes, merged with the rows (spark/removals.py)
-                rows = with_removals(Target(m.table, m.pk, m.rows_schema, cid, m.min_ts), rows, mine)
-            m.sink(rows, batch_id)
-
-        if self.concurrency == 1 or len(todo) <= 1:
-            for m in todo:
-                one(m)
-        else:
-            with ThreadPoolExecutor(max_workers=min(self.concurrency, len(todo)),
-                                    thread_name_prefix=f"mirror-batch-{batch_id}") as pool:
-                errors = [f.exception() for f in [pool.submit(one, m) for m in todo]]
-            failed = [e for e in errors if e is not None]
-            if failed:  # every table's outcome is known before the batch fails (the others committed or not)
-                for e in failed[1:]:
-                    log.error("batch %d: another table failed too: %s", batch_id, e)
-                raise failed[0]
+    def _write(self, df, batch_id: int, todo: list[Mirrored], removals: dict | None = None,
+               rows: dict[int, int] | None = None) -> None:
+        """The batch into every table of ``todo`` (``spark.mirror_many_write``); ``rows``: the batch's rows per
+        collection id (a table of at most ``ONE_TASK_ROWS`` of them takes its share in one task)."""
+        one_task = {cid for cid, n in (rows or {}).items() if n <= ONE_TASK_ROWS}
+        self.shared(df, batch_id, todo, removals or {}, one_task, self.concurrency)
         self.batches += 1
 
     def _drop(self, cid: int, ts: int) -> None:

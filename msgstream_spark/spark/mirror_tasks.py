@@ -1,9 +1,19 @@
 """The mirror's Spark tasks: the writing tasks (each its share's changes collapsed and written as data files) and
-the planning tasks (their keys looked up in the table's live files), with the store traffic they move."""
+the planning tasks (their keys looked up in the table's live files), with the store traffic they move.
+
+Both take several tables (*targets*) at once: a one-collection batch is one target (``SOLE``); a database job's
+batch (``spark.mirror_many_write``) is every table it touches, written by the tasks of one Spark job (each task
+splits its rows by collection id) and planned by the tasks of one more. Every row a task returns is tagged with
+its table (``TARGET``)."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from functools import reduce
+from typing import Any
+
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from msgstream_spark.errors import MirrorError
 from msgstream_spark.mirror.formats.base import WriteSpec
@@ -22,6 +32,9 @@ from msgstream_spark.mirror.write.taskplan import (
 from msgstream_spark.spark.failpoints import worker_failpoint
 
 SEQ = "_seq"
+# the column tagging each writing or planning task's row with its table (a database job's: the collection id)
+TARGET = "_target"
+SOLE = -1  # the tag of a one-collection batch's one table
 
 
 class Traffic:
@@ -39,71 +52,146 @@ class Traffic:
         return {k: a.value for k, a in self.acc.items()}
 
 
-def _writer_fn(spec: WriteSpec, changes_at: str, kill: str | None, traffic: Traffic):
+def tagged_written_schema() -> pa.Schema:
+    """A writing task's rows (``taskplan.written_schema``) with the table they belong to (``TARGET``)."""
+    return pa.schema([*written_schema(), pa.field(TARGET, pa.int64())])
+
+
+def whole(tag: int):
+    """The ``split`` of a one-table writing task: every row is table ``tag``'s."""
+    def split(b: pa.RecordBatch):
+        yield tag, pa.Table.from_batches([b])
+
+    return split
+
+
+def _writer_fn(targets: dict[int, tuple[WriteSpec, str]], split, kill: str | None, traffic: Traffic):
+    """A writing task over several tables: ``targets`` maps each table's tag to (its spec, its attempt's directory);
+    ``split(batch)`` yields (tag, that table's rows of the Arrow batch). Each table the task's rows reach gets data
+    files and a changes file of its own; the task returns a row per file, tagged with its table."""
     def write(batches):
         before = io_totals()
-        w = TaskWriter(spec, claims=claims_dir(changes_at))
-        changes = ChangesFile(w.store, changes_at, spec.key_type)
+        open_: dict[int, tuple[TaskWriter, ChangesFile]] = {}
         try:
             for b in batches:  # one Arrow batch at a time (spark.sql.execution.arrow.maxRecordsPerBatch rows)
-                if b.num_rows:
-                    changes.add(w.add(pa.Table.from_batches([b])))
+                if not b.num_rows:
+                    continue
+                for tag, rows in split(b):
+                    if tag not in open_:
+                        spec, changes_at = targets[tag]
+                        w = TaskWriter(spec, claims=claims_dir(changes_at))
+                        open_[tag] = (w, ChangesFile(w.store, changes_at, spec.key_type))
+                    w, changes = open_[tag]
+                    changes.add(w.add(rows))
                     if kill:
                         worker_failpoint(w, kill)
-            out = changes.close(w.close())  # before the task ends: the driver commits only files of finished tasks
+            # before the task ends: the driver commits only files of finished tasks
+            outs = [(tag, changes.close(w.close())) for tag, (w, changes) in sorted(open_.items())]
         except BaseException:
-            w.abort()
-            changes.abort()
+            for w, changes in open_.values():
+                w.abort()
+                changes.abort()
             raise
         traffic.add(io_since(before))
-        yield from out.to_batches()
+        for tag, out in outs:
+            yield from out.append_column(TARGET, pa.array([tag] * out.num_rows, pa.int64())).to_batches()
 
     return write
 
 
-def _plan_fn(files_bc, pk: str, key_type, existed: bool, store, traffic: Traffic):
-    def plan_task(batches):
-        got = [b for b in batches if b.num_rows]
-        if not got:  # no key of the batch hashed here
-            return
-        before = io_totals()
-        share = pa.Table.from_batches(got)  # every change of this task's keys (narrow rows)
-        out = plan_share(share, files_bc.value, pk, key_type, existed, store)
-        traffic.add(io_since(before))
-        yield from out.to_batches()
+def writing(df, targets: dict[int, tuple[WriteSpec, str]], split, kill: str | None, traffic: Traffic):
+    """``df``'s rows written into ``targets`` by its tasks (lazy: :func:`collect_written` runs it), ``split``
+    choosing each row's table (see ``_writer_fn``)."""
+    from pyspark.sql.pandas.types import from_arrow_schema
 
-    return plan_task
+    return df.mapInArrow(_writer_fn(targets, split, kill, traffic), from_arrow_schema(tagged_written_schema()))
+
+
+def collect_written(frames: list) -> pa.Table:
+    """The rows of ``frames`` (:func:`writing`'s DataFrames over a batch's rows) in one Spark job: their union."""
+    if not frames:
+        return tagged_written_schema().empty_table()
+    got = reduce(lambda a, b: a.unionByName(b), frames)
+    return got.toArrow().cast(tagged_written_schema())
+
+
+def of_target(t: pa.Table, tag: int) -> pa.Table:
+    """The rows of table ``tag`` among the tasks' tagged rows, without the tag."""
+    return t.filter(pc.equal(t.column(TARGET), tag)).drop_columns([TARGET])
 
 
 def write_in_tasks(df, spec: WriteSpec, changes_at: str, kill: str | None = None,
                    traffic: Traffic | None = None) -> pa.Table:
     """The micro-batch's rows written as data files by Spark tasks, their narrow rows as changes files under
     ``changes_at``; a row per file (``taskplan.written_schema``)."""
-    from pyspark.sql.pandas.types import from_arrow_schema
-
     if SEQ not in df.columns:
         raise MirrorError(f"the stream's rows have no {SEQ} column (the change order); columns: {df.columns}")
     # no shuffle of the rows: a key whose changes land in two writing tasks (Milvus routes a key to one
     # channel, so rarely) meets its other changes in the planning shuffle, which deletes the losing rows
-    out = written_schema()
     traffic = traffic or Traffic(df.sparkSession.sparkContext)
-    return df.mapInArrow(_writer_fn(spec, changes_at, kill, traffic), from_arrow_schema(out)).toArrow().cast(out)
+    got = collect_written([writing(df, {SOLE: (spec, changes_at)}, whole(SOLE), kill, traffic)])
+    return of_target(got, SOLE).cast(written_schema())
 
 
 # a batch of at most this many changes is planned by one task reading every changes file (~60 bytes a change,
 # no shuffle: one Spark stage); a larger one by tasks taking the changes files shuffled by key
 ONE_TASK_PLAN_ROWS = 1_000_000
+PLANNED = ("kind", "file", "positions", "rows")  # the planning tasks' columns of every table (no key)
 
 
-def _plan_all_fn(paths: list[str], files_bc, pk: str, key_type, existed: bool, store, traffic: Traffic):
+@dataclass(frozen=True)
+class PlanTarget:
+    """One table a planning job plans: its tag (``TARGET``), its changes files, key, store, the index of its live
+    files in the job's broadcast list, and its changes (how many)."""
+
+    tag: int
+    paths: list[str]
+    pk: str
+    key_type: pa.DataType
+    store: Any
+    files: int
+    changes: int
+
+
+def _plan_schema(key_type: pa.DataType, existed: bool) -> pa.Schema:
+    """A planning task's rows, tagged: with ``existed`` every column of ``plan_out_schema`` (one key type: one
+    table), else the columns every table has."""
+    out = plan_out_schema(key_type)
+    cols = list(out) if existed else [out.field(c) for c in PLANNED]
+    return pa.schema([*cols, pa.field(TARGET, pa.int64())])
+
+
+def _tagged(out: pa.Table, t: PlanTarget, existed: bool) -> pa.Table:
+    out = out if existed else out.select(list(PLANNED))
+    return out.append_column(TARGET, pa.array([t.tag] * out.num_rows, pa.int64()))
+
+
+def _plan_fn(t: PlanTarget, files_bc, existed: bool, traffic: Traffic):
     def plan_task(batches):
-        for _ in batches:  # the one row of spark.range: this task plans the whole batch
-            pass
+        got = [b for b in batches if b.num_rows]
+        if not got:  # no key of the batch hashed here
+            return
         before = io_totals()
-        share = pa.concat_tables([read_parquet(store, p) for p in paths])
-        out = plan_share(share, files_bc.value, pk, key_type, existed, store)
+        share = pa.Table.from_batches(got)  # every change of this task's keys (narrow rows)
+        out = plan_share(share, files_bc.value[t.files], t.pk, t.key_type, existed, t.store)
         traffic.add(io_since(before))
-        yield from out.to_batches()
+        yield from _tagged(out, t, existed).to_batches()
+
+    return plan_task
+
+
+def _plan_all_fn(targets: list[PlanTarget], files_bc, existed: bool, traffic: Traffic):
+    """Tasks over ``spark.range(len(targets))``: row i's task plans table ``targets[i]`` whole (every changes file
+    of it read)."""
+    def plan_task(batches):
+        for b in batches:
+            for i in b.column(0).to_pylist():
+                t = targets[i]
+                before = io_totals()
+                share = pa.concat_tables([read_parquet(t.store, p) for p in t.paths])
+                out = plan_share(share, files_bc.value[t.files], t.pk, t.key_type, existed, t.store)
+                traffic.add(io_since(before))
+                yield from _tagged(out, t, existed).to_batches()
 
     return plan_task
 
@@ -121,32 +209,55 @@ def _changes_fn(paths: list[str], store, traffic: Traffic):
     return read
 
 
-def plan_in_tasks(spark, table, written: pa.Table, existed: bool = False,
-                  traffic: Traffic | None = None) -> tuple[pa.Table, int | None]:
-    """The batch planned by Spark tasks, each its keys' changes (every change of a key in one task) looked up in
-    the table's live files (``taskplan.plan_share``); the tasks' rows (deleted positions per file, rows applied)
-    and the table version those files were read at (the commit's fence; None: nothing to plan)."""
+def plan_targets(spark, targets: list[PlanTarget], files: list[Any], existed: bool = False,
+                 traffic: Traffic | None = None) -> pa.Table:
+    """Tables ``targets`` planned by the tasks of one Spark job, every change of a key in one task, looked up in
+    its table's live files (``files[t.files]``; ``taskplan.plan_share``); the tasks' rows, tagged. A table of at
+    most ``ONE_TASK_PLAN_ROWS`` changes is planned by one task; a larger one by tasks taking its changes files
+    shuffled by key. ``existed`` (a history's: the key's newest ``_seq``) for one table only."""
     from pyspark.sql.pandas.types import from_arrow_schema
 
+    if existed and len({t.key_type for t in targets}) > 1:
+        raise MirrorError("plan_targets: existed keys are planned for tables of one key type only")
+    schema = _plan_schema(targets[0].key_type, existed)
+    out = from_arrow_schema(schema)
+    traffic = traffic or Traffic(spark.sparkContext)
+    files_bc = spark.sparkContext.broadcast(files)
+    small = [t for t in targets if t.changes <= ONE_TASK_PLAN_ROWS]
+    frames = []
+    try:
+        if small:
+            ids = spark.range(0, len(small), 1, numPartitions=len(small))
+            frames.append(ids.mapInArrow(_plan_all_fn(small, files_bc, existed, traffic), out))
+        for t in (t for t in targets if t.changes > ONE_TASK_PLAN_ROWS):
+            ids = spark.range(0, len(t.paths), 1, numPartitions=len(t.paths))
+            narrow_out = from_arrow_schema(narrow_schema(t.key_type))
+            narrow = ids.mapInArrow(_changes_fn(t.paths, t.store, traffic), narrow_out)
+            shares = narrow.repartition(spark.sparkContext.defaultParallelism, "key")
+            frames.append(shares.mapInArrow(_plan_fn(t, files_bc, existed, traffic), out))
+        return reduce(lambda a, b: a.unionByName(b), frames).toArrow().cast(schema)
+    finally:
+        files_bc.unpersist()
+
+
+def as_planned(got: pa.Table, key_type: pa.DataType) -> pa.Table:
+    """One table's planning rows (untagged) as ``plan_out_schema`` has them (columns the tasks left out: nulls)."""
+    out = plan_out_schema(key_type)
+    n = got.num_rows
+    return pa.Table.from_arrays([got.column(f.name) if f.name in got.column_names else pa.nulls(n, f.type)
+                                 for f in out], schema=out)
+
+
+def plan_in_tasks(spark, table, written: pa.Table, existed: bool = False,
+                  traffic: Traffic | None = None) -> tuple[pa.Table, int | None]:
+    """The batch planned by Spark tasks (:func:`plan_targets`, one table): the tasks' rows (deleted positions per
+    file, rows applied) and the table version those files were read at (the commit's fence; None: nothing to
+    plan)."""
     key_type = table.schema.field(table.pk).type
-    out = from_arrow_schema(plan_out_schema(key_type))
     paths = changes_files(written)
     if not paths:
         return plan_out_schema(key_type).empty_table(), None
-    traffic = traffic or Traffic(spark.sparkContext)
     files = table.live_files()
-    files_bc = spark.sparkContext.broadcast(files)
-    store = table.store
-    try:
-        if changes_count(written) <= ONE_TASK_PLAN_ROWS:
-            one = spark.range(0, 1, 1, numPartitions=1)
-            fn = _plan_all_fn(paths, files_bc, table.pk, key_type, existed, store, traffic)
-            got = one.mapInArrow(fn, out).toArrow()
-        else:
-            ids = spark.range(0, len(paths), 1, numPartitions=len(paths))
-            narrow = ids.mapInArrow(_changes_fn(paths, store, traffic), from_arrow_schema(narrow_schema(key_type)))
-            shares = narrow.repartition(spark.sparkContext.defaultParallelism, "key")
-            got = shares.mapInArrow(_plan_fn(files_bc, table.pk, key_type, existed, store, traffic), out).toArrow()
-    finally:
-        files_bc.unpersist()
-    return got.cast(plan_out_schema(key_type)), files.version
+    t = PlanTarget(SOLE, paths, table.pk, key_type, table.store, 0, changes_count(written))
+    got = plan_targets(spark, [t], [files], existed, traffic)
+    return as_planned(of_target(got, SOLE), key_type), files.version
