@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
@@ -32,6 +32,9 @@ from msgstream_spark.spark.mirror import MirrorBatch
 from msgstream_spark.spark.mirror_many_facts import batch_facts
 from msgstream_spark.spark.mirror_many_write import ManyWrite
 from msgstream_spark.spark.removals import removals_of
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame
 
 log = logging.getLogger(__name__)
 
@@ -82,14 +85,14 @@ class ManyBatch:
         self.dropped: list[int] = []  # collection ids whose table this run marked dropped
         self.shared = ManyWrite()  # the write step: one Spark job writing, one planning, every touched table
 
-    def __call__(self, df, batch_id: int) -> None:
+    def __call__(self, df: DataFrame, batch_id: int) -> None:
         df = df.persist()
         try:
             self._batch(df, batch_id)
         finally:
             df.unpersist()
 
-    def _batch(self, df, batch_id: int) -> None:
+    def _batch(self, df: DataFrame, batch_id: int) -> None:
         ddl, touched = batch_facts(df)  # one Spark job, no shuffle
         for r in ddl:
             if r["kind"] == KIND_CREATE:
@@ -150,7 +153,7 @@ class ManyBatch:
         log.info("collection %s.%s (id %d): table %s", k.db, k.name, cid, got.table.location)
         return got
 
-    def _write(self, df, batch_id: int, todo: list[Mirrored], removals: dict | None = None,
+    def _write(self, df: DataFrame, batch_id: int, todo: list[Mirrored], removals: dict | None = None,
                rows: dict[int, int] | None = None) -> None:
         """The batch into every table of ``todo`` (``spark.mirror_many_write``); ``rows``: the batch's rows per
         collection id (a table of at most ``ONE_TASK_ROWS`` of them takes its share in one task)."""
