@@ -157,7 +157,7 @@ class ManyBatch:
                rows: dict[int, int] | None = None) -> None:
         """The batch into every table of ``todo`` (``spark.mirror_many_write``); ``rows``: the batch's rows per
         collection id (a table of at most ``ONE_TASK_ROWS`` of them takes its share in one task)."""
-        one_task = {cid for cid, n in (rows or {}).items() if n <= ONE_TASK_ROWS}
+        one_task = {cid: n for cid, n in (rows or {}).items() if n <= ONE_TASK_ROWS}
         self.shared(df, batch_id, todo, removals or {}, one_task, self.concurrency)
         self.batches += 1
 

@@ -26,6 +26,7 @@ Spark job fails every table it wrote for).
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from collections.abc import Iterable
 from concurrent.futures import ThreadPoolExecutor
@@ -122,12 +123,15 @@ class ManyWrite:
         self._accs: dict[str, Traffic] = {}
         self.jobs = {"write": 0, "plan": 0}  # Spark jobs run (each over every table of a batch)
 
-    def __call__(self, df, batch_id: int, todo: list, removals: dict, one_task: set[int],
+    def __call__(self, df, batch_id: int, todo: list, removals: dict, one_task: dict[int, int],
                  concurrency: int) -> None:
+        """Batch ``batch_id`` (``df``: its rows) into the tables ``todo`` (``removals``: the DropPartition /
+        Truncate of some, by collection id; ``one_task``: the rows of the tables whose share goes to one task)."""
         turns = [Turn(m, removals.get(m.sink.collection_id)) for m in todo]
         with ExitStack() as leases:
-            for t in turns:
-                _guarded(t, batch_id, lambda t=t: self._begin(t, batch_id, leases))
+            taking = threading.Lock()
+            _pool(concurrency, [lambda t=t: _guarded(t, batch_id, lambda: self._begin(t, batch_id, leases, taking))
+                                for t in turns])
             live = [t for t in turns if t.error is None and t.spec is not None]
             if live:
                 self._marks(live, df.sparkSession.sparkContext)
@@ -142,9 +146,14 @@ class ManyWrite:
                 log.error("batch %d: table %s failed too: %s", batch_id, t.sink.table.location, t.error)
             raise failed[0].error
 
-    def _begin(self, t: Turn, batch_id: int, leases: ExitStack) -> None:
+    def _begin(self, t: Turn, batch_id: int, leases: ExitStack, taking: threading.Lock) -> None:
+        """The table's lease, taken until the batch's end (``leases``; ``taking``: one thread at a time adds to
+        it), and its batch begun."""
         s = t.sink
-        t.hold = leases.enter_context(s.lease(batch_id))
+        lease = s.lease(batch_id)
+        t.hold = lease.__enter__()
+        with taking:
+            leases.push(lease.__exit__)
         t.t0 = time.perf_counter()
         t.offset, t.info = s.watermark(batch_id)
         t.run = SharedRunner(s, batch_id, t.m.rows_schema)
@@ -157,7 +166,7 @@ class ManyWrite:
         for t in live:
             t.run.moved, t.run.before, t.run.spec = self._accs, before, t.spec
 
-    def _write(self, df, batch_id: int, live: list[Turn], one_task: set[int]) -> None:
+    def _write(self, df, batch_id: int, live: list[Turn], one_task: dict[int, int]) -> None:
         from pyspark.sql import functions as F
 
         kill = next((k for k in (t.sink._task_failpoint(batch_id) for t in live) if k), None)
@@ -165,8 +174,9 @@ class ManyWrite:
         traffic = self._accs["write"]
         frames = []
         plain = [t for t in live if not t.removals]
-        for group in ([t for t in plain if t.cid in one_task], [t for t in plain if t.cid not in one_task]):
-            if group:
+        ones = _bins([t for t in plain if t.cid in one_task], one_task, df.sparkSession.sparkContext.defaultParallelism)
+        for group in [*ones, [t for t in plain if t.cid not in one_task]]:
+            if group:  # a bin of small shares: one task, a data file per table; the large ones: a task per partition
                 part = packed.where(F.col("_collection").isin([t.cid for t in group]))
                 part = part.coalesce(1) if group[0].cid in one_task else part
                 split = _split_fn({t.cid: (t.m.rows_schema, t.m.pk, t.m.min_ts) for t in group})
@@ -224,6 +234,18 @@ class ManyWrite:
 
         todo = [t for t in turns if t.error is None]
         _pool(concurrency, [lambda t=t: _guarded(t, batch_id, lambda: one(t)) for t in todo])
+
+
+def _bins(turns: list[Turn], rows: dict[int, int], n: int) -> list[list[Turn]]:
+    """``turns`` in at most ``n`` bins of about equal rows (the largest first into the emptiest): one writing task
+    each, the tasks side by side."""
+    bins: list[list[Turn]] = [[] for _ in range(max(1, min(n, len(turns))))]
+    held = [0] * len(bins)
+    for t in sorted(turns, key=lambda t: -rows.get(t.cid, 0)):
+        i = held.index(min(held))
+        bins[i].append(t)
+        held[i] += rows.get(t.cid, 0) + 1
+    return bins
 
 
 def _key_type(t: Turn) -> pa.DataType:

@@ -181,8 +181,8 @@ def _plan_fn(t: PlanTarget, files_bc, existed: bool, traffic: Traffic):
 
 
 def _plan_all_fn(targets: list[PlanTarget], files_bc, existed: bool, traffic: Traffic):
-    """Tasks over ``spark.range(len(targets))``: row i's task plans table ``targets[i]`` whole (every changes file
-    of it read)."""
+    """Tasks over ``spark.range(len(targets))``: the task of row i plans table ``targets[i]`` whole (every changes
+    file of it read)."""
     def plan_task(batches):
         for b in batches:
             for i in b.column(0).to_pylist():
@@ -226,8 +226,8 @@ def plan_targets(spark, targets: list[PlanTarget], files: list[Any], existed: bo
     small = [t for t in targets if t.changes <= ONE_TASK_PLAN_ROWS]
     frames = []
     try:
-        if small:
-            ids = spark.range(0, len(small), 1, numPartitions=len(small))
+        if small:  # the tables side by side in a task per core
+            ids = spark.range(0, len(small), 1, numPartitions=min(len(small), spark.sparkContext.defaultParallelism))
             frames.append(ids.mapInArrow(_plan_all_fn(small, files_bc, existed, traffic), out))
         for t in (t for t in targets if t.changes > ONE_TASK_PLAN_ROWS):
             ids = spark.range(0, len(t.paths), 1, numPartitions=len(t.paths))
