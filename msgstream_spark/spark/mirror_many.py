@@ -6,12 +6,13 @@
 Each micro-batch is kept by Spark (``persist``: the channels are read once per batch); the driver collects only
 its DDL rows and the ids of the collections it touches, notes them in the job's collection list
 (:class:`~msgstream_spark.mirror.many.ManyState`, saved before anything is written), makes the table of a
-collection created on the stream from the schema its CreateCollection carries, and then runs, for every touched
-table at once (a thread pool of ``concurrency``), that table's :class:`~msgstream_spark.spark.mirror.MirrorBatch`
-over the batch's rows of its collection (``source.multi.unpack`` in tasks): its tasks write its files, the
-driver commits it fenced at its planned version, once, with its own batch record (query id, batch id, the
-batch's offsets). A table the batch does not touch commits nothing. After the rows, a DropCollection marks its
-table (``msgstream.mirror.dropped_ts``); the table keeps its last state.
+collection created on the stream from the schema its CreateCollection carries, and then writes the batch into
+every touched table at once (``spark.mirror_many_write``): the driver begins each table's batch, one Spark job's
+tasks split the batch's rows by collection id and write each table's files (``source.multi.unpack`` in tasks),
+one more plans every table, and the driver commits each table (``concurrency`` at once) through its
+:class:`~msgstream_spark.spark.mirror.MirrorBatch`, fenced at its planned version, once, with its own batch record
+(query id, batch id, the batch's offsets). A table the batch does not touch commits nothing. After the rows, a
+DropCollection marks its table (``msgstream.mirror.dropped_ts``); the table keeps its last state.
 """
 
 from __future__ import annotations
@@ -69,7 +70,8 @@ class ManyBatch:
 
     ``opener``: makes or opens a collection's table (the job's naming rule and table settings). ``mirrored``:
     the tables the job opened at its start (collections snapshotted or resumed), by collection id.
-    ``concurrency``: tables written and committed at once (1: one after the other, in collection id order).
+    ``concurrency``: tables begun and committed at once (1: one after the other, in collection id order; their
+    files are written by one Spark job for all).
     ``locate``: a collection's database from Milvus, for one the stream names no database of (2.3-2.6.5 write
     none into CreateCollection, and into an insert only what the request's ``db_name`` field held: clients that
     pass the database in the connection's header, as pymilvus does, leave it empty).
