@@ -8,6 +8,7 @@ its table (``TARGET``)."""
 
 from __future__ import annotations
 
+from concurrent.futures import ThreadPoolExecutor, wait
 from dataclasses import dataclass
 from functools import reduce
 from typing import Any
@@ -71,32 +72,75 @@ def _writer_fn(targets: dict[int, tuple[WriteSpec, str]], split, kill: str | Non
     files and a changes file of its own; the task returns a row per file, tagged with its table."""
     def write(batches):
         before = io_totals()
-        open_: dict[int, tuple[TaskWriter, ChangesFile]] = {}
+        tables = _TaskTables(targets, kill)
         try:
             for b in batches:  # one Arrow batch at a time (spark.sql.execution.arrow.maxRecordsPerBatch rows)
-                if not b.num_rows:
-                    continue
-                for tag, rows in split(b):
-                    if tag not in open_:
-                        spec, changes_at = targets[tag]
-                        w = TaskWriter(spec, claims=claims_dir(changes_at))
-                        open_[tag] = (w, ChangesFile(w.store, changes_at, spec.key_type))
-                    w, changes = open_[tag]
-                    changes.add(w.add(rows))
-                    if kill:
-                        worker_failpoint(w, kill)
-            # before the task ends: the driver commits only files of finished tasks
-            outs = [(tag, changes.close(w.close())) for tag, (w, changes) in sorted(open_.items())]
+                if b.num_rows:
+                    tables.add(list(split(b)))
+            outs = tables.close()  # before the task ends: the driver commits only files of finished tasks
         except BaseException:
-            for w, changes in open_.values():
-                w.abort()
-                changes.abort()
+            tables.abort()
             raise
+        finally:
+            tables.shutdown()
         traffic.add(io_since(before))
         for tag, out in outs:
             yield from out.append_column(TARGET, pa.array([tag] * out.num_rows, pa.int64())).to_batches()
 
     return write
+
+
+# a writing task adds rows to, and finishes the files of, this many of its tables at once (each waits for the
+# store: a local file's fsyncs, an object's upload)
+TABLE_THREADS = 8
+
+
+class _TaskTables:
+    """A writing task's tables: a ``TaskWriter`` and a ``ChangesFile`` each, opened at the table's first rows;
+    several tables' rows added, and files finished, side by side."""
+
+    def __init__(self, targets: dict[int, tuple[WriteSpec, str]], kill: str | None) -> None:
+        self.targets, self.kill = targets, kill
+        self.open: dict[int, tuple[TaskWriter, ChangesFile]] = {}
+        self.pool: ThreadPoolExecutor | None = None
+
+    def add(self, parts: list[tuple[int, pa.Table]]) -> None:
+        """Each (tag, rows) of ``parts`` into its table's files."""
+        for tag, _ in parts:
+            if tag not in self.open:
+                spec, changes_at = self.targets[tag]
+                w = TaskWriter(spec, claims=claims_dir(changes_at))
+                self.open[tag] = (w, ChangesFile(w.store, changes_at, spec.key_type))
+        self._each(self._add, parts)
+
+    def _add(self, part: tuple[int, pa.Table]) -> None:
+        w, changes = self.open[part[0]]
+        changes.add(w.add(part[1]))
+        if self.kill:
+            worker_failpoint(w, self.kill)
+
+    def close(self) -> list[tuple[int, pa.Table]]:
+        """Every table's files finished: (tag, the rows naming its files)."""
+        return self._each(lambda item: (item[0], item[1][1].close(item[1][0].close())), sorted(self.open.items()))
+
+    def abort(self) -> None:
+        for w, changes in self.open.values():
+            w.abort()
+            changes.abort()
+
+    def shutdown(self) -> None:
+        if self.pool is not None:
+            self.pool.shutdown()
+
+    def _each(self, fn, items: list) -> list:
+        """``fn`` of each item, several at once; every call ended before the first failure is raised."""
+        if len(items) <= 1:
+            return [fn(i) for i in items]
+        if self.pool is None:
+            self.pool = ThreadPoolExecutor(max_workers=TABLE_THREADS, thread_name_prefix="task-tables")
+        futures = [self.pool.submit(fn, i) for i in items]
+        wait(futures)
+        return [f.result() for f in futures]
 
 
 def writing(df, targets: dict[int, tuple[WriteSpec, str]], split, kill: str | None, traffic: Traffic):
