@@ -143,24 +143,46 @@ class MirrorBatch:
 
     def __call__(self, df, batch_id: int) -> None:
         try:
-            with writer_lock(self.table.store, self.table.location, f"batch {batch_id}", share=self.lock) as hold:
+            with self.lease(batch_id) as hold:
                 t0 = time.perf_counter()
                 report = self._batch(df, batch_id, hold)
                 report.seconds = round(time.perf_counter() - t0, 3)
-                for o in self.observers:
-                    o.after_batch(report, hold)
+                self.observe(report, hold)
         except Exception as e:
-            for o in self.observers:
-                if hasattr(o, "batch_failed"):
-                    o.batch_failed(batch_id, e)
+            self.failed(batch_id, e)
             raise
 
-    def _batch(self, df, batch_id: int, hold) -> BatchReport:
-        qid = self.query_id
+    def lease(self, batch_id: int, hold=None):
+        """The table's writer lease for batch ``batch_id`` (a context manager yielding the ``Hold``): this
+        function's ``lock``, or ``hold`` (a thread joining a hold taken on another), or taken for the batch."""
+        return writer_lock(self.table.store, self.table.location, f"batch {batch_id}", share=hold or self.lock)
+
+    def observe(self, report: BatchReport, hold) -> None:
+        """The observers told of a batch, inside its lease."""
+        for o in self.observers:
+            o.after_batch(report, hold)
+
+    def failed(self, batch_id: int, error: Exception) -> None:
+        """The observers told of a failed batch."""
+        for o in self.observers:
+            if hasattr(o, "batch_failed"):
+                o.batch_failed(batch_id, error)
+
+    def watermark(self, batch_id: int) -> tuple[dict | None, dict[str, str] | None]:
+        """(the batch's offsets from the checkpoint, the commit info recording them)."""
         offset = checkpoint_offset(self.checkpoint, batch_id) if self.checkpoint else None
-        info = {PROP_WATERMARK: json.dumps(offset, sort_keys=True)} if offset else None
-        run = _SparkRunner(self, df, batch_id)
-        plan = run_batch(self.table, run, query_id=qid, batch_id=batch_id, hold=hold, commit_info=info)
+        return offset, ({PROP_WATERMARK: json.dumps(offset, sort_keys=True)} if offset else None)
+
+    def _batch(self, df, batch_id: int, hold) -> BatchReport:
+        offset, info = self.watermark(batch_id)
+        run = SparkRunner(self, df, batch_id)
+        plan = run_batch(self.table, run, query_id=self.query_id, batch_id=batch_id, hold=hold, commit_info=info)
+        return self.account(run, plan, batch_id, offset)
+
+    def account(self, run: SparkRunner, plan, batch_id: int, offset: dict | None) -> BatchReport:
+        """After ``run``'s batch committed (``plan``) or not (None): the counters, timings and traffic, the batch's
+        progress line, the failpoint after the commit, the compaction every ``compact_every``; the batch's report."""
+        qid = self.query_id
         if run.attempt is None:  # its commit survived a kill (or another writer's did)
             log.info("batch %d of query %s is already in the table: skipped", batch_id, qid)
             self.skipped += 1
@@ -246,9 +268,11 @@ class MirrorBatch:
                 f"old collection's rows; mirror the new collection into a new table (and a new checkpoint)")
 
 
-class _SparkRunner:
+class SparkRunner:
     """A batch's steps (``write.batch.Runner``) in Spark tasks: the writing tasks' files in this attempt's
-    directory (``write.attempts``), the planning tasks' lookups; the driver keeps the narrow results only."""
+    directory (``write.attempts``), the planning tasks' lookups; the driver keeps the narrow results only. The
+    database job's runner (``spark.mirror_many_write``) takes its written and planned rows from jobs it shares
+    with the batch's other tables (:meth:`took`, :meth:`planned`)."""
 
     def __init__(self, mb: MirrorBatch, df, batch_id: int) -> None:
         self.mb, self.df, self.batch_id = mb, df, batch_id
@@ -288,6 +312,11 @@ class _SparkRunner:
                 self.df = mb.rework(self.df, found)
                 written = write_in_tasks(self.df, spec, self.attempt, None, self.moved["write"])
         self._mark()
+        return self.took(written, kill)
+
+    def took(self, written: pa.Table, kill: str | None) -> pa.Table:
+        """What the writing tasks returned (``kill``: the failpoint they were given): counted, its collection
+        ids checked, the failpoint after the files."""
         self.changes = changes_count(written)
         self.data_rows = data_rows(written)
         if kill == "executor" and self.changes:
@@ -303,6 +332,11 @@ class _SparkRunner:
         planned, base = plan_in_tasks(self.df.sparkSession, table, written, mb.history is not None,
                                       self.moved["plan"])
         self._mark()
+        return self.planned(written, planned, base)
+
+    def planned(self, written: pa.Table, planned: pa.Table, base: int | None):
+        """The plan of the planning tasks' rows (``base``: the version their lookups read); the history first."""
+        mb = self.mb
         if mb.history is not None:  # before the commit: a re-run batch finds the table as the log saw it
             mb._history(self.df, self.spec, existed_keys(planned), mb.query_id, self.batch_id)
         return merge_plans(written, planned, base), self.collections

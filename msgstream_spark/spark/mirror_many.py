@@ -6,20 +6,20 @@
 Each micro-batch is kept by Spark (``persist``: the channels are read once per batch); the driver collects only
 its DDL rows and the ids of the collections it touches, notes them in the job's collection list
 (:class:`~msgstream_spark.mirror.many.ManyState`, saved before anything is written), makes the table of a
-collection created on the stream from the schema its CreateCollection carries, and then runs, for every touched
-table at once (a thread pool of ``concurrency``), that table's :class:`~msgstream_spark.spark.mirror.MirrorBatch`
-over the batch's rows of its collection (``source.multi.unpack`` in tasks): its tasks write its files, the
-driver commits it fenced at its planned version, once, with its own batch record (query id, batch id, the
-batch's offsets). A table the batch does not touch commits nothing. After the rows, a DropCollection marks its
-table (``msgstream.mirror.dropped_ts``); the table keeps its last state.
+collection created on the stream from the schema its CreateCollection carries, and then writes the batch into
+every touched table at once (``spark.mirror_many_write``): the driver begins each table's batch, one Spark job's
+tasks split the batch's rows by collection id and write each table's files (``source.multi.unpack`` in tasks),
+one more plans every table, and the driver commits each table (``concurrency`` at once) through its
+:class:`~msgstream_spark.spark.mirror.MirrorBatch`, fenced at its planned version, once, with its own batch record
+(query id, batch id, the batch's offsets). A table the batch does not touch commits nothing. After the rows, a
+DropCollection marks its table (``msgstream.mirror.dropped_ts``); the table keeps its last state.
 """
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
@@ -27,11 +27,15 @@ from msgstream_spark.mirror.many import PROP_DROPPED_TS, PROP_NAME, PROP_RENAMED
 from msgstream_spark.msg.pb import schema_pb2
 from msgstream_spark.msg.schema import collection_arrow_schema
 from msgstream_spark.source import multi
-from msgstream_spark.source.multi import KIND_ALTER, KIND_CREATE, KIND_DROP, KIND_ROWS, unpack
+from msgstream_spark.source.multi import KIND_ALTER, KIND_CREATE, KIND_DROP
 from msgstream_spark.source.rows import rows_arrow_schema
 from msgstream_spark.spark.mirror import MirrorBatch
 from msgstream_spark.spark.mirror_many_facts import batch_facts
-from msgstream_spark.spark.removals import Target, removals_of, with_removals
+from msgstream_spark.spark.mirror_many_write import ManyWrite
+from msgstream_spark.spark.removals import removals_of
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame
 
 log = logging.getLogger(__name__)
 
@@ -61,22 +65,13 @@ Opener = Callable[[Any, Any], Mirrored]
 Locator = Callable[[int], "str | None"]
 
 
-def _unpack_fn(schema: pa.Schema, pk: str, min_ts: int | None):
-    def rows(batches):
-        for b in batches:
-            if b.num_rows:
-                t = unpack(b.column(0).to_pylist(), schema, pk, min_ts)
-                yield from t.to_batches()
-
-    return rows
-
-
 class ManyBatch:
     """``foreachBatch`` function mirroring every selected collection of a ``collections`` stream.
 
     ``opener``: makes or opens a collection's table (the job's naming rule and table settings). ``mirrored``:
     the tables the job opened at its start (collections snapshotted or resumed), by collection id.
-    ``concurrency``: tables written and committed at once (1: one after the other, in collection id order).
+    ``concurrency``: tables begun and committed at once (1: one after the other, in collection id order; their
+    files are written by one Spark job for all).
     ``locate``: a collection's database from Milvus, for one the stream names no database of (2.3-2.6.5 write
     none into CreateCollection, and into an insert only what the request's ``db_name`` field held: clients that
     pass the database in the connection's header, as pymilvus does, leave it empty).
@@ -90,23 +85,22 @@ class ManyBatch:
         self.batches = 0
         self.created: list[int] = []  # collection ids whose table this run made or opened on the stream
         self.dropped: list[int] = []  # collection ids whose table this run marked dropped
-        self.batch_rows: dict[int, int] = {}  # the batch's rows per collection id
         # the job's pending collections (snapshots beside the stream, jobs/mirror_many_pending.py): their
         # handovers at a batch's start, their rows staged instead of merged; None: no collection is ever pending
         self.pending: Any = None
+        self.shared = ManyWrite()  # the write step: one Spark job writing, one planning, every touched table
 
-    def __call__(self, df, batch_id: int) -> None:
+    def __call__(self, df: DataFrame, batch_id: int) -> None:
         df = df.persist()
         try:
             self._batch(df, batch_id)
         finally:
             df.unpersist()
 
-    def _batch(self, df, batch_id: int) -> None:
+    def _batch(self, df: DataFrame, batch_id: int) -> None:
         if self.pending is not None:  # collections whose snapshot committed: their staged batches applied first
             self.pending.before_batch(self, batch_id)
         ddl, touched = batch_facts(df)  # one Spark job, no shuffle
-        self.batch_rows = {r["_collection"]: r["n"] for r in touched}
         for r in ddl:
             if r["kind"] == KIND_CREATE:
                 cid = r["_collection"]
@@ -119,14 +113,15 @@ class ManyBatch:
             self.state.seen(r["_collection"], r["name"] or "", self._db(r["_collection"], r["db"]))
         self.state.save()  # before any table is written: a restart knows what this batch's stream told
         removals = removals_of(ddl)
+        batch_rows = {r["_collection"]: r["n"] for r in touched}
         if self.pending is not None:  # a pending collection's rows and removals go to its staging, not its table
-            self.pending.stage(df, batch_id, self.batch_rows, removals)
+            self.pending.stage(df, batch_id, batch_rows, removals)
         ids = sorted({r["_collection"] for r in touched} | {c for c in removals if c in self.mirrored})
         todo = [m for m in (self._mirrored(cid) for cid in ids) if m is not None]
         for r in ddl:  # a collection created in this batch with no rows yet gets its (empty) table now
             if r["kind"] == KIND_CREATE:
                 self._mirrored(r["_collection"])
-        self._write(df, batch_id, todo, removals)
+        self._write(df, batch_id, todo, removals, batch_rows)
         for r in ddl:
             if r["kind"] == KIND_DROP:
                 self._drop(r["_collection"], r["_ts"])
@@ -168,33 +163,12 @@ class ManyBatch:
         log.info("collection %s.%s (id %d): table %s", k.db, k.name, cid, got.table.location)
         return got
 
-    def _write(self, df, batch_id: int, todo: list[Mirrored], removals: dict | None = None) -> None:
-        from pyspark.sql import functions as F
-        from pyspark.sql.pandas.types import from_arrow_schema
-
-        def one(m: Mirrored) -> None:
-            cid = m.sink.collection_id
-            part = df.where((F.col("kind") == KIND_ROWS) & (F.col("_collection") == cid)).select("payload")
-            if self.batch_rows.get(cid, ONE_TASK_ROWS + 1) <= ONE_TASK_ROWS:
-                part = part.coalesce(1)
-            rows = part.mapInArrow(_unpack_fn(m.rows_schema, m.pk, m.min_ts), from_arrow_schema(m.rows_schema))
-            mine = (removals or {}).get(cid)
-            if mine:  # DropPartition / Truncate: their deletes, merged with the rows (spark/removals.py)
-                rows = with_removals(Target(m.table, m.pk, m.rows_schema, cid, m.min_ts), rows, mine)
-            m.sink(rows, batch_id)
-
-        if self.concurrency == 1 or len(todo) <= 1:
-            for m in todo:
-                one(m)
-        else:
-            with ThreadPoolExecutor(max_workers=min(self.concurrency, len(todo)),
-                                    thread_name_prefix=f"mirror-batch-{batch_id}") as pool:
-                errors = [f.exception() for f in [pool.submit(one, m) for m in todo]]
-            failed = [e for e in errors if e is not None]
-            if failed:  # every table's outcome is known before the batch fails (the others committed or not)
-                for e in failed[1:]:
-                    log.error("batch %d: another table failed too: %s", batch_id, e)
-                raise failed[0]
+    def _write(self, df: DataFrame, batch_id: int, todo: list[Mirrored], removals: dict | None = None,
+               rows: dict[int, int] | None = None) -> None:
+        """The batch into every table of ``todo`` (``spark.mirror_many_write``); ``rows``: the batch's rows per
+        collection id (a table of at most ``ONE_TASK_ROWS`` of them takes its share in one task)."""
+        one_task = {cid: n for cid, n in (rows or {}).items() if n <= ONE_TASK_ROWS}
+        self.shared(df, batch_id, todo, removals or {}, one_task, self.concurrency)
         self.batches += 1
 
     def _drop(self, cid: int, ts: int) -> None:

@@ -1,9 +1,18 @@
 """The mirror's Spark tasks: the writing tasks (each its share's changes collapsed and written as data files) and
-the planning tasks (their keys looked up in the table's live files), with the store traffic they move."""
+the planning tasks (their keys looked up in the table's live files), with the store traffic they move.
+
+Both take several tables (*targets*) at once: a one-collection batch is one target (``SOLE``); a database job's
+batch (``spark.mirror_many_write``) is every table it touches, written by the tasks of one Spark job (each task
+splits its rows by collection id) and planned by the tasks of one more. Every row a task returns is tagged with
+its table (``TARGET``)."""
 
 from __future__ import annotations
 
 import json
+from concurrent.futures import ThreadPoolExecutor, wait
+from dataclasses import dataclass
+from functools import reduce
+from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -25,6 +34,9 @@ from msgstream_spark.mirror.write.taskplan import (
 from msgstream_spark.spark.failpoints import worker_failpoint
 
 SEQ = "_seq"
+# the column tagging each writing or planning task's row with its table (a database job's: the collection id)
+TARGET = "_target"
+SOLE = -1  # the tag of a one-collection batch's one table
 
 
 class Traffic:
@@ -42,6 +54,19 @@ class Traffic:
         return {k: a.value for k, a in self.acc.items()}
 
 
+def tagged_written_schema() -> pa.Schema:
+    """A writing task's rows (``taskplan.written_schema``) with the table they belong to (``TARGET``)."""
+    return pa.schema([*written_schema(), pa.field(TARGET, pa.int64())])
+
+
+def whole(tag: int):
+    """The ``split`` of a one-table writing task: every row is table ``tag``'s."""
+    def split(b: pa.RecordBatch):
+        yield tag, pa.Table.from_batches([b])
+
+    return split
+
+
 # a writing task's extra rows when asked (``aside``): its input row count, and each row it set aside unwritten
 INPUT, ASIDE = "input", "aside"
 ASIDE_COLUMNS = ("op", "_ts", "_shard", "_partition")
@@ -56,20 +81,25 @@ def _set_aside(b: pa.RecordBatch, ops: tuple[str, ...], out: list[dict]) -> pa.R
     return b.filter(pc.invert(hit))
 
 
-def _reported(out: pa.Table, seen: int, aside: list[dict]) -> pa.Table:
-    n = 1 + len(aside)
+def _report(seen: int, aside: list[dict]) -> pa.Table:
+    """A writing task's ``INPUT`` row (the rows it read) and an ``ASIDE`` row per row it left unwritten."""
+    schema, n = written_schema(), 1 + len(aside)
     extra = {"kind": [INPUT] + [ASIDE] * len(aside), "path": [None] + [json.dumps(r) for r in aside],
              "rows": [seen] + [1] * len(aside)}
-    cols = [pa.array(extra[f.name], f.type) if f.name in extra else pa.nulls(n, f.type) for f in out.schema]
-    return pa.concat_tables([out, pa.Table.from_arrays(cols, schema=out.schema)])
+    return pa.Table.from_arrays([pa.array(extra[f.name], f.type) if f.name in extra else pa.nulls(n, f.type)
+                                 for f in schema], schema=schema)
 
 
-def _writer_fn(spec: WriteSpec, changes_at: str, kill: str | None, traffic: Traffic,
+def _writer_fn(targets: dict[int, tuple[WriteSpec, str]], split, kill: str | None, traffic: Traffic,
                aside: tuple[str, ...] | None = None):
+    """A writing task over several tables: ``targets`` maps each table's tag to (its spec, its attempt's directory);
+    ``split(batch)`` yields (tag, that table's rows of the Arrow batch). Each table the task's rows reach gets data
+    files and a changes file of its own; the task returns a row per file, tagged with its table. ``aside`` (one
+    target only): the task also reports its input rows and leaves the rows whose ``op`` is one of ``aside``
+    unwritten (see ``write_in_tasks``)."""
     def write(batches):
         before = io_totals()
-        w = TaskWriter(spec, claims=claims_dir(changes_at))
-        changes = ChangesFile(w.store, changes_at, spec.key_type)
+        tables = _TaskTables(targets, kill)
         seen, kept = 0, []
         try:
             for b in batches:  # one Arrow batch at a time (spark.sql.execution.arrow.maxRecordsPerBatch rows)
@@ -77,16 +107,18 @@ def _writer_fn(spec: WriteSpec, changes_at: str, kill: str | None, traffic: Traf
                 if aside and b.num_rows:
                     b = _set_aside(b, aside, kept)
                 if b.num_rows:
-                    changes.add(w.add(pa.Table.from_batches([b])))
-                    if kill:
-                        worker_failpoint(w, kill)
-            out = changes.close(w.close())  # before the task ends: the driver commits only files of finished tasks
+                    tables.add(list(split(b)))
+            outs = tables.close()  # before the task ends: the driver commits only files of finished tasks
         except BaseException:
-            w.abort()
-            changes.abort()
+            tables.abort()
             raise
+        finally:
+            tables.shutdown()
         traffic.add(io_since(before))
-        yield from (_reported(out, seen, kept) if aside is not None else out).to_batches()
+        if aside is not None:
+            outs.append((next(iter(targets)), _report(seen, kept)))
+        for tag, out in outs:
+            yield from out.append_column(TARGET, pa.array([tag] * out.num_rows, pa.int64())).to_batches()
 
     return write
 
@@ -103,18 +135,80 @@ def aside_rows(written: pa.Table) -> list[dict]:
             if k == ASIDE]
 
 
-def _plan_fn(files_bc, pk: str, key_type, existed: bool, store, traffic: Traffic):
-    def plan_task(batches):
-        got = [b for b in batches if b.num_rows]
-        if not got:  # no key of the batch hashed here
-            return
-        before = io_totals()
-        share = pa.Table.from_batches(got)  # every change of this task's keys (narrow rows)
-        out = plan_share(share, files_bc.value, pk, key_type, existed, store)
-        traffic.add(io_since(before))
-        yield from out.to_batches()
+# a writing task adds rows to, and finishes the files of, this many of its tables at once (each waits for the
+# store: a local file's fsyncs, an object's upload)
+TABLE_THREADS = 8
 
-    return plan_task
+
+class _TaskTables:
+    """A writing task's tables: a ``TaskWriter`` and a ``ChangesFile`` each, opened at the table's first rows;
+    several tables' rows added, and files finished, side by side."""
+
+    def __init__(self, targets: dict[int, tuple[WriteSpec, str]], kill: str | None) -> None:
+        self.targets, self.kill = targets, kill
+        self.open: dict[int, tuple[TaskWriter, ChangesFile]] = {}
+        self.pool: ThreadPoolExecutor | None = None
+
+    def add(self, parts: list[tuple[int, pa.Table]]) -> None:
+        """Each (tag, rows) of ``parts`` into its table's files."""
+        for tag, _ in parts:
+            if tag not in self.open:
+                spec, changes_at = self.targets[tag]
+                w = TaskWriter(spec, claims=claims_dir(changes_at))
+                self.open[tag] = (w, ChangesFile(w.store, changes_at, spec.key_type))
+        self._each(self._add, parts)
+
+    def _add(self, part: tuple[int, pa.Table]) -> None:
+        w, changes = self.open[part[0]]
+        changes.add(w.add(part[1]))
+        if self.kill:
+            worker_failpoint(w, self.kill)
+
+    def close(self) -> list[tuple[int, pa.Table]]:
+        """Every table's files finished: (tag, the rows naming its files)."""
+        return self._each(lambda item: (item[0], item[1][1].close(item[1][0].close())), sorted(self.open.items()))
+
+    def abort(self) -> None:
+        for w, changes in self.open.values():
+            w.abort()
+            changes.abort()
+
+    def shutdown(self) -> None:
+        if self.pool is not None:
+            self.pool.shutdown()
+
+    def _each(self, fn, items: list) -> list:
+        """``fn`` of each item, several at once; every call ended before the first failure is raised."""
+        if len(items) <= 1:
+            return [fn(i) for i in items]
+        if self.pool is None:
+            self.pool = ThreadPoolExecutor(max_workers=TABLE_THREADS, thread_name_prefix="task-tables")
+        futures = [self.pool.submit(fn, i) for i in items]
+        wait(futures)
+        return [f.result() for f in futures]
+
+
+def writing(df, targets: dict[int, tuple[WriteSpec, str]], split, kill: str | None, traffic: Traffic,
+            aside: tuple[str, ...] | None = None):
+    """``df``'s rows written into ``targets`` by its tasks (lazy: :func:`collect_written` runs it), ``split``
+    choosing each row's table (see ``_writer_fn``)."""
+    from pyspark.sql.pandas.types import from_arrow_schema
+
+    fn = _writer_fn(targets, split, kill, traffic, aside)
+    return df.mapInArrow(fn, from_arrow_schema(tagged_written_schema()))
+
+
+def collect_written(frames: list) -> pa.Table:
+    """The rows of ``frames`` (:func:`writing`'s DataFrames over a batch's rows) in one Spark job: their union."""
+    if not frames:
+        return tagged_written_schema().empty_table()
+    got = reduce(lambda a, b: a.unionByName(b), frames)
+    return got.toArrow().cast(tagged_written_schema())
+
+
+def of_target(t: pa.Table, tag: int) -> pa.Table:
+    """The rows of table ``tag`` among the tasks' tagged rows, without the tag."""
+    return t.filter(pc.equal(t.column(TARGET), tag)).drop_columns([TARGET])
 
 
 def write_in_tasks(df, spec: WriteSpec, changes_at: str, kill: str | None = None,
@@ -123,32 +217,74 @@ def write_in_tasks(df, spec: WriteSpec, changes_at: str, kill: str | None = None
     ``changes_at``; a row per file (``taskplan.written_schema``). ``aside`` (not None): each task also reports
     the rows it read (a row of kind ``INPUT``) and leaves its rows whose ``op`` is one of ``aside`` unwritten, a
     row of kind ``ASIDE`` each (``input_rows``, ``aside_rows``)."""
-    from pyspark.sql.pandas.types import from_arrow_schema
-
     if SEQ not in df.columns:
         raise MirrorError(f"the stream's rows have no {SEQ} column (the change order); columns: {df.columns}")
     # no shuffle of the rows: a key whose changes land in two writing tasks (Milvus routes a key to one
     # channel, so rarely) meets its other changes in the planning shuffle, which deletes the losing rows
-    out = written_schema()
     traffic = traffic or Traffic(df.sparkSession.sparkContext)
-    fn = _writer_fn(spec, changes_at, kill, traffic, aside)
-    return df.mapInArrow(fn, from_arrow_schema(out)).toArrow().cast(out)
+    got = collect_written([writing(df, {SOLE: (spec, changes_at)}, whole(SOLE), kill, traffic, aside)])
+    return of_target(got, SOLE).cast(written_schema())
 
 
 # a batch of at most this many changes is planned by one task reading every changes file (~60 bytes a change,
 # no shuffle: one Spark stage); a larger one by tasks taking the changes files shuffled by key
 ONE_TASK_PLAN_ROWS = 1_000_000
+PLANNED = ("kind", "file", "positions", "rows")  # the planning tasks' columns of every table (no key)
 
 
-def _plan_all_fn(paths: list[str], files_bc, pk: str, key_type, existed: bool, store, traffic: Traffic):
+@dataclass(frozen=True)
+class PlanTarget:
+    """One table a planning job plans: its tag (``TARGET``), its changes files, key, store, the index of its live
+    files in the job's broadcast list, and its changes (how many)."""
+
+    tag: int
+    paths: list[str]
+    pk: str
+    key_type: pa.DataType
+    store: Any
+    files: int
+    changes: int
+
+
+def _plan_schema(key_type: pa.DataType, existed: bool) -> pa.Schema:
+    """A planning task's rows, tagged: with ``existed`` every column of ``plan_out_schema`` (one key type: one
+    table), else the columns every table has."""
+    out = plan_out_schema(key_type)
+    cols = list(out) if existed else [out.field(c) for c in PLANNED]
+    return pa.schema([*cols, pa.field(TARGET, pa.int64())])
+
+
+def _tagged(out: pa.Table, t: PlanTarget, existed: bool) -> pa.Table:
+    out = out if existed else out.select(list(PLANNED))
+    return out.append_column(TARGET, pa.array([t.tag] * out.num_rows, pa.int64()))
+
+
+def _plan_fn(t: PlanTarget, files_bc, existed: bool, traffic: Traffic):
     def plan_task(batches):
-        for _ in batches:  # the one row of spark.range: this task plans the whole batch
-            pass
+        got = [b for b in batches if b.num_rows]
+        if not got:  # no key of the batch hashed here
+            return
         before = io_totals()
-        share = pa.concat_tables([read_parquet(store, p) for p in paths])
-        out = plan_share(share, files_bc.value, pk, key_type, existed, store)
+        share = pa.Table.from_batches(got)  # every change of this task's keys (narrow rows)
+        out = plan_share(share, files_bc.value[t.files], t.pk, t.key_type, existed, t.store)
         traffic.add(io_since(before))
-        yield from out.to_batches()
+        yield from _tagged(out, t, existed).to_batches()
+
+    return plan_task
+
+
+def _plan_all_fn(targets: list[PlanTarget], files_bc, existed: bool, traffic: Traffic):
+    """Tasks over ``spark.range(len(targets))``: the task of row i plans table ``targets[i]`` whole (every changes
+    file of it read)."""
+    def plan_task(batches):
+        for b in batches:
+            for i in b.column(0).to_pylist():
+                t = targets[i]
+                before = io_totals()
+                share = pa.concat_tables([read_parquet(t.store, p) for p in t.paths])
+                out = plan_share(share, files_bc.value[t.files], t.pk, t.key_type, existed, t.store)
+                traffic.add(io_since(before))
+                yield from _tagged(out, t, existed).to_batches()
 
     return plan_task
 
@@ -166,32 +302,55 @@ def _changes_fn(paths: list[str], store, traffic: Traffic):
     return read
 
 
-def plan_in_tasks(spark, table, written: pa.Table, existed: bool = False,
-                  traffic: Traffic | None = None) -> tuple[pa.Table, int | None]:
-    """The batch planned by Spark tasks, each its keys' changes (every change of a key in one task) looked up in
-    the table's live files (``taskplan.plan_share``); the tasks' rows (deleted positions per file, rows applied)
-    and the table version those files were read at (the commit's fence; None: nothing to plan)."""
+def plan_targets(spark, targets: list[PlanTarget], files: list[Any], existed: bool = False,
+                 traffic: Traffic | None = None) -> pa.Table:
+    """Tables ``targets`` planned by the tasks of one Spark job, every change of a key in one task, looked up in
+    its table's live files (``files[t.files]``; ``taskplan.plan_share``); the tasks' rows, tagged. A table of at
+    most ``ONE_TASK_PLAN_ROWS`` changes is planned by one task; a larger one by tasks taking its changes files
+    shuffled by key. ``existed`` (a history's: the key's newest ``_seq``) for one table only."""
     from pyspark.sql.pandas.types import from_arrow_schema
 
+    if existed and len({t.key_type for t in targets}) > 1:
+        raise MirrorError("plan_targets: existed keys are planned for tables of one key type only")
+    schema = _plan_schema(targets[0].key_type, existed)
+    out = from_arrow_schema(schema)
+    traffic = traffic or Traffic(spark.sparkContext)
+    files_bc = spark.sparkContext.broadcast(files)
+    small = [t for t in targets if t.changes <= ONE_TASK_PLAN_ROWS]
+    frames = []
+    try:
+        if small:  # the tables side by side in a task per core
+            ids = spark.range(0, len(small), 1, numPartitions=min(len(small), spark.sparkContext.defaultParallelism))
+            frames.append(ids.mapInArrow(_plan_all_fn(small, files_bc, existed, traffic), out))
+        for t in (t for t in targets if t.changes > ONE_TASK_PLAN_ROWS):
+            ids = spark.range(0, len(t.paths), 1, numPartitions=len(t.paths))
+            narrow_out = from_arrow_schema(narrow_schema(t.key_type))
+            narrow = ids.mapInArrow(_changes_fn(t.paths, t.store, traffic), narrow_out)
+            shares = narrow.repartition(spark.sparkContext.defaultParallelism, "key")
+            frames.append(shares.mapInArrow(_plan_fn(t, files_bc, existed, traffic), out))
+        return reduce(lambda a, b: a.unionByName(b), frames).toArrow().cast(schema)
+    finally:
+        files_bc.unpersist()
+
+
+def as_planned(got: pa.Table, key_type: pa.DataType) -> pa.Table:
+    """One table's planning rows (untagged) as ``plan_out_schema`` has them (columns the tasks left out: nulls)."""
+    out = plan_out_schema(key_type)
+    n = got.num_rows
+    return pa.Table.from_arrays([got.column(f.name) if f.name in got.column_names else pa.nulls(n, f.type)
+                                 for f in out], schema=out)
+
+
+def plan_in_tasks(spark, table, written: pa.Table, existed: bool = False,
+                  traffic: Traffic | None = None) -> tuple[pa.Table, int | None]:
+    """The batch planned by Spark tasks (:func:`plan_targets`, one table): the tasks' rows (deleted positions per
+    file, rows applied) and the table version those files were read at (the commit's fence; None: nothing to
+    plan)."""
     key_type = table.schema.field(table.pk).type
-    out = from_arrow_schema(plan_out_schema(key_type))
     paths = changes_files(written)
     if not paths:
         return plan_out_schema(key_type).empty_table(), None
-    traffic = traffic or Traffic(spark.sparkContext)
     files = table.live_files()
-    files_bc = spark.sparkContext.broadcast(files)
-    store = table.store
-    try:
-        if changes_count(written) <= ONE_TASK_PLAN_ROWS:
-            one = spark.range(0, 1, 1, numPartitions=1)
-            fn = _plan_all_fn(paths, files_bc, table.pk, key_type, existed, store, traffic)
-            got = one.mapInArrow(fn, out).toArrow()
-        else:
-            ids = spark.range(0, len(paths), 1, numPartitions=len(paths))
-            narrow = ids.mapInArrow(_changes_fn(paths, store, traffic), from_arrow_schema(narrow_schema(key_type)))
-            shares = narrow.repartition(spark.sparkContext.defaultParallelism, "key")
-            got = shares.mapInArrow(_plan_fn(files_bc, table.pk, key_type, existed, store, traffic), out).toArrow()
-    finally:
-        files_bc.unpersist()
-    return got.cast(plan_out_schema(key_type)), files.version
+    t = PlanTarget(SOLE, paths, table.pk, key_type, table.store, 0, changes_count(written))
+    got = plan_targets(spark, [t], [files], existed, traffic)
+    return as_planned(of_target(got, SOLE), key_type), files.version

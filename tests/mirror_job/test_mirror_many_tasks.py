@@ -78,6 +78,8 @@ def test_a_batch_is_read_once_for_what_the_driver_learns(spark, tmp_path):
     jobs = sc.statusTracker().getJobIdsForGroup("many-facts")
     stages = [s for j in jobs for s in sc.statusTracker().getJobInfo(j).stageIds]
     assert len(jobs) == 1 and len(stages) == 1, (jobs, stages)
-    assert mb.batch_rows == {7: 9, 8: 3}
+    from msgstream_spark.spark.mirror_many_facts import batch_facts
+
+    assert [(r["_collection"], r["n"]) for r in batch_facts(df)[1]] == [(7, 9), (8, 3)]
     got = {cid: (k.name, k.db) for cid, k in state.known.items()}
     assert got[7] == ("a", "db1") and got[8] == ("b", "db2") and state.known[7].schema  # the create's schema kept

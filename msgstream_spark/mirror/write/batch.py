@@ -91,10 +91,28 @@ def run_batch(table: Any, runner: Runner, *, query_id: str, batch_id: int, hold:
               commit_info: dict[str, str] | None = None) -> Plan | None:
     """Batch ``batch_id`` of ``query_id`` through ``runner``'s steps; the plan committed, or None if the batch is
     already in the table. ``hold``: the writer lease the caller holds (None: taken for the commit)."""
+    spec = begin_write(table, runner, query_id=query_id, batch_id=batch_id, hold=hold)
+    if spec is None:
+        return None
+    return finish_batch(table, runner, runner.write(spec), query_id=query_id, batch_id=batch_id, hold=hold,
+                        commit_info=commit_info)
+
+
+def begin_write(table: Any, runner: Runner, *, query_id: str, batch_id: int,
+                hold: Hold | None = None) -> WriteSpec | None:
+    """A batch's first steps: begun (None: the batch is already in the table), the table given the batch's
+    columns; the spec its files are written with. A job writing many tables' files in one Spark job (the database
+    job, ``spark.mirror_many_write``) takes each table through this, writes, then :func:`finish_batch`."""
     if not runner.begin(table, hold, query_id, batch_id):
         return None
     table.prepare(runner.columns())
-    written = runner.write(table.write_spec())
+    return table.write_spec()
+
+
+def finish_batch(table: Any, runner: Runner, written: Any, *, query_id: str, batch_id: int,
+                 hold: Hold | None = None, commit_info: dict[str, str] | None = None) -> Plan | None:
+    """A batch's last steps once its files are written: planned, committed (fenced, once), ended; the plan
+    committed, or None if the batch is already in the table."""
     p, collections = runner.plan(table, written)
     done = commit_plan(table, p, collections, query_id=query_id, batch_id=batch_id, commit_info=commit_info,
                        hold=hold)

@@ -1,0 +1,300 @@
+"""A database job's batch written into every table it touches by one Spark job, planned by one more, committed by
+the driver table by table (``spark.mirror_many.ManyBatch``'s write step).
+
+The steps, for the tables ``todo`` the batch touches (each a ``spark.mirror_many.Mirrored`` with its table's
+``MirrorBatch``):
+
+1. the driver, table by table: the table's writer lease (held until the batch's end), ``write.batch.begin_write``
+   (a batch the table already holds is skipped; an earlier attempt's files cleared; the columns a schema change
+   added made), the table's ``WriteSpec`` and this attempt's directory;
+2. one Spark job over the batch's rows: each task splits its rows by collection id, unpacks each collection's
+   rows with its schema and writes them with that table's spec into that table's attempt directory
+   (``spark.mirror_tasks``: the same writing tasks as a one-collection batch's, several targets); a table whose
+   share of the batch is small takes it in one task (one data file), a table with a DropPartition or a Truncate
+   in the batch takes its rows and the deletes they amount to (``spark.removals``) in tasks of its own, all in
+   the same job; the driver receives per table the narrow rows a one-collection batch's tasks return;
+3. one Spark job planning every table (a task per table: its keys looked up in its live files, read at the
+   version its commit is fenced at);
+4. the driver commits each table (``table_concurrency`` at once; 1: in collection id order), fenced, exactly once,
+   with its own batch record, ends its batch (the attempt's leftovers deleted) and tells its observers (its
+   maintenance between batches, its metrics).
+
+A table that fails at a step is reported once every other table's outcome is known: the others go on (a failed
+Spark job fails every table it wrote for).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Iterable
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import ExitStack
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from msgstream_spark.mirror.store import io_totals
+from msgstream_spark.mirror.write.batch import begin_write, finish_batch
+from msgstream_spark.mirror.write.taskplan import changes_count, changes_files, written_schema
+from msgstream_spark.source.multi import KIND_ROWS, unpack
+from msgstream_spark.spark.mirror import SparkRunner
+from msgstream_spark.spark.mirror_tasks import (
+    PlanTarget,
+    Traffic,
+    as_planned,
+    collect_written,
+    of_target,
+    plan_targets,
+    whole,
+    writing,
+)
+from msgstream_spark.spark.removals import Target, with_removals
+
+log = logging.getLogger(__name__)
+
+
+def unpack_fn(schema: pa.Schema, pk: str, min_ts: int | None):
+    """A task's packed rows (``payload``, one column) of one collection as its ``rows`` Arrow batches."""
+    def rows(batches):
+        for b in batches:
+            if b.num_rows:
+                yield from unpack(b.column(0).to_pylist(), schema, pk, min_ts).to_batches()
+
+    return rows
+
+
+def _split_fn(tables: dict[int, tuple[pa.Schema, str, int | None]]):
+    """A writing task's ``split``: its packed rows (``_collection``, ``payload``) by collection id, each
+    collection's unpacked with its table's (rows schema, primary key, snapshot time)."""
+    def split(b: pa.RecordBatch):
+        cids = b.column(0)
+        for cid in pc.unique(cids).to_pylist():
+            if cid not in tables:
+                continue
+            schema, pk, min_ts = tables[cid]
+            mine = b.filter(pc.equal(cids, cid))
+            got = unpack(mine.column(1).to_pylist(), schema, pk, min_ts)
+            if got.num_rows:
+                yield cid, got
+
+    return split
+
+
+class Turn:
+    """One table's part of a batch: its lease, runner, spec; its failure, if it failed."""
+
+    def __init__(self, m: Any, removals: list | None) -> None:
+        self.m, self.sink, self.cid = m, m.sink, m.sink.collection_id
+        self.removals = removals
+        self.hold: Any = None
+        self.run: SharedRunner | None = None
+        self.spec: Any = None
+        self.offset: dict | None = None
+        self.info: dict[str, str] | None = None
+        self.written: pa.Table = written_schema().empty_table()
+        self.error: BaseException | None = None
+        self.t0 = time.perf_counter()
+
+
+class SharedRunner(SparkRunner):
+    """A table's steps whose writing and planning tasks run in the batch's shared jobs (``took`` and
+    ``planned`` take their rows); the rest as a one-collection batch's."""
+
+    def __init__(self, mb, batch_id: int, rows_schema: pa.Schema) -> None:
+        super().__init__(mb, None, batch_id)
+        self.rows_schema = rows_schema
+        self.got: tuple[pa.Table, int | None] | None = None  # the planning job's rows of this table, its base
+
+    def columns(self) -> pa.Schema:
+        return self.rows_schema
+
+    def plan(self, table, written: pa.Table):
+        planned, base = self.got
+        return self.planned(written, planned, base)
+
+
+class ManyWrite:
+    """The write step of every batch of one database job (its tasks' traffic accumulators made once)."""
+
+    def __init__(self) -> None:
+        self._accs: dict[str, Traffic] = {}
+        self.jobs = {"write": 0, "plan": 0}  # Spark jobs run (each over every table of a batch)
+
+    def __call__(self, df, batch_id: int, todo: list, removals: dict, one_task: dict[int, int],
+                 concurrency: int) -> None:
+        """Batch ``batch_id`` (``df``: its rows) into the tables ``todo`` (``removals``: the DropPartition /
+        Truncate of some, by collection id; ``one_task``: the rows of the tables whose share goes to one task)."""
+        turns = [Turn(m, removals.get(m.sink.collection_id)) for m in todo]
+        with ExitStack() as leases:
+            taking = threading.Lock()
+            _pool(concurrency, [lambda t=t: _guarded(t, batch_id, lambda: self._begin(t, batch_id, leases, taking))
+                                for t in turns])
+            live = [t for t in turns if t.error is None and t.spec is not None]
+            if live:
+                self._marks(live, df.sparkSession.sparkContext)
+                _all(live, batch_id, lambda: self._write(df, batch_id, live, one_task))
+                live = [t for t in live if t.error is None]
+            if live:
+                _all(live, batch_id, lambda: self._plan(df.sparkSession, batch_id, live, concurrency))
+            self._commit(turns, batch_id, concurrency)
+        failed = [t for t in turns if t.error is not None]
+        if failed:  # every table's outcome is known before the batch fails (the others committed or not)
+            for t in failed[1:]:
+                log.error("batch %d: table %s failed too: %s", batch_id, t.sink.table.location, t.error)
+            raise failed[0].error
+
+    def _begin(self, t: Turn, batch_id: int, leases: ExitStack, taking: threading.Lock) -> None:
+        """The table's lease, taken until the batch's end (``leases``; ``taking``: one thread at a time adds to
+        it), and its batch begun."""
+        s = t.sink
+        lease = s.lease(batch_id)
+        t.hold = lease.__enter__()
+        with taking:
+            leases.push(lease.__exit__)
+        t.t0 = time.perf_counter()
+        t.offset, t.info = s.watermark(batch_id)
+        t.run = SharedRunner(s, batch_id, t.m.rows_schema)
+        t.spec = begin_write(s.table, t.run, query_id=s.query_id, batch_id=batch_id, hold=t.hold)
+
+    def _marks(self, live: list[Turn], sc) -> None:
+        if not self._accs:
+            self._accs = {"write": Traffic(sc), "plan": Traffic(sc)}
+        before = {k: a.value() for k, a in self._accs.items()}
+        for t in live:
+            t.run.moved, t.run.before, t.run.spec = self._accs, before, t.spec
+
+    def _write(self, df, batch_id: int, live: list[Turn], one_task: dict[int, int]) -> None:
+        from pyspark.sql import functions as F
+
+        kill = next((k for k in (t.sink._task_failpoint(batch_id) for t in live) if k), None)
+        packed = df.where(F.col("kind") == KIND_ROWS).select("_collection", "payload")
+        traffic = self._accs["write"]
+        frames = []
+        plain = [t for t in live if not t.removals]
+        ones = _bins([t for t in plain if t.cid in one_task], one_task, df.sparkSession.sparkContext.defaultParallelism)
+        for group in [*ones, [t for t in plain if t.cid not in one_task]]:
+            if group:  # a bin of small shares: one task, a data file per table; the large ones: a task per partition
+                part = packed.where(F.col("_collection").isin([t.cid for t in group]))
+                part = part.coalesce(1) if group[0].cid in one_task else part
+                split = _split_fn({t.cid: (t.m.rows_schema, t.m.pk, t.m.min_ts) for t in group})
+                frames.append(writing(part, {t.cid: (t.spec, t.run.attempt) for t in group}, split, kill, traffic))
+        for t in (t for t in live if t.removals):  # DropPartition / Truncate: their deletes with the rows
+            m = t.m
+            part = packed.where(F.col("_collection") == t.cid).select("payload")
+            part = part.coalesce(1) if t.cid in one_task else part
+            rows = part.mapInArrow(unpack_fn(m.rows_schema, m.pk, m.min_ts), _spark_schema(m.rows_schema))
+            rows = with_removals(Target(m.table, m.pk, m.rows_schema, t.cid, m.min_ts), rows, t.removals)
+            frames.append(writing(rows, {t.cid: (t.spec, t.run.attempt)}, whole(t.cid), kill, traffic))
+        marks = _mark(live)
+        got = collect_written(frames)  # the one Spark job writing every table's files
+        self.jobs["write"] += 1
+        _mark(live, marks)
+        for t in live:
+            t.written = of_target(got, t.cid).cast(written_schema())
+            _guarded(t, batch_id, lambda t=t: t.run.took(t.written, kill))
+
+    def _plan(self, spark, batch_id: int, live: list[Turn], concurrency: int) -> None:
+        marks = _mark(live)
+        files: dict[int, Any] = {}  # each table's live files, read by the driver (their version: the fence)
+
+        def read(t: Turn) -> None:
+            files[t.cid] = t.sink.table.live_files()
+
+        todo = [t for t in live if changes_files(t.written)]
+        _pool(concurrency, [lambda t=t: _guarded(t, batch_id, lambda: read(t)) for t in todo])
+        todo = [t for t in todo if t.error is None]
+        targets = [PlanTarget(t.cid, changes_files(t.written), t.m.pk, _key_type(t), t.sink.table.store, i,
+                              changes_count(t.written)) for i, t in enumerate(todo)]
+        got = None
+        if targets:  # the one Spark job planning every table
+            got = plan_targets(spark, targets, [files[t.cid] for t in todo], False, self._accs["plan"])
+            self.jobs["plan"] += 1
+        _mark(live, marks)
+        for t in live:
+            if t.cid in files and got is not None:
+                t.run.got = (as_planned(of_target(got, t.cid), _key_type(t)), files[t.cid].version)
+            else:  # nothing written: nothing to plan (an empty commit, as a one-collection batch's)
+                t.run.got = (as_planned(pa.table({}), _key_type(t)), None)
+
+    def _commit(self, turns: list[Turn], batch_id: int, concurrency: int) -> None:
+        """Each table not failed: committed (a skipped one: counted) and its observers told, in its lease."""
+        def one(t: Turn) -> None:
+            s = t.sink
+            with s.lease(batch_id, t.hold):  # this thread joins the lease the driver took for the batch
+                plan = None
+                if t.spec is not None:
+                    plan = finish_batch(s.table, t.run, t.written, query_id=s.query_id, batch_id=batch_id,
+                                        hold=t.hold, commit_info=t.info)
+                report = s.account(t.run, plan, batch_id, t.offset)
+                report.seconds = round(time.perf_counter() - t.t0, 3)
+                s.observe(report, t.hold)
+
+        todo = [t for t in turns if t.error is None]
+        _pool(concurrency, [lambda t=t: _guarded(t, batch_id, lambda: one(t)) for t in todo])
+
+
+def _bins(turns: list[Turn], rows: dict[int, int], n: int) -> list[list[Turn]]:
+    """``turns`` in at most ``n`` bins of about equal rows (the largest first into the emptiest): one writing task
+    each, the tasks side by side."""
+    bins: list[list[Turn]] = [[] for _ in range(max(1, min(n, len(turns))))]
+    held = [0] * len(bins)
+    for t in sorted(turns, key=lambda t: -rows.get(t.cid, 0)):
+        i = held.index(min(held))
+        bins[i].append(t)
+        held[i] += rows.get(t.cid, 0) + 1
+    return bins
+
+
+def _key_type(t: Turn) -> pa.DataType:
+    return t.sink.table.schema.field(t.sink.table.pk).type
+
+
+def _spark_schema(schema: pa.Schema):
+    from pyspark.sql.pandas.types import from_arrow_schema
+
+    return from_arrow_schema(schema)
+
+
+def _mark(live: list[Turn], marks: tuple | None = None) -> tuple:
+    """A step's start (``marks`` None: returned) or end: the clock and the driver's store traffic, in every
+    table's runner (each is told the shared step's figures)."""
+    now = (time.perf_counter(), io_totals())
+    for t in live:
+        if marks is not None:
+            t.run.t += [marks[0], now[0]]
+            t.run.io += [marks[1], now[1]]
+    return now
+
+
+def _guarded(t: Turn, batch_id: int, step) -> None:
+    """``step`` of table ``t``; its failure kept (its observers told), the others go on."""
+    try:
+        step()
+    except Exception as e:  # noqa: BLE001 - kept, logged, told to its observers, raised once all tables are done
+        t.error = e
+        log.error("batch %d: table %s failed: %s", batch_id, t.sink.table.location, e)
+        t.sink.failed(batch_id, e)
+
+
+def _all(live: list[Turn], batch_id: int, step) -> None:
+    """A step shared by tables ``live``: its failure is each one's."""
+    try:
+        step()
+    except Exception as e:  # noqa: BLE001 - each table's failure, raised once all tables are done
+        for t in live:
+            if t.error is None:
+                t.error = e
+                t.sink.failed(batch_id, e)
+        log.error("batch %d: a step shared by %d tables failed: %s", batch_id, len(live), e)
+
+
+def _pool(concurrency: int, calls: Iterable) -> list:
+    """The calls' results, ``concurrency`` at once (1: in order, in this thread)."""
+    calls = list(calls)
+    if concurrency <= 1 or len(calls) <= 1:
+        return [c() for c in calls]
+    with ThreadPoolExecutor(max_workers=min(concurrency, len(calls)), thread_name_prefix="mirror-tables") as pool:
+        return list(pool.map(lambda c: c(), calls))
