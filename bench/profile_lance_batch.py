@@ -2,12 +2,13 @@
 about the same), and what it writes of Lance's own files.
 
     python -m bench.profile_lance_batch [--small 125000] [--dim 64] [--batch 10000] [--reps 3] [--top 25]
-        [--file-rows N]
+        [--file-rows N] [--after-cold]
 
 Two Lance tables on a local path, ``small`` and 8 x ``small`` rows, built as bench_mirror_scale builds them (a
 snapshot's Parquet files of ``small // 4`` rows, at most 250k, registered with ``add_files``: 4 and 32 fragments
 at the bench's sizes); the first batch into each, then ``reps`` rounds of a warm mixed batch (half new keys, 40%
-updates, 10% deletes of random existing keys) under cProfile, the tables taking turns. Prints per size: the CPU
+updates, 10% deletes of random existing keys) under cProfile (``--after-cold``: each one after a batch of a new
+executor, as bench_mirror_scale's warm batch), the tables taking turns. Prints per size: the CPU
 of the batches, the functions with the most cumulative time, and per batch what Lance wrote under the table
 (manifests, transaction files, deletion files: files and bytes) and how many fragments the table has.
 """
@@ -62,7 +63,8 @@ def _difference(a: cProfile.Profile, b: cProfile.Profile, reps: int, top: int) -
               f"calls {na / reps:6.1f} -> {nb / reps:6.1f}  {name}")
 
 
-def run(small: int, dim: int, batch: int, reps: int, top: int, file_rows: int | None = None) -> None:
+def run(small: int, dim: int, batch: int, reps: int, top: int, file_rows: int | None = None,
+        after_cold: bool = False) -> None:
     work = Path(tempfile.mkdtemp(prefix="profile-lance-batch-"))
     print(f"load average {load_average()}", flush=True)
     try:
@@ -76,7 +78,9 @@ def run(small: int, dim: int, batch: int, reps: int, top: int, file_rows: int | 
             print(f"{k}: {rows:,} rows written in {time.perf_counter() - t0:.1f} s", flush=True)
         for k in sizes:
             new_executor(work / "key-cache")
-            tables[k].run(where, True)
+            first = tables[k].run(where, True)
+            print(f"{k}: the first batch (it builds the key indexes) {first['s']:.3f} s, CPU {first['cpu_s']:.3f} s; "
+                  f"load {load_average()}", flush=True)
         profs = {k: cProfile.Profile(time.process_time) for k in sizes}
         held = contextlib.ExitStack()
         for k in sizes:  # each table's writer lease held throughout, as the job (and bench_mirror_scale) holds it
@@ -85,6 +89,9 @@ def run(small: int, dim: int, batch: int, reps: int, top: int, file_rows: int | 
         wrote = {k: [] for k in sizes}
         for _ in range(reps):
             for k in sizes:
+                if after_cold:  # as bench_mirror_scale's warm batch: the one after a new executor's first
+                    new_executor(work / "key-cache")
+                    tables[k].run(where, True)
                 before = _files(work / k)
                 p0 = time.process_time()
                 profs[k].enable()
@@ -115,8 +122,10 @@ def main() -> None:
     p.add_argument("--reps", type=int, default=3)
     p.add_argument("--top", type=int, default=25)
     p.add_argument("--file-rows", type=int, help="rows per snapshot file at both sizes (default: the bench's rule)")
+    p.add_argument("--after-cold", action="store_true",
+                   help="each profiled batch follows a new executor's first (bench_mirror_scale's warm batch)")
     a = p.parse_args()
-    run(a.small, a.dim, a.batch, a.reps, a.top, a.file_rows)
+    run(a.small, a.dim, a.batch, a.reps, a.top, a.file_rows, a.after_cold)
 
 
 if __name__ == "__main__":
