@@ -34,6 +34,7 @@ KEYS_OF = "_keys_of"
 CONVERTERS = 4  # Parquet files turned into fragments at once
 KEY_MIN = b"msgstream.key_min"
 KEY_MAX = b"msgstream.key_max"
+FRAGMENT_ROWS = 1 << 20  # rows a fragment made of Parquet files holds at most (Lance's own max_rows_per_file)
 
 
 def key_file(root: str, data_file: str) -> str:
@@ -90,8 +91,16 @@ def fragment_from_parquet(store: Store, root: str, ds_uri: str, opts: dict[str, 
                           path: str, drop: np.ndarray | None = None, mode: str = "append") -> tuple[Any, str] | None:
     """The Parquet file at ``path`` (minus the positions ``drop``) as a new Lance fragment, and its key file:
     (the fragment's metadata, the key file's path); None if no row is left."""
+    return fragment_from_files(store, root, ds_uri, opts, schema, pk, [path], [drop], mode)
+
+
+def fragment_from_files(store: Store, root: str, ds_uri: str, opts: dict[str, str], schema: pa.Schema, pk: str,
+                        paths: list[str], drops: list[np.ndarray | None],
+                        mode: str = "append") -> tuple[Any, str] | None:
+    """The Parquet files at ``paths``, one after the other (each minus its positions in ``drops``), as one new
+    Lance fragment, and its key file: (the fragment's metadata, the key file's path); None if no row is left."""
     keys: list[pa.Table] = []
-    batches = _kept(store, path, drop, schema)
+    batches = itertools.chain.from_iterable(_kept(store, p, d, schema) for p, d in zip(paths, drops, strict=True))
     first = next(batches, None)
     if first is None:
         return None
@@ -110,16 +119,38 @@ def fragment_from_parquet(store: Store, root: str, ds_uri: str, opts: dict[str, 
     return md, key_path
 
 
+def packed(store: Store, paths: list[str], target_rows: int) -> list[list[str]]:
+    """``paths`` (URIs of the store) in order, in runs of consecutive files holding at most ``target_rows`` rows
+    together (their footers'; a file with more is a run of its own): each run becomes one fragment."""
+    runs: list[list[str]] = []
+    rows = 0
+    for p in paths:
+        n = footer(store, p)[1].num_rows
+        if runs and rows + n <= target_rows:
+            runs[-1].append(p)
+            rows += n
+        else:
+            runs.append([p])
+            rows = n
+    return runs
+
+
 def fragments_of(table: Any, schema: pa.Schema, paths: list[str], deletes: dict[str, np.ndarray] | None = None,
                  mode: str = "append") -> list:
-    """The Parquet files at ``paths`` as new fragments of ``table`` (minus their positions in ``deletes``), a few
-    at a time (Lance and pyarrow release the GIL); with the key files written beside them."""
-    def one(p: str):
-        return fragment_from_parquet(table.store, table.root, table.uri, table._opts, schema, table.pk,
-                                     p if "://" in p else uri.parse(p).uri(), (deletes or {}).get(p), mode)
+    """The Parquet files at ``paths`` as new fragments of ``table`` (minus their positions in ``deletes``):
+    consecutive files packed into fragments of up to ``table.fragment_rows`` rows (a snapshot's files are often
+    far smaller: a batch's deletes touch, and rewrite the deletion file of, every fragment holding a changed key,
+    so fragments as many as files would make a batch cost grow with the table), a few fragments at a time (Lance
+    and pyarrow release the GIL); with the key files written beside them."""
+    full = {(p if "://" in p else uri.parse(p).uri()): p for p in paths}
 
-    with ThreadPoolExecutor(max_workers=max(1, min(CONVERTERS, len(paths)))) as pool:
-        return [got[0] for got in pool.map(one, paths) if got is not None]
+    def one(run: list[str]):
+        return fragment_from_files(table.store, table.root, table.uri, table._opts, schema, table.pk, run,
+                                   [(deletes or {}).get(full[p]) for p in run], mode)
+
+    runs = packed(table.store, list(full), table.fragment_rows)
+    with ThreadPoolExecutor(max_workers=max(1, min(CONVERTERS, len(runs)))) as pool:
+        return [got[0] for got in pool.map(one, runs) if got is not None]
 
 
 def deleted_positions(fragment: Any) -> np.ndarray:

@@ -37,6 +37,7 @@ from msgstream_spark.mirror.formats.detect import refuse_occupied
 from msgstream_spark.mirror.formats.lance import records as rec
 from msgstream_spark.mirror.formats.lance import staged
 from msgstream_spark.mirror.formats.lance.fragments import (
+    FRAGMENT_ROWS,
     data_path,
     deleted_positions,
     file_schema,
@@ -72,6 +73,7 @@ class LanceMirrorTable:
         self._dels: dict[tuple, np.ndarray] = {}  # (fragment id, deletion file) -> deleted positions
         self._frag: dict[str, int] = {}  # a live file's path (its key file) -> fragment id
         self._rec = rec.KnownRecords()  # the record of the newest version read or committed
+        self.fragment_rows = FRAGMENT_ROWS  # rows at most of a fragment made of Parquet files (a snapshot's)
 
     @classmethod
     def open(cls, location: str, *, collection: str, pk: str, arrow_schema: pa.Schema | None, create: bool,
