@@ -138,8 +138,12 @@ def _scan_channel(opts: ReadOptions, ch: str, cons: Any, last: Any, deadline: fl
         wal = _feed(opts, ch, batch, state)
         if batch:
             stop = batch[-1].id
-        if at_end or found and opts.collection is not None and not wal:
+        if at_end:
             return stop  # no wait for more at the end
+        if found and not wal and opts.collection is not None and opts.collection.isdigit():
+            # a 2.5 channel's later messages cannot change an id's schema (its CreateCollection precedes its
+            # inserts): the scan counts as done up to ``last``, so a later plan reads only what comes after it
+            return last
     return stop
 
 
