@@ -88,3 +88,21 @@ def test_a_scan_for_a_collection_name_reads_on_to_the_newest_id_of_that_name(loc
     with local_env.client() as c:
         stored = scancache.load(c, scancache.state_key("c26", [ch]))
         assert c.bytes_to_message_id(stored.upto[ch]) == c.latest_message_id(ch)
+
+
+def test_a_scan_for_a_collection_id_reads_on_when_26_messages_follow(local_env):
+    """The channel's last message is a 2.6 one (an AlterCollection here): the early stop keeps where it stopped,
+    so the next plan reads on and the altered schema wins."""
+    ch = local_env.new_channel("scanid26")
+    with local_env.client() as c, c.create_producer(ch) as prod:
+        prod.send_batch(_inserts_25(1500))
+        P.write(prod, [P.alter_collection(D.TT + 2000, "note"), P.timetick(D.TT + 2001)])
+    key = scancache.state_key(str(P.COLLECTION), [ch])
+    schema, cid = _infer(local_env, ch, collection=str(P.COLLECTION), schemaScanMessages="0")
+    assert cid == P.COLLECTION and "note" not in _fields(schema)  # stopped inside the 2.5 inserts
+    with local_env.client() as c:
+        assert c.bytes_to_message_id(scancache.load(c, key).upto[ch]) < c.latest_message_id(ch)
+    schema, cid = _infer(local_env, ch, collection=str(P.COLLECTION), schemaScanMessages="0")
+    assert cid == P.COLLECTION and "note" in _fields(schema)
+    with local_env.client() as c:
+        assert c.bytes_to_message_id(scancache.load(c, key).upto[ch]) == c.latest_message_id(ch)
