@@ -102,8 +102,19 @@ def in_process(opts: dict, reps: int) -> dict:
     return {k: median([r[k] for r in runs]) for k in runs[0]}
 
 
-def in_spark(spark, opts: dict, reps: int) -> dict:
-    """Wall and CPU seconds per side of the msgstream read and the synthetic source, interleaved."""
+def _broker_cpu(pid: int | None) -> float:
+    """CPU seconds the broker process (tansu, on the same cores) has used so far; 0 without one."""
+    if pid is None:
+        return 0.0
+    import psutil
+
+    t = psutil.Process(pid).cpu_times()
+    return t.user + t.system
+
+
+def in_spark(spark, opts: dict, reps: int, broker_pid: int | None = None) -> dict:
+    """Wall and CPU seconds per side of the msgstream read and the synthetic source, interleaved (with the broker's
+    CPU seconds when ``broker_pid`` names its process)."""
     def ours():
         spark.read.format("msgstream").options(**opts).load().write.format("noop").mode("overwrite").save()
 
@@ -115,10 +126,11 @@ def in_spark(spark, opts: dict, reps: int) -> dict:
         fn()  # warm-up
     for _ in range(reps):
         for name, fn in (("synthetic", synth), ("msgstream", ours)):
-            c0, t0 = _cpu(), time.perf_counter()
+            c0, b0, t0 = _cpu(), _broker_cpu(broker_pid), time.perf_counter()
             fn()
             wall, c1 = time.perf_counter() - t0, _cpu()
-            got[name].append({"wall_s": wall, **{f"{s} cpu_s": c1[s] - c0[s] for s in SIDES}})
+            got[name].append({"wall_s": wall, **{f"{s} cpu_s": c1[s] - c0[s] for s in SIDES},
+                              "broker cpu_s": _broker_cpu(broker_pid) - b0})
     return {name: {k: median([r[k] for r in v]) for k in v[0]} for name, v in got.items()}
 
 
@@ -133,10 +145,12 @@ def run(rows: tuple[int, ...] = (100_000, 1_000_000), reps: int = 3, kafka: bool
     with tempfile.TemporaryDirectory() as d, contextlib.ExitStack() as stack:
         backends = {"local": lambda n: ({"mq": {"type": "local"}, "local": {"path": f"{d}/r{n}.db"}},
                                         {"mq.type": "local", "local.path": f"{d}/r{n}.db"})}
+        pids: dict[str, int | None] = {"local": None}
         if kafka:
             from tests.fixtures.tansu import TansuBroker
 
-            boot = stack.enter_context(TansuBroker()).bootstrap
+            broker = stack.enter_context(TansuBroker())
+            boot, pids["kafka"] = broker.bootstrap, broker.proc.pid
             backends["kafka"] = lambda n: ({"mq": {"type": "kafka"}, "kafka": {"brokerList": boot}},
                                            {"mq.type": "kafka", "kafka.brokerList": boot})
         for n in rows:
@@ -147,7 +161,8 @@ def run(rows: tuple[int, ...] = (100_000, 1_000_000), reps: int = 3, kafka: bool
                 chans = [f"{c}-{n}" for c in CHANNELS] if be == "kafka" else CHANNELS
                 publish(Config.from_dict(cfg), n, 128, text=True, channels=chans)
                 opts = {**base, "channels": ",".join(chans)}
-                r = {"in_process": in_process(opts, reps), "spark": in_spark(spark, opts, reps), "load": load_average()}
+                r = {"in_process": in_process(opts, reps), "spark": in_spark(spark, opts, reps, pids[be]),
+                     "load": load_average()}
                 res[f"{be}_{n}"] = r
                 _print(be, n, r)
     return res
@@ -160,11 +175,14 @@ def _print(be: str, n: int, r: dict) -> None:
           + f" | wall {ip['wall_s']:.3f} s, CPU {ip['cpu_s']:.3f} s")
     for name, v in sp.items():
         print(f"  Spark, {name:<9}: wall {v['wall_s']:.3f} s, " + ", ".join(f"{s} {v[f'{s} cpu_s']:.2f}" for s in SIDES)
-              + " CPU s")
+              + f", broker {v['broker cpu_s']:.2f} CPU s")
     s, o = sp["synthetic"], sp["msgstream"]
     py = o["python workers cpu_s"] - s["python workers cpu_s"]
+    tot = {k: sum(v[f"{side} cpu_s"] for side in (*SIDES, "broker")) for k, v in sp.items()}
     print(f"  ratio {s['wall_s'] / o['wall_s']:.2f}; Python workers' CPU {py:+.2f} s over the synthetic source, "
-          f"JVM {o['jvm cpu_s'] - s['jvm cpu_s']:+.2f} s", flush=True)
+          f"JVM {o['jvm cpu_s'] - s['jvm cpu_s']:+.2f} s, broker {o['broker cpu_s']:.2f} s; all CPU s "
+          f"{tot['synthetic']:.2f} vs {tot['msgstream']:.2f} (their ratio {tot['synthetic'] / tot['msgstream']:.2f})",
+          flush=True)
 
 
 if __name__ == "__main__":

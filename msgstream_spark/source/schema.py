@@ -138,8 +138,13 @@ def _scan_channel(opts: ReadOptions, ch: str, cons: Any, last: Any, deadline: fl
         wal = _feed(opts, ch, batch, state)
         if batch:
             stop = batch[-1].id
-        if at_end or found and opts.collection is not None and not wal:
+        if at_end:
             return stop  # no wait for more at the end
+        if found and not wal and opts.collection is not None and opts.collection.isdigit():
+            # 2.5 messages cannot change an id's schema (its CreateCollection precedes its inserts): when the
+            # channel's last message is a 2.5 one too, the scan counts as done up to it (a later plan reads only
+            # what comes after); else (2.6 messages after, an AlterCollection maybe) later plans read on from here
+            return last if tailscan.ends_in_25(cons, last) else stop
     return stop
 
 

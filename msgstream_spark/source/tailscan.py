@@ -39,6 +39,8 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from msgstream_spark.msg.wal26 import is_wal_message
+
 TAIL_WINDOW = 4096  # messages read per window (the default budget is one window: one seek)
 LOOKBACK = 65536  # option schemaLookback's default: the most messages per channel a first inference reads
 
@@ -155,3 +157,11 @@ def look_back_from(client: Any, ch: str, start: Any, last: Any, budget: int, lim
         notes, fetched = scan_from(client, ch, start, last, feed, deadline)
         total += fetched
     return notes, total, False
+
+
+def ends_in_25(cons: Any, last: Any) -> bool:
+    """Whether message ``last`` of the channel is a 2.5 one (its writers moved to 2.6 messages after it, if ever,
+    so everything before it back to where a scan stopped is 2.5 as well); False when it does not come."""
+    cons.seek(last, inclusive=True)
+    got = cons.receive_batch(1, 1.0)
+    return bool(got) and got[0].id == last and not is_wal_message(got[0].properties)

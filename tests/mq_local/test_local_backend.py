@@ -227,3 +227,40 @@ def test_a_clients_producers_share_its_connection_and_never_wait_on_each_others_
         assert last.offset - first.offset + 1 == n
     producers["share_1"].close()
     c.close()
+
+
+def _page_size(path) -> int:
+    with sqlite3.connect(str(path)) as raw:
+        return raw.execute("PRAGMA page_size").fetchone()[0]
+
+
+def _round_trip(path, channel: str, payloads: list[bytes]) -> list[bytes]:
+    with LocalClient(cfg(path)) as c:
+        with c.create_producer(channel) as p:
+            p.send_batch([ProducerMessage(b) for b in payloads])
+        cons = c.reader(channel)
+        cons.seek(c.earliest_message_id(), inclusive=True)
+        got: list[bytes] = []
+        while len(got) < len(payloads):
+            batch = cons.receive_batch(100, 5.0)
+            assert batch, f"only {len(got)} of {len(payloads)} messages came back"
+            got += [m.payload for m in batch]
+        cons.close()
+    return got
+
+
+def test_a_new_log_file_has_64_kib_pages_and_an_older_file_keeps_its_own(tmp_path):
+    """Large messages are written over fewer overflow pages in a new file (store.PAGE_SIZE); a file made with
+    SQLite's default 4 KiB pages (an earlier release's) is opened as it is and reads back the same bytes."""
+    payloads = [os.urandom(n) for n in (0, 1, 200, 70_000, 520_000)]
+    new = tmp_path / "new.db"
+    assert _round_trip(new, "ch", payloads) == payloads
+    assert _page_size(new) == 65536
+    old = tmp_path / "old.db"
+    with sqlite3.connect(str(old)) as raw:  # an earlier release's file: default page size, WAL
+        raw.execute("PRAGMA page_size=4096")
+        raw.execute("PRAGMA journal_mode=WAL")
+        raw.execute("CREATE TABLE t (x)")
+    assert _page_size(old) == 4096
+    assert _round_trip(old, "ch", payloads) == payloads
+    assert _page_size(old) == 4096
