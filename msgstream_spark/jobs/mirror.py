@@ -60,6 +60,10 @@ def build_parser() -> argparse.ArgumentParser:
                    "the catalog's namespace NS, NS.<database>__<collection> (Iceberg)")
     p.add_argument("--snapshot-concurrency", type=int, default=2, help="with --table-root: collections snapshotted "
                                                                        "at once at the start (default 2)")
+    p.add_argument("--staging", metavar="LOCATION", help="with --table-root/--namespace: where the batches stage the "
+                   "rows of a collection whose snapshot runs beside the stream (a URI or a path every task reaches); "
+                   "default <checkpoint>/staged with a local[...] master, else <table-root>/.msgstream-staged "
+                   "(required with --namespace on a cluster)")
     p.add_argument("--table-concurrency", type=int, default=4, help="with --table-root: tables written and committed "
                                                                     "at once per batch (default 4)")
     p.add_argument("--snapshot", default="initial", choices=SNAPSHOT_MODES,
