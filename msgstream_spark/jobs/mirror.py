@@ -42,18 +42,8 @@ log = logging.getLogger("msgstream_spark.jobs.mirror")
 SNAPSHOT_MODES = ("initial", "never", "when_needed")
 
 
-def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="mirror", description=__doc__.split("\n\n")[0])
-    add_config_args(p)
-    which = p.add_mutually_exclusive_group(required=True)
-    which.add_argument("--collection", help="collection name (one collection into --table)")
-    which.add_argument("--database", metavar="NAME", help="every collection of database NAME, each into its own table "
-                                                          "under --table-root (docs/mirror.md, Many collections)")
-    which.add_argument("--collections", metavar="A,B,...", help="these collections (name or db.name), each into its "
-                                                                "own table under --table-root")
-    which.add_argument("--include", metavar="REGEX", help="every collection whose db.name the regex matches, each "
-                                                          "into its own table under --table-root")
-    add_table_args(p, creates=True, table_required=False)
+def _add_many_args(p: argparse.ArgumentParser) -> None:
+    """The many-collection job's placement and concurrency flags."""
     p.add_argument("--table-root", metavar="LOCATION", help="with --database/--collections/--include: the tables "
                                                             "go to <root>/<database>/<collection>")
     p.add_argument("--namespace", metavar="NS", help="with --catalog NAME, instead of --table-root: the tables in "
@@ -66,6 +56,21 @@ def build_parser() -> argparse.ArgumentParser:
                    "(required with --namespace on a cluster)")
     p.add_argument("--table-concurrency", type=int, default=4, help="with --table-root: tables written and committed "
                                                                     "at once per batch (default 4)")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="mirror", description=__doc__.split("\n\n")[0])
+    add_config_args(p)
+    which = p.add_mutually_exclusive_group(required=True)
+    which.add_argument("--collection", help="collection name (one collection into --table)")
+    which.add_argument("--database", metavar="NAME", help="every collection of database NAME, each into its own table "
+                                                          "under --table-root (docs/mirror.md, Many collections)")
+    which.add_argument("--collections", metavar="A,B,...", help="these collections (name or db.name), each into its "
+                                                                "own table under --table-root")
+    which.add_argument("--include", metavar="REGEX", help="every collection whose db.name the regex matches, each "
+                                                          "into its own table under --table-root")
+    add_table_args(p, creates=True, table_required=False)
+    _add_many_args(p)
     p.add_argument("--snapshot", default="initial", choices=SNAPSHOT_MODES,
                    help="initial (default): a new table starts from a snapshot read through Milvus's SDK "
                         "(config key milvus.address); never: from the stream alone (--from); when_needed: "

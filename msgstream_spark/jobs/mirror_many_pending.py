@@ -114,6 +114,8 @@ class Pending:
                                   f"beside the stream (ids {left}): run the job with --snapshot-source query to hand "
                                   "them over")
             return None
+        if getattr(args, "snapshot", "initial") != "initial" and not left:
+            return None  # no snapshot to take: nothing is ever staged (nor a --staging required)
         root = staging_root(spark.sparkContext.master, args, checkpoint)
         _kept_staging(checkpoint, root, left)
         store = open_store(root, table_options(args)["storage_options"])  # resolved here; tasks get store.options

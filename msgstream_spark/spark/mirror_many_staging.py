@@ -21,14 +21,20 @@ docs/mirror.md "Snapshots while streaming".
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
 import re
 import shutil
 import signal
+import uuid
 from dataclasses import asdict
 from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
 
 from msgstream_spark.mirror.store import Store, store_for, uri
 from msgstream_spark.source.multi import KIND_ROWS
@@ -70,13 +76,6 @@ def _write_fn(root: str, options: dict[str, str], batch_id: int):
     """A staging task: its rows (``_collection``, ``payload``) written as one Parquet file per collection, each
     under a name no other attempt uses; yields (collection id, file name under the batch directory, bytes)."""
     def write(batches):
-        import contextlib
-        import uuid
-
-        import pyarrow as pa
-        import pyarrow.compute as pc
-        import pyarrow.parquet as pq
-
         store, attempt = store_for(root, options), uuid.uuid4().hex
         files: dict[int, tuple[str, Any]] = {}
         with contextlib.ExitStack() as stack:
@@ -142,8 +141,6 @@ def staged(store: Store, cid: int) -> dict[int, int]:
 def _read_fn(options: dict[str, str]):
     """A handover task: the staged files it is given (``path``) read back as their ``payload`` batches."""
     def read(batches):
-        import pyarrow.parquet as pq
-
         for b in batches:
             for path in b.column(0).to_pylist():
                 with store_for(path, options).open_input(path) as f:
