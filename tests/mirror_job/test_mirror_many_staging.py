@@ -47,6 +47,16 @@ def test_the_staging_location_by_master_and_flags(tmp_path):
         _kept_staging(chk, "s3://b/st", [12])
 
 
+def test_status_of_a_local_root_skips_the_staging(tmp_path):
+    """``mirror status --table-root`` without a checkpoint lists the directories two levels down: the default
+    staging of a cluster, ``<table-root>/.msgstream-staged/<collection id>``, is no database's table."""
+    from msgstream_spark.cli.mirror_root_status import root_tables
+
+    (tmp_path / "db1" / "a").mkdir(parents=True)
+    (tmp_path / ".msgstream-staged" / "12" / "batch-3").mkdir(parents=True)
+    assert [(t["database"], t["collection"]) for t in root_tables(str(tmp_path), None)] == [("db1", "a")]
+
+
 def _payloads(spark, store, cid: int, batch_id: int) -> list[bytes]:
     from msgstream_spark.spark.mirror_many_staging import staged_payload
 
