@@ -155,6 +155,8 @@ def staged_payload(spark, store: Store, cid: int, batch_id: int):
     where = batch_dir(store.root, cid, batch_id)
     mark = json.loads(store.read(uri.join(where, MARK)))
     files = [uri.join(where, f) for f in mark.get("files", [])]
+    if "files" not in mark and mark.get("rows"):  # staged by the version before (Spark's own write, committed whole)
+        files = sorted(o.uri for o in _under(store, uri.join(where, "rows")) if o.uri.endswith(".parquet"))
     if not files:
         return mark, None
     paths = spark.createDataFrame([(f,) for f in files], "path string").repartition(min(len(files), 64))

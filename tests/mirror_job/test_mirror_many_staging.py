@@ -8,6 +8,7 @@ from __future__ import annotations
 import argparse
 import json
 import threading
+from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -183,3 +184,18 @@ def test_a_snapshot_beside_the_stream_staged_on_s3(spark, local_env, milvus_prox
     assert out and out[0]["handed_over"] == [51, 52], out
     lake.check(log)  # both tables equal to their rows, no batch recorded twice
     assert not marks() and not total(after, "msgstream_mirror_staged_batches", table=b)
+
+
+def test_a_batch_staged_by_the_version_before_is_read(spark, tmp_path):
+    """A restart over staging the version before wrote (Spark's own Parquet write of ``rows/``, a ``staged.json``
+    without ``files``): its rows are read back at the handover, not taken as none."""
+    from msgstream_spark.mirror.store import open_store
+    from msgstream_spark.spark.mirror_many_staging import MARK, batch_dir, staged
+
+    store = open_store(str(tmp_path / "staged"))
+    where = Path(batch_dir(store.root, 7, 4))
+    rows = [(f"p{i}".encode(),) for i in range(5)]
+    spark.createDataFrame(rows, "payload binary").write.mode("overwrite").parquet(str(where / "rows"))
+    (where / MARK).write_text(json.dumps({"rows": True, "removals": []}))
+    assert list(staged(store, 7)) == [4]
+    assert _payloads(spark, store, 7, 4) == sorted(r[0] for r in rows)
