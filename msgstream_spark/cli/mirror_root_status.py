@@ -51,7 +51,7 @@ def root_tables(root: str, checkpoint: str | None) -> list[dict[str, Any]]:
         raise MirrorError(f"--table-root {root}: no such directory (and no collection list at {checkpoint})")
     out = []
     for db in sorted(os.listdir(local)):
-        if not os.path.isdir(os.path.join(local, db)):
+        if db.startswith(".") or not os.path.isdir(os.path.join(local, db)):  # .msgstream-staged: no database
             continue
         for name in sorted(os.listdir(os.path.join(local, db))):
             out.append({"database": db, "collection": name.split("__")[0], "collection_id": None,

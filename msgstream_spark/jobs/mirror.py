@@ -42,6 +42,22 @@ log = logging.getLogger("msgstream_spark.jobs.mirror")
 SNAPSHOT_MODES = ("initial", "never", "when_needed")
 
 
+def _add_many_args(p: argparse.ArgumentParser) -> None:
+    """The many-collection job's placement and concurrency flags."""
+    p.add_argument("--table-root", metavar="LOCATION", help="with --database/--collections/--include: the tables "
+                                                            "go to <root>/<database>/<collection>")
+    p.add_argument("--namespace", metavar="NS", help="with --catalog NAME, instead of --table-root: the tables in "
+                   "the catalog's namespace NS, NS.<database>__<collection> (Iceberg)")
+    p.add_argument("--snapshot-concurrency", type=int, default=2, help="with --table-root: collections snapshotted "
+                                                                       "at once at the start (default 2)")
+    p.add_argument("--staging", metavar="LOCATION", help="with --table-root/--namespace: where the batches stage the "
+                   "rows of a collection whose snapshot runs beside the stream (a URI or a path every task reaches); "
+                   "default <checkpoint>/staged with a local[...] master, else <table-root>/.msgstream-staged "
+                   "(required with --namespace on a cluster)")
+    p.add_argument("--table-concurrency", type=int, default=4, help="with --table-root: tables written and committed "
+                                                                    "at once per batch (default 4)")
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="mirror", description=__doc__.split("\n\n")[0])
     add_config_args(p)
@@ -54,14 +70,7 @@ def build_parser() -> argparse.ArgumentParser:
     which.add_argument("--include", metavar="REGEX", help="every collection whose db.name the regex matches, each "
                                                           "into its own table under --table-root")
     add_table_args(p, creates=True, table_required=False)
-    p.add_argument("--table-root", metavar="LOCATION", help="with --database/--collections/--include: the tables "
-                                                            "go to <root>/<database>/<collection>")
-    p.add_argument("--namespace", metavar="NS", help="with --catalog NAME, instead of --table-root: the tables in "
-                   "the catalog's namespace NS, NS.<database>__<collection> (Iceberg)")
-    p.add_argument("--snapshot-concurrency", type=int, default=2, help="with --table-root: collections snapshotted "
-                                                                       "at once at the start (default 2)")
-    p.add_argument("--table-concurrency", type=int, default=4, help="with --table-root: tables written and committed "
-                                                                    "at once per batch (default 4)")
+    _add_many_args(p)
     p.add_argument("--snapshot", default="initial", choices=SNAPSHOT_MODES,
                    help="initial (default): a new table starts from a snapshot read through Milvus's SDK "
                         "(config key milvus.address); never: from the stream alone (--from); when_needed: "

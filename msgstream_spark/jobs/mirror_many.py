@@ -6,8 +6,8 @@ Each selected collection is kept in its own table under ``ROOT`` (``mirror.many`
 ``--catalog NAME --namespace NS`` an Iceberg table ``NS.<db>__<collection>`` of that catalog. The
 stream starts at ``--from`` (``--snapshot never``) or, for a new job with ``--snapshot initial``, at the channels'
 positions taken when it starts: each selected collection in Milvus at the start is snapshotted at its own S beside
-the running stream (``jobs.mirror_many_pending``; on a cluster, before it: ``snapshot_all``) and takes only the
-stream's rows after its S. A collection created while the job runs starts
+the running stream (``jobs.mirror_many_pending``; with ``--snapshot-source storage``, before it: ``snapshot_all``)
+and takes only the stream's rows after its S. A collection created while the job runs starts
 from its CreateCollection on the stream; a dropped one's table keeps its last state and is marked
 (``spark.mirror_many``).
 """
@@ -273,7 +273,7 @@ def _opened(state: ManyState, tables: Tables) -> dict[int, Any]:
 
 def snapshot_all(spark, args, cfg, checkpoint: str, state: ManyState, selection, tables: Tables, *,
                  late: bool = False) -> str | None:
-    """Snapshots before the stream (a cluster, or ``--snapshot-source storage``: ``Pending.for_job`` is None).
+    """Snapshots before the stream (``--snapshot-source storage``: ``Pending.for_job`` is None).
     A new job with ``--snapshot initial``: each selected collection in Milvus snapshotted at its own S (the
     one-collection job's ``decide_start``, ``--snapshot-concurrency`` at a time) into its table (which records S:
     the stream's rows at or before it are left out of that table); the query starts, per channel, at the earliest

@@ -28,17 +28,44 @@ from msgstream_spark.errors import MirrorError
 from msgstream_spark.jobs.mirror_many_milvus import described_schema, milvus_collections
 from msgstream_spark.mirror.common import PROP_SNAPSHOT_TS
 from msgstream_spark.mirror.many import Known, ManyState
+from msgstream_spark.mirror.store import Store, open_store, uri
 
 log = logging.getLogger("msgstream_spark.jobs.mirror")
 
 POOL = "msgstream-snapshots"  # the Spark scheduler pool of the snapshots' jobs (spark.scheduler.mode=FAIR)
 START_FILE = "pending-start.json"  # a new job's stream start, kept until its query has progress
+STAGING_FILE = "staging.json"  # the staging location of the job's pending collections
 
 
-def staging_root(spark, checkpoint: str) -> str | None:
-    """Where batches stage a pending collection's rows: ``<checkpoint>/staged`` with a ``local[...]`` master (the
-    tasks share the driver's disk); None on a cluster (the snapshots then run before the stream, as before)."""
-    return os.path.join(checkpoint, "staged") if spark.sparkContext.master.startswith("local") else None
+def staging_root(master: str, args, checkpoint: str) -> str:
+    """Where batches stage a pending collection's rows: ``--staging`` if given; else ``<checkpoint>/staged`` with a
+    ``local[...]`` master (the tasks share the driver's disk); else ``<table-root>/.msgstream-staged`` (the tasks on
+    other machines reach it through the tables' store); with ``--namespace`` on a cluster ``--staging`` is required."""
+    if getattr(args, "staging", None):
+        return args.staging
+    if master.startswith("local"):
+        return os.path.join(checkpoint, "staged")
+    if not args.table_root:
+        raise MirrorError(f"--namespace {args.namespace} with the master {master!r} (not local[...]): the tasks on "
+                          "other machines need a place to stage the rows of a collection whose snapshot runs beside "
+                          "the stream: pass --staging LOCATION (e.g. s3://bucket/prefix)")
+    return uri.join(args.table_root, ".msgstream-staged")
+
+
+def _kept_staging(checkpoint: str, where: str, pending: list[int]) -> None:
+    """The staging location recorded in the checkpoint (``staging.json``); a run whose location differs while
+    collections are still pending (their staged batches are at the old one) fails naming both."""
+    path = os.path.join(checkpoint, STAGING_FILE)
+    if os.path.exists(path):
+        with open(path) as f:
+            before = json.load(f)["location"]
+        if pending and before != where:
+            raise MirrorError(f"collections ids {pending} of the job at {checkpoint} are pending with their batches "
+                              f"staged at {before}; this run would stage at {where}: run it with --staging {before}")
+    os.makedirs(checkpoint, exist_ok=True)
+    with open(f"{path}.tmp", "w") as f:
+        json.dump({"location": where}, f)
+    os.replace(f"{path}.tmp", path)
 
 
 def _snapshot_s(args, where: str, name: str, pk: str) -> int | None:
@@ -59,10 +86,18 @@ class Pending:
     """The job's pending collections (``cids``), their background snapshots and their handovers; the
     ``pending`` hook of ``spark.mirror_many.ManyBatch``."""
 
-    def __init__(self, spark, args, cfg, checkpoint: str, state: ManyState, tables, root: str) -> None:
+    def __init__(self, spark, args, cfg, checkpoint: str, state: ManyState, tables, store: Store) -> None:
+        from msgstream_spark.spark.mirror_many_staging import staged
+
         self.spark, self.args, self.cfg, self.checkpoint = spark, args, cfg, checkpoint
-        self.state, self.tables, self.root = state, tables, root
+        self.state, self.tables, self.store = state, tables, store
         self.cids = {cid for cid, k in state.known.items() if k.pending}  # a gone one stays: no table, ever
+        # per pending collection: batch id -> bytes staged (the staged metrics; a restart's from the marks)
+        self.sizes: dict[int, dict[int, int]] = {c: staged(store, c) for c in self.cids}
+        if getattr(tables, "hub", None) is not None:
+            from msgstream_spark.jobs.mirror_metrics import StagedCollector
+
+            tables.hub.registry.register(StagedCollector(self.figures))
         self.futures: dict[int, Future] = {}
         self.pool = ThreadPoolExecutor(max_workers=max(1, args.snapshot_concurrency),
                                        thread_name_prefix="mirror-snapshot")
@@ -70,17 +105,31 @@ class Pending:
 
     @classmethod
     def for_job(cls, spark, args, cfg, checkpoint: str, state: ManyState, tables) -> Pending | None:
-        """The job's pending collections, or None where snapshots run before the stream (a cluster: no staging
-        place the tasks share; ``--snapshot-source storage``)."""
-        root = staging_root(spark, checkpoint)
-        if root is None or getattr(args, "snapshot_source", "query") != "query":
-            left = sorted(c for c, k in state.known.items() if k.pending)
+        """The job's pending collections, or None where snapshots run before the stream
+        (``--snapshot-source storage``)."""
+        left = sorted(c for c, k in state.known.items() if k.pending)
+        if getattr(args, "snapshot_source", "query") != "query":
             if left:
                 raise MirrorError(f"collections.json in {checkpoint} holds collections whose snapshot was running "
-                                  f"beside the stream (ids {left}), staged at {checkpoint}/staged: run the job with "
-                                  "a local[...] master and --snapshot-source query to hand them over")
+                                  f"beside the stream (ids {left}): run the job with --snapshot-source query to hand "
+                                  "them over")
             return None
-        return cls(spark, args, cfg, checkpoint, state, tables, root)
+        if getattr(args, "snapshot", "initial") != "initial" and not left:
+            return None  # no snapshot to take: nothing is ever staged (nor a --staging required)
+        root = staging_root(spark.sparkContext.master, args, checkpoint)
+        _kept_staging(checkpoint, root, left)
+        store = open_store(root, table_options(args)["storage_options"])  # resolved here; tasks get store.options
+        return cls(spark, args, cfg, checkpoint, state, tables, store)
+
+    def figures(self) -> list[tuple[str, str, int, int]]:
+        """Per pending collection (table location, ``db.name``, batches staged, their bytes): the staged metrics."""
+        out = []
+        for cid in sorted(list(self.cids)):
+            k = self.state.known.get(cid)
+            if k is not None and not k.gone:
+                sizes = dict(self.sizes.get(cid, {}))
+                out.append((k.location or "", f"{k.db}.{k.name}", len(sizes), sum(sizes.values())))
+        return out
 
     def begin_new(self, selection) -> str | None:
         """A new job: the channels' positions taken (once: kept until the query has progress), then every
@@ -162,10 +211,14 @@ class Pending:
         """The batch's rows and removals of every pending collection staged (``spark.mirror_many_staging``)."""
         from msgstream_spark.spark.mirror_many_staging import stage
 
+        wanted = {}
         for cid in sorted(self.cids):
             rows, mine = batch_rows.get(cid, 0) > 0, removals.get(cid, [])
             if (rows or mine) and not self.state.known[cid].gone:
-                stage(df, self.root, cid, batch_id, rows, mine)
+                wanted[cid] = (rows, mine)
+        if wanted:
+            for cid, n in stage(df, self.store, batch_id, wanted).items():
+                self.sizes.setdefault(cid, {})[batch_id] = n
 
     def finish(self, sink) -> None:
         """After the query ended: every snapshot awaited and handed over (the stream's batches are all staged)."""
@@ -190,14 +243,15 @@ class Pending:
         log.info("collection %s.%s (id %d): %s", k.db, k.name, cid, summary)
         k.location = where
         m = self.tables(k, self.state.schema_bytes(cid))  # its table, with S: min_ts
-        ids = staged(self.root, cid)
+        ids = list(staged(self.store, cid))
         for i, b in enumerate(ids):
-            apply_staged(self.spark, m, self.root, cid, b)
+            apply_staged(self.spark, m, self.store, cid, b)
             if i == 0 and len(ids) > 1:
                 failpoint(f"kill-in-handover:{cid}")
         sink.mirrored[cid] = m
-        clear(self.root, cid)  # before pending is cleared: a restart in between hands over nothing, clears it
+        clear(self.store, cid)  # before pending is cleared: a restart in between hands over nothing, clears it
         self.cids.discard(cid)
+        self.sizes.pop(cid, None)
         k.pending = False
         self.state.save()
         log.info("collection %s.%s (id %d): handed over at %s after its snapshot at S=%s: %d staged batch(es) "
@@ -218,7 +272,8 @@ class Pending:
         log.warning("collection %s.%s (id %d) was dropped before its snapshot committed (%s): no table is made for "
                     "it; its staged rows are removed", k.db, k.name, cid, exc)
         self.futures.pop(cid, None)
-        clear(self.root, cid)
+        clear(self.store, cid)
+        self.sizes.pop(cid, None)
         k.gone, k.location = True, ""
         self.state.save()
         return True

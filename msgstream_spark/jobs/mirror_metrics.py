@@ -101,6 +101,27 @@ class BacklogCollector:
         yield msgs
 
 
+class StagedCollector:
+    """``msgstream_mirror_staged_batches`` / ``_bytes`` per pending collection (its snapshot running beside the
+    stream): the batches staged for its handover and their bytes, from ``figures`` at each scrape (``(table,
+    collection, batches, bytes)`` rows; a collection handed over has none)."""
+
+    def __init__(self, figures) -> None:
+        self.figures = figures
+
+    def collect(self):
+        t = ["table", "collection"]
+        batches = GaugeMetricFamily(PREFIX + "staged_batches", "per collection pending its snapshot, the batches "
+                                    "staged for its handover", labels=t)
+        size = GaugeMetricFamily(PREFIX + "staged_bytes", "per collection pending its snapshot, the bytes of its "
+                                 "staged batches", labels=t)
+        for table, collection, n, b in self.figures():
+            batches.add_metric([table, collection], n)
+            size.add_metric([table, collection], b)
+        yield batches
+        yield size
+
+
 class MetricsHub:
     """The job's registry and its HTTP endpoint (``port``: served; None: not served; 0: any free port), shared by
     the ``JobMetrics`` of every table the job writes (a many-collection job: one endpoint, a series per table)."""
