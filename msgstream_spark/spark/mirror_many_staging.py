@@ -27,7 +27,7 @@ from typing import Any
 
 from msgstream_spark.source.multi import KIND_ROWS
 from msgstream_spark.spark.mirror import FAILPOINT_ENV
-from msgstream_spark.spark.mirror_many_write import unpack_fn  # the stream's own unpacking of a batch's pieces
+from msgstream_spark.spark.mirror_many import _unpack_fn  # the stream's own unpacking of a batch's pieces
 from msgstream_spark.spark.removals import Removal, Target, with_removals
 
 log = logging.getLogger(__name__)
@@ -92,7 +92,7 @@ def apply_staged(spark, m: Any, root: str, cid: int, batch_id: int) -> None:
     schema = from_arrow_schema(m.rows_schema)
     if mark["rows"]:
         rows = spark.read.parquet(os.path.join(where, "rows"))
-        rows = rows.mapInArrow(unpack_fn(m.rows_schema, m.pk, m.min_ts), schema)
+        rows = rows.mapInArrow(_unpack_fn(m.rows_schema, m.pk, m.min_ts), schema)
     else:
         rows = spark.createDataFrame([], schema)
     removals = [Removal(**r) for r in mark["removals"]]
