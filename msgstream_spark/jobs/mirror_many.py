@@ -360,6 +360,7 @@ def run_many(args: argparse.Namespace, spark=None) -> dict[str, Any]:
     hub = MetricsHub(args.metrics_port)
     log.info("maintenance policy of every table: %s; metrics: %s", policy.as_options(),
              f"port {hub.port}" if hub.port is not None else "not served (--metrics-port)")
+    sink = None
     try:
         tables = Tables(args, cfg, checkpoint, policy, hub)
         starting = args.starting
@@ -381,6 +382,8 @@ def run_many(args: argparse.Namespace, spark=None) -> dict[str, Any]:
         sink.on_query_start = hub.watch  # the backlog metric reads the running query's progress
         rows = _run_beside(spark, args, cfg, starting, sink, checkpoint, pending)
     finally:
+        if sink is not None:
+            sink.close()  # every table's writer lease, held across the batches
         hub.close()
     return {"job": "mirror", "selection": selection.describe(), "table_root": args.table_root or
             f"{args.catalog}:{args.namespace}",

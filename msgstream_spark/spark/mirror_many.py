@@ -11,8 +11,10 @@ every touched table at once (``spark.mirror_many_write``): the driver begins eac
 tasks split the batch's rows by collection id and write each table's files (``source.multi.unpack`` in tasks),
 one more plans every table, and the driver commits each table (``concurrency`` at once) through its
 :class:`~msgstream_spark.spark.mirror.MirrorBatch`, fenced at its planned version, once, with its own batch record
-(query id, batch id, the batch's offsets). A table the batch does not touch commits nothing. After the rows, a
-DropCollection marks its table (``msgstream.mirror.dropped_ts``); the table keeps its last state.
+(query id, batch id, the batch's offsets). Each table's writer lease is taken at its first batch and held until
+:meth:`ManyBatch.close` (the job's end) or its collection's drop. A table the batch does not touch commits
+nothing. After the rows, a DropCollection marks its table (``msgstream.mirror.dropped_ts``); the table keeps its
+last state.
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ from msgstream_spark.source.rows import rows_arrow_schema
 from msgstream_spark.spark.mirror import MirrorBatch
 from msgstream_spark.spark.mirror_many_facts import batch_facts
 from msgstream_spark.spark.mirror_many_write import ManyWrite
+from msgstream_spark.spark.mirror_many_write import unpack_fn as _unpack_fn  # noqa: F401 - spark/mirror_many_staging.py imports it from here
 from msgstream_spark.spark.removals import removals_of
 
 if TYPE_CHECKING:
@@ -184,6 +187,7 @@ class ManyBatch:
             self.dropped.append(cid)
             log.info("collection %s.%s (id %d) dropped at %d: table %s keeps its last state", k.db, k.name, cid, ts,
                      m.table.location)
+        self.shared.release(cid)  # its table's lease, held since its first batch: no more batches of it
 
     def _mark_renamed(self, cid: int) -> None:
         """A 2.6.6+ rename: the table stays where it is (the collection id decides); its properties record the
@@ -196,6 +200,10 @@ class ManyBatch:
             m.table.set_properties(props)
             log.info("collection id %d renamed %s at %d: table %s stays, its %s records the name", cid,
                      props[PROP_NAME], k.renamed_ts, m.table.location, PROP_NAME)
+
+    def close(self) -> None:
+        """The job's end: every table's writer lease, held across batches, given back."""
+        self.shared.close()
 
     def summary(self) -> dict[str, Any]:
         tables = {}

@@ -4,7 +4,9 @@ the driver table by table (``spark.mirror_many.ManyBatch``'s write step).
 The steps, for the tables ``todo`` the batch touches (each a ``spark.mirror_many.Mirrored`` with its table's
 ``MirrorBatch``):
 
-1. the driver, table by table: the table's writer lease (held until the batch's end), ``write.batch.begin_write``
+1. the driver, table by table: the table's writer lease (taken at the table's first batch and held across batches,
+   renewed in the background, as the one-collection job holds its table's: released at the job's end, when the
+   table's collection is dropped, or when a batch finds it lost), ``write.batch.begin_write``
    (a batch the table already holds is skipped; an earlier attempt's files cleared; the columns a schema change
    added made), the table's ``WriteSpec`` and this attempt's directory;
 2. one Spark job over the batch's rows: each task splits its rows by collection id, unpacks each collection's
@@ -30,13 +32,13 @@ import threading
 import time
 from collections.abc import Iterable
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import ExitStack
 from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from msgstream_spark.mirror.store import io_totals
+from msgstream_spark.mirror.store import LeaseLost, io_totals
+from msgstream_spark.mirror.store.writer import hold_lease
 from msgstream_spark.mirror.write.batch import begin_write, finish_batch
 from msgstream_spark.mirror.write.taskplan import changes_count, changes_files, written_schema
 from msgstream_spark.source.multi import KIND_ROWS, unpack
@@ -122,42 +124,71 @@ class ManyWrite:
     def __init__(self) -> None:
         self._accs: dict[str, Traffic] = {}
         self.jobs = {"write": 0, "plan": 0}  # Spark jobs run (each over every table of a batch)
+        self.held: dict[int, tuple[Any, Any]] = {}  # collection id -> (its MirrorBatch, its lease's release)
+        self._holding = threading.Lock()
 
     def __call__(self, df, batch_id: int, todo: list, removals: dict, one_task: dict[int, int],
                  concurrency: int) -> None:
         """Batch ``batch_id`` (``df``: its rows) into the tables ``todo`` (``removals``: the DropPartition /
         Truncate of some, by collection id; ``one_task``: the rows of the tables whose share goes to one task)."""
         turns = [Turn(m, removals.get(m.sink.collection_id)) for m in todo]
-        with ExitStack() as leases:
-            taking = threading.Lock()
-            _pool(concurrency, [lambda t=t: _guarded(t, batch_id, lambda: self._begin(t, batch_id, leases, taking))
-                                for t in turns])
-            live = [t for t in turns if t.error is None and t.spec is not None]
-            if live:
-                self._marks(live, df.sparkSession.sparkContext)
-                _all(live, batch_id, lambda: self._write(df, batch_id, live, one_task))
-                live = [t for t in live if t.error is None]
-            if live:
-                _all(live, batch_id, lambda: self._plan(df.sparkSession, batch_id, live, concurrency))
-            self._commit(turns, batch_id, concurrency)
+        _pool(concurrency, [lambda t=t: _guarded(t, batch_id, lambda: self._begin(t, batch_id)) for t in turns])
+        live = [t for t in turns if t.error is None and t.spec is not None]
+        if live:
+            self._marks(live, df.sparkSession.sparkContext)
+            _all(live, batch_id, lambda: self._write(df, batch_id, live, one_task))
+            live = [t for t in live if t.error is None]
+        if live:
+            _all(live, batch_id, lambda: self._plan(df.sparkSession, batch_id, live, concurrency))
+        self._commit(turns, batch_id, concurrency)
         failed = [t for t in turns if t.error is not None]
+        for t in failed:  # a lease found lost is given up: a later batch (a restarted query) takes it anew
+            if isinstance(t.error, LeaseLost) or (t.hold is not None and t.hold.lease.lost):
+                self.release(t.cid)
         if failed:  # every table's outcome is known before the batch fails (the others committed or not)
             for t in failed[1:]:
                 log.error("batch %d: table %s failed too: %s", batch_id, t.sink.table.location, t.error)
             raise failed[0].error
 
-    def _begin(self, t: Turn, batch_id: int, leases: ExitStack, taking: threading.Lock) -> None:
-        """The table's lease, taken until the batch's end (``leases``; ``taking``: one thread at a time adds to
-        it), and its batch begun."""
+    def hold(self, t: Turn) -> Any:
+        """The table's lease: taken at its first batch (its ``MirrorBatch``'s ``lock`` from then on, each batch
+        joining it), held until :meth:`release`."""
         s = t.sink
-        lease = s.lease(batch_id)
-        t.hold = lease.__enter__()
-        with taking:
-            leases.push(lease.__exit__)
-        t.t0 = time.perf_counter()
-        t.offset, t.info = s.watermark(batch_id)
-        t.run = SharedRunner(s, batch_id, t.m.rows_schema)
-        t.spec = begin_write(s.table, t.run, query_id=s.query_id, batch_id=batch_id, hold=t.hold)
+        if t.cid in self.held and self.held[t.cid][0] is not s:  # the collection's table opened anew meanwhile
+            self.release(t.cid)
+        if t.cid not in self.held:
+            s.lock, release = hold_lease(s.table.store, s.table.location, "the database mirror job")
+            with self._holding:
+                self.held[t.cid] = (s, release)
+        return s.lock
+
+    def release(self, cid: int) -> None:
+        """The lease of collection ``cid``'s table given back (its collection dropped, the job's end, lost)."""
+        with self._holding:
+            got = self.held.pop(cid, None)
+        if got is not None:
+            sink, release = got
+            sink.lock = None
+            release()
+
+    def close(self) -> None:
+        """Every table's lease given back (the job's end)."""
+        for cid in list(self.held):
+            try:
+                self.release(cid)
+            except Exception as e:  # noqa: BLE001 - the others are released; it expires by itself
+                log.error("the writer lease of collection id %d's table not released: %s", cid, e)
+
+    def _begin(self, t: Turn, batch_id: int) -> None:
+        """The table's lease (held across batches) and its batch begun (LeaseLost, this table's batch failing, if
+        the lease is no longer this job's)."""
+        s = t.sink
+        with s.lease(batch_id, self.hold(t)) as hold:
+            t.hold = hold
+            t.t0 = time.perf_counter()
+            t.offset, t.info = s.watermark(batch_id)
+            t.run = SharedRunner(s, batch_id, t.m.rows_schema)
+            t.spec = begin_write(s.table, t.run, query_id=s.query_id, batch_id=batch_id, hold=t.hold)
 
     def _marks(self, live: list[Turn], sc) -> None:
         if not self._accs:
@@ -223,7 +254,7 @@ class ManyWrite:
         """Each table not failed: committed (a skipped one: counted) and its observers told, in its lease."""
         def one(t: Turn) -> None:
             s = t.sink
-            with s.lease(batch_id, t.hold):  # this thread joins the lease the driver took for the batch
+            with s.lease(batch_id, t.hold):  # this thread joins the table's lease the job holds
                 plan = None
                 if t.spec is not None:
                     plan = finish_batch(s.table, t.run, t.written, query_id=s.query_id, batch_id=batch_id,

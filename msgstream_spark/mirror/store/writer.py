@@ -21,7 +21,8 @@ the table.
 
 Within a process the lease is held by a thread (nested holds of that thread pass), not by the process: a second
 thread is refused like a second process, unless it is handed the hold (``writer_lock(..., share=hold)``: the
-job's foreachBatch runs on Spark's callback threads while the job's run holds the lease).
+job's foreachBatch runs on Spark's callback threads while the job's run holds the lease). :func:`hold_lease` takes
+a lease no thread holds, released by a call (the database job: each table's, from its first batch to the job's end).
 """
 
 from __future__ import annotations
@@ -158,6 +159,23 @@ def writer_lock(store: Store, location: str, what: str, share: Hold | None = Non
         lease.release(delete=empty)
         if empty:
             _remove_empty_dir(store, location)
+
+
+def hold_lease(store: Store, location: str, what: str) -> tuple[Hold, Callable[[], None]]:
+    """The table's writer lease taken for longer than one block (the database job holds each table's across its
+    batches, as the one-collection job holds its table's for its run): (the :class:`Hold`, held by no thread, each
+    joining it with ``writer_lock(..., share=hold)``; the call that releases it, from any thread, once). Renewed
+    in the background like any lease; MirrorError naming the holder if another writer has it."""
+    block = writer_lock(store, location, what)
+    h = block.__enter__()
+    _leave(h)  # the job's, not this thread's: a thread not handed it is refused as a second writer
+    done = threading.Lock()
+
+    def release() -> None:
+        if done.acquire(blocking=False):
+            block.__exit__(None, None, None)
+
+    return h, release
 
 
 def _remove_empty_dir(store: Store, location: str) -> None:
