@@ -34,7 +34,6 @@ from msgstream_spark.source.rows import rows_arrow_schema
 from msgstream_spark.spark.mirror import MirrorBatch
 from msgstream_spark.spark.mirror_many_facts import batch_facts
 from msgstream_spark.spark.mirror_many_write import ManyWrite
-from msgstream_spark.spark.mirror_many_write import unpack_fn as _unpack_fn  # noqa: F401 - spark/mirror_many_staging.py imports it from here
 from msgstream_spark.spark.removals import removals_of
 
 if TYPE_CHECKING:
