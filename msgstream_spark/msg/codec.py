@@ -13,6 +13,7 @@ from typing import Any
 from google.protobuf.message import DecodeError as PbDecodeError
 
 from msgstream_spark.errors import DecodeError, UnknownMessageTypeError
+from msgstream_spark.msg import vecview
 from msgstream_spark.msg.columns import field_data_rows, field_level_validity, is_known_type, type_name
 from msgstream_spark.msg.pb import common_pb2, msg_pb2
 from msgstream_spark.msg.types import (
@@ -115,13 +116,17 @@ def marshal(msg: TsMsg) -> tuple[bytes, dict[str, str]]:
 
 
 def unmarshal(payload: bytes, properties: Mapping[str, str] | None = None, *, channel: str | None = None,
-              msg_id: bytes | None = None) -> TsMsg:
+              msg_id: bytes | None = None, float_views: bool = False) -> TsMsg:
     """Decode one MQ message into its TsMsg.
 
     Raises DecodeError (with channel, position and raw payload) for empty or malformed
     payloads and inconsistent row counts, and UnknownMessageTypeError for types this
     library does not decode and for Milvus 2.6 streaming-WAL messages (``_v`` property),
     which the classic msgstream skips too.
+
+    ``float_views``: an Insert's top-level float vectors are not parsed by protobuf but viewed in ``payload``
+    (:mod:`~msgstream_spark.msg.vecview`): the message's ``float_views`` hold them per ``fields_data`` index and
+    those FieldData's ``float_vector`` is empty. For readers that convert through :meth:`InsertMsg.field_arrays`.
     """
     props = properties or {}
     if not payload:
@@ -139,8 +144,10 @@ def unmarshal(payload: bytes, properties: Mapping[str, str] | None = None, *, ch
         raise UnknownMessageTypeError(f"message type {msg_type_name(t)} ({t}) is not decoded by this library",
                                       channel=channel, msg_id=msg_id, payload=payload)
     proto = _proto_class(t)()
+    viewed = float_views and t == MsgType.Insert and type(payload) is bytes  # bytes: immutable, safe to view
+    split = vecview.split_float_vectors(payload) if viewed else None
     try:
-        proto.ParseFromString(payload)
+        proto.ParseFromString(payload if split is None else split[0])
     except (PbDecodeError, ValueError, RuntimeError) as exc:
         raise DecodeError(f"malformed {msg_type_name(t)} payload: {exc}", channel=channel, msg_id=msg_id,
                           payload=payload) from exc
@@ -149,14 +156,16 @@ def unmarshal(payload: bytes, properties: Mapping[str, str] | None = None, *, ch
         raise DecodeError(f"the msg_type property says {msg_type_name(t)} but the payload's header says "
                           f"{msg_type_name(header)} ({header})", channel=channel, msg_id=msg_id, payload=payload)
     msg = cls(proto, properties=props)
+    if split is not None:
+        msg.float_views = vecview.float_views(payload, split[1])
     if t == MsgType.Insert:
-        _check_insert(proto, channel, msg_id, payload)
+        _check_insert(proto, channel, msg_id, payload, msg.float_views)
     elif t == MsgType.Delete:
         _fix_delete(proto, channel, msg_id, payload)
     return msg
 
 
-def _check_insert(req, channel, msg_id, payload) -> None:
+def _check_insert(req, channel, msg_id, payload, views=None) -> None:
     n = int(req.num_rows)
     if len(req.timestamps) != n or len(req.rowIDs) != n:
         raise DecodeError(
@@ -165,7 +174,7 @@ def _check_insert(req, channel, msg_id, payload) -> None:
     if req.version != 1 and len(req.row_data):
         raise DecodeError("row-based (legacy 2.0) Insert messages are not supported", channel=channel,
                           msg_id=msg_id, payload=payload)
-    for fd in req.fields_data:
+    for k, fd in enumerate(req.fields_data):
         if not is_known_type(int(fd.type)):
             raise DecodeError(f"Insert field {fd.field_name!r} (id {fd.field_id}) has Milvus data type "
                               f"{type_name(fd.type)} ({int(fd.type)}), which this version does not decode",
@@ -174,7 +183,7 @@ def _check_insert(req, channel, msg_id, payload) -> None:
             raise DecodeError(f"Insert field {fd.field_name!r} (id {fd.field_id}) carries its validity in "
                               "ScalarField/VectorField valid_data (newer than Milvus 3.0), which this version does "
                               "not read", channel=channel, msg_id=msg_id, payload=payload)
-        rows = field_data_rows(fd)
+        rows = field_data_rows(fd, None if views is None or k not in views else views[k].size)
         if rows < 0:
             raise DecodeError(f"inconsistent Insert: field {fd.field_name!r} (type {fd.type}, dim {fd.vectors.dim}) "
                               "does not hold a whole number of rows", channel=channel, msg_id=msg_id, payload=payload)

@@ -53,6 +53,7 @@ from msgstream_spark.msg.pb import schema_pb2
 from msgstream_spark.msg.vectors import (
     binary_vectors_from_arrow,
     dense_vectors_from_arrow,
+    list_from_flat,
     np_values,
     numpy_to_packed,
     sparse_from_arrow,
@@ -121,8 +122,9 @@ def _array_to_arrow(fd: Any) -> pa.Array:
     return pa.ListArray.from_arrays(pa.array(offsets), values)
 
 
-def field_data_to_arrow(fd: Any) -> pa.Array:
-    """One FieldData column as an Arrow array; ``valid_data`` becomes Arrow nulls.
+def field_data_to_arrow(fd: Any, floats: np.ndarray | None = None) -> pa.Array:
+    """One FieldData column as an Arrow array; ``valid_data`` becomes Arrow nulls. ``floats``: a float vector's values
+    held outside the FieldData (a view of the payload, :mod:`~msgstream_spark.msg.vecview`), used without a copy.
 
     Nullable scalars come expanded (a zero value at each null row); nullable vectors of
     Milvus 3.0 / 2.6.17+ come compact (payload rows = the valid rows only): both give one
@@ -133,7 +135,10 @@ def field_data_to_arrow(fd: Any) -> pa.Array:
     if not is_known_type(t):
         raise SchemaError(f"field {fd.field_name!r} (id {fd.field_id}) has Milvus data type {type_name(t)} ({t}), "
                           "which this version does not decode")
-    if t == ARRAY:
+    if floats is not None:
+        dim = int(fd.vectors.dim)
+        arr = list_from_flat(floats, floats.size // dim if dim else 0, dim)
+    elif t == ARRAY:
         arr = _array_to_arrow(fd)
     elif t == ARRAY_OF_VECTOR:
         arr = vector_array_to_arrow(fd.vectors.vector_array)
@@ -172,11 +177,12 @@ def _whole(n: int, unit: int) -> int:
     return n // unit if unit > 0 and n % unit == 0 else -1
 
 
-def field_data_rows(fd: Any) -> int:
+def field_data_rows(fd: Any, float_values: int | None = None) -> int:
     """Row count of a FieldData without building arrays; -1 when it cannot be read as whole rows
     (a vector whose length is not a multiple of its dimension, a dimension <= 0, an unknown type,
-    ``valid_data`` matching neither all rows nor the valid ones)."""
-    rows = _payload_rows(fd)
+    ``valid_data`` matching neither all rows nor the valid ones). ``float_values``: the number of floats of a float
+    vector held outside the FieldData (:mod:`~msgstream_spark.msg.vecview`)."""
+    rows = _payload_rows(fd) if float_values is None else _whole(float_values, int(fd.vectors.dim))
     n = len(fd.valid_data)
     if not n or rows < 0:
         return rows

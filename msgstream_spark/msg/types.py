@@ -112,6 +112,16 @@ class _DmlMsg(TsMsg):
 
 class InsertMsg(_DmlMsg):
     msg_type = MsgType.Insert
+    # float vectors viewed in the payload rather than parsed (``codec.unmarshal(float_views=True)``): per
+    # ``fields_data`` index, the values that FieldData's ``float_vector`` then lacks
+    float_views: dict[int, np.ndarray] | None = None
+
+    def field_arrays(self) -> dict[str, pa.Array]:
+        """Each FieldData as an Arrow array, by field name (float vectors from :attr:`float_views` where set)."""
+        views = self.float_views
+        if views is None:
+            return {fd.field_name: field_data_to_arrow(fd) for fd in self.proto.fields_data}
+        return {fd.field_name: field_data_to_arrow(fd, views.get(k)) for k, fd in enumerate(self.proto.fields_data)}
 
     @property
     def num_rows(self) -> int:
@@ -137,7 +147,7 @@ class InsertMsg(_DmlMsg):
         its columns in its order and types, struct arrays rebuilt as ``list<struct>``, columns the
         message lacks (e.g. a BM25 output, computed after the WAL) null.
         """
-        values = {fd.field_name: field_data_to_arrow(fd) for fd in self.proto.fields_data}
+        values = self.field_arrays()
         if schema is None:
             return pa.RecordBatch.from_arrays(list(values.values()), names=list(values))
         arrow = collection_arrow_schema(schema)

@@ -79,12 +79,14 @@ class RowsHandler:
         self.opts = part.opts
         self.builder = builder
         self.dedupe = dedupe
+        self.many = self.opts.output == "collections"
+        # rows output converts inserts through InsertMsg.field_arrays: float vectors are viewed in the payload
         self.decoder = ChannelDecoder(part.channel, wal, start_ts=start_ts, group=self.opts.subscription,
-                                      last_tick=part.start.get("tick"))  # a cut piece: the tick before it
+                                      last_tick=part.start.get("tick"),  # a cut piece: the tick before it
+                                      float_views=not self.many)
         self.fields, self.inferred_cid = _query_fields(part.schema_json)
         self.open_txns: set[int] = set()  # begun and not ended, as seen on the broker
         self.keep_only: set[int] | None = None  # past the range end: only these transactions' rows
-        self.many = self.opts.output == "collections"
 
     def handle(self, m: Any) -> None:
         """Feed one broker message; add the rows it releases."""

@@ -15,7 +15,6 @@ import pyarrow as pa
 
 from msgstream_spark.errors import DecodeError
 from msgstream_spark.msg import codec
-from msgstream_spark.msg.columns import field_data_to_arrow
 from msgstream_spark.msg.position import MsgPosition
 from msgstream_spark.msg.seq import SEQ, SEQ_DDL, SEQ_TYPE, seq_array
 from msgstream_spark.msg.structs import rebuild_structs, struct_targets
@@ -152,7 +151,7 @@ class RowsBuilder:
         """The rows of one insert/delete; ``position`` (a 2.6 row's ``_lc`` position) becomes ``_position``."""
         if isinstance(msg, InsertMsg):
             n = msg.num_rows
-            values: dict[str, Any] = {fd.field_name: field_data_to_arrow(fd) for fd in msg.proto.fields_data}
+            values: dict[str, Any] = msg.field_arrays()
             if self._structs:
                 rebuild_structs(values, self._structs)
             op = "insert"

@@ -104,16 +104,20 @@ class ChannelDecoder:
     what was dropped and why (``tt_violations``, ``duplicates``, ``seek_skipped``, plus the
     assembler's ``committed``, ``rolled_back``, ``expired``, ``ignored_messages``). ``last_tick``:
     a read that starts right after a WAL TimeTick gives its ``_tt`` (the time-tick-violation rule's state).
+    ``float_views``: inserts keep their float vectors as views of the payload (``InsertMsg.float_views``), for a
+    reader that converts them through ``InsertMsg.field_arrays``.
     """
 
     def __init__(self, channel: str, wal: str | WALName, *, start_ts: int | None = None,
                  emit_control: bool = False, group: str = "",
-                 id_of: Callable[[bytes], MessageID] | None = None, last_tick: int | None = None) -> None:
+                 id_of: Callable[[bytes], MessageID] | None = None, last_tick: int | None = None,
+                 float_views: bool = False) -> None:
         self.channel = channel
         self.wal = wal_name(wal)
         self.group = group
         self.start_ts = start_ts
         self.emit_control = emit_control
+        self.float_views = float_views
         self.id_of = id_of  # legacy id bytes -> the backend's MessageID (Client.bytes_to_message_id)
         self.txn = TxnAssembler(emit_control=emit_control)
         self._seek = SeekFilter(start_ts)
@@ -179,7 +183,7 @@ class ChannelDecoder:
         """A fresh decoder for a re-read from :attr:`rewind_to`: what it releases before ``until`` is dropped
         (already delivered), but the transactions it sees on the way are rebuilt."""
         dec = ChannelDecoder(self.channel, self.wal, start_ts=self.start_ts, emit_control=self.emit_control,
-                             group=self.group, id_of=self.id_of)
+                             group=self.group, id_of=self.id_of, float_views=self.float_views)
         dec._replay_until = until
         dec.stats.update(self.stats)
         dec.stats["rewinds"] += 1
@@ -187,7 +191,7 @@ class ChannelDecoder:
 
     def _feed(self, m: Message) -> list[Decoded]:
         mid = m.id.serialize()
-        msg = decode_message(m.payload, m.properties, channel=self.channel, msg_id=mid)
+        msg = decode_message(m.payload, m.properties, channel=self.channel, msg_id=mid, float_views=self.float_views)
         if msg.wal is None:
             return self._keep([self._classic(msg, m, mid)])
         env = msg.wal

@@ -96,19 +96,20 @@ class WalMsg(TsMsg):
 
 
 def decode_message(payload: bytes, properties: Mapping[str, str] | None = None, *, channel: str | None = None,
-                   msg_id: bytes | None = None) -> TsMsg:
-    """One reader for both formats: no ``_v`` -> the 2.5 codec, ``_v`` 1/2 -> :func:`decode_wal`."""
+                   msg_id: bytes | None = None, float_views: bool = False) -> TsMsg:
+    """One reader for both formats: no ``_v`` -> the 2.5 codec, ``_v`` 1/2 -> :func:`decode_wal`. ``float_views``:
+    as :func:`~msgstream_spark.msg.codec.unmarshal`'s."""
     try:
         version = wire_version(properties)
     except DecodeError as exc:
         raise exc.with_location(channel, msg_id) from None
     if version == 0:
-        return codec.unmarshal(payload, properties, channel=channel, msg_id=msg_id)
-    return decode_wal(payload, properties or {}, channel=channel, msg_id=msg_id)
+        return codec.unmarshal(payload, properties, channel=channel, msg_id=msg_id, float_views=float_views)
+    return decode_wal(payload, properties or {}, channel=channel, msg_id=msg_id, float_views=float_views)
 
 
 def decode_wal(payload: bytes, properties: Mapping[str, str], *, channel: str | None = None,
-               msg_id: bytes | None = None) -> TsMsg:
+               msg_id: bytes | None = None, float_views: bool = False) -> TsMsg:
     """Decode one WAL message (``_v`` 1 or 2). DecodeError names channel and position."""
     env = parse_envelope(properties, channel=channel, msg_id=msg_id)
     if env.cipher is not None:
@@ -121,7 +122,8 @@ def decode_wal(payload: bytes, properties: Mapping[str, str], *, channel: str | 
     if env.msg_type == T.TimeTick and not payload:
         msg: TsMsg = TimeTickMsg.build(env.time_tick)
     else:
-        msg = codec.unmarshal(payload, _V1_PROPS[env.msg_type], channel=channel, msg_id=msg_id)
+        msg = codec.unmarshal(payload, _V1_PROPS[env.msg_type], channel=channel, msg_id=msg_id,
+                              float_views=float_views)
     try:
         _rebuild(msg, env)
     except DecodeError as exc:

@@ -1,0 +1,90 @@
+"""Float vectors read in place (msg/vecview.py): a read's inserts keep their float vectors as views of the payload,
+not protobuf's copies, with the same rows; anything laid out otherwise is parsed whole as before."""
+
+from __future__ import annotations
+
+import numpy as np
+import pyarrow as pa
+import pytest
+
+from msgstream_spark.errors import DecodeError
+from msgstream_spark.mq.local.message_id import LocalMessageID
+from msgstream_spark.mq.message import Message
+from msgstream_spark.msg import codec, vecview
+from msgstream_spark.msg.wire import encode_varint
+from msgstream_spark.stream.decode import ChannelDecoder
+from tests.chaos.badinput import DIM, insert_msg
+
+
+def _inside(arr: np.ndarray, payload: bytes) -> bool:
+    return np.shares_memory(arr, np.frombuffer(payload, np.uint8))
+
+
+def test_a_read_decoder_views_the_float_vectors_in_the_payload_and_gives_the_same_rows():
+    payload, props = codec.marshal(insert_msg(0, 50, ts=1 << 40, msg_id=1))
+    whole = codec.unmarshal(payload, props)
+    m = Message("ch", payload, props, LocalMessageID(7), None)
+    [got] = ChannelDecoder("ch", "local", float_views=True).feed(m)
+    arrays = got.msg.field_arrays()
+    assert arrays == whole.field_arrays()  # pk, vec and name, value for value
+    values = arrays["vec"].values
+    assert values.to_numpy()[:DIM].tolist() == list(range(DIM))  # pk 0's vector: 0, 1, ..., DIM - 1
+    view = np.frombuffer(values.buffers()[1], np.float32)
+    assert _inside(view, payload)  # the Arrow column reads the payload's bytes: no copy was made
+    assert len(got.msg.proto.fields_data[1].vectors.float_vector.data) == 0  # protobuf did not get them
+    assert got.msg.proto.fields_data[1].vectors.WhichOneof("data") == "float_vector"
+    [plain] = ChannelDecoder("ch", "local").feed(m)  # other readers (the mirror) still get the whole protobuf
+    assert plain.msg.float_views is None and len(plain.msg.proto.fields_data[1].vectors.float_vector.data) == 50 * DIM
+
+
+def test_a_nullable_vector_in_compact_form_keeps_its_nulls():
+    msg = insert_msg(0, 4, ts=1 << 40, msg_id=1)
+    fd = msg.proto.fields_data[1]
+    fd.valid_data.extend([True, False, True, False])
+    del fd.vectors.float_vector.data[2 * DIM:]  # compact: the valid rows' values only
+    payload, props = codec.marshal(msg)
+    got = codec.unmarshal(payload, props, float_views=True)
+    assert got.float_views is not None and _inside(got.float_views[1], payload)
+    vec = got.field_arrays()["vec"]
+    assert vec.null_count == 2 and vec == codec.unmarshal(payload, props).field_arrays()["vec"]
+
+
+def test_float_data_in_two_packed_runs_is_parsed_whole():
+    """Protobuf allows a packed field in several runs (a merged message): not one view, so the whole parse."""
+    msg = insert_msg(0, 4, ts=1 << 40, msg_id=1)
+    head, _ = codec.marshal(msg)
+    fd = msg.proto.fields_data[1]
+    values = np.asarray(fd.vectors.float_vector.data, np.float32)
+    a, b = values[:DIM].tobytes(), values[DIM:].tobytes()
+    float_array = b"".join([b"\x0a", encode_varint(len(a)), a, b"\x0a", encode_varint(len(b)), b])
+    fd.vectors.ClearField("float_vector")
+    vf = fd.vectors.SerializeToString() + b"\x12" + encode_varint(len(float_array)) + float_array
+    fd.ClearField("vectors")
+    entry = fd.SerializeToString() + b"\x22" + encode_varint(len(vf)) + vf
+    del msg.proto.fields_data[1]
+    payload = msg.proto.SerializeToString() + b"\x6a" + encode_varint(len(entry)) + entry
+    assert vecview.split_float_vectors(payload) is None
+    got = codec.unmarshal(payload, {"msg_type": "Insert"}, float_views=True)
+    assert got.float_views is None
+    assert got.field_arrays()["vec"] == codec.unmarshal(head, {"msg_type": "Insert"}).field_arrays()["vec"]
+
+
+def test_malformed_vectors_fail_as_before():
+    msg = insert_msg(0, 5, ts=1 << 40, msg_id=1)
+    msg.proto.fields_data[1].vectors.float_vector.data.extend([0.5, 0.5])  # 5 rows and a half
+    payload, props = codec.marshal(msg)
+    with pytest.raises(DecodeError, match="'vec'.*does not hold a whole number of rows"):
+        codec.unmarshal(payload, props, float_views=True)
+    good, _ = codec.marshal(insert_msg(0, 5, ts=1 << 40, msg_id=1))
+    for cut in (len(good) - 3, len(good) // 2):
+        with pytest.raises(DecodeError, match="malformed Insert payload"):
+            codec.unmarshal(good[:cut], props, float_views=True)
+
+
+def test_a_message_without_float_vectors_is_parsed_whole():
+    msg = insert_msg(0, 3, ts=1 << 40, msg_id=1)
+    del msg.proto.fields_data[1]
+    payload, props = codec.marshal(msg)
+    assert vecview.split_float_vectors(payload) is None
+    got = codec.unmarshal(payload, props, float_views=True)
+    assert got.float_views is None and got.field_arrays()["pk"] == pa.array([0, 1, 2], pa.int64())
