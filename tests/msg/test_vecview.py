@@ -11,9 +11,11 @@ from msgstream_spark.errors import DecodeError
 from msgstream_spark.mq.local.message_id import LocalMessageID
 from msgstream_spark.mq.message import Message
 from msgstream_spark.msg import codec, vecview
+from msgstream_spark.msg.wal26 import decode_message
 from msgstream_spark.msg.wire import encode_varint
 from msgstream_spark.stream.decode import ChannelDecoder
 from tests.chaos.badinput import DIM, insert_msg
+from tests.wal26 import producer as P
 
 
 def _inside(arr: np.ndarray, payload: bytes) -> bool:
@@ -88,3 +90,11 @@ def test_a_message_without_float_vectors_is_parsed_whole():
     assert vecview.split_float_vectors(payload) is None
     got = codec.unmarshal(payload, props, float_views=True)
     assert got.float_views is None and got.field_arrays()["pk"] == pa.array([0, 1, 2], pa.int64())
+
+
+def test_a_wal26_insert_is_viewed_too():
+    b = P.insert(P.tt_of(1000), [1, 2, 3])
+    viewed = decode_message(b.payload, b.properties, float_views=True)
+    assert viewed.wal is not None and viewed.float_views is not None and _inside(viewed.float_views[1], b.payload)
+    assert viewed.field_arrays() == decode_message(b.payload, b.properties).field_arrays()
+    assert viewed.field_arrays()["vec"].to_pylist() == [[1.0, -1.0], [2.0, -2.0], [3.0, -3.0]]
