@@ -14,7 +14,7 @@ from google.protobuf.message import DecodeError as PbDecodeError
 
 from msgstream_spark.errors import DecodeError, UnknownMessageTypeError
 from msgstream_spark.msg import vecview
-from msgstream_spark.msg.columns import field_data_rows, field_level_validity, is_known_type, type_name
+from msgstream_spark.msg.columns import FLOAT_VECTOR, field_data_rows, field_level_validity, is_known_type, type_name
 from msgstream_spark.msg.pb import common_pb2, msg_pb2
 from msgstream_spark.msg.types import (
     CreateCollectionMsg,
@@ -155,6 +155,10 @@ def unmarshal(payload: bytes, properties: Mapping[str, str] | None = None, *, ch
     if header != t:
         raise DecodeError(f"the msg_type property says {msg_type_name(t)} but the payload's header says "
                           f"{msg_type_name(header)} ({header})", channel=channel, msg_id=msg_id, payload=payload)
+    if split is not None and any(int(proto.fields_data[k].type) != FLOAT_VECTOR for k in split[1]):
+        proto = _proto_class(t)()  # float data under another type: the whole parse, whose checks report it
+        proto.ParseFromString(payload)
+        split = None
     msg = cls(proto, properties=props)
     if split is not None:
         msg.float_views = vecview.float_views(payload, split[1])

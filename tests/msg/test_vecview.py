@@ -98,3 +98,12 @@ def test_a_wal26_insert_is_viewed_too():
     assert viewed.wal is not None and viewed.float_views is not None and _inside(viewed.float_views[1], b.payload)
     assert viewed.field_arrays() == decode_message(b.payload, b.properties).field_arrays()
     assert viewed.field_arrays()["vec"].to_pylist() == [[1.0, -1.0], [2.0, -2.0], [3.0, -3.0]]
+
+
+def test_float_data_under_another_type_is_parsed_whole_and_fails_as_before():
+    msg = insert_msg(0, 4, ts=1 << 40, msg_id=1)
+    msg.proto.fields_data[1].type = 5  # Int64, yet carrying float-vector data
+    payload, props = codec.marshal(msg)
+    for views in (False, True):
+        with pytest.raises(DecodeError, match="'vec'.*does not hold a whole number of rows"):
+            codec.unmarshal(payload, props, float_views=views)
