@@ -241,3 +241,43 @@ def database_job(local_env, milvus_proxy, tmp_path: Path, prefix: str) -> Databa
     argv = ["--config", cfg, "--database", "db1", "--table-root", str(root), "--table-format", "delta",
             "--snapshot", "initial", "--channels", ",".join(chans), "--progress-interval", "1"]
     return DatabaseJob(chans, root, argv, milvus_proxy.state)
+
+
+def listed_collections(log: ManyLog, state, *colls: tuple[str, str, int]) -> None:
+    """Each collection (db, name, id) created on the log and listed in the suite proxy's ``state``."""
+    for db, name, cid in colls:
+        log.create(db, name, cid)
+        log.listed(state, db, name, cid)
+
+
+def two_pending(log: ManyLog, state, a: int, b: int) -> None:
+    """The setup of a snapshot beside the stream: db1.a (id ``a``) and db1.b (id ``b``) on the log and in Milvus
+    (the suite proxy's ``state``, which lists database db1), rows 0..9 in each, a tick. A new ``--database db1
+    --snapshot initial`` job snapshots both; a test holds b's (its first Query) to see what happens meanwhile."""
+    state.databases |= {"db1"}
+    listed_collections(log, state, ("db1", "a", a), ("db1", "b", b))
+    log.insert(a, range(10))
+    log.insert(b, range(10))
+    log.tick()
+
+
+def rounds_log(local_env, chans: list[str], names: dict[int, str], rounds: int,
+               each: Callable[[ManyLog, int], None] | None = None) -> ManyLog:
+    """Collections ``names`` (id -> name) of db1 created, a tick, then ``rounds`` rounds: each inserts key
+    ``id * 100 + round`` into every collection, runs ``each(log, round)`` if given, and ends with a tick (its own
+    batch with a small ``--max-rows-per-trigger``). The log is closed; its ``expected`` is what each holds."""
+    with local_env.client() as c:
+        log = ManyLog(c, chans)
+        try:
+            for cid, name in names.items():
+                log.create("db1", name, cid)
+            log.tick()
+            for r in range(rounds):
+                for cid in names:
+                    log.insert(cid, [cid * 100 + r])
+                if each is not None:
+                    each(log, r)
+                log.tick()
+        finally:
+            log.close()
+    return log

@@ -4,16 +4,12 @@ Three collections in two databases written as Milvus 2.3-2.5 writes them (tests/
 created in a later batch, one dropped, its name created again (a new id); inserts, upserts and deletes
 throughout. Each table must equal its collection (read by delta-rs, not this project's table code); the dropped
 one keeps its last state and carries the drop's time; a restart from the checkpoint applies only what came after.
-The driver killed between two tables' commits of one batch: the restart leaves each table equal to its
-collection, and no table holds a batch twice.
+(The driver killed between two tables' commits of one batch: tests/mirror_job/test_mirror_many_kills.py.)
 """
 
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import deltalake
@@ -25,7 +21,6 @@ from tests.mirror_job.many_log import ManyLog, database_job, drop_partition_scen
 from tests.sink.helpers import config_file
 
 pytestmark = pytest.mark.slow
-ROOT = Path(__file__).resolve().parents[2]
 
 
 def batches_committed(location: Path) -> list[int]:
@@ -108,50 +103,6 @@ def test_a_job_mirrors_collections_of_two_databases_as_they_come_and_go(spark, l
     for t in ("db1/a", "db1/b", "db1/b__15", "db2/c", "db2/d"):
         ids = batches_committed(root / t)
         assert len(ids) == len(set(ids)), (t, ids)
-
-
-def test_the_driver_killed_between_two_tables_commits_of_one_batch(spark, local_env, tmp_path, capfd):
-    """The killed driver is a process of its own; the restart runs in this one (the suite's Spark session)."""
-    from msgstream_spark.jobs import mirror
-    from msgstream_spark.jobs._common import main_wrapper
-    from msgstream_spark.spark.mirror import FAILPOINT_ENV
-
-    cfg = config_file(local_env, tmp_path)
-    chans = [local_env.new_channel("manyk") for _ in range(2)]
-    root = tmp_path / "lake"
-    with local_env.client() as c:
-        log = ManyLog(c, chans)
-        log.create("db1", "a", 11)
-        log.create("db2", "c", 13)
-        log.tick()
-        log.insert(11, range(20))
-        log.insert(13, range(20))
-        log.tick()
-        log.delete(11, [0, 1])
-        log.upsert(13, [5], gen=1)
-        log.tick()
-        log.close()
-    argv = [sys.executable, "-m", "msgstream_spark.jobs.mirror",
-            *_argv(cfg, chans, root, "--table-concurrency", "1", "--master", "local[2]", "--max-rows-per-trigger",
-                   "1000")]
-    env = dict(os.environ, PYTHONPATH=str(ROOT), MSGSTREAM_JOBS_QUIET="0")
-    # one table after the other: the driver dies right after the first table's commit of the first batch with rows
-    killed = subprocess.run(argv, cwd=tmp_path, env={**env, FAILPOINT_ENV: "kill-after-commit:first"}, timeout=600,
-                            capture_output=True, text=True)
-    assert killed.returncode == -9, killed.stderr[-4000:]
-    first = batches_committed(root / "db1" / "a")
-    assert first and not batches_committed(root / "db2" / "c")  # a took the batch, c (committed after a) did not
-    capfd.readouterr()
-    rc = main_wrapper(mirror.build_parser(), lambda a: mirror.run(a, spark), argv[3:])  # argv after "-m <job>"
-    again = capfd.readouterr()
-    assert rc == 0, again.err[-4000:]
-    summary = json.loads(again.out[again.out.index("{"):])
-    assert summary["tables"]["db1.a"]["skipped"] == 1  # its commit survived the kill: not applied again
-    assert_tables(root, log)
-    for t in ("db1/a", "db2/c"):
-        ids = batches_committed(root / t)
-        assert ids and len(ids) == len(set(ids)), (t, ids)
-    assert first[-1] in batches_committed(root / "db2" / "c")  # the batch the kill split: c took it on the restart
 
 
 @pytest.mark.parametrize("fmt", ["delta", "iceberg"])

@@ -20,20 +20,13 @@ import pytest
 import yaml
 
 from tests.fixtures.waits import wait_until
-from tests.mirror_job.many_log import ManyLog, schema
+from tests.mirror_job.many_log import ManyLog, listed_collections, two_pending
 from tests.mirror_job.test_mirror_many import batches_committed, table_rows
 from tests.mirror_job.test_mirror_many_kills import Lake, killed_job, run
 from tests.sink.helpers import config_file
 
 pytestmark = [pytest.mark.slow, pytest.mark.filterwarnings("ignore:.*ORM-style PyMilvus API")]
 HOLD = 60.0  # the bound of each wait inside a held snapshot
-
-
-def _models(log: ManyLog, state, chans: list[str], *colls: tuple[str, str, int]) -> None:
-    for db, name, cid in colls:
-        log.create(db, name, cid)
-        log.models[cid] = state.add_model(db, name, cid, chans, [log._vch(cid, i) for i in range(len(chans))],
-                                          schema(name), [("_default", cid * 10)])
 
 
 def _staged(chk: Path, cid: int) -> list[str]:
@@ -62,7 +55,6 @@ def test_other_tables_stream_while_a_snapshot_runs_and_its_rows_are_handed_over(
     cfg.write_text(yaml.safe_dump({**yaml.safe_load(cfg.read_text()), "milvus.address": milvus_proxy.address,
                                    "milvus.requesttimeout": 3 * HOLD}))  # the held Query outlives no bound
     state = milvus_proxy.state
-    state.databases |= {"db1"}
     root, chk = tmp_path / "lake", tmp_path / "chk"
     argv = ["--config", str(cfg), "--database", "db1", "--table-root", str(root), "--table-format", "delta",
             "--checkpoint", str(chk), "--snapshot", "initial", "--channels", ",".join(chans),
@@ -71,10 +63,7 @@ def test_other_tables_stream_while_a_snapshot_runs_and_its_rows_are_handed_over(
     seen: dict[str, object] = {}
     with local_env.client() as c:
         log = ManyLog(c, chans)
-        _models(log, state, chans, ("db1", "a", 11), ("db1", "b", 12))
-        log.insert(11, range(10))
-        log.insert(12, range(10))
-        log.tick()
+        two_pending(log, state, 11, 12)
 
         def hook(request) -> None:
             if request.collection_name == "a" and "a" not in seen:  # a's snapshot: b's S is later
@@ -153,7 +142,6 @@ def test_a_driver_killed_around_a_snapshot_beside_the_stream(spark, local_env, m
     lake = Lake(s3, tmp_path, monkeypatch)
     chans = [local_env.new_channel("bk") for _ in range(2)]
     state = milvus_proxy.state
-    state.databases |= {"db1"}
     cfg = lake.config(local_env, tmp_path, **{"milvus.address": milvus_proxy.address,
                                               "milvus.requesttimeout": 3 * HOLD})
     argv = ["--config", cfg, "--database", "db1", *lake.args, "--snapshot", "initial", "--channels", ",".join(chans),
@@ -161,10 +149,7 @@ def test_a_driver_killed_around_a_snapshot_beside_the_stream(spark, local_env, m
     job: list = []
     with local_env.client() as c:
         log = ManyLog(c, chans)
-        _models(log, state, chans, ("db1", "a", 21), ("db1", "b", 22))
-        log.insert(21, range(10))
-        log.insert(22, range(10))
-        log.tick()
+        two_pending(log, state, 21, 22)
 
         def alive() -> None:
             if job and job[0].poll() is not None:
@@ -237,7 +222,7 @@ def test_a_collection_dropped_before_its_snapshot_commits_gets_no_table(spark, l
             "--num-snapshot-tasks", "1", "--progress-interval", "1"]
     with local_env.client() as c:
         log = ManyLog(c, chans)
-        _models(log, state, chans, ("db1", "a", 31), ("db1", "b", 32))
+        listed_collections(log, state, ("db1", "a", 31), ("db1", "b", 32))
         log.insert(31, range(5))
         log.insert(32, range(5))
         log.tick()

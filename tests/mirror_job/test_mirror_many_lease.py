@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.mirror_job.many_log import ManyLog, table_rows
+from tests.mirror_job.many_log import rounds_log, table_rows
 from tests.mirror_job.test_mirror_many_shared import commits
 from tests.sink.helpers import config_file
 
@@ -38,19 +38,9 @@ def test_a_table_s_lease_is_taken_once_for_all_its_batches(spark, local_env, tmp
     chans = [local_env.new_channel("mlease") for _ in range(2)]
     root = tmp_path / "lake"
     names = {51: "a", 52: "b", 53: "c"}
-    with local_env.client() as c:
-        log = ManyLog(c, chans)
-        try:
-            for cid, name in names.items():
-                log.create("db1", name, cid)
-            log.tick()
-            for r in range(3):  # three rounds, each touching every table, each its own batch (8 rows a trigger)
-                for cid in names:
-                    log.insert(cid, [cid * 100 + r])
-                log.upsert(51, [5100], gen=r + 1)  # an existing key updated: the plan finds it in the live files
-                log.tick()
-        finally:
-            log.close()
+    # three rounds, each touching every table, each its own batch; each also updates an existing key (the plan
+    # finds it in the live files)
+    log = rounds_log(local_env, chans, names, 3, lambda log, r: log.upsert(51, [5100], gen=r + 1))
     argv = ["--config", cfg, "--database", "db1", "--table-root", str(root), "--table-format", "delta",
             "--snapshot", "never", "--channels", ",".join(chans), "--max-rows-per-trigger", "4",
             "--table-concurrency", "2", "--progress-interval", "60"]
@@ -86,18 +76,7 @@ def test_a_table_whose_held_lease_is_taken_over_fails_its_batch_and_the_rerun_ta
     chans = [local_env.new_channel("mlost") for _ in range(2)]
     root = tmp_path / "lake"
     names = {61: "a", 62: "b"}
-    with local_env.client() as c:
-        log = ManyLog(c, chans)
-        try:
-            for cid, name in names.items():
-                log.create("db1", name, cid)
-            log.tick()
-            for r in range(2):
-                for cid in names:
-                    log.insert(cid, [cid * 100 + r])
-                log.tick()
-        finally:
-            log.close()
+    log = rounds_log(local_env, chans, names, 2)
     real = mw.ManyWrite.__call__
     seen = []
 

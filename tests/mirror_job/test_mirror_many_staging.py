@@ -17,8 +17,8 @@ import pytest
 from tests.fixtures.ports import free_port
 from tests.fixtures.waits import wait_until
 from tests.jobs.test_mirror_metrics import scrape, total
-from tests.mirror_job.many_log import ManyLog
-from tests.mirror_job.test_mirror_many_beside import HOLD, _alive, _models
+from tests.mirror_job.many_log import ManyLog, two_pending
+from tests.mirror_job.test_mirror_many_beside import HOLD, _alive
 from tests.mirror_job.test_mirror_many_kills import Lake, run
 
 pytestmark = pytest.mark.filterwarnings("ignore:.*ORM-style PyMilvus API")
@@ -109,7 +109,6 @@ def test_a_snapshot_beside_the_stream_staged_on_s3(spark, local_env, milvus_prox
     lake, port = Lake(s3, tmp_path, monkeypatch), free_port()
     chans = [local_env.new_channel("st3") for _ in range(2)]
     state = milvus_proxy.state
-    state.databases |= {"db1"}
     cfg = lake.config(local_env, tmp_path, **{"milvus.address": milvus_proxy.address,
                                               "milvus.requesttimeout": 3 * HOLD})
     staging = s3.uri("staging")
@@ -125,10 +124,7 @@ def test_a_snapshot_beside_the_stream_staged_on_s3(spark, local_env, milvus_prox
     seen: dict = {}
     with local_env.client() as c:
         log = ManyLog(c, chans)
-        _models(log, state, chans, ("db1", "a", 51), ("db1", "b", 52))
-        log.insert(51, range(10))
-        log.insert(52, range(10))
-        log.tick()
+        two_pending(log, state, 51, 52)
 
         def hold(request) -> None:  # b's first Query: its S taken; b's changes now come after it
             if request.collection_name != "b" or "held" in seen:
