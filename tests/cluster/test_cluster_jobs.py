@@ -261,6 +261,7 @@ def test_mirror_on_the_cluster_with_no_shared_directory(spark_cluster, cluster_a
                   "PYICEBERG_CATALOG__LAKE__URI": f"sqlite:///{catalog_db}"}
     # the driver creates its files 0600 (the app's umask); the executors, children of the Worker, under the Worker's
     worker_umask, driver_umask = driver_umask_of()
+    seen_before = (len(cluster_app.out), len(cluster_app.err))  # the app's output until now: the other tests' steps
     ends = [cluster_app.mirror(*r, env={**driver_env, **({FAILPOINT_ENV: "kill-executor-in-files:first"}
                                                           if i == 0 else {})}) for i, r in enumerate(runs)]
     ends.append(cluster_app.send({"probe": spark_cluster.worker_python}))  # last: it points at the bare Python
@@ -309,7 +310,8 @@ def test_mirror_on_the_cluster_with_no_shared_directory(spark_cluster, cluster_a
     killed = json.loads(markers[0].read_text())
     app = markers[0].parent.parent
     assert len([d for d in spark_cluster.executor_dirs() if d.parent == app]) >= 2  # the Worker relaunched one
-    assert "Lost executor" in cluster_app.output()  # the driver saw its executor die
+    since = cluster_app.out[seen_before[0]:] + cluster_app.err[seen_before[1]:]  # this test's runs' output
+    assert "Lost executor" in "\n".join(since)  # the driver saw its executor die
     assert killed["file"].startswith(f"{delta_t}/data/") and killed["file"] not in live
     assert open_store(delta_t, opts, env={}).head(killed["file"]) is None
 
