@@ -1,10 +1,11 @@
 """The jobs on a Spark standalone cluster, submitted from outside the repo, on Kafka (tansu).
 
-ingest and replay run the files ``job-path`` prints in the unpacked environment, as the README says without a
-checkout (both in one application, each as spark-submit runs a file: tests/cluster/job_runs.py), publish is
-submitted through a checkout's launch file (jobs/publish.py), the mirror through
-tests/cluster/mirror_runs.py (the mirror job's ``run``, three tables in one application), into tables on the S3
-server with no directory shared between the driver and the Worker.
+The module's jobs run in one spark-submit application (tests/cluster/cluster_app.py, tests/cluster/job_runs.py: one
+driver and executor, and one unpacking of the shipped environment by each, for all of them): publish through a
+checkout's launch file (jobs/publish.py); ingest and replay, the files ``job-path`` prints in the unpacked
+environment, as the README says without a checkout, each run as spark-submit runs a file; the mirror job's ``run``
+(three tables, then a database job), into tables on the S3 server with no directory shared between the driver and
+the Worker.
 
 The worker's own Python has neither msgstream-spark nor its dependencies; the jobs run only
 because ``spark-submit --archives <packed env>#environment`` ships them (tools/pack_env.py).
@@ -21,12 +22,13 @@ from pathlib import Path
 import pytest
 
 from msgstream_spark.cli.data import SYNTHETIC_CATEGORIES
+from tests.cluster.cluster_app import driver_umask as driver_umask_of
 from tests.fixtures.spark_cluster import SparkCluster
 from tests.jobs.test_jobs import table
 from tests.sink.helpers import config_file, deleted_keys, inserted_rows, read_all
 
-# Each spark-submit starts a driver and an executor and unpacks the archive on both: ~30 s on an idle
-# 2-core machine, minutes on a loaded one; every submit is bounded by Submitter.run's own timeout.
+# The application starts a driver and an executor and unpacks the archive on both: ~30 s on an idle 2-core
+# machine, minutes on a loaded one; every step is bounded by ClusterApp.wait's own timeout.
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(1800)]
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -72,7 +74,7 @@ def table_rows(path) -> tuple[dict, set]:
 def test_the_worker_python_lacks_the_package(spark_cluster, cluster_submit):
     """The Worker's own interpreter cannot import msgstream_spark: the jobs below run only because the packed
     environment is shipped. Where executors find it, with and without that environment, is asked in the mirror
-    test's application (``mirror_runs.py --probe``, :func:`check_probe`): one spark-submit fewer."""
+    test's last step (``{"probe": ...}``, :func:`check_probe`): one spark-submit fewer."""
     worker_python = getattr(spark_cluster, "worker_python", None)
     if worker_python is None:
         pytest.skip("an external cluster: its workers' Python is not known here")
@@ -83,7 +85,7 @@ def test_the_worker_python_lacks_the_package(spark_cluster, cluster_submit):
 
 def check_probe(spark_cluster, proc: subprocess.CompletedProcess) -> None:
     """Executors run the shipped environment, unpacked in their own work directory, while the Worker's own
-    interpreter without it cannot import the package (``mirror_runs.py --probe``'s report)."""
+    interpreter without it cannot import the package (tests/cluster/job_runs.py's probe step's report)."""
     line = next(ln for ln in proc.stdout.splitlines() if ln.startswith("PROBE "))
     probe = json.loads(line[len("PROBE "):])
     shipped, plain = probe["shipped"], probe["bare"]
@@ -95,10 +97,9 @@ def check_probe(spark_cluster, proc: subprocess.CompletedProcess) -> None:
     assert plain["msgstream_spark"].startswith("ImportError") and "msgstream_spark" in plain["msgstream_spark"]
 
 
-def test_publish_ingest_replay_on_the_cluster(cluster_submit, kafka_env, tmp_path):
-    """publish through the checkout's launch file (one application); then ingest and replay, the files
-    ``job-path`` prints in the unpacked environment, each run as spark-submit runs a file (tests/cluster/
-    job_runs.py: one application for both, one driver and executor fewer)."""
+def test_publish_ingest_replay_on_the_cluster(cluster_app, cluster_submit, kafka_env, tmp_path):
+    """publish through the checkout's launch file; then ingest and replay, the files ``job-path`` prints in the
+    unpacked environment, each run as spark-submit runs a file (steps of the module's application)."""
     from msgstream_spark.cli.commands import latest_position
     from msgstream_spark.cli.main import main as msgstream_cli
 
@@ -106,7 +107,7 @@ def test_publish_ingest_replay_on_the_cluster(cluster_submit, kafka_env, tmp_pat
     chans = [kafka_env.new_channel("cl") for _ in range(2)]
 
     # publish: 300 synthetic rows sharded over two channels, then deletes of every 10th key
-    proc = cluster_submit.run(JOBS / "publish.py", "--config", cfg, "--channels", ",".join(chans),
+    proc = cluster_app.job(JOBS / "publish.py", "--config", cfg, "--channels", ",".join(chans),
                               "--synthetic", "300", "--dim", str(DIM), "--delete-fraction", "0.1",
                               "--partitions", "2", "--collection", "cluster")
     assert proc.returncode == 0, cluster_submit.failure(proc)
@@ -136,33 +137,59 @@ def test_publish_ingest_replay_on_the_cluster(cluster_submit, kafka_env, tmp_pat
         assert Path(f).resolve().is_relative_to((cluster_submit.cwd / "environment").resolve())
     assert ingest_file.endswith("/site-packages/msgstream_spark/jobs/ingest.py")
     out, rout = tmp_path / "events", tmp_path / "replay"
-    proc = cluster_submit.run(ROOT / "tests" / "cluster" / "job_runs.py",
-                              ingest_file, "--config", cfg, "--channels", ",".join(chans),
-                              "--output", str(out), "--checkpoint", str(tmp_path / "chk"),
-                              "--subscription", "cluster-ingest", "--progress-interval", "1",
-                              "--", replay_file, "--config", cfg, "--channels", ",".join(chans),
-                              "--output", str(rout), "--from", "@" + str(pos_file))
-    assert proc.returncode == 0, cluster_submit.failure(proc)
-    ingest_out, replay_out = job_outputs(proc, 2)
+    ingest_out = cluster_app.job(ingest_file, "--config", cfg, "--channels", ",".join(chans),
+                                 "--output", str(out), "--checkpoint", str(tmp_path / "chk"),
+                                 "--subscription", "cluster-ingest", "--progress-interval", "1")
+    replay_out = cluster_app.job(replay_file, "--config", cfg, "--channels", ",".join(chans),
+                                 "--output", str(rout), "--from", "@" + str(pos_file))
+    for done in (ingest_out, replay_out):
+        assert done.returncode == 0, cluster_app.failure()
     assert summary(ingest_out)["rows"] == 430
     assert table_rows(out) == (more, deletes)
     assert summary(replay_out)["rows"] == 100
     assert table_rows(rout) == (new, set())
 
 
-def job_outputs(proc: subprocess.CompletedProcess, n: int) -> list[subprocess.CompletedProcess]:
-    """job_runs.py's output cut at its ``JOB-END <i> <rc>`` lines: one result per job, each exit 0."""
-    parts, cur = [], []
-    for ln in proc.stdout.splitlines():
-        if ln.startswith("JOB-END "):
-            _, i, rc = ln.split()
-            assert (int(i), int(rc)) == (len(parts), 0), ln
-            parts.append(subprocess.CompletedProcess(proc.args, 0, "\n".join(cur), ""))
-            cur = []
-        else:
-            cur.append(ln)
-    assert len(parts) == n, f"{len(parts)} of {n} jobs ended"
-    return parts
+def test_the_database_job_stages_on_the_store_on_the_cluster(cluster_app, cluster_submit, spark_cluster, kafka_env,
+                                                             milvus_proxy, s3, tmp_path, monkeypatch):
+    """The database job (``mirror run --database db1 --snapshot initial``, Kafka) on the cluster, tables and
+    staging (``--staging s3://...``) on the S3 server: while db1.b's snapshot is held, b's batches are staged by
+    the executors' tasks as objects (every file a ``staged.json`` lists is on the store), a's table takes a batch;
+    after the handover each table equals the rows the test wrote (delta-rs), no batch recorded twice, b's staging
+    gone; nothing was staged on the driver's disk (no staging directory in its checkpoint, no staged file's name
+    on any local disk). tests/cluster/database_job.py."""
+    from tests.cluster.database_job import A, B, held_snapshot_run, start_collections
+    from tests.mirror_job.many_log import ManyLog
+    from tests.mirror_job.test_mirror_many_beside import HOLD
+    from tests.mirror_job.test_mirror_many_kills import Lake
+
+    if not isinstance(spark_cluster, SparkCluster):
+        pytest.skip("an external cluster: its workers' directories are not known here")
+    lake, state = Lake(s3, tmp_path, monkeypatch), milvus_proxy.state
+    state.databases |= {"db1"}
+    chans = [kafka_env.new_channel("cldb") for _ in range(2)]
+    cfg = lake.config(kafka_env, tmp_path, **{"milvus.address": milvus_proxy.address,
+                                              "milvus.requesttimeout": 3 * HOLD})  # the held Query's bound
+    argv = ["--config", cfg, "--database", "db1", *lake.args, "--snapshot", "initial", "--channels", ",".join(chans),
+            "--num-snapshot-tasks", "1", "--snapshot-concurrency", "1", "--staging", s3.uri("staging"),
+            "--trigger", "processing-time:500ms", "--timeout", "900"]
+    seen: dict = {}
+    with kafka_env.client() as c:
+        log = ManyLog(c, chans)
+        start_collections(log, state, chans)
+        summary_ = held_snapshot_run(cluster_app, lake, log, state, argv, seen)
+        log.close()
+    assert "error" not in seen, seen.get("error")
+    staged = seen["staged"]
+    assert staged.marks and staged.files, staged
+    assert all(size is not None and size > 0 for size in staged.files.values()), staged  # each listed file there
+    assert summary_["handed_over"] == [A[2], B[2]], summary_
+    lake.check(log)  # both tables equal to their rows, no batch recorded twice
+    assert not [k for k in lake.s3.server.boto3().list_objects_v2(Bucket=s3.bucket, Prefix="staging/")
+                .get("Contents", [])], "b's staging left behind"
+    assert not (lake.chk / "staged").exists()  # nothing staged on the driver's disk
+    names = {k.rsplit("/", 1)[1] for k in staged.files}
+    assert not names & _local_names(spark_cluster.worker_root, cluster_submit.cwd, tmp_path), "a staged file on disk"
 
 
 def _modes(paths) -> set[int]:
@@ -179,10 +206,10 @@ def _local_names(*roots: Path) -> set[str]:
     return names
 
 
-def test_mirror_on_the_cluster_with_no_shared_directory(spark_cluster, cluster_submit, kafka_env, s3, tmp_path,
-                                                        capsys):
-    """The mirror job on the cluster (``--snapshot never``, Kafka), three runs in one application
-    (tests/cluster/mirror_runs.py): a Delta table and an Iceberg table on the S3 server, then a local Delta table.
+def test_mirror_on_the_cluster_with_no_shared_directory(spark_cluster, cluster_app, cluster_submit, kafka_env, s3,
+                                                        tmp_path, capsys):
+    """The mirror job on the cluster (``--snapshot never``, Kafka), three runs (steps of the module's application,
+    then its probe): a Delta table and an Iceberg table on the S3 server, then a local Delta table.
 
     No directory is shared (tests/fixtures/spark_cluster.py): the Worker and its executors have their own work,
     local and temp dirs, and an environment without the driver's AWS_* settings (with a machine's own that send
@@ -229,18 +256,20 @@ def test_mirror_on_the_cluster_with_no_shared_directory(spark_cluster, cluster_s
             [*common, "--table", ice_t, "--catalog", "lake", "--checkpoint", str(tmp_path / "chk-ice")],
             [*common, "--table", str(local_t), "--table-format", "delta", "--checkpoint", str(tmp_path / "chk-local"),
              "--maintenance", "enabled=false"]]  # who writes the batches' files: no compaction (the driver's) rewrites
-    driver_env = {**s3.env(), "PYICEBERG_HOME": str(tmp_path), "PYICEBERG_CATALOG__LAKE__TYPE": "sql",
-                  "PYICEBERG_CATALOG__LAKE__URI": f"sqlite:///{catalog_db}",
-                  FAILPOINT_ENV: "kill-executor-in-files:first", "MSGSTREAM_JOBS_QUIET": "0"}
-    # the driver creates its files 0600; the executors, children of the Worker, under the Worker's umask
-    worker_umask = os.umask(0o022)
-    os.umask(worker_umask)
-    driver_umask = 0o077 if worker_umask != 0o077 else 0o022
-    proc = cluster_submit.run(ROOT / "tests" / "cluster" / "mirror_runs.py", "--probe", spark_cluster.worker_python,
-                              *[a for r in runs for a in ("--", *r)][1:], umask=driver_umask, env=driver_env)
-    assert proc.returncode == 0, cluster_submit.failure(proc)
+    # the Iceberg catalog's settings for every run (the driver's), the failpoint for the first run only
+    driver_env = {"PYICEBERG_HOME": str(tmp_path), "PYICEBERG_CATALOG__LAKE__TYPE": "sql",
+                  "PYICEBERG_CATALOG__LAKE__URI": f"sqlite:///{catalog_db}"}
+    # the driver creates its files 0600 (the app's umask); the executors, children of the Worker, under the Worker's
+    worker_umask, driver_umask = driver_umask_of()
+    seen_before = (len(cluster_app.out), len(cluster_app.err))  # the app's output until now: the other tests' steps
+    ends = [cluster_app.mirror(*r, env={**driver_env, **({FAILPOINT_ENV: "kill-executor-in-files:first"}
+                                                          if i == 0 else {})}) for i, r in enumerate(runs)]
+    ends.append(cluster_app.send({"probe": spark_cluster.worker_python}))  # last: it points at the bare Python
+    done = [cluster_app.wait(i) for i in ends]
+    assert all(d.returncode == 0 for d in done), cluster_app.failure()
+    proc = subprocess.CompletedProcess(done[0].args, 0, "\n".join(d.stdout for d in done), "\n".join(cluster_app.err))
     check_probe(spark_cluster, proc)
-    assert SECRET_KEY not in proc.stdout + proc.stderr
+    assert SECRET_KEY not in cluster_app.output()
     summaries = [json.loads(ln[len("SUMMARY "):]) for ln in proc.stdout.splitlines() if ln.startswith("SUMMARY ")]
     assert len(summaries) == 3
     for run in summaries:
@@ -277,11 +306,12 @@ def test_mirror_on_the_cluster_with_no_shared_directory(spark_cluster, cluster_s
 
     # the kill, seen from the Worker's side: the executor's marker; the file its task had open never published
     markers = list(spark_cluster.work_dir.glob(f"app-*/*/{KILL_MARKER}"))
-    assert len(markers) == 1, f"the executor was not killed: no marker\n{cluster_submit.failure(proc)}"
+    assert len(markers) == 1, f"the executor was not killed: no marker\n{cluster_app.failure()}"
     killed = json.loads(markers[0].read_text())
     app = markers[0].parent.parent
     assert len([d for d in spark_cluster.executor_dirs() if d.parent == app]) >= 2  # the Worker relaunched one
-    assert "Lost executor" in proc.stdout + proc.stderr  # the driver saw its executor die
+    since = cluster_app.out[seen_before[0]:] + cluster_app.err[seen_before[1]:]  # this test's runs' output
+    assert "Lost executor" in "\n".join(since)  # the driver saw its executor die
     assert killed["file"].startswith(f"{delta_t}/data/") and killed["file"] not in live
     assert open_store(delta_t, opts, env={}).head(killed["file"]) is None
 
