@@ -17,6 +17,7 @@ Every file is returned in the store's spelling (``files.store_path``), as the st
 
 from __future__ import annotations
 
+from msgstream_spark.mirror.formats.iceberg.cached import manifests
 from msgstream_spark.mirror.formats.iceberg.files import store_path
 from msgstream_spark.mirror.store import Store
 
@@ -47,7 +48,7 @@ def snapshot_files(store: Store, tbl, snapshots: list) -> set[str]:
     seen: set[str] = set()
     for snap in snapshots:
         out.add(store_path(store, snap.manifest_list))
-        for m in snap.manifests(io=tbl.io):
+        for m in manifests(snap, tbl.io):
             if m.manifest_path in seen:
                 continue
             seen.add(m.manifest_path)
