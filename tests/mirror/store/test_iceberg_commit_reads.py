@@ -6,6 +6,7 @@ tables (the calls counted, not replaced); another writer's commit is still seen,
 from __future__ import annotations
 
 import sys
+import time
 from collections import Counter
 from pathlib import Path
 
@@ -74,10 +75,11 @@ def counted(monkeypatch) -> Counter:
 
 def test_a_batch_reads_back_no_metadata_and_no_manifest_it_wrote(tmp_path, counted):
     """Per batch: the batch applied (its begin, its plan's live files, its fenced commit with the batch record)
-    and the job's maintenance check (the live files again): no metadata file read (each one loaded is one this
-    process wrote), no manifest read (the batch's own are known), the commit's new metadata built at most 3 times
-    (the transaction's twice, the catalog's once; pyiceberg built it, each time with a deep copy, ~17 times a
-    commit). The table stays what pyiceberg, from a catalog of its own, and DuckDB's iceberg extension read."""
+    and the job's maintenance check (the live files again); then the files an expiry keeps. No metadata file read
+    (each one loaded is one this process wrote), no manifest read (the batch's own are known), the commit's new
+    metadata built at most 3 times (the transaction's twice, the catalog's once; pyiceberg built it, each time
+    with a deep copy, ~17 times a commit). The table stays what pyiceberg, from a catalog of its own, and DuckDB's
+    iceberg extension read."""
     loc = tmp_path / "t"
     t = _open(loc)
     up = Upkeep(t)
@@ -96,11 +98,15 @@ def test_a_batch_reads_back_no_metadata_and_no_manifest_it_wrote(tmp_path, count
     assert counted["manifests read"] == 0, counted
     assert counted["metadata built"] <= 3 * batches, counted
     assert t.last_batch("q") == 2 + batches
+    now = time.time()
+    kept = t.retained_files(3600, now)  # what an expiry keeps: from the manifests the live files read
+    assert counted["manifests read"] == 0, counted
 
     want = model(seen)
     assert table_state(t.to_arrow()) == want
     fresh = _open(loc)  # a new catalog object: everything read from the files
     assert _live(fresh) == _live(t)  # the files and deleted positions the kept entries gave
+    assert fresh.retained_files(3600, now) == kept and any("/data/delete-" in f for f in kept)
     assert table_state(_plain(loc).scan().to_arrow()) == want
     assert table_state(_duckdb(_plain(loc).metadata_location)) == want
 

@@ -297,7 +297,7 @@ class IcebergMirrorTable(CatalogTable):
         lists (in the store's spelling)."""
         tbl = self._table()
         tbl.refresh()
-        return snapshot_files(self.store, tbl, tbl.snapshots())
+        return snapshot_files(self.store, tbl, tbl.snapshots(), self._entries)
 
     def retained_files(self, retain_s: float, now: float) -> set[str]:
         """Every file a snapshot current at some moment within ``retain_s`` of ``now`` reads (``expiry``), and
@@ -305,7 +305,7 @@ class IcebergMirrorTable(CatalogTable):
         tbl = self._table()
         tbl.refresh()
         kept, _ = split_snapshots(tbl.metadata, int((now - retain_s) * 1000))
-        return snapshot_files(self.store, tbl, kept) | metadata_json_files(self.store, tbl)
+        return snapshot_files(self.store, tbl, kept, self._entries) | metadata_json_files(self.store, tbl)
 
     def expire(self, retain_s: float, now: float) -> None:
         """Expire (one commit) the snapshots not current at any moment within ``retain_s`` of ``now``: those
