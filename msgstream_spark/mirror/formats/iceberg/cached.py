@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import threading
 from collections import OrderedDict
+from datetime import datetime
 from typing import Any
 
 KEPT = 64  # metadata files a catalog keeps parsed (two per table cover a database job's tables between batches)
@@ -61,8 +62,6 @@ def applied(base, updates: tuple, metadata_location: str | None = None):
     makes a new object (``model_copy(update=...)``, new lists and dicts), none changes ``base`` (its models are
     frozen), so what the result shares with ``base`` is never changed. ``metadata_location``: the base's metadata
     file, logged (a catalog's commit)."""
-    from datetime import datetime
-
     from pyiceberg.table.update import _apply_table_update, _TableMetadataUpdateContext, _update_table_metadata_log
     from pyiceberg.utils.datetime import datetime_to_millis
 
