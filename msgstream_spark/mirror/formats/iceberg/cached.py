@@ -25,7 +25,7 @@ from collections import OrderedDict
 from datetime import datetime
 from typing import Any
 
-KEPT = 64  # metadata files a catalog keeps parsed (two per table cover a database job's tables between batches)
+KEPT = 16  # metadata files a catalog object keeps parsed (each table opens its own: two a table are what is reused)
 
 _TYPES: dict[str, type] = {}
 
