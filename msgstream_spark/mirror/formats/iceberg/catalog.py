@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from msgstream_spark.errors import ConfigError, MirrorError
+from msgstream_spark.mirror.formats.iceberg.cached import cache_metadata
 from msgstream_spark.mirror.store import open_store, uri
 from msgstream_spark.mirror.store.settings import mask
 
@@ -50,7 +51,7 @@ def _catalog(location: str, catalog_uri: str | None, create: bool = True):
     if not create and cat_uri.startswith("sqlite:///") and not os.path.exists(cat_uri.removeprefix("sqlite:///")):
         return None
     os.makedirs(location, exist_ok=True)
-    cat = SqlCatalog("msgstream", uri=cat_uri, warehouse=f"file://{location}")
+    cat = cache_metadata(SqlCatalog("msgstream", uri=cat_uri, warehouse=f"file://{location}"))
     cat.create_namespace_if_not_exists(NAMESPACE)
     return cat
 
@@ -134,7 +135,7 @@ def resolve_catalog(location: str, *, name: str | None = None, options: Mapping[
     else:
         props = catalog_properties(name, options, file_io)
     with guarded(f"Iceberg catalog {name!r} for {location}", {**store.options, **props}):
-        return load_catalog(name, **props)
+        return cache_metadata(load_catalog(name, **props))
 
 
 @contextmanager

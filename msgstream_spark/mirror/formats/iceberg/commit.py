@@ -19,6 +19,7 @@ from contextlib import contextmanager
 from msgstream_spark.errors import MirrorError
 from msgstream_spark.mirror.common import PROP_WRITER_EPOCH, check_epoch
 from msgstream_spark.mirror.formats.base import NO_SNAPSHOT, fence_message
+from msgstream_spark.mirror.formats.iceberg.cached import manifests, transaction
 
 EPOCH_TRIES = 10  # commits a writer epoch's publication tries, each refused for another writer's commit
 
@@ -61,12 +62,13 @@ def assert_head(tx, base: int) -> None:
 
 
 def commit_files(tx, tbl, *, adds: list, removes: set[str], properties: dict[str, str], base: int | None = None,
-                 operation=None, what: str = "the commit", location: str | None = None) -> None:
+                 operation=None, what: str = "the commit", location: str | None = None) -> dict[str, list]:
     """One snapshot in transaction ``tx``: the DataFiles ``adds`` (data and position-delete files) added, the
     files whose paths are in ``removes`` (data or delete files) removed; based on snapshot ``base`` (default:
     the transaction's head now), refused if the table is not there or moves before the catalog commit.
     ``operation``: the snapshot's (default: append, or overwrite when it removes or deletes rows); ``location``:
-    the table's, for messages (default: the catalog's)."""
+    the table's, for messages (default: the catalog's). Returns the new manifests' paths with the DataFiles each
+    holds (what a reader of the manifests would get: ``live_files`` need not read them back)."""
     from pyiceberg.table.snapshots import Operation
 
     if operation is None:
@@ -80,6 +82,7 @@ def commit_files(tx, tbl, *, adds: list, removes: set[str], properties: dict[str
         p.append_data_file(f)
     with p:
         pass
+    return getattr(p, "fresh", {})
 
 
 def table_epoch(metadata) -> int:
@@ -104,7 +107,7 @@ def commit_epoch(tbl, epoch: int, location: str) -> None:
         if have == epoch:
             return
         try:
-            with fenced(location, what), tbl.transaction() as tx:
+            with fenced(location, what), transaction(tbl) as tx:
                 commit_files(tx, tbl, adds=[], removes=set(), properties={PROP_WRITER_EPOCH: str(epoch)},
                              what=what, location=location)
                 tx.set_properties({PROP_WRITER_EPOCH: str(epoch)})
@@ -182,7 +185,7 @@ def _producer_type() -> type:
             return []
 
         def _manifests(self) -> list:
-            out = []
+            out, self.fresh = [], {}
             for content in (ManifestContent.DATA, ManifestContent.DELETES):
                 new = [f for f in self.adds if (f.content == 0) == (content == ManifestContent.DATA)]
                 if new:
@@ -192,6 +195,7 @@ def _producer_type() -> type:
                                 status=ManifestEntryStatus.ADDED, snapshot_id=self._snapshot_id,
                                 sequence_number=None, file_sequence_number=None, data_file=f))
                     out.append(w.to_manifest_file())
+                    self.fresh[out[-1].manifest_path] = new
             return out + _carried(self, self.removes)
 
     _TYPES["producer"] = Producer
@@ -225,7 +229,7 @@ def _carried(producer, removes: set[str]) -> list:
     out: list = []
     parent = self._meta().snapshot_by_id(self._parent_snapshot_id) \
         if self._parent_snapshot_id is not None else None
-    for m in parent.manifests(io=self._io) if parent is not None else []:
+    for m in manifests(parent, self._io) if parent is not None else []:
         if not removes:
             out.append(m)
             continue

@@ -17,6 +17,7 @@ Every file is returned in the store's spelling (``files.store_path``), as the st
 
 from __future__ import annotations
 
+from msgstream_spark.mirror.formats.iceberg.cached import manifests
 from msgstream_spark.mirror.formats.iceberg.files import store_path
 from msgstream_spark.mirror.store import Store
 
@@ -40,20 +41,23 @@ def split_snapshots(meta, cutoff_ms: int) -> tuple[list, list]:
     return kept, expired
 
 
-def snapshot_files(store: Store, tbl, snapshots: list) -> set[str]:
+def snapshot_files(store: Store, tbl, snapshots: list, known: dict[str, list] | None = None) -> set[str]:
     """The data and delete files the ``snapshots`` read, with their manifest lists and manifests. A manifest is
-    shared by the snapshots that carry it: each is read once."""
+    shared by the snapshots that carry it: each is read once, and not at all if ``known`` (manifest path -> the
+    data files of its live entries, e.g. the table's ``live_files`` read them) has it."""
     out: set[str] = set()
     seen: set[str] = set()
     for snap in snapshots:
         out.add(store_path(store, snap.manifest_list))
-        for m in snap.manifests(io=tbl.io):
+        for m in manifests(snap, tbl.io):
             if m.manifest_path in seen:
                 continue
             seen.add(m.manifest_path)
             out.add(store_path(store, m.manifest_path))
-            out.update(store_path(store, e.data_file.file_path)
-                       for e in m.fetch_manifest_entry(io=tbl.io, discard_deleted=True))
+            files = (known or {}).get(m.manifest_path)
+            if files is None:
+                files = [e.data_file for e in m.fetch_manifest_entry(io=tbl.io, discard_deleted=True)]
+            out.update(store_path(store, f.file_path) for f in files)
     return out
 
 

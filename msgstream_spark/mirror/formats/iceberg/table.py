@@ -44,6 +44,7 @@ from msgstream_spark.mirror.formats.base import (
     WriteSpec,
     fence_message,
 )
+from msgstream_spark.mirror.formats.iceberg.cached import manifests, transaction
 from msgstream_spark.mirror.formats.iceberg.catalog import _identifier, locate, manifest_uri
 from msgstream_spark.mirror.formats.iceberg.commit import (
     assert_head,
@@ -131,7 +132,7 @@ class IcebergMirrorTable(CatalogTable):
 
     def set_properties(self, properties: dict[str, str]) -> None:
         check_prefix(properties)
-        with fenced(self.location, "setting properties"), self._table().transaction() as tx:
+        with fenced(self.location, "setting properties"), transaction(self._table()) as tx:
             tx.set_properties(dict(properties))
 
     def last_batch(self, query_id: str) -> int | None:
@@ -178,7 +179,7 @@ class IcebergMirrorTable(CatalogTable):
             return LiveFiles([], NO_SNAPSHOT)
         field = tbl.schema().find_field(self.pk)
         data, deletes, entries = [], [], {}
-        for m in snap.manifests(tbl.io):
+        for m in manifests(snap, tbl.io):
             got = entries[m.manifest_path] = (self._entries.get(m.manifest_path)
                                               or [e.data_file for e in m.fetch_manifest_entry(tbl.io)])
             (data if m.content == ManifestContent.DATA else deletes).extend(got)
@@ -251,13 +252,17 @@ class IcebergMirrorTable(CatalogTable):
             for record, deletes in groups.items():
                 adds.append(write_position_deletes(self.store, uri.join(self.root, DATA_DIR), deletes,
                                                    tbl.metadata.default_spec_id, record))
-        with fenced(self.location, what), tbl.transaction() as tx:
+                self._deletes[adds[-1].file_path] = {k: np.asarray(v, np.int64) for k, v in deletes.items()}
+        fresh: dict[str, list] = {}
+        with fenced(self.location, what), transaction(tbl) as tx:
             if plan.base is not None:  # the catalog refuses the commit if another writer's landed meanwhile
                 assert_head(tx, plan.base)
             if adds:
-                commit_files(tx, tbl, adds=adds, removes=set(), base=plan.base, what=what, location=self.location,
-                             properties={**(commit_info or {}), PROP_QUERY: query_id, PROP_BATCH: str(batch_id)})
+                fresh = commit_files(tx, tbl, adds=adds, removes=set(), base=plan.base, what=what,
+                                     location=self.location, properties={**(commit_info or {}), PROP_QUERY: query_id,
+                                                                         PROP_BATCH: str(batch_id)})
             tx.set_properties({PROP_BATCH_OF + query_id: str(int(batch_id))})
+        self._entries.update(fresh)  # the manifests it wrote: their entries known, never read back
         return True
 
     def swap_files(self, old: list[LiveFile], new: list[str], base: int | None = None,
@@ -282,7 +287,7 @@ class IcebergMirrorTable(CatalogTable):
         if missing:
             raise MirrorError(f"{sorted(missing)[:3]} are no longer in table {self.location}: another writer changed "
                               "it; nothing compacted")
-        with fenced(self.location, "the compaction"), tbl.transaction() as tx:
+        with fenced(self.location, "the compaction"), transaction(tbl) as tx:
             commit_files(tx, tbl, adds=[data_file(self._store_for(p), tbl.metadata, p) for p in new], removes=removes,
                          base=base, operation=Operation.REPLACE, what="the compaction", location=self.location,
                          properties={"msgstream.operation": "compaction"})
@@ -292,7 +297,7 @@ class IcebergMirrorTable(CatalogTable):
         lists (in the store's spelling)."""
         tbl = self._table()
         tbl.refresh()
-        return snapshot_files(self.store, tbl, tbl.snapshots())
+        return snapshot_files(self.store, tbl, tbl.snapshots(), self._entries)
 
     def retained_files(self, retain_s: float, now: float) -> set[str]:
         """Every file a snapshot current at some moment within ``retain_s`` of ``now`` reads (``expiry``), and
@@ -300,7 +305,7 @@ class IcebergMirrorTable(CatalogTable):
         tbl = self._table()
         tbl.refresh()
         kept, _ = split_snapshots(tbl.metadata, int((now - retain_s) * 1000))
-        return snapshot_files(self.store, tbl, kept) | metadata_json_files(self.store, tbl)
+        return snapshot_files(self.store, tbl, kept, self._entries) | metadata_json_files(self.store, tbl)
 
     def expire(self, retain_s: float, now: float) -> None:
         """Expire (one commit) the snapshots not current at any moment within ``retain_s`` of ``now``: those
@@ -339,7 +344,7 @@ class IcebergMirrorTable(CatalogTable):
             self._tbl = self._find()
             return
         tbl = self._table()
-        with fenced(self.location, "adding files"), tbl.transaction() as tx:
+        with fenced(self.location, "adding files"), transaction(tbl) as tx:
             self._append(tx, tbl, paths, properties)
             tx.set_properties(dict(properties))
 
@@ -367,7 +372,7 @@ class IcebergMirrorTable(CatalogTable):
         snap = tbl.current_snapshot()
         old = {e.data_file.file_path for m in (snap.manifests(tbl.io) if snap is not None else [])
                for e in m.fetch_manifest_entry(tbl.io, discard_deleted=True)}
-        with fenced(self.location, "the snapshot's replace"), tbl.transaction() as tx:
+        with fenced(self.location, "the snapshot's replace"), transaction(tbl) as tx:
             if old:  # every data file and every position-delete file (which name only the old data files)
                 commit_files(tx, tbl, adds=[], removes=old, operation=Operation.DELETE, what="the snapshot's replace",
                              properties=dict(properties), location=self.location)

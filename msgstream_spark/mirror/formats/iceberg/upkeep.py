@@ -18,6 +18,8 @@ snapshot's manifests of the default spec into one data and one delete manifest o
 from __future__ import annotations
 
 from msgstream_spark.mirror.common import check_epoch
+from msgstream_spark.mirror.formats.iceberg.cached import manifests as manifest_files
+from msgstream_spark.mirror.formats.iceberg.cached import transaction
 from msgstream_spark.mirror.formats.iceberg.commit import (
     _producer_type,
     assert_head,
@@ -56,7 +58,7 @@ def trim(table, keep: int, epoch: int | None) -> dict[str, int]:
         return {"snapshots_expired": 0}
     check_epoch(table.location, table_epoch(meta), epoch, "the snapshot expiry")
     ids = [s.snapshot_id for s in expired]
-    with fenced(table.location, f"expiring {len(ids)} snapshot(s)"), tbl.transaction() as tx:
+    with fenced(table.location, f"expiring {len(ids)} snapshot(s)"), transaction(tbl) as tx:
         assert_head(tx, head_id(meta))  # refused if a writer committed meanwhile (a deposed one included)
         if ids:
             tx._apply((RemoveSnapshotsUpdate(snapshot_ids=ids),), ())
@@ -96,7 +98,7 @@ def manifests(table) -> int:
     if snap.manifest_list not in _listed:
         if len(_listed) > 1000:
             _listed.clear()
-        _listed[snap.manifest_list] = len(snap.manifests(io=tbl.io))
+        _listed[snap.manifest_list] = len(manifest_files(snap, tbl.io))
     return _listed[snap.manifest_list]
 
 
@@ -111,11 +113,11 @@ def merge_manifests(table, epoch: int | None) -> int:
     if snap is None:
         return 0
     spec = tbl.metadata.default_spec_id
-    mergeable = [m for m in snap.manifests(io=tbl.io) if m.partition_spec_id == spec]
+    mergeable = [m for m in manifest_files(snap, tbl.io) if m.partition_spec_id == spec]
     if len(mergeable) < 2:
         return 0
     check_epoch(table.location, table_epoch(tbl.metadata), epoch, "the manifest merge")
-    with fenced(table.location, "the manifest merge"), tbl.transaction() as tx:
+    with fenced(table.location, "the manifest merge"), transaction(tbl) as tx:
         p = _merger_type()(Operation.REPLACE, tx, tbl.io, snapshot_properties={"msgstream.operation": "merge"})
         p.adds, p.removes, p.what, p.location = [], set(), "the manifest merge", table.location
         p.want, p.spec_id = snap.snapshot_id, spec
@@ -138,7 +140,7 @@ def _merger_type() -> type:
         def _manifests(self) -> list:
             parent = self._meta().snapshot_by_id(self._parent_snapshot_id)
             out, groups = [], {ManifestContent.DATA: [], ManifestContent.DELETES: []}
-            for m in parent.manifests(io=self._io):
+            for m in manifest_files(parent, self._io):
                 if m.partition_spec_id != self.spec_id:
                     out.append(m)
                     continue

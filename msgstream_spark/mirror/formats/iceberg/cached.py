@@ -1,0 +1,167 @@
+"""What pyiceberg recomputes or re-reads that the mirror's commits need only once (issue #44: the database job
+commits up to every table of a database per batch, one after another in its driver).
+
+- :func:`transaction`: a pyiceberg ``Transaction`` whose ``table_metadata`` (the table's metadata with the
+  transaction's updates applied: pyiceberg rebuilds it, a deep copy of every snapshot, at each of its ~16
+  accesses in a commit) is rebuilt only when the table's metadata or the updates changed, and never deep-copied
+  (:func:`applied`); the catalog's commit builds the new metadata the same way.
+- :func:`cache_metadata`: a SQL catalog that keeps the metadata it read or wrote per metadata file (a metadata file
+  never changes: a new one is written at each commit), so loading a table whose catalog row still names the same
+  file (``Table.refresh``, and the catalog's own load at each commit) reads one row, not the file. What the
+  catalog row names is read every time: another writer's commit is seen as before, and a commit is still
+  refused by the catalog when the row moved since (our fencing, ``commit.py``).
+
+- :func:`manifests`: a snapshot's manifest list read once in this process.
+
+All build on pyiceberg's private API (``Transaction._updates``, ``_apply_table_update``, the SQL catalog's
+``_convert_orm_to_iceberg``, ``_update_and_stage_table`` and ``_load_file_io``), pinned by
+``pyiceberg>=0.12,<0.13`` as ``commit.py``'s is.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+from datetime import datetime
+from typing import Any
+
+KEPT = 16  # metadata files a catalog object keeps parsed (each table opens its own: two a table are what is reused)
+
+_TYPES: dict[str, type] = {}
+
+
+def transaction(tbl) -> Any:
+    """A transaction on pyiceberg table ``tbl`` (as ``tbl.transaction()``) whose ``table_metadata`` is built once
+    per change of the table's metadata or of the staged updates."""
+    return _transaction_type()(tbl)
+
+
+def _transaction_type() -> type:
+    if "tx" in _TYPES:
+        return _TYPES["tx"]
+    from pyiceberg.table import Transaction
+
+    class CachedTransaction(Transaction):
+        _built: tuple | None = None  # (the table's metadata, the updates, what they make)
+
+        @property
+        def table_metadata(self):
+            got = self._built
+            base, updates = self._table.metadata, self._updates
+            if got is None or got[0] is not base or got[1] is not updates:
+                got = self._built = (base, updates, applied(base, updates))
+            return got[2]
+
+    _TYPES["tx"] = CachedTransaction
+    return CachedTransaction
+
+
+def applied(base, updates: tuple, metadata_location: str | None = None):
+    """Table metadata ``base`` with ``updates`` applied, as pyiceberg's ``update_table_metadata`` makes it (its
+    per-update steps, its metadata log and timestamp, its checks) but not deep-copied at the end: every step
+    makes a new object (``model_copy(update=...)``, new lists and dicts), none changes ``base`` (its models are
+    frozen), so what the result shares with ``base`` is never changed. ``metadata_location``: the base's metadata
+    file, logged (a catalog's commit)."""
+    from pyiceberg.table.update import _apply_table_update, _TableMetadataUpdateContext, _update_table_metadata_log
+    from pyiceberg.utils.datetime import datetime_to_millis
+
+    context = _TableMetadataUpdateContext()
+    new = base
+    for update in updates:
+        new = _apply_table_update(update, new, context)
+    if context.has_changes():
+        if metadata_location:
+            new = _update_table_metadata_log(new, metadata_location, base.last_updated_ms)
+        if base.last_updated_ms == new.last_updated_ms:
+            new = new.model_copy(update={"last_updated_ms": datetime_to_millis(datetime.now().astimezone())})
+    new.spec().check_compatible(new.schema())
+    new.sort_order().check_compatible(new.schema())
+    return new
+
+
+def cache_metadata(catalog) -> Any:
+    """``catalog`` (returned) keeping up to ``KEPT`` tables' metadata parsed by metadata file, if it is a pyiceberg
+    SQL catalog (another kind is returned as it is: a REST catalog answers a load with the metadata itself)."""
+    from pyiceberg.catalog.sql import SqlCatalog
+
+    if not isinstance(catalog, SqlCatalog) or getattr(catalog, "_msgstream_parsed", None) is not None:
+        return catalog
+    parsed: OrderedDict[str, Any] = OrderedDict()  # metadata file -> its metadata
+    lock = threading.Lock()
+    catalog._msgstream_parsed = parsed
+    convert, commit = catalog._convert_orm_to_iceberg, catalog.commit_table
+
+    def keep(location: str, metadata) -> None:
+        with lock:
+            parsed[location] = metadata
+            parsed.move_to_end(location)
+            while len(parsed) > KEPT:
+                parsed.popitem(last=False)
+
+    def convert_orm(orm_table):
+        from pyiceberg.catalog import Catalog
+        from pyiceberg.table import Table
+
+        location = orm_table.metadata_location
+        with lock:
+            got = parsed.get(location) if location else None
+        if got is None or not orm_table.table_namespace or not orm_table.table_name:
+            tbl = convert(orm_table)
+            keep(tbl.metadata_location, tbl.metadata)
+            return tbl
+        return Table(identifier=Catalog.identifier_to_tuple(orm_table.table_namespace) + (orm_table.table_name,),
+                     metadata=got, metadata_location=location, io=catalog._load_file_io(got.properties, location),
+                     catalog=catalog)
+
+    def commit_table(table, requirements, updates):
+        response = commit(table, requirements, updates)
+        keep(response.metadata_location, response.metadata)
+        return response
+
+    def update_and_stage(current_table, table_identifier, requirements, updates):
+        if current_table is None:  # a table's creation: pyiceberg's (it validates the new metadata whole)
+            return stage(current_table, table_identifier, requirements, updates)
+        return staged(catalog, current_table, table_identifier, requirements, updates)
+
+    stage = catalog._update_and_stage_table
+    catalog._convert_orm_to_iceberg = convert_orm
+    catalog.commit_table = commit_table
+    catalog._update_and_stage_table = update_and_stage
+    return catalog
+
+
+def staged(catalog, current, identifier, requirements, updates):
+    """pyiceberg's ``_update_and_stage_table`` of an existing table (requirements checked against the catalog's
+    current metadata, the updates applied, the next metadata file named), the metadata built by :func:`applied`."""
+    from pyiceberg.table import StagedTable
+    from pyiceberg.table.locations import load_location_provider
+
+    for requirement in requirements:
+        requirement.validate(current.metadata)
+    new = applied(current.metadata, updates, current.metadata_location)
+    version = catalog._parse_metadata_version(current.metadata_location) + 1
+    location = load_location_provider(new.location, new.properties).new_table_metadata_file_location(version)
+    return StagedTable(identifier=identifier, metadata=new, metadata_location=location,
+                       io=catalog._load_file_io(properties=new.properties, location=location), catalog=catalog)
+
+
+LISTS_KEPT = 256  # manifest lists kept read (a database job's tables' current and previous ones)
+_lists: OrderedDict[str, tuple] = OrderedDict()  # manifest list -> the manifests it lists
+_lists_lock = threading.Lock()
+
+
+def manifests(snap, io) -> tuple:
+    """The manifests snapshot ``snap`` lists, its manifest list read once in this process (a manifest list never
+    changes; pyiceberg reads it again at every ``Snapshot.manifests``)."""
+    path = snap.manifest_list
+    with _lists_lock:
+        got = _lists.get(path)
+        if got is not None:
+            _lists.move_to_end(path)
+            return got
+    got = tuple(snap.manifests(io=io))
+    with _lists_lock:
+        _lists[path] = got
+        while len(_lists) > LISTS_KEPT:
+            _lists.popitem(last=False)
+    return got

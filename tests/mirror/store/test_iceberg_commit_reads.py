@@ -1,0 +1,177 @@
+"""An Iceberg table's batch, as the database job's driver commits it table by table (issue #44), does not read back
+what its process wrote or read before (``formats/iceberg/cached.py``): no metadata file it knows, no manifest
+it wrote, and the commit's metadata is built a few times, not at each of pyiceberg's reads. Counted on real
+tables (the calls counted, not replaced); another writer's commit is still seen, and still fences."""
+
+from __future__ import annotations
+
+import sys
+import time
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from msgstream_spark.errors import MirrorError
+from msgstream_spark.mirror import apply_batch, open_table
+from msgstream_spark.mirror.store import LeaseLost
+from msgstream_spark.mirror.upkeep import Upkeep
+from msgstream_spark.mirror.write.batch import commit_plan, lookup_local
+from msgstream_spark.mirror.write.layout import plan, write_changes
+from tests.mirror.changes import FIELDS, delete, insert, model, table_state, to_arrow, upsert
+
+
+def _open(loc: Path):
+    return open_table("iceberg", str(loc), collection="coll", pk="pk", arrow_schema=FIELDS)
+
+
+def _batch(i: int) -> list:
+    """Batch ``i`` (1 on): new keys, an upsert and a delete of earlier ones (a data and a delete file)."""
+    ts = 10 * i
+    return [insert(ts, *[(p, f"n{p}") for p in range(10 * i, 10 * i + 10)]),
+            *upsert(ts + 1, (i, f"u{i}")), delete(ts + 2, 10 * i - 5)]
+
+
+@pytest.fixture
+def counted(monkeypatch) -> Counter:
+    """Metadata files read and parsed, a commit's metadata built (the transaction's, the catalog's), manifests
+    read: counted."""
+    import pyiceberg.catalog as pc
+    import pyiceberg.table as pt
+    from pyiceberg.manifest import ManifestFile
+    from pyiceberg.serializers import FromInputFile
+
+
+    n: Counter = Counter()
+    read_meta, build, read_manifest = FromInputFile.table_metadata, pt.update_table_metadata, \
+        ManifestFile.fetch_manifest_entry
+    cached = sys.modules.get("msgstream_spark.mirror.formats.iceberg.cached")  # (none before issue #44's cut)
+    ours = getattr(cached, "applied", None)
+
+    def table_metadata(input_file, *a, **kw):
+        n["metadata files read"] += 1
+        return read_meta(input_file, *a, **kw)
+
+    def update_table_metadata(*a, **kw):  # pyiceberg's (a deep copy at the end)
+        n["metadata built"] += 1
+        return build(*a, **kw)
+
+    def applied(*a, **kw):  # ours (cached.py)
+        n["metadata built"] += 1
+        return ours(*a, **kw)
+
+    def fetch_manifest_entry(self, *a, **kw):
+        n["manifests read"] += 1
+        return read_manifest(self, *a, **kw)
+
+    monkeypatch.setattr(FromInputFile, "table_metadata", staticmethod(table_metadata))
+    monkeypatch.setattr(pt, "update_table_metadata", update_table_metadata)  # the transaction's
+    monkeypatch.setattr(pc, "update_table_metadata", update_table_metadata)  # the catalog's commit
+    if ours is not None:
+        monkeypatch.setattr(cached, "applied", applied)
+    monkeypatch.setattr(ManifestFile, "fetch_manifest_entry", fetch_manifest_entry)
+    return n
+
+
+def test_a_batch_reads_back_no_metadata_and_no_manifest_it_wrote(tmp_path, counted):
+    """Per batch: the batch applied (its begin, its plan's live files, its fenced commit with the batch record)
+    and the job's maintenance check (the live files again); then the files an expiry keeps. No metadata file read
+    (each one loaded is one this process wrote), no manifest read (the batch's own are known), the commit's new
+    metadata built at most 3 times (the transaction's twice, the catalog's once; pyiceberg built it, each time
+    with a deep copy, ~17 times a commit). The table stays what pyiceberg, from a catalog of its own, and DuckDB's
+    iceberg extension read."""
+    loc = tmp_path / "t"
+    t = _open(loc)
+    up = Upkeep(t)
+    seen = []
+    for i in range(1, 3):  # the table's first batches (its first files read once)
+        assert apply_batch(t, to_arrow(_batch(i)), "pk", "q", i)
+        seen += _batch(i)
+    t.live_files()
+    counted.clear()
+    batches = 3
+    for i in range(3, 3 + batches):
+        assert apply_batch(t, to_arrow(_batch(i)), "pk", "q", i)
+        seen += _batch(i)
+        assert up.after_batch() == []  # the maintenance check (nothing due)
+    assert counted["metadata files read"] == 0, counted
+    assert counted["manifests read"] == 0, counted
+    assert counted["metadata built"] <= 3 * batches, counted
+    assert t.last_batch("q") == 2 + batches
+    now = time.time()
+    kept = t.retained_files(3600, now)  # what an expiry keeps: from the manifests the live files read
+    assert counted["manifests read"] == 0, counted
+
+    want = model(seen)
+    assert table_state(t.to_arrow()) == want
+    fresh = _open(loc)  # a new catalog object: everything read from the files
+    assert _live(fresh) == _live(t)  # the files and deleted positions the kept entries gave
+    assert fresh.retained_files(3600, now) == kept and any("/data/delete-" in f for f in kept)
+    assert table_state(_plain(loc).scan().to_arrow()) == want
+    assert table_state(_duckdb(_plain(loc).metadata_location)) == want
+
+
+def test_another_writers_commit_is_seen_and_still_fences(tmp_path, counted):
+    """Two writers of one table, each with its own catalog object (its own kept metadata): each sees the other's
+    commits (the catalog's row is read at each refresh); a commit planned before the other's lands is refused;
+    an epoch the other published deposes this one's commit."""
+    loc = tmp_path / "t"
+    mine, theirs = _open(loc), _open(loc)
+    seen = []
+    for i in range(1, 3):
+        assert apply_batch(mine, to_arrow(_batch(i)), "pk", "q", i)
+        seen += _batch(i)
+    counted.clear()
+    other = [*upsert(100, (1, "theirs"))]
+    assert apply_batch(theirs, to_arrow(other), "pk", "other", 0)
+    seen += other
+    assert counted["metadata files read"] >= 1  # theirs had not read mine's newest metadata file
+    assert mine.last_batch("other") == 0 and table_state(mine.to_arrow()) == model(seen)
+    assert mine.live_files().version == theirs.live_files().version
+
+    p = _planned(mine, _batch(3))
+    assert apply_batch(theirs, to_arrow([*upsert(110, (2, "theirs2"))]), "pk", "other", 1)
+    seen += [*upsert(110, (2, "theirs2"))]
+    with pytest.raises(MirrorError, match=rf"moved from snapshot {p.base}, which batch 3 of query q was planned on"):
+        commit_plan(mine, p, set(), query_id="q", batch_id=3)
+
+    p = _planned(mine, _batch(3))
+    theirs.publish_epoch(7)  # a newer writer took the table over
+    with pytest.raises(LeaseLost):
+        mine.commit(p, query_id="q", batch_id=3, epoch=6)
+    assert table_state(_plain(loc).scan().to_arrow()) == model(seen)  # nothing of the refused commits
+    assert mine.last_batch("q") == 2
+
+
+def _planned(t, msgs):
+    """A batch up to its commit: files written, keys looked up, planned (fenced at the snapshot it read)."""
+    changes = to_arrow(msgs)
+    t.prepare(changes.schema)
+    narrow = write_changes(changes, t.write_spec())
+    files = t.live_files()
+    return plan(narrow, lookup_local(t, narrow.column("key").combine_chunks(), files), files.version)
+
+
+def _live(t) -> list:
+    files = t.live_files()
+    return sorted((f.path, f.key_min, f.key_max, f.deleted.tolist(), f.num_rows, f.size) for f in files)
+
+
+def _plain(loc: Path):
+    """The table as pyiceberg's own SQL catalog loads it (none of the mirror's objects)."""
+    from pyiceberg.catalog.sql import SqlCatalog
+
+    cat = SqlCatalog("msgstream", uri=f"sqlite:///{loc}_catalog.sqlite", warehouse=f"file://{loc}")
+    return cat.load_table(("msgstream", "coll"))
+
+
+def _duckdb(metadata_location: str):
+    import duckdb
+    import duckdb_ext
+
+    ext_dir = Path(next(iter(duckdb_ext.__path__))) / "extensions"
+    con = duckdb.connect(config={"extension_directory": str(ext_dir), "autoinstall_known_extensions": False,
+                                 "autoload_known_extensions": False})
+    for ext in ("avro", "iceberg"):
+        con.load_extension(ext)
+    return con.execute(f"SELECT * FROM iceberg_scan('{metadata_location}')").fetch_arrow_table()
