@@ -6,9 +6,9 @@ CPU seconds per stage, the driver's and the Python tasks' (not wall seconds: on 
 one-collection job, each profiled with cProfile timing by ``time.process_time`` (CPU, not wall): the driver
 in this process (``--table-concurrency 1``: every table's steps in this thread), the Python tasks through
 Spark's UDF and data source profilers (``spark.sql.pyspark.*.profiler=perf``) with the same CPU timer and a
-writing task's tables one after another (``mirror_tasks.TABLE_THREADS`` = 1, so every call is in the profiled
-thread). A process's CPU clock counts its other threads too (Arrow's, the store's): what a stage spends in them
-is counted in the stage that waits for it. The JVM's CPU is not counted.
+writing task's tables one after another (``mirror_tasks._TaskTables._each`` in the task's thread, so every call
+is in the profiled thread). A process's CPU clock counts its other threads too (Arrow's, the store's): what a
+stage spends in them is counted in the stage that waits for it. The JVM's CPU is not counted.
 """
 
 from __future__ import annotations
@@ -50,6 +50,12 @@ DRIVER_STAGES = [
                                                             ("spark/mirror.py", "observe")]),
 ]
 
+# the job's own thread (its start; the batches run in Spark's callback thread): a one-collection job's table
+START_STAGES = [("schema inferred from the channels", [("source/schema.py", "infer_collection")]),
+                ("table opened", [("mirror/table.py", "open_table")])]
+DRIVER_STAGES.insert(0, ("tables opened (schema inferred from the channels, table opened)",
+                         [("spark/mirror_many.py", "_mirrored")]))
+
 _SITE = textwrap.dedent('''
     import cProfile, sys, time
     _P = cProfile.Profile
@@ -67,7 +73,7 @@ _SITE = textwrap.dedent('''
             real = spec.loader.exec_module
             def exec_module(module):
                 real(module)
-                module.TABLE_THREADS = 1
+                module._TaskTables._each = lambda tables, fn, items: [fn(i) for i in items]  # in this thread
             spec.loader.exec_module = exec_module
             return spec
     sys.meta_path.insert(0, _OneThread())
@@ -140,7 +146,12 @@ def profile_job(spark, argv: list[str], out: Path, name: str) -> dict:
     spark.profile.clear()
     BATCHES.prof, BATCHES.cpu = cProfile.Profile(time.process_time), 0.0
     prof = BATCHES.prof
+    main = cProfile.Profile(time.process_time)  # the job's thread: its start (a one-collection job's table opened)
+    cpu0 = time.process_time()
+    main.enable()
     wall, res = _job(spark, argv)
+    main.disable()
+    process_cpu = time.process_time() - cpu0
     driver_cpu = BATCHES.cpu
     (out / name).mkdir(parents=True, exist_ok=True)
     prof.dump_stats(str(out / name / "driver.pstats"))
@@ -148,7 +159,10 @@ def profile_job(spark, argv: list[str], out: Path, name: str) -> dict:
     tasks = [str(p) for p in (out / name / "tasks").glob("*.pstats")]
     task_stats = pstats.Stats(*tasks) if tasks else None
     drv = pstats.Stats(str(out / name / "driver.pstats"))
-    return {"wall_s": round(wall, 2), "batches": res.get("batches"), "driver_cpu_s": round(driver_cpu, 2),
+    main.dump_stats(str(out / name / "job_thread.pstats"))
+    start = _stage_seconds(pstats.Stats(str(out / name / "job_thread.pstats")), START_STAGES)
+    return {"wall_s": round(wall, 2), "batches": res.get("batches"), "driver_process_cpu_s": round(process_cpu, 2),
+            "job_thread_start": start, "batch_thread_cpu_s": round(driver_cpu, 2),
             "driver": _stage_seconds(drv, DRIVER_STAGES),
             "tasks_cpu_s": _total(task_stats) if task_stats else 0.0,
             "tasks": _stage_seconds(task_stats, TASK_STAGES) if task_stats else {},
