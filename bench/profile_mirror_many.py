@@ -27,7 +27,7 @@ TASK_STAGES = [
     ("source read (log read and decoded, rows built)", [("source/read.py", "read_range")]),
     ("  of which: pieces packed as Arrow IPC", [("source/multi.py", "_pieces")]),
     ("split by collection + pieces unpacked", [("spark/mirror_many_write.py", "split"),
-                                              ("spark/mirror_many_split.py", "split")]),
+                                              ("source/pieces.py", "split")]),
     ("task writer: collapse, files written (all)", [("mirror/write/layout.py", "add")]),
     ("  of which: collapse", [("mirror/collapse.py", "collapse")]),
     ("  of which: Parquet write", [("mirror/store/parquet.py", "write_table")]),

@@ -10,7 +10,7 @@ The steps, for the tables ``todo`` the batch touches (each a ``spark.mirror_many
    (a batch the table already holds is skipped; an earlier attempt's files cleared; the columns a schema change
    added made), the table's ``WriteSpec`` and this attempt's directory;
 2. one Spark job over the batch's rows: each task splits its rows by collection id, unpacks each collection's
-   rows with its schema (``spark.mirror_many_split``: column-wise, the pieces read in place) and writes them with
+   rows with its schema (``source.pieces``: column-wise, the pieces read in place) and writes them with
    that table's spec into that table's attempt directory (``spark.mirror_tasks``: the same writing tasks as a
    one-collection batch's, several targets); a table whose share of the batch is small takes it in one task (one
    data file), a table with a DropPartition or a Truncate in the batch takes its rows and the deletes they amount
@@ -42,8 +42,8 @@ from msgstream_spark.mirror.store.writer import hold_lease
 from msgstream_spark.mirror.write.batch import begin_write, finish_batch, pin_log
 from msgstream_spark.mirror.write.taskplan import changes_count, changes_files, written_schema
 from msgstream_spark.source.multi import KIND_ROWS
+from msgstream_spark.source.pieces import split_fn, unpack_fn
 from msgstream_spark.spark.mirror import SparkRunner
-from msgstream_spark.spark.mirror_many_split import split_fn, unpack_fn
 from msgstream_spark.spark.mirror_tasks import (
     PlanTarget,
     Traffic,

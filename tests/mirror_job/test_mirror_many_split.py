@@ -1,4 +1,4 @@
-"""A database job's writing task splits its packed rows by collection column-wise (``spark.mirror_many_split``):
+"""A database job's writing task splits its packed rows by collection column-wise (``source.pieces``):
 each collection's rows are what ``source.multi.unpack`` makes of its pieces (the reference: a piece at a time,
 its bytes copied into Python), for inserts, deletes (``$key``), pieces of several shapes, a batch column that is
 a slice of a larger one, and a snapshot time; no Spark."""
@@ -11,8 +11,8 @@ import pyarrow.compute as pc
 from msgstream_spark.msg.schema import collection_arrow_schema
 from msgstream_spark.source.arrow import read_table
 from msgstream_spark.source.multi import unpack
+from msgstream_spark.source.pieces import pieces, split_fn, unpack_fn
 from msgstream_spark.source.rows import rows_arrow_schema
-from msgstream_spark.spark.mirror_many_split import pieces, split_fn, unpack_fn
 from tests.mirror_job.many_log import ManyLog, schema
 
 

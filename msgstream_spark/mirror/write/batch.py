@@ -105,8 +105,8 @@ def run_batch(table: Any, runner: Runner, *, query_id: str, batch_id: int, hold:
 
 def pin_log(table: Any, pinned: bool) -> None:
     """A batch's reads of the table's log between :func:`begin_write` (``pinned``) and the end of
-    :func:`finish_batch` (False): one read of it answers them all (Delta: ``pin_log``; a format without it reads
-    as it always does). The commit's own fence stays: a version another writer took since refuses it."""
+    :func:`finish_batch` (False): one read at the begin answers the checks, the live files and the schema, the
+    commit reads it again for its own checks (Delta: ``pin_log``; a format without it reads as it always does)."""
     pin = getattr(table, "pin_log", None)
     if pin is not None:
         pin(pinned)

@@ -5,9 +5,8 @@ the batch id) in the same commit as the data. delta-rs does not itself refuse a 
 (delta-rs issues 2580, 3821), so ``commit`` reads the last version of the app id from the log first
 (``LogState.txns``) and skips a batch already in the table. One writer at a time.
 
-A batch reads the log once (``pin_log``): its checks, live files, schema and commit answer from that read. The
-commit's put-if-absent fences it: a version another writer took since refuses it, and the commit then reads the
-log anew, so that its checks say why (the batch already in, a higher writer epoch, the fence).
+A batch reads the log at its begin (``pin_log``: its epoch and exactly-once checks, live files and schema answer
+from that read) and at its commit (which checks the batch, the writer epoch and the fence on what it reads then).
 """
 
 from __future__ import annotations
@@ -53,7 +52,7 @@ from msgstream_spark.mirror.formats.delta.log import (
 )
 from msgstream_spark.mirror.formats.delta.retention import TOMBSTONE_RETENTION_KEY, interval_ms, removed_after
 from msgstream_spark.mirror.formats.detect import refuse_occupied
-from msgstream_spark.mirror.store import AlreadyExists, Store, open_store, uri
+from msgstream_spark.mirror.store import Store, open_store, uri
 
 CHECKPOINT_EVERY = 100  # commits between checkpoints (Delta's default delta.checkpointInterval)
 
@@ -225,16 +224,8 @@ class DeltaMirrorTable:
         """One Delta version: the new files, a deletion vector per file that loses rows, the batch's ``txn``.
         Fenced: published as version ``plan.base + 1`` (a put that fails if another writer took it), refused
         when the table moved since the plan's lookup, or when it holds a writer epoch above ``epoch``."""
-        try:
-            return self._commit(plan, query_id, batch_id, commit_info, epoch, True)
-        except _Behind:  # the batch's read of the log is behind: read anew, the checks say why or it lands after
-            self._looked = False
-            return self._commit(plan, query_id, batch_id, commit_info, epoch, False)
-
-    def _commit(self, plan: Plan, query_id: str, batch_id: int, commit_info: dict[str, str] | None,
-                epoch: int | None, first: bool) -> bool:
+        self._looked = False  # the commit checks the log as it is now (in a batch too)
         state = self._state()
-        behind = first and self._pinned  # a version taken since the batch's read: _Behind, read anew
         done = state.txns.get(query_id)
         if done is not None and done >= batch_id:
             return False
@@ -255,13 +246,8 @@ class DeltaMirrorTable:
                                     "stats": loose_stats(cur.get("stats"))}})
         actions.append({"txn": {"appId": query_id, "version": int(batch_id), "lastUpdated": now}})
         version = state.version + 1
-        try:
-            write_commit(self.store, self.root, version, actions, "MERGE",
-                         {**(commit_info or {}), PROP_QUERY: query_id, PROP_BATCH: str(batch_id)})
-        except MirrorError as e:
-            if behind and isinstance(e.__cause__, AlreadyExists):
-                raise _Behind from e
-            raise
+        write_commit(self.store, self.root, version, actions, "MERGE",
+                     {**(commit_info or {}), PROP_QUERY: query_id, PROP_BATCH: str(batch_id)})
         state.adopt(version, actions)  # ours: the next batch's log state does not read it back
         for path, dv in dv_of.items():  # the next batch's live files: the vectors known, not read back one by one
             self._dvs[dv_id(dv)] = np.unique(np.asarray(vectors[path], dtype=np.uint64))
@@ -395,7 +381,3 @@ class DeltaMirrorTable:
         dt = self._table()
         dt.update_incremental()
         return scan(dt, self.schema, columns)
-
-
-class _Behind(Exception):
-    """A commit's version was taken since the batch read the log (``pin_log``): read it anew."""

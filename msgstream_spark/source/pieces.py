@@ -1,8 +1,8 @@
-"""A database job's writing task's rows split by collection, column-wise: each collection's pieces (``payload``,
-an Arrow IPC stream each: ``source.multi``'s ``collections`` output) read in place from the batch's binary column
-(no copy of their bytes into Python objects), the pieces of one shape concatenated and conformed to the
-collection's ``rows`` schema once, not piece by piece (``source.multi.unpack`` takes Python bytes and
-conforms each piece)."""
+"""The ``collections`` output's rows split by collection, column-wise (a database job's writing task's ``split``):
+each collection's pieces (``payload``, an Arrow IPC stream each: ``source.multi``) read in place from the batch's
+binary column (no copy of their bytes into Python objects), the pieces of one shape concatenated and conformed to
+the collection's ``rows`` schema once, not piece by piece (``source.multi.unpack`` takes Python bytes and conforms
+each piece)."""
 
 from __future__ import annotations
 
