@@ -1,9 +1,10 @@
 """What a database job's batch reads of each Delta table's log on S3 (issue #44, the load phase): the table's next
 version is looked for twice per table and batch, at the batch's begin (its epoch and exactly-once checks, the
 planning's live files, its schema answer from that read) and at its commit (which checks the log as it is then);
-it was 5 times, then delta-rs's handle brought up to date after the commit (a listing and a GET of the version
-just written) and the version after it looked for by the maintenance's figures and the metrics. Counted on the
-S3 server's own request log, over the batch alone (the job's start reads each log whole)."""
+it was 4 times (the epoch check, the exactly-once check, the live files, the commit), then delta-rs's handle
+brought up to date after the commit (a listing, the version just written read back twice) and the version after
+it looked for by the maintenance's figures and the metrics: 8 GETs. Counted on the S3 server's own request log,
+over the batch alone (the job's start reads each log whole)."""
 
 from __future__ import annotations
 
