@@ -17,6 +17,7 @@ import argparse
 import json
 import os
 import pstats
+import shutil
 import sys
 import tempfile
 import textwrap
@@ -207,6 +208,8 @@ def main(argv: list[str] | None = None) -> int:
               "one": profile_job(spark, s.one(), out, "one"), "load_end": load_average(), "pstats": str(out)}
     print(json.dumps(result, indent=1), flush=True)
     spark.stop()
+    shutil.rmtree(work, ignore_errors=True)  # the logs and tables (the profiles stay in ``out``)
+    shutil.rmtree(site, ignore_errors=True)
     return 0
 
 
