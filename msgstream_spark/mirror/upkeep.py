@@ -63,7 +63,8 @@ class Upkeep:
     def figures(self) -> TableFigures:
         """The table's live files as the policy reads them (the batch's own state: no extra read on Delta;
         Iceberg's manifests read once per snapshot)."""
-        files = self.table.live_files()
+        known = getattr(self.table, "known_files", None)  # Delta: as the batch's read left them (no read)
+        files = known() if known is not None else self.table.live_files()
         half = self.policy.target_bytes // 2
         return TableFigures(  # a small file is small with deleted rows too (the compaction rewrites those all)
             files=len(files), small_files=sum(1 for f in files if 0 < f.size < half),

@@ -10,11 +10,12 @@ The steps, for the tables ``todo`` the batch touches (each a ``spark.mirror_many
    (a batch the table already holds is skipped; an earlier attempt's files cleared; the columns a schema change
    added made), the table's ``WriteSpec`` and this attempt's directory;
 2. one Spark job over the batch's rows: each task splits its rows by collection id, unpacks each collection's
-   rows with its schema and writes them with that table's spec into that table's attempt directory
-   (``spark.mirror_tasks``: the same writing tasks as a one-collection batch's, several targets); a table whose
-   share of the batch is small takes it in one task (one data file), a table with a DropPartition or a Truncate
-   in the batch takes its rows and the deletes they amount to (``spark.removals``) in tasks of its own, all in
-   the same job; the driver receives per table the narrow rows a one-collection batch's tasks return;
+   rows with its schema (``source.pieces``: column-wise, the pieces read in place) and writes them with
+   that table's spec into that table's attempt directory (``spark.mirror_tasks``: the same writing tasks as a
+   one-collection batch's, several targets); a table whose share of the batch is small takes it in one task (one
+   data file), a table with a DropPartition or a Truncate in the batch takes its rows and the deletes they amount
+   to (``spark.removals``) in tasks of its own, all in the same job; the driver receives per table the narrow
+   rows a one-collection batch's tasks return;
 3. one Spark job planning every table (a task per table: its keys looked up in its live files, read at the
    version its commit is fenced at);
 4. the driver commits each table (``table_concurrency`` at once; 1: in collection id order), fenced, exactly once,
@@ -35,13 +36,13 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from msgstream_spark.mirror.store import LeaseLost, io_totals
 from msgstream_spark.mirror.store.writer import hold_lease
-from msgstream_spark.mirror.write.batch import begin_write, finish_batch
+from msgstream_spark.mirror.write.batch import begin_write, finish_batch, pin_log
 from msgstream_spark.mirror.write.taskplan import changes_count, changes_files, written_schema
-from msgstream_spark.source.multi import KIND_ROWS, unpack
+from msgstream_spark.source.multi import KIND_ROWS
+from msgstream_spark.source.pieces import split_fn, unpack_fn
 from msgstream_spark.spark.mirror import SparkRunner
 from msgstream_spark.spark.mirror_tasks import (
     PlanTarget,
@@ -56,33 +57,6 @@ from msgstream_spark.spark.mirror_tasks import (
 from msgstream_spark.spark.removals import Target, with_removals
 
 log = logging.getLogger(__name__)
-
-
-def unpack_fn(schema: pa.Schema, pk: str, min_ts: int | None):
-    """A task's packed rows (``payload``, one column) of one collection as its ``rows`` Arrow batches."""
-    def rows(batches):
-        for b in batches:
-            if b.num_rows:
-                yield from unpack(b.column(0).to_pylist(), schema, pk, min_ts).to_batches()
-
-    return rows
-
-
-def _split_fn(tables: dict[int, tuple[pa.Schema, str, int | None]]):
-    """A writing task's ``split``: its packed rows (``_collection``, ``payload``) by collection id, each
-    collection's unpacked with its table's (rows schema, primary key, snapshot time)."""
-    def split(b: pa.RecordBatch):
-        cids = b.column(0)
-        for cid in pc.unique(cids).to_pylist():
-            if cid not in tables:
-                continue
-            schema, pk, min_ts = tables[cid]
-            mine = b.filter(pc.equal(cids, cid))
-            got = unpack(mine.column(1).to_pylist(), schema, pk, min_ts)
-            if got.num_rows:
-                yield cid, got
-
-    return split
 
 
 class Turn:
@@ -132,6 +106,21 @@ class ManyWrite:
         """Batch ``batch_id`` (``df``: its rows) into the tables ``todo`` (``removals``: the DropPartition /
         Truncate of some, by collection id; ``one_task``: the rows of the tables whose share goes to one task)."""
         turns = [Turn(m, removals.get(m.sink.collection_id)) for m in todo]
+        try:
+            self._steps(df, batch_id, turns, one_task, concurrency)
+        finally:  # a table whose batch failed between its begin and its commit: its log read anew from now on
+            for t in turns:
+                pin_log(t.sink.table, False)
+        failed = [t for t in turns if t.error is not None]
+        for t in failed:  # a lease found lost is given up: a later batch (a restarted query) takes it anew
+            if isinstance(t.error, LeaseLost) or (t.hold is not None and t.hold.lease.lost):
+                self.release(t.cid)
+        if failed:  # every table's outcome is known before the batch fails (the others committed or not)
+            for t in failed[1:]:
+                log.error("batch %d: table %s failed too: %s", batch_id, t.sink.table.location, t.error)
+            raise failed[0].error
+
+    def _steps(self, df, batch_id: int, turns: list[Turn], one_task: dict[int, int], concurrency: int) -> None:
         _pool(concurrency, [lambda t=t: _guarded(t, batch_id, lambda: self._begin(t, batch_id)) for t in turns])
         live = [t for t in turns if t.error is None and t.spec is not None]
         if live:
@@ -141,14 +130,6 @@ class ManyWrite:
         if live:
             _all(live, batch_id, lambda: self._plan(df.sparkSession, batch_id, live, concurrency))
         self._commit(turns, batch_id, concurrency)
-        failed = [t for t in turns if t.error is not None]
-        for t in failed:  # a lease found lost is given up: a later batch (a restarted query) takes it anew
-            if isinstance(t.error, LeaseLost) or (t.hold is not None and t.hold.lease.lost):
-                self.release(t.cid)
-        if failed:  # every table's outcome is known before the batch fails (the others committed or not)
-            for t in failed[1:]:
-                log.error("batch %d: table %s failed too: %s", batch_id, t.sink.table.location, t.error)
-            raise failed[0].error
 
     def hold(self, t: Turn) -> Any:
         """The table's lease: taken at its first batch (its ``MirrorBatch``'s ``lock`` from then on, each batch
@@ -210,7 +191,7 @@ class ManyWrite:
             if group:  # a bin of small shares: one task, a data file per table; the large ones: a task per partition
                 part = packed.where(F.col("_collection").isin([t.cid for t in group]))
                 part = part.coalesce(1) if group[0].cid in one_task else part
-                split = _split_fn({t.cid: (t.m.rows_schema, t.m.pk, t.m.min_ts) for t in group})
+                split = split_fn({t.cid: (t.m.rows_schema, t.m.pk, t.m.min_ts) for t in group})
                 frames.append(writing(part, {t.cid: (t.spec, t.run.attempt) for t in group}, split, kill, traffic))
         for t in (t for t in live if t.removals):  # DropPartition / Truncate: their deletes with the rows
             m = t.m

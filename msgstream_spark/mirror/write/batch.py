@@ -94,8 +94,22 @@ def run_batch(table: Any, runner: Runner, *, query_id: str, batch_id: int, hold:
     spec = begin_write(table, runner, query_id=query_id, batch_id=batch_id, hold=hold)
     if spec is None:
         return None
-    return finish_batch(table, runner, runner.write(spec), query_id=query_id, batch_id=batch_id, hold=hold,
+    try:
+        written = runner.write(spec)
+    except BaseException:
+        pin_log(table, False)
+        raise
+    return finish_batch(table, runner, written, query_id=query_id, batch_id=batch_id, hold=hold,
                         commit_info=commit_info)
+
+
+def pin_log(table: Any, pinned: bool) -> None:
+    """A batch's reads of the table's log between :func:`begin_write` (``pinned``) and the end of
+    :func:`finish_batch` (False): one read at the begin answers the checks, the live files and the schema, the
+    commit reads it again for its own checks (Delta: ``pin_log``; a format without it reads as it always does)."""
+    pin = getattr(table, "pin_log", None)
+    if pin is not None:
+        pin(pinned)
 
 
 def begin_write(table: Any, runner: Runner, *, query_id: str, batch_id: int,
@@ -103,20 +117,29 @@ def begin_write(table: Any, runner: Runner, *, query_id: str, batch_id: int,
     """A batch's first steps: begun (None: the batch is already in the table), the table given the batch's
     columns; the spec its files are written with. A job writing many tables' files in one Spark job (the database
     job, ``spark.mirror_many_write``) takes each table through this, writes, then :func:`finish_batch`."""
-    if not runner.begin(table, hold, query_id, batch_id):
-        return None
-    table.prepare(runner.columns())
-    return table.write_spec()
+    pin_log(table, True)
+    try:
+        if not runner.begin(table, hold, query_id, batch_id):
+            pin_log(table, False)
+            return None
+        table.prepare(runner.columns())
+        return table.write_spec()
+    except BaseException:
+        pin_log(table, False)
+        raise
 
 
 def finish_batch(table: Any, runner: Runner, written: Any, *, query_id: str, batch_id: int,
                  hold: Hold | None = None, commit_info: dict[str, str] | None = None) -> Plan | None:
     """A batch's last steps once its files are written: planned, committed (fenced, once), ended; the plan
     committed, or None if the batch is already in the table."""
-    p, collections = runner.plan(table, written)
-    done = commit_plan(table, p, collections, query_id=query_id, batch_id=batch_id, commit_info=commit_info,
-                       hold=hold)
-    runner.end(table, hold, written, done is not None)
+    try:
+        p, collections = runner.plan(table, written)
+        done = commit_plan(table, p, collections, query_id=query_id, batch_id=batch_id, commit_info=commit_info,
+                           hold=hold)
+        runner.end(table, hold, written, done is not None)
+    finally:
+        pin_log(table, False)
     return done
 
 

@@ -55,6 +55,17 @@ def write_changes(changes: pa.Table, spec: WriteSpec) -> pa.Table:
         w.close()
 
 
+def data_file_options(schema: pa.Schema) -> dict:
+    """``ParquetWriter`` options of a batch's data files: zstd, a dictionary for every column but float vectors
+    (their floats only pay for a dictionary that never fills: a 5k-row file of 64-d vectors took 10x the time
+    and came out a third larger; a 50k-row one, 1.8x the time), as a snapshot's files (``snapshot_options``)."""
+    def vector(t: pa.DataType) -> bool:
+        lists = pa.types.is_list(t) or pa.types.is_large_list(t) or pa.types.is_fixed_size_list(t)
+        return lists and pa.types.is_floating(t.value_type)
+
+    return {"compression": "zstd", "use_dictionary": [f.name for f in schema if not vector(f.type)]}
+
+
 class TaskWriter:
     """A task's share of a micro-batch, chunk by chunk (memory: one chunk): the newest change per key of each
     chunk is kept; its rows of ``insert`` and ``update`` changes (the key's new version) are appended to this
@@ -118,7 +129,8 @@ class TaskWriter:
             opener = getattr(self.spec.finish, "open", None)  # a format writing its own file from the rows
             out = opener(self.store, self.spec, path) if opener is not None else None
             if out is None:
-                out = ParquetOut(self.store, path, self.spec.schema, self.spec.pk, compression="zstd")
+                out = ParquetOut(self.store, path, self.spec.schema, self.spec.pk,
+                                 **data_file_options(self.spec.schema))
             f = self._files[key] = [path, out, 0, []]
         f[1].write_table(rows, row_group_size=128 * 1024)
         f[2] += rows.num_rows

@@ -7,7 +7,10 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+import pyarrow as pa
+
 from msgstream_spark.errors import MirrorError
+from msgstream_spark.mirror.common import PROP_PREFIX, conform
 from msgstream_spark.mirror.store import mask
 
 # storage options delta-rs reads for its own S3 log store (not object_store's keys): given to delta-rs only
@@ -43,3 +46,23 @@ def is_table(location: str, root: str, options: Mapping[str, str]) -> bool:
         return deltalake().DeltaTable.is_deltatable(root, storage_options=dict(options))
     except OSError as e:
         raise unreadable(location, "listing its log (_delta_log/)", e, options) from e
+
+
+def stored_properties(location: str, root: str, options: Mapping[str, str]) -> dict[str, str]:
+    """The ``msgstream.*`` properties of the Delta table at ``root``; MirrorError if there is none."""
+    if not is_table(location, root, options):
+        raise MirrorError(f"no Delta table at {location}")
+    conf = table_at(location, root, options).metadata().configuration
+    return {k: v for k, v in conf.items() if k.startswith(PROP_PREFIX)}
+
+
+def scan(dt: Any, schema: Any, columns: list[str] | None = None) -> Any:
+    """The rows of delta-rs's handle ``dt`` (its table's Arrow ``schema``) as plain delta-rs reads them (its
+    DataFusion scan once deletion vectors are on); ``columns``: only these, projected in the scan."""
+    if columns is not None:
+        schema = pa.schema([schema.field(c) for c in columns])
+    if "deletionVectors" in (dt.protocol().reader_features or []):
+        what = "*" if columns is None else ", ".join(f'"{c}"' for c in columns)
+        got = pa.table(deltalake().QueryBuilder().register("t", dt).execute(f"SELECT {what} FROM t").read_all())
+        return conform(got, schema)  # DataFusion hands strings as string_view
+    return pa.table(dt.to_pyarrow_table(columns=columns))

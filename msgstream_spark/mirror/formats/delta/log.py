@@ -153,16 +153,16 @@ class LogState:
         if "add" in action:
             a = action["add"]
             self.files[unquote(a["path"])] = a
-            self.removes.pop((unquote(a["path"]), _dv_id(a.get("deletionVector"))), None)
+            self.removes.pop((unquote(a["path"]), dv_id(a.get("deletionVector"))), None)
         elif "txn" in action:
             self.txns[action["txn"]["appId"]] = int(action["txn"]["version"])
             self.txn_actions[action["txn"]["appId"]] = action["txn"]
         elif "remove" in action:
             r = action["remove"]
             cur = self.files.get(unquote(r["path"]))
-            if cur is not None and _dv_id(cur.get("deletionVector")) == _dv_id(r.get("deletionVector")):
+            if cur is not None and dv_id(cur.get("deletionVector")) == dv_id(r.get("deletionVector")):
                 del self.files[unquote(r["path"])]
-            self.removes[(unquote(r["path"]), _dv_id(r.get("deletionVector")))] = r
+            self.removes[(unquote(r["path"]), dv_id(r.get("deletionVector")))] = r
         elif "metaData" in action:
             self.metadata = action["metaData"]
         elif "protocol" in action:
@@ -230,7 +230,8 @@ def _json_form(v):
 _MAPS = ("partitionValues", "tags", "options", "configuration")
 
 
-def _dv_id(dv: dict | None) -> tuple | None:
+def dv_id(dv: dict | None) -> tuple | None:
+    """A deletion vector descriptor's identity (None: no vector)."""
     if not dv:
         return None
     return dv.get("storageType"), dv.get("pathOrInlineDv"), dv.get("offset")
@@ -328,3 +329,27 @@ def removal(add: dict, now: int) -> dict:
     if add.get("deletionVector"):
         r["deletionVector"] = add["deletionVector"]
     return r
+
+
+def enable_dvs(protocol: dict, metadata: dict) -> list[dict]:
+    """The protocol and metadata actions that turn deletion vectors on (none if they are: once per table), from
+    the log's current ones: reader 3 / writer 7, listing the features the table's legacy versions supported (the
+    protocol's table) and deletion vectors; the metadata as it is, ``delta.enableDeletionVectors`` set."""
+    if "deletionVectors" in (protocol.get("readerFeatures") or []):
+        return []
+    implied_reader, implied_writer = legacy_features(protocol["minReaderVersion"], protocol["minWriterVersion"],
+                                                     protocol.get("writerFeatures"))
+    writer = sorted({*(protocol.get("writerFeatures") or []), "deletionVectors", *implied_writer})
+    reader = sorted({*(protocol.get("readerFeatures") or []), "deletionVectors", *implied_reader})
+    meta = {**metadata, "configuration": {**(metadata.get("configuration") or {}),
+                                          "delta.enableDeletionVectors": "true"}}
+    return [{"protocol": {"minReaderVersion": 3, "minWriterVersion": 7, "readerFeatures": reader,
+                          "writerFeatures": writer}},
+            {"metaData": meta}]
+
+
+def key_bounds(raw_stats: str, pk: str) -> tuple:
+    """(key min, key max, rows) of an add's stats JSON (None bounds: no stats)."""
+    stats = json.loads(raw_stats)
+    return (stats.get("minValues", {}).get(pk), stats.get("maxValues", {}).get(pk),
+            int(stats.get("numRecords") or 0))

@@ -1,14 +1,16 @@
 """The mirrored table as Delta Lake, through delta-rs (``deltalake``, no JVM).
 
 Exactly once: every batch's commit carries a Delta application transaction (app id = the query id, version =
-the batch id) in the same commit as the data. delta-rs does not itself refuse a repeated
-(app id, version) (delta-rs issues 2580, 3821), so ``commit`` reads the last version of the app id from the log
-first (``LogState.txns``) and skips a batch already in the table. One writer at a time.
+the batch id) in the same commit as the data. delta-rs does not itself refuse a repeated (app id, version)
+(delta-rs issues 2580, 3821), so ``commit`` reads the last version of the app id from the log first
+(``LogState.txns``) and skips a batch already in the table. One writer at a time.
+
+A batch reads the log at its begin (``pin_log``: its epoch and exactly-once checks, live files and schema answer
+from that read) and at its commit (which checks the batch, the writer epoch and the fence on what it reads then).
 """
 
 from __future__ import annotations
 
-import json
 import time
 
 import numpy as np
@@ -24,7 +26,6 @@ from msgstream_spark.mirror.common import (
     check_epoch,
     check_identity,
     check_prefix,
-    conform,
     identity_properties,
     new_fields,
     schema_difference,
@@ -34,12 +35,14 @@ from msgstream_spark.mirror.formats.base import DATA_DIR, LiveFile, LiveFiles, P
 from msgstream_spark.mirror.formats.delta import checkpoint
 from msgstream_spark.mirror.formats.delta.dv import dv_file_path, read_dv, write_dv_file
 from msgstream_spark.mirror.formats.delta.handle import deltalake as _deltalake
-from msgstream_spark.mirror.formats.delta.handle import is_table, table_at
+from msgstream_spark.mirror.formats.delta.handle import is_table, scan, stored_properties, table_at
 from msgstream_spark.mirror.formats.delta.log import (
     LogState,
     add_of,
     data_files,
-    legacy_features,
+    dv_id,
+    enable_dvs,
+    key_bounds,
     loose_stats,
     removal,
     write_commit,
@@ -64,7 +67,9 @@ class DeltaMirrorTable:
         self.collection = collection
         self.pk = pk
         self.collection_id = collection_id
-        self._dt = None
+        self._dt, self._behind = None, False  # delta-rs's handle; behind: a version of ours not in it yet
+        self._pinned = self._looked = False  # a batch's one read of the log (pin_log): asked for, made
+        self._schemas: dict[str, pa.Schema] = {}  # a schemaString's Arrow schema
         self.store = store if store is not None else open_store(location)
         self.root = uri.parse(location).uri()  # a local path made absolute, or the URI
         self._log: LogState | None = None
@@ -103,40 +108,57 @@ class DeltaMirrorTable:
     def stored_properties(location: str, storage_options: dict | None = None) -> dict[str, str]:
         """The ``msgstream.*`` properties of the Delta table at ``location``; MirrorError if there is none."""
         so = open_store(location, storage_options).storage_options()
-        root = uri.parse(location).uri()
-        if not is_table(location, root, so):
-            raise MirrorError(f"no Delta table at {location}")
-        conf = table_at(location, root, so).metadata().configuration
-        return {k: v for k, v in conf.items() if k.startswith(PROP_PREFIX)}
+        return stored_properties(location, uri.parse(location).uri(), so)
 
-    def _table(self):
+    def _exists(self) -> None:
         if self._dt is None:
             raise MirrorError(f"no Delta table at {self.location} (open it with create=True or add_files first)")
+
+    def _table(self):
+        """delta-rs's handle, up to date with the versions this writer published."""
+        self._exists()
+        if self._behind:
+            self._behind = False
+            self._dt.update_incremental()
         return self._dt
+
+    def pin_log(self, pinned: bool = True) -> None:
+        """A batch begins (``pinned``): the log is read once (at the next read) and every read until its end
+        (False) answers from that read and this writer's own commits; outside a batch each read reads it."""
+        self._pinned, self._looked = pinned, False
 
     @property
     def schema(self) -> pa.Schema:
+        if self._pinned:  # the batch's read of the log (delta-rs's handle is not brought up to date for it)
+            raw = self._state().metadata["schemaString"]
+            if raw not in self._schemas:
+                self._schemas = {raw: pa.schema(_deltalake().Schema.from_json(raw).to_arrow())}
+            return self._schemas[raw]
         return pa.schema(self._table().schema().to_arrow())
 
     def properties(self) -> dict[str, str]:
-        conf = self._table().metadata().configuration
+        conf = self._state().metadata["configuration"] if self._pinned else self._table().metadata().configuration
         return {k: v for k, v in conf.items() if k.startswith(PROP_PREFIX)}
 
     def set_properties(self, properties: dict[str, str]) -> None:
         check_prefix(properties)
         self._table().alter.set_table_properties(dict(properties), raise_if_not_exists=False)
+        self._looked = False  # delta-rs's version: read at the next look
 
     def last_batch(self, query_id: str) -> int | None:
         """From the log state the commit checks too, which reads only the commits since its last read (delta-rs's
-        ``transaction_version`` replays every commit since the last checkpoint on each call: on S3, up to 100
-        GETs of commits that grow with the files a batch touches, twice per batch)."""
-        self._table()
+        ``transaction_version`` replays every commit since the last checkpoint on each call)."""
+        self._exists()
         return self._state().txns.get(query_id)
 
     def _state(self) -> LogState:
+        """The log state, the versions published since the last read read first (in a batch: once, ``pin_log``)."""
         if self._log is None:
             self._log = LogState(self.store, self.root)
-        return self._log.refresh()
+        if not (self._pinned and self._looked):
+            self._log.refresh()
+            self._looked = self._pinned
+        return self._log
 
     def prepare(self, columns: pa.Schema) -> None:
         """Add the collection fields ``columns`` carry that the table lacks (before tasks write files)."""
@@ -150,29 +172,33 @@ class DeltaMirrorTable:
         return WriteSpec(schema, self.pk, uri.join(self.root, DATA_DIR), None if snap is None else int(snap),
                          schema.field(self.pk).type, storage=dict(self.store.options))
 
-    def live_files(self) -> LiveFiles:
+    def live_files(self, state: LogState | None = None) -> LiveFiles:
         """The live data files with key bounds and deleted positions, and the log version they are of. Parsed
         stats and read vectors are kept for the files still live only: a batch costs O(files), and a
         long-running job's memory stays that."""
         out, dvs, stats = [], {}, {}
-        state = self._state()
+        state = self._state() if state is None else state
         for rel, add in state.files.items():
             raw = add.get("stats") or "{}"
-            got = stats[raw] = self._stats.get(raw) or _bounds(raw, self.pk)
+            got = stats[raw] = self._stats.get(raw) or key_bounds(raw, self.pk)
             dv = add.get("deletionVector")
             path = uri.resolve(self.root, rel)
             deleted = self._deleted(dv, path)
             if dv:
-                dvs[_dv_key(dv)] = deleted
+                dvs[dv_id(dv)] = deleted
             out.append(LiveFile(path, got[0], got[1], deleted, got[2], size=int(add.get("size") or 0)))
         self._dvs, self._stats = dvs, stats
         return LiveFiles(out, state.version)
+
+    def known_files(self) -> LiveFiles:
+        """The live files as this writer's last read of the log and its commits left them (no read)."""
+        return self.live_files(self._log)
 
     def _deleted(self, dv: dict | None, path: str = "") -> np.ndarray:
         """A deletion vector's positions, cached (a vector never changes; a new one has a new offset or file)."""
         if not dv:
             return np.zeros(0, np.uint64)
-        key = _dv_key(dv)
+        key = dv_id(dv)
         got = self._dvs.get(key)
         if got is None:
             got = self._dvs[key] = read_dv(self.store, self.root, dv, path)
@@ -185,19 +211,20 @@ class DeltaMirrorTable:
 
     def writer_epoch(self) -> int:
         """The epoch of the newest writer that published one (``store/writer.py``; 0: none)."""
-        self._table()
+        self._exists()
         return self._state().txns.get(PROP_WRITER_EPOCH, 0)
 
     def publish_epoch(self, epoch: int) -> None:
         """Make ``epoch`` the table's writer epoch (a version of its own); LeaseLost if it has a higher one."""
         if write_epoch(self.store, self.root, self._state(), epoch, self.location):
-            self._dt.update_incremental()
+            self._behind = True
 
     def commit(self, plan: Plan, *, query_id: str, batch_id: int, commit_info: dict[str, str] | None = None,
                epoch: int | None = None) -> bool:
         """One Delta version: the new files, a deletion vector per file that loses rows, the batch's ``txn``.
         Fenced: published as version ``plan.base + 1`` (a put that fails if another writer took it), refused
         when the table moved since the plan's lookup, or when it holds a writer epoch above ``epoch``."""
+        self._looked = False  # the commit checks the log as it is now (in a batch too)
         state = self._state()
         done = state.txns.get(query_id)
         if done is not None and done >= batch_id:
@@ -205,23 +232,11 @@ class DeltaMirrorTable:
         check_epoch(self.location, state.txns.get(PROP_WRITER_EPOCH, 0), epoch, f"batch {batch_id} of query {query_id}")
         self._fence(plan.base, state.version, f"batch {batch_id} of query {query_id}")
         now = int(time.time() * 1000)
-        # every vector of the commit (a touched file's old deletes merged in) in one DV file: one write and
-        # one fsync per batch, not one per touched file (random keys touch every file of a large table)
-        vectors, current = {}, {}
-        for path, positions in plan.deletes.items():
-            if path in plan.adds:
-                vectors[path] = positions
-                continue
-            cur = current[path] = state.files.get(self._rel(path))
-            if cur is None:
-                raise MirrorError(f"{path} left table {self.location} after batch {batch_id} looked it up (another "
-                                  "writer: a compaction?); nothing committed, the batch runs again on restart")
-            old = self._deleted(cur.get("deletionVector"), path)
-            vectors[path] = np.union1d(old, positions) if len(old) else positions
+        vectors, current = self._vectors(state, plan, batch_id)
         dv_of = dict(zip(vectors, write_dv_file(self.store, self.root, list(vectors.values())))) if vectors else {}
         actions: list[dict] = []
         if plan.deletes:
-            actions += self._enable_dvs()
+            actions += enable_dvs(state.protocol, state.metadata)
         for path in plan.adds:
             actions.append({"add": add_of(self.store, self.root, path, self.pk, now, dv_of.get(path),
                                           plan.info.get(path))})
@@ -235,17 +250,34 @@ class DeltaMirrorTable:
                      {**(commit_info or {}), PROP_QUERY: query_id, PROP_BATCH: str(batch_id)})
         state.adopt(version, actions)  # ours: the next batch's log state does not read it back
         for path, dv in dv_of.items():  # the next batch's live files: the vectors known, not read back one by one
-            self._dvs[_dv_key(dv)] = np.unique(np.asarray(vectors[path], dtype=np.uint64))
-        self._dt.update_incremental()
+            self._dvs[dv_id(dv)] = np.unique(np.asarray(vectors[path], dtype=np.uint64))
+        self._behind = True  # delta-rs's handle brought up to date when it is used (not by a batch)
         # readers (and LogState) start from the last checkpoint: one at the first batch at or after each multiple
         # of CHECKPOINT_EVERY (that version may be another writer's, a compaction's or an epoch's)
         if version // CHECKPOINT_EVERY > max(state.checkpoint, 0) // CHECKPOINT_EVERY:
             if checkpoint.wants_v2(state):
-                self._dt.create_checkpoint()  # (v2 checkpoints: delta-rs's, with every unexpired tombstone)
+                self._table().create_checkpoint()  # (v2 checkpoints: delta-rs's, with every unexpired tombstone)
             else:  # written once, without the tombstones of files the expiry deleted (delta/checkpoint)
                 checkpoint.write(self.store, self.root, state, version, now, self.tombstone_floor_ms)
             state.checkpoint = version
         return True
+
+    def _vectors(self, state: LogState, plan: Plan, batch_id: int) -> tuple[dict, dict]:
+        """(path -> the file's deleted positions after the commit, path -> the live add of each file that was in
+        the table): every vector of the commit (a touched file's old deletes merged in) goes in one DV file, one
+        write and one fsync per batch, not one per touched file (random keys touch every file of a large table)."""
+        vectors, current = {}, {}
+        for path, positions in plan.deletes.items():
+            if path in plan.adds:
+                vectors[path] = positions
+                continue
+            cur = current[path] = state.files.get(self._rel(path))
+            if cur is None:
+                raise MirrorError(f"{path} left table {self.location} after batch {batch_id} looked it up (another "
+                                  "writer: a compaction?); nothing committed, the batch runs again on restart")
+            old = self._deleted(cur.get("deletionVector"), path)
+            vectors[path] = np.union1d(old, positions) if len(old) else positions
+        return vectors, current
 
     def _fence(self, base: int | None, current: int, what: str) -> None:
         """MirrorError if the table is no longer at version ``base`` (None: not fenced), the one planned on."""
@@ -274,7 +306,7 @@ class DeltaMirrorTable:
         actions += [{"add": {**add_of(self.store, self.root, p, self.pk, now, None), "dataChange": False}}
                     for p in new]
         write_commit(self.store, self.root, state.version + 1, actions, "OPTIMIZE", {})
-        self._dt.update_incremental()
+        self._behind = True
 
     def referenced_files(self) -> set[str]:
         """The data and deletion vector files the table's current version references (full URIs)."""
@@ -305,25 +337,6 @@ class DeltaMirrorTable:
         """The log is not vacuumed (Delta's log cleanup keeps it; time travel reads it)."""
         return []
 
-    def _enable_dvs(self) -> list[dict]:
-        """The protocol and metadata actions that turn deletion vectors on (once per table): reader 3 / writer 7,
-        listing the features the table's legacy versions supported (the protocol's table) and deletion vectors."""
-        proto = self._table().protocol()
-        if proto.reader_features and "deletionVectors" in proto.reader_features:
-            return []
-        implied_reader, implied_writer = legacy_features(proto.min_reader_version, proto.min_writer_version,
-                                                         proto.writer_features)
-        writer = sorted({*(proto.writer_features or []), "deletionVectors", *implied_writer})
-        reader = sorted({*(proto.reader_features or []), "deletionVectors", *implied_reader})
-        md = self._table().metadata()
-        meta = {"id": md.id, "name": md.name, "description": md.description,
-                "format": {"provider": "parquet", "options": {}}, "partitionColumns": list(md.partition_columns),
-                "configuration": {**md.configuration, "delta.enableDeletionVectors": "true"},
-                "createdTime": md.created_time, "schemaString": self._table().schema().to_json()}
-        return [{"protocol": {"minReaderVersion": 3, "minWriterVersion": 7, "readerFeatures": reader,
-                              "writerFeatures": writer}},
-                {"metaData": meta}]
-
     def add_files(self, paths: list[str], *, properties: dict[str, str]) -> None:
         """The Parquet files (under ``location``) become the table's version 0, with ``properties``."""
         dl = _deltalake()
@@ -334,27 +347,23 @@ class DeltaMirrorTable:
         conf = {**identity_properties(self.collection, self.pk, self.collection_id), **properties}
         write_first_version(self.store, self.root, self.collection, dl.Schema.from_arrow(schema).to_json(), conf,
                             adds)
-        self._dt = self._handle()
+        self._dt, self._behind, self._looked = self._handle(), False, False
 
     def replace_files(self, paths: list[str], *, properties: dict[str, str]) -> None:
         """One commit: the table's rows become the Parquet files' (a new snapshot), with ``properties``."""
         dl = _deltalake()
-        dt = self._table()
-        dt.update_incremental()
+        self._exists()
         check_prefix(properties)
         schema, adds = data_files(self.store, self.root, paths, self.pk)
-        md = dt.metadata()
-        conf = {**md.configuration, **identity_properties(self.collection, self.pk, self.collection_id),
-                **properties}
-        meta = {"id": md.id, "name": md.name, "description": md.description,
-                "format": {"provider": "parquet", "options": {}}, "partitionColumns": list(md.partition_columns),
-                "configuration": conf, "createdTime": md.created_time}
         state = self._state()
+        conf = {**(state.metadata.get("configuration") or {}),
+                **identity_properties(self.collection, self.pk, self.collection_id), **properties}
+        meta = {**state.metadata, "configuration": conf}  # (the same table id; the new schema written with it)
         now = int(time.time() * 1000)
         removes = [removal(a, now) for a in state.files.values()]
         write_replace_version(self.store, self.root, state.version + 1, meta, dl.Schema.from_arrow(schema).to_json(),
                               removes, adds)
-        self._dt = self._handle()
+        self._dt, self._behind, self._looked = self._handle(), False, False
 
     def evolve(self, new_schema: pa.Schema) -> None:
         add = schema_difference(self.location, self.collection, self.schema, new_schema)
@@ -364,27 +373,11 @@ class DeltaMirrorTable:
     def _add_columns(self, fields: list[pa.Field]) -> None:
         dl = _deltalake()
         self._table().alter.add_columns([dl.Field.from_arrow(f.with_nullable(True)) for f in fields])
+        self._looked = False  # delta-rs's version: read at the next look
 
     def to_arrow(self, columns: list[str] | None = None) -> pa.Table:
         """The table's rows as plain delta-rs reads them (its DataFusion scan once deletion vectors are on);
         ``columns``: only these, projected in the scan."""
-        dl = _deltalake()
         dt = self._table()
         dt.update_incremental()
-        schema = self.schema if columns is None else pa.schema([self.schema.field(c) for c in columns])
-        if "deletionVectors" in (dt.protocol().reader_features or []):
-            what = "*" if columns is None else ", ".join(f'"{c}"' for c in columns)
-            got = pa.table(dl.QueryBuilder().register("t", dt).execute(f"SELECT {what} FROM t").read_all())
-            return conform(got, schema)  # DataFusion hands strings as string_view
-        return pa.table(dt.to_pyarrow_table(columns=columns))
-
-
-def _dv_key(dv: dict) -> tuple:
-    return dv["storageType"], dv["pathOrInlineDv"], dv.get("offset")
-
-
-def _bounds(raw_stats: str, pk: str) -> tuple:
-    """(key min, key max, rows) of an add's stats JSON (None bounds: no stats)."""
-    stats = json.loads(raw_stats)
-    return (stats.get("minValues", {}).get(pk), stats.get("maxValues", {}).get(pk),
-            int(stats.get("numRecords") or 0))
+        return scan(dt, self.schema, columns)

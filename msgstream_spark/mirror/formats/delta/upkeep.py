@@ -101,8 +101,9 @@ def figures(table) -> dict[str, int]:
 
 
 def version_number(table) -> int:
-    """The table's log version."""
-    return int(table._state().version)
+    """The table's log version as this writer last read it or committed it (a batch's metrics line: no read)."""
+    known = table._log
+    return int(known.version if known is not None and known.version >= 0 else table._state().version)
 
 
 def manifests(table) -> int:

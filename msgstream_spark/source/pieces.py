@@ -1,0 +1,82 @@
+"""The ``collections`` output's rows split by collection, column-wise (a database job's writing task's ``split``):
+each collection's pieces (``payload``, an Arrow IPC stream each: ``source.multi``) read in place from the batch's
+binary column (no copy of their bytes into Python objects), the pieces of one shape concatenated and conformed to
+the collection's ``rows`` schema once, not piece by piece (``source.multi.unpack`` takes Python bytes and conforms
+each piece)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from msgstream_spark.source.multi import KEY
+
+
+def pieces(payload: pa.Array | pa.ChunkedArray) -> list[pa.Table]:
+    """The Arrow IPC streams of a binary column (nulls left out), each read over the column's own buffer."""
+    chunks = payload.chunks if isinstance(payload, pa.ChunkedArray) else [payload]
+    out = []
+    for arr in chunks:
+        if arr.null_count:
+            arr = arr.drop_null()
+        if not len(arr):
+            continue
+        _, offsets, data = arr.buffers()
+        width = np.int64 if pa.types.is_large_binary(arr.type) else np.int32
+        at = np.frombuffer(offsets, dtype=width)[arr.offset:arr.offset + len(arr) + 1]
+        for start, end in zip(at[:-1].tolist(), at[1:].tolist()):
+            out.append(pa.ipc.open_stream(data.slice(start, end - start)).read_all())
+    return out
+
+
+def conform_pieces(parts: list[pa.Table], schema: pa.Schema, pk: str, min_ts: int | None = None) -> pa.Table:
+    """The pieces of one collection as one table of ``schema`` (its ``rows`` schema), as ``source.multi.unpack``
+    makes it: columns a piece lacks null, its ``$key`` named ``pk``, rows at or before ``min_ts`` left out. The
+    pieces of one shape are conformed together."""
+    shapes: dict[pa.Schema, list[pa.Table]] = {}
+    for t in parts:
+        shapes.setdefault(t.schema, []).append(t)
+    out = []
+    for shape, same in shapes.items():
+        t = pa.concat_tables(same) if len(same) > 1 else same[0]
+        if KEY in shape.names:
+            t = t.rename_columns([pk if n == KEY else n for n in shape.names])
+        names = set(t.column_names)
+        out.append(pa.Table.from_arrays([t.column(f.name).cast(f.type) if f.name in names
+                                         else pa.nulls(t.num_rows, f.type) for f in schema], schema=schema))
+    got = pa.concat_tables(out) if len(out) > 1 else (out[0] if out else schema.empty_table())
+    if min_ts is not None and got.num_rows:
+        got = got.filter(pc.greater(got.column("_ts"), pa.scalar(min_ts, pa.int64())))
+    return got
+
+
+def split_fn(tables: dict[int, tuple[pa.Schema, str, int | None]]):
+    """A writing task's ``split``: its packed rows (``_collection``, ``payload``) by collection id, each
+    collection's conformed with its table's (rows schema, primary key, snapshot time); a collection not in
+    ``tables`` left out."""
+    def split(b: pa.RecordBatch) -> Iterator[tuple[int, pa.Table]]:
+        cids = b.column(0)
+        ids = pc.unique(cids).to_pylist()
+        for cid in ids:
+            if cid not in tables:
+                continue
+            schema, pk, min_ts = tables[cid]
+            mine = b.column(1) if len(ids) == 1 else b.column(1).filter(pc.equal(cids, cid))
+            got = conform_pieces(pieces(mine), schema, pk, min_ts)
+            if got.num_rows:
+                yield cid, got
+
+    return split
+
+
+def unpack_fn(schema: pa.Schema, pk: str, min_ts: int | None):
+    """A task's packed rows (``payload``, one column) of one collection as its ``rows`` Arrow batches."""
+    def rows(batches):
+        for b in batches:
+            if b.num_rows:
+                yield from conform_pieces(pieces(b.column(0)), schema, pk, min_ts).to_batches()
+
+    return rows
