@@ -16,8 +16,8 @@ import json
 from dataclasses import dataclass, field
 
 from tests.fixtures.waits import wait_until
-from tests.mirror_job.many_log import ManyLog
-from tests.mirror_job.test_mirror_many_beside import HOLD, _models
+from tests.mirror_job.many_log import ManyLog, listed_collections
+from tests.mirror_job.test_mirror_many_beside import HOLD
 
 A, B = ("db1", "a", 61), ("db1", "b", 62)
 
@@ -93,7 +93,7 @@ def held_snapshot_run(app, lake, log: ManyLog, state, argv: list[str], seen: dic
 
 def start_collections(log: ManyLog, state, chans: list[str]) -> None:
     """db1.a and db1.b created, listed in the proxy, ten rows each."""
-    _models(log, state, chans, A, B)
+    listed_collections(log, state, A, B)
     log.insert(A[2], range(10))
     log.insert(B[2], range(10))
     log.tick()
