@@ -11,9 +11,9 @@ from msgstream_spark.errors import MirrorError
 from msgstream_spark.mirror import apply_batch, open_table
 from msgstream_spark.mirror.maintenance import compact
 from msgstream_spark.mirror.store.writer import writer_lock
-from msgstream_spark.mirror.write.batch import commit_plan, lookup_local
-from msgstream_spark.mirror.write.layout import plan, write_changes
+from msgstream_spark.mirror.write.batch import commit_plan
 from tests.mirror.changes import FIELDS, delete, insert, model, table_state, to_arrow, upsert
+from tests.mirror.writers import planned
 
 FORMATS = ["delta", "iceberg", "lance"]
 
@@ -31,14 +31,6 @@ def _fill(t) -> list:
         assert apply_batch(t, to_arrow(b), "pk", "q", i)
     return [m for b in batches for m in b]
 
-
-def _planned(t, msgs):
-    """A batch as the write path makes it, up to its commit: files written, keys looked up, planned."""
-    changes = to_arrow(msgs)
-    t.prepare(changes.schema)
-    narrow = write_changes(changes, t.write_spec())
-    files = t.live_files()
-    return plan(narrow, lookup_local(t, narrow.column("key").combine_chunks(), files), files.version)
 
 
 def _another_writer(fmt, loc, between) -> list:
@@ -63,7 +55,7 @@ def test_a_commit_is_refused_when_the_table_moved_since_its_plan(fmt, between, t
     t = _open(fmt, loc)
     seen = _fill(t)
     mine = [*upsert(100, (1, "mine"), (2, "mine2")), insert(100, (50, "new"))]
-    p = _planned(t, mine)
+    p = planned(t, mine)
     assert p.base is not None and p.deletes
     seen += _another_writer(fmt, loc, between)
     unit = "snapshot" if fmt == "iceberg" else "version"
@@ -90,7 +82,7 @@ def test_a_commit_racing_another_writer_after_its_check_is_refused_too(fmt, tmp_
     t = _open(fmt, loc)
     seen = _fill(t)
     mine = [*upsert(100, (1, "mine"), (2, "mine2"))]
-    p = _planned(t, mine)
+    p = planned(t, mine)
     module, name = {"delta": (delta_table, "write_commit"), "iceberg": (iceberg_table, "commit_files"),
                     "lance": (LanceMirrorTable, "_commit")}[fmt]
     real = getattr(module, name)

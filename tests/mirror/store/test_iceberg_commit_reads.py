@@ -16,9 +16,9 @@ from msgstream_spark.errors import MirrorError
 from msgstream_spark.mirror import apply_batch, open_table
 from msgstream_spark.mirror.store import LeaseLost
 from msgstream_spark.mirror.upkeep import Upkeep
-from msgstream_spark.mirror.write.batch import commit_plan, lookup_local
-from msgstream_spark.mirror.write.layout import plan, write_changes
+from msgstream_spark.mirror.write.batch import commit_plan
 from tests.mirror.changes import FIELDS, delete, insert, model, table_state, to_arrow, upsert
+from tests.mirror.writers import planned
 
 
 def _open(loc: Path):
@@ -129,27 +129,19 @@ def test_another_writers_commit_is_seen_and_still_fences(tmp_path, counted):
     assert mine.last_batch("other") == 0 and table_state(mine.to_arrow()) == model(seen)
     assert mine.live_files().version == theirs.live_files().version
 
-    p = _planned(mine, _batch(3))
+    p = planned(mine, _batch(3))
     assert apply_batch(theirs, to_arrow([*upsert(110, (2, "theirs2"))]), "pk", "other", 1)
     seen += [*upsert(110, (2, "theirs2"))]
     with pytest.raises(MirrorError, match=rf"moved from snapshot {p.base}, which batch 3 of query q was planned on"):
         commit_plan(mine, p, set(), query_id="q", batch_id=3)
 
-    p = _planned(mine, _batch(3))
+    p = planned(mine, _batch(3))
     theirs.publish_epoch(7)  # a newer writer took the table over
     with pytest.raises(LeaseLost):
         mine.commit(p, query_id="q", batch_id=3, epoch=6)
     assert table_state(_plain(loc).scan().to_arrow()) == model(seen)  # nothing of the refused commits
     assert mine.last_batch("q") == 2
 
-
-def _planned(t, msgs):
-    """A batch up to its commit: files written, keys looked up, planned (fenced at the snapshot it read)."""
-    changes = to_arrow(msgs)
-    t.prepare(changes.schema)
-    narrow = write_changes(changes, t.write_spec())
-    files = t.live_files()
-    return plan(narrow, lookup_local(t, narrow.column("key").combine_chunks(), files), files.version)
 
 
 def _live(t) -> list:
