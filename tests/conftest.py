@@ -7,7 +7,10 @@ broker or an external one) and on pulsar-lite (an independent, persistent Pulsar
 
 from __future__ import annotations
 
+import atexit
 import os
+import shutil
+import tempfile
 
 import pytest
 
@@ -24,7 +27,13 @@ from tests.fixtures.login_env import DECOYS
 # PYTHON_DAEMON (a session's or --conf's own setting wins): Python workers forked with msgstream's modules already
 # imported (msgstream_spark/spark/daemon.py), each ~0.01 s of CPU before its first task instead of ~0.7 s (the
 # cluster's applications go without: tests/fixtures/spark_cluster.py).
-QUICK_JVM = jvm_options()
+# Their temporary files (block managers, artifacts, native libraries unpacked, a killed driver's leftovers) go to a
+# directory of the run's, removed when the process that made it exits: a SIGKILLed JVM cleans nothing, and a day of
+# runs left thousands of such directories in /tmp. Made once, by the first process (xdist's workers inherit it).
+if "SUITE_JVM_TMPDIR" not in os.environ:
+    os.environ["SUITE_JVM_TMPDIR"] = tempfile.mkdtemp(prefix="msgstream-suite-jvm-")
+    atexit.register(shutil.rmtree, os.environ["SUITE_JVM_TMPDIR"], True)
+QUICK_JVM = f"{jvm_options()} -Djava.io.tmpdir={os.environ['SUITE_JVM_TMPDIR']}"
 os.environ.setdefault("SPARK_SUBMIT_OPTS", f"{QUICK_JVM} {PYTHON_DAEMON}")
 os.environ.setdefault("SPARK_DAEMON_JAVA_OPTS", QUICK_JVM)
 
