@@ -185,30 +185,42 @@ _PAYLOAD = 6  # a pending output row's payload (DDL bytes, a piece's RecordBatch
 
 def _rows_batch(out: list[tuple]) -> pa.RecordBatch:
     """The pending output rows as one ``collections`` batch, column-wise: the pieces' IPC streams written one after
-    another into one buffer, which is the ``payload`` column's data (no copy of a piece into Python bytes)."""
-    sink = pa.BufferOutputStream()
-    offsets = np.zeros(len(out) + 1, dtype=np.int32)
-    valid = np.ones(len(out), dtype=bool)
+    another into one buffer of their exact size (measured first: a growing buffer's copies and fresh pages cost
+    ~10x the writes), which is the ``payload`` column's data (no copy of a piece into Python bytes)."""
+    sizes = np.zeros(len(out) + 1, dtype=np.int64)
     for i, row in enumerate(out):
         p = row[_PAYLOAD]
         if isinstance(p, pa.RecordBatch):
-            with pa.ipc.new_stream(sink, p.schema) as w:
-                w.write_batch(p)
+            sizes[i + 1] = _write_piece(pa.MockOutputStream(), p)
         elif p is not None:
-            sink.write(p)
-        else:
-            valid[i] = False
-        offsets[i + 1] = sink.tell()
-    schema = collections_arrow_schema()
-    data = sink.getvalue()
+            sizes[i + 1] = len(p)
+    offsets = np.cumsum(sizes)
     if offsets[-1] >= 2 ** 31:
         raise DecodeError(f"a read task's collections batch holds {offsets[-1]} bytes of pieces, more than a binary "
                           "column takes (2 GiB): read with a smaller maxRecordsPerPartition")
-    payload = pa.Array.from_buffers(pa.binary(), len(out), [pa.array(valid).buffers()[1] if not valid.all() else None,
-                                                           pa.py_buffer(offsets), data],
+    data = pa.allocate_buffer(int(offsets[-1]))
+    sink = pa.FixedSizeBufferWriter(data)
+    for row in out:
+        p = row[_PAYLOAD]
+        if isinstance(p, pa.RecordBatch):
+            _write_piece(sink, p)
+        elif p is not None:
+            sink.write(p)
+    valid = np.array([row[_PAYLOAD] is not None for row in out], dtype=bool)
+    payload = pa.Array.from_buffers(pa.binary(), len(out), [None if valid.all() else pa.array(valid).buffers()[1],
+                                                           pa.py_buffer(offsets.astype(np.int32)), data],
                                     null_count=int((~valid).sum()))
+    schema = collections_arrow_schema()
     cols = [payload if j == _PAYLOAD else pa.array([r[j] for r in out], f.type) for j, f in enumerate(schema)]
     return pa.RecordBatch.from_arrays(cols, schema=schema)
+
+
+def _write_piece(sink: Any, batch: pa.RecordBatch) -> int:
+    """``batch`` as an Arrow IPC stream into ``sink``; its bytes."""
+    before = sink.tell()
+    with pa.ipc.new_stream(sink, batch.schema) as w:
+        w.write_batch(batch)
+    return sink.tell() - before
 
 
 def unpack(payloads: list[bytes], schema: pa.Schema, pk: str, min_ts: int | None = None) -> pa.Table:
