@@ -26,7 +26,7 @@ from pathlib import Path
 # the stages: (name, [(file suffix, function name)]) -- cumulative CPU of the first match of each, per process
 TASK_STAGES = [
     ("source read (log read and decoded, rows built)", [("source/read.py", "read_range")]),
-    ("  of which: pieces packed as Arrow IPC", [("source/multi.py", "_pieces")]),
+    ("  of which: pieces packed as Arrow IPC", [("source/multi.py", "_pieces"), ("source/multi.py", "_rows_batch")]),
     ("split by collection + pieces unpacked", [("spark/mirror_many_write.py", "split"),
                                               ("source/pieces.py", "split")]),
     ("task writer: collapse, files written (all)", [("mirror/write/layout.py", "add")]),

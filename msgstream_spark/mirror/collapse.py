@@ -43,6 +43,8 @@ def collapse(changes: pa.Table, pk: str, where: str = "") -> pa.Table:
         last = pa.concat_arrays([*(c for c in last.chunks), pa.array([True])]) if isinstance(
             last, pa.ChunkedArray) else pa.concat_arrays([last, pa.array([True])])
         order = pc.filter(order, last)
+    if len(order) == n and bool(np.all(np.diff(order.to_numpy()) > 0)):  # keys sorted and unique: no copy
+        return changes
     return changes.take(order)
 
 

@@ -24,11 +24,11 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from msgstream_spark.errors import DecodeError
-from msgstream_spark.msg.columns import field_data_to_arrow
 from msgstream_spark.msg.types import DeleteMsg, DropPartitionMsg, InsertMsg, MsgType
 from msgstream_spark.msg.wal26 import WalMessageType, WalMsg, fields
 from msgstream_spark.msg.wal26.envelope import CONTROL_VCHANNEL_SUFFIX
@@ -110,7 +110,7 @@ class CollectionsBuilder:
         self.out: list[dict[str, Any]] = []  # DDL rows and flushed pieces, in order
         self.rows = 0
 
-    def _builder(self, msg: Any) -> RowsBuilder:
+    def _builder(self, msg: Any, values: dict[str, pa.Array] | None) -> RowsBuilder:
         cid = msg.collection_id
         if isinstance(msg, InsertMsg):
             shape: tuple = tuple((fd.field_name, fd.type) for fd in msg.proto.fields_data)
@@ -118,8 +118,8 @@ class CollectionsBuilder:
             shape = ("delete", msg.proto.primary_keys.WhichOneof("id_field"))
         got = self.builders.get((cid, shape))
         if got is None:
-            if isinstance(msg, InsertMsg):
-                fields = [pa.field(fd.field_name, field_data_to_arrow(fd).type) for fd in msg.proto.fields_data]
+            if values is not None:  # the types of the insert's columns, decoded once (``add`` uses them too)
+                fields = [pa.field(fd.field_name, values[fd.field_name].type) for fd in msg.proto.fields_data]
                 pk = None
             else:
                 fields = [pa.field(KEY, pa.string() if shape[1] == "str_id" else pa.int64())]
@@ -133,9 +133,10 @@ class CollectionsBuilder:
         """The rows of one insert or delete (``RowsBuilder.add``), into its collection's builder."""
         if not isinstance(msg, (InsertMsg, DeleteMsg)):
             return
-        b = self._builder(msg)
+        values = msg.field_arrays() if isinstance(msg, InsertMsg) else None
+        b = self._builder(msg, values)
         before = b.rows
-        b.add(msg, channel, msg_id, position)
+        b.add(msg, channel, msg_id, position, values)
         self.rows += b.rows - before
 
     def ddl(self, msg: Any) -> None:
@@ -164,25 +165,62 @@ class CollectionsBuilder:
     def _ddl_row(self, msg: Any, kind: str, name: str, db: str, payload: bytes | None, partition: int | None = None,
                  rows: int = 0) -> None:
         self._pieces()  # the rows read before it come first
-        self.out.append({"kind": kind, "_collection": msg.collection_id, "name": name, "db": db, "_ts": msg.timestamp,
-                         "rows": rows, "payload": payload, "_partition": partition, "_shard": ddl_shard(msg)})
+        self.out.append((kind, msg.collection_id, name, db, msg.timestamp, rows, payload, partition, ddl_shard(msg)))
 
     def _pieces(self) -> None:
         for b, cid, name, db in self.builders.values():
-            for batch in b.flush():
-                sink = pa.BufferOutputStream()
-                with pa.ipc.new_stream(sink, batch.schema) as w:
-                    w.write_batch(batch)
-                self.out.append({"kind": KIND_ROWS, "_collection": cid, "name": name, "db": db,
-                                 "_ts": None, "rows": batch.num_rows, "payload": sink.getvalue().to_pybytes()})
+            for batch in b.flush():  # the batch itself: written as an IPC stream into the output's buffer
+                self.out.append((KIND_ROWS, cid, name, db, None, batch.num_rows, batch, None, None))
 
     def flush(self) -> list[pa.RecordBatch]:
         self._pieces()
         out, self.out, self.rows = self.out, [], 0
         if not out:
             return []
-        schema = collections_arrow_schema()
-        return [pa.RecordBatch.from_pylist(out, schema=schema)]
+        return [_rows_batch(out)]
+
+
+_PAYLOAD = 6  # a pending output row's payload (DDL bytes, a piece's RecordBatch, None)
+
+
+def _rows_batch(out: list[tuple]) -> pa.RecordBatch:
+    """The pending output rows as one ``collections`` batch, column-wise: the pieces' IPC streams written one after
+    another into one buffer of their exact size (measured first: a growing buffer's copies and fresh pages cost
+    ~10x the writes), which is the ``payload`` column's data (no copy of a piece into Python bytes)."""
+    sizes = np.zeros(len(out) + 1, dtype=np.int64)
+    for i, row in enumerate(out):
+        p = row[_PAYLOAD]
+        if isinstance(p, pa.RecordBatch):
+            sizes[i + 1] = _write_piece(pa.MockOutputStream(), p)
+        elif p is not None:
+            sizes[i + 1] = len(p)
+    offsets = np.cumsum(sizes)
+    if offsets[-1] >= 2 ** 31:
+        raise DecodeError(f"a read task's collections batch holds {offsets[-1]} bytes of pieces, more than a binary "
+                          "column takes (2 GiB): read with a smaller maxRecordsPerPartition")
+    data = pa.allocate_buffer(int(offsets[-1]))
+    sink = pa.FixedSizeBufferWriter(data)
+    for row in out:
+        p = row[_PAYLOAD]
+        if isinstance(p, pa.RecordBatch):
+            _write_piece(sink, p)
+        elif p is not None:
+            sink.write(p)
+    valid = np.array([row[_PAYLOAD] is not None for row in out], dtype=bool)
+    payload = pa.Array.from_buffers(pa.binary(), len(out), [None if valid.all() else pa.array(valid).buffers()[1],
+                                                           pa.py_buffer(offsets.astype(np.int32)), data],
+                                    null_count=int((~valid).sum()))
+    schema = collections_arrow_schema()
+    cols = [payload if j == _PAYLOAD else pa.array([r[j] for r in out], f.type) for j, f in enumerate(schema)]
+    return pa.RecordBatch.from_arrays(cols, schema=schema)
+
+
+def _write_piece(sink: Any, batch: pa.RecordBatch) -> int:
+    """``batch`` as an Arrow IPC stream into ``sink``; its bytes."""
+    before = sink.tell()
+    with pa.ipc.new_stream(sink, batch.schema) as w:
+        w.write_batch(batch)
+    return sink.tell() - before
 
 
 def unpack(payloads: list[bytes], schema: pa.Schema, pk: str, min_ts: int | None = None) -> pa.Table:

@@ -15,19 +15,21 @@ import pyarrow.compute as pc
 from msgstream_spark.source.multi import KEY
 
 
-def pieces(payload: pa.Array | pa.ChunkedArray) -> list[pa.Table]:
-    """The Arrow IPC streams of a binary column (nulls left out), each read over the column's own buffer."""
+def pieces(payload: pa.Array | pa.ChunkedArray, rows: np.ndarray | None = None) -> list[pa.Table]:
+    """The Arrow IPC streams of a binary column (nulls left out), each read over the column's own buffer;
+    ``rows`` (a one-chunk column): only those rows' streams, in that order."""
     chunks = payload.chunks if isinstance(payload, pa.ChunkedArray) else [payload]
     out = []
     for arr in chunks:
-        if arr.null_count:
-            arr = arr.drop_null()
         if not len(arr):
             continue
         _, offsets, data = arr.buffers()
         width = np.int64 if pa.types.is_large_binary(arr.type) else np.int32
         at = np.frombuffer(offsets, dtype=width)[arr.offset:arr.offset + len(arr) + 1]
-        for start, end in zip(at[:-1].tolist(), at[1:].tolist()):
+        idx = np.arange(len(arr)) if rows is None else rows
+        if arr.null_count:
+            idx = idx[arr.is_valid().to_numpy(zero_copy_only=False)[idx]]
+        for start, end in zip(at[idx].tolist(), at[idx + 1].tolist()):
             out.append(pa.ipc.open_stream(data.slice(start, end - start)).read_all())
     return out
 
@@ -53,19 +55,23 @@ def conform_pieces(parts: list[pa.Table], schema: pa.Schema, pk: str, min_ts: in
     return got
 
 
+_NO_ID = -(2 ** 63)  # a row without a collection id (none is in a writing task's tables)
+
+
 def split_fn(tables: dict[int, tuple[pa.Schema, str, int | None]]):
     """A writing task's ``split``: its packed rows (``_collection``, ``payload``) by collection id, each
     collection's conformed with its table's (rows schema, primary key, snapshot time); a collection not in
     ``tables`` left out."""
     def split(b: pa.RecordBatch) -> Iterator[tuple[int, pa.Table]]:
-        cids = b.column(0)
-        ids = pc.unique(cids).to_pylist()
-        for cid in ids:
+        # each collection's rows by position (no filtered copy of the payload column): its pieces in batch order
+        cids = pc.fill_null(b.column(0), _NO_ID).to_numpy(zero_copy_only=False)
+        order = np.argsort(cids, kind="stable")
+        ids, starts = np.unique(cids[order], return_index=True)
+        for cid, lo, hi in zip(ids.tolist(), starts.tolist(), [*starts[1:].tolist(), len(order)]):
             if cid not in tables:
                 continue
             schema, pk, min_ts = tables[cid]
-            mine = b.column(1) if len(ids) == 1 else b.column(1).filter(pc.equal(cids, cid))
-            got = conform_pieces(pieces(mine), schema, pk, min_ts)
+            got = conform_pieces(pieces(b.column(1), order[lo:hi]), schema, pk, min_ts)
             if got.num_rows:
                 yield cid, got
 

@@ -147,11 +147,13 @@ class RowsBuilder:
             self._repeated[key] = col
         return col
 
-    def add(self, msg: TsMsg, channel: str, msg_id: bytes, position: MsgPosition | None = None) -> None:
-        """The rows of one insert/delete; ``position`` (a 2.6 row's ``_lc`` position) becomes ``_position``."""
+    def add(self, msg: TsMsg, channel: str, msg_id: bytes, position: MsgPosition | None = None,
+            fields: dict[str, pa.Array] | None = None) -> None:
+        """The rows of one insert/delete; ``position`` (a 2.6 row's ``_lc`` position) becomes ``_position``;
+        ``fields``: an insert's ``field_arrays()`` when the caller decoded them already (taken over)."""
         if isinstance(msg, InsertMsg):
             n = msg.num_rows
-            values: dict[str, Any] = msg.field_arrays()
+            values: dict[str, Any] = fields if fields is not None else msg.field_arrays()
             if self._structs:
                 rebuild_structs(values, self._structs)
             op = "insert"

@@ -25,7 +25,7 @@ def _facts_fn(schema: pa.Schema):
             ddl = b.filter(pc.invert(is_rows))
             if ddl.num_rows:
                 yield ddl
-            r = b.filter(is_rows)
+            r = b.select(["_collection", "name", "db", "rows"]).filter(is_rows)
             cols = [r.column(c).to_pylist() for c in ("_collection", "name", "db", "rows")]
             for cid, name, db, n in zip(*cols):
                 s = sums.setdefault(cid, ["", "", 0])
@@ -45,7 +45,11 @@ def _facts_fn(schema: pa.Schema):
 def batch_facts(df) -> tuple[list[Any], list[dict[str, Any]]]:
     """(the batch's DDL rows in stream order, one ``{"_collection", "name", "db", "n"}`` per collection its rows
     touch: a name its pieces carry (the first non-empty), the greatest database named ("" if none), its rows)."""
-    got = df.mapInArrow(_facts_fn(to_arrow_schema(df.schema, timezone="UTC")), df.schema).collect()
+    from pyspark.sql import functions as F
+
+    # a piece's payload (the rows themselves) is not needed here: it does not go to the Python tasks
+    slim = df.withColumn("payload", F.when(F.col("kind") != KIND_ROWS, F.col("payload")))
+    got = slim.mapInArrow(_facts_fn(to_arrow_schema(slim.schema, timezone="UTC")), slim.schema).collect()
     ddl = [r for r in got if r["kind"] != KIND_ROWS]
     touched: dict[int, dict[str, Any]] = {}
     for r in got:

@@ -5,6 +5,7 @@ a slice of a larger one, and a snapshot time; no Spark."""
 
 from __future__ import annotations
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -56,3 +57,12 @@ def test_the_split_makes_each_collections_rows_as_unpack_does(local_env):
         assert _sorted(one) == _sorted(want[21])
     assert len(pieces(rows.column("payload"))) == rows.num_rows
     assert pieces(pa.array([None], pa.binary())) == []
+    of_a = rows.filter(pc.equal(rows.column("_collection"), 21)).column("payload")
+    first, second = (of_a[i].as_py() for i in (0, 1))  # chosen rows, a null among them
+    mixed = pa.array([first, None, second], pa.binary())
+    got = pieces(mixed, np.array([2, 1, 0]))
+    assert [g.to_pylist() for g in got] == [pa.ipc.open_stream(p).read_all().to_pylist() for p in (second, first)]
+    ids = pa.array([None, 21, 99], pa.int64())  # a row without a collection id, one not asked for: left out
+    odd = pa.RecordBatch.from_arrays([ids, pa.array([second, first, second], pa.binary())], ["_collection", "payload"])
+    got = dict(split_fn({21: (schemas[21], "pk", None)})(odd))
+    assert list(got) == [21] and _sorted(got[21]) == _sorted(unpack([first], schemas[21], "pk"))
