@@ -37,10 +37,11 @@ def counted(monkeypatch) -> Counter:
     """Metadata files read and parsed, a commit's metadata built (the transaction's, the catalog's), manifests
     read: counted."""
     import pyiceberg.catalog as pc
+    import pyiceberg.manifest as pm
     import pyiceberg.table as pt
+    from pyiceberg.catalog.sql import SqlCatalog
     from pyiceberg.manifest import ManifestFile
     from pyiceberg.serializers import FromInputFile
-
 
     n: Counter = Counter()
     read_meta, build, read_manifest = FromInputFile.table_metadata, pt.update_table_metadata, \
@@ -64,12 +65,24 @@ def counted(monkeypatch) -> Counter:
         n["manifests read"] += 1
         return read_manifest(self, *a, **kw)
 
+    read_list, load = pm.read_manifest_list, SqlCatalog.load_table
+
+    def read_manifest_list(*a, **kw):
+        n["manifest lists read"] += 1
+        return read_list(*a, **kw)
+
+    def load_table(self, *a, **kw):  # pyiceberg's load: an ORM session and a statement built per call
+        n["pyiceberg catalog loads"] += 1
+        return load(self, *a, **kw)
+
     monkeypatch.setattr(FromInputFile, "table_metadata", staticmethod(table_metadata))
     monkeypatch.setattr(pt, "update_table_metadata", update_table_metadata)  # the transaction's
     monkeypatch.setattr(pc, "update_table_metadata", update_table_metadata)  # the catalog's commit
     if ours is not None:
         monkeypatch.setattr(cached, "applied", applied)
     monkeypatch.setattr(ManifestFile, "fetch_manifest_entry", fetch_manifest_entry)
+    monkeypatch.setattr(pm, "read_manifest_list", read_manifest_list)
+    monkeypatch.setattr(SqlCatalog, "load_table", load_table)
     return n
 
 
@@ -97,6 +110,11 @@ def test_a_batch_reads_back_no_metadata_and_no_manifest_it_wrote(tmp_path, count
     assert counted["metadata files read"] == 0, counted
     assert counted["manifests read"] == 0, counted
     assert counted["metadata built"] <= 3 * batches, counted
+    # the snapshots' manifest lists: each one this process committed is known as written (was read once a batch)
+    assert counted["manifest lists read"] == 0, counted
+    # each catalog load (~9 a batch) reads the table's row with one prepared statement: pyiceberg's ORM load
+    # (a session and a statement built per call) runs only for a metadata file this process does not know
+    assert counted["pyiceberg catalog loads"] == 0, counted
     assert t.last_batch("q") == 2 + batches
     now = time.time()
     kept = t.retained_files(3600, now)  # what an expiry keeps: from the manifests the live files read
@@ -109,6 +127,40 @@ def test_a_batch_reads_back_no_metadata_and_no_manifest_it_wrote(tmp_path, count
     assert fresh.retained_files(3600, now) == kept and any("/data/delete-" in f for f in kept)
     assert table_state(_plain(loc).scan().to_arrow()) == want
     assert table_state(_duckdb(_plain(loc).metadata_location)) == want
+
+
+def test_a_commits_manifest_list_is_kept_as_its_file_reads(tmp_path, counted):
+    """What the commits' manifest lists are taken to hold (never read back) is what their files hold: the manifests
+    with the sequence numbers their writer assigned (new ones the snapshot's, carried ones their own), data and
+    delete manifests; a compaction's (manifests rewritten) too."""
+    from pyiceberg.manifest import ManifestContent
+
+    from msgstream_spark.mirror.formats.iceberg.cached import manifests
+
+    loc = tmp_path / "t"
+    t = _open(loc)
+    for i in range(1, 4):
+        assert apply_batch(t, to_arrow(_batch(i)), "pk", "q", i)
+    t.swap_files(list(t.live_files())[:1], [], None)  # a replace snapshot: the first data file removed
+    assert apply_batch(t, to_arrow(_batch(4)), "pk", "q", 4)
+    tbl = t._table()
+    snaps = tbl.snapshots()
+    assert counted["manifest lists read"] == 1, counted  # the compaction's plan_files (pyiceberg's own read)
+    seqs = set()
+    for snap in snaps:
+        kept = manifests(snap, tbl.io)
+        on_file = list(counted_read(snap.manifest_list, tbl.io))
+        assert list(kept) == on_file
+        seqs |= {m.sequence_number for m in on_file}
+    assert {m.content for m in kept} == {ManifestContent.DATA, ManifestContent.DELETES}
+    assert seqs == {s.sequence_number for s in snaps}  # the carried manifests keep their snapshots' numbers
+    assert table_state(_plain(loc).scan().to_arrow()) == table_state(t.to_arrow())
+
+
+def counted_read(path: str, io) -> list:
+    from pyiceberg.manifest import read_manifest_list
+
+    return list(read_manifest_list(io.new_input(path)))
 
 
 def test_another_writers_commit_is_seen_and_still_fences(tmp_path, counted):

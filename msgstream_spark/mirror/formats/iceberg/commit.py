@@ -19,7 +19,7 @@ from contextlib import contextmanager
 from msgstream_spark.errors import MirrorError
 from msgstream_spark.mirror.common import PROP_WRITER_EPOCH, check_epoch
 from msgstream_spark.mirror.formats.base import NO_SNAPSHOT, fence_message
-from msgstream_spark.mirror.formats.iceberg.cached import manifests, transaction
+from msgstream_spark.mirror.formats.iceberg.cached import listed, manifests, transaction
 
 EPOCH_TRIES = 10  # commits a writer epoch's publication tries, each refused for another writer's commit
 
@@ -178,6 +178,19 @@ def _producer_type() -> type:
                 self._operation = Operation.REPLACE
             return Summary(Operation.REPLACE, **s.additional_properties)
 
+        def _commit(self):
+            """pyiceberg's (the manifest list written, the snapshot's updates made); the list's manifests kept as
+            its writer wrote them (``cached.listed``): the new snapshot's live files need not read it back."""
+            from pyiceberg.manifest import write_manifest_list
+
+            updates, requirements = super()._commit()
+            snap = updates[0].snapshot
+            made = write_manifest_list(format_version=self._meta().format_version, output_file=None,
+                                       snapshot_id=snap.snapshot_id, parent_snapshot_id=snap.parent_snapshot_id,
+                                       sequence_number=snap.sequence_number, avro_compression=self._compression)
+            listed(snap.manifest_list, tuple(made.prepare_manifest(m) for m in self.listed))
+            return updates, requirements
+
         def _deleted_entries(self) -> list:
             return []
 
@@ -196,7 +209,8 @@ def _producer_type() -> type:
                                 sequence_number=None, file_sequence_number=None, data_file=f))
                     out.append(w.to_manifest_file())
                     self.fresh[out[-1].manifest_path] = new
-            return out + _carried(self, self.removes)
+            self.listed = out + _carried(self, self.removes)
+            return self.listed
 
     _TYPES["producer"] = Producer
     return Producer
