@@ -65,7 +65,13 @@ def counted(monkeypatch) -> Counter:
         n["manifests read"] += 1
         return read_manifest(self, *a, **kw)
 
-    read_list, load = pm.read_manifest_list, SqlCatalog.load_table
+    from pyiceberg.utils.schema_conversion import AvroSchemaConversion
+
+    read_list, load, to_avro = pm.read_manifest_list, SqlCatalog.load_table, AvroSchemaConversion.iceberg_to_avro
+
+    def iceberg_to_avro(self, *a, **kw):  # an Avro file's schema converted (each manifest's and list's, before)
+        n["Avro schemas converted"] += 1
+        return to_avro(self, *a, **kw)
 
     def read_manifest_list(*a, **kw):
         n["manifest lists read"] += 1
@@ -83,6 +89,7 @@ def counted(monkeypatch) -> Counter:
     monkeypatch.setattr(ManifestFile, "fetch_manifest_entry", fetch_manifest_entry)
     monkeypatch.setattr(pm, "read_manifest_list", read_manifest_list)
     monkeypatch.setattr(SqlCatalog, "load_table", load_table)
+    monkeypatch.setattr(AvroSchemaConversion, "iceberg_to_avro", iceberg_to_avro)
     return n
 
 
@@ -115,6 +122,9 @@ def test_a_batch_reads_back_no_metadata_and_no_manifest_it_wrote(tmp_path, count
     # each catalog load (~9 a batch) reads the table's row with one prepared statement: pyiceberg's ORM load
     # (a session and a statement built per call) runs only for a metadata file this process does not know
     assert counted["pyiceberg catalog loads"] == 0, counted
+    # a commit writes a data manifest, a delete manifest and the manifest list: the manifests' Avro schemas are
+    # built once per table schema and spec (the list's: pyiceberg's, each commit)
+    assert counted["Avro schemas converted"] == batches, counted
     assert t.last_batch("q") == 2 + batches
     now = time.time()
     kept = t.retained_files(3600, now)  # what an expiry keeps: from the manifests the live files read
@@ -155,6 +165,38 @@ def test_a_commits_manifest_list_is_kept_as_its_file_reads(tmp_path, counted):
     assert {m.content for m in kept} == {ManifestContent.DATA, ManifestContent.DELETES}
     assert seqs == {s.sequence_number for s in snaps}  # the carried manifests keep their snapshots' numbers
     assert table_state(_plain(loc).scan().to_arrow()) == table_state(t.to_arrow())
+
+
+def test_a_manifest_is_written_as_pyiceberg_writes_it(tmp_path, monkeypatch):
+    """A data and a delete manifest written with their Avro schemas built once (``cached.manifest_output``) are
+    byte for byte what pyiceberg's own writer (its ``new_writer``) writes with the same entries and sync marker."""
+    from pyiceberg.manifest import ManifestEntry, ManifestEntryStatus, ManifestWriterV2
+
+    from msgstream_spark.mirror.formats.iceberg.commit import _data_writer_type, _delete_writer_type
+
+    loc = tmp_path / "t"
+    t = _open(loc)
+    for i in range(1, 3):
+        assert apply_batch(t, to_arrow(_batch(i)), "pk", "q", i)
+    tbl = t._table()
+    meta = tbl.metadata
+    entries = {m.content: [e.data_file for e in m.fetch_manifest_entry(tbl.io)]
+               for m in tbl.current_snapshot().manifests(tbl.io)}
+    monkeypatch.setattr("os.urandom", lambda n: b"s" * n)  # the files' sync markers
+    for kind in (_data_writer_type(), _delete_writer_type()):
+        for _ in range(2):  # the second: the schemas built by the first reused
+            got = []
+            for theirs in (False, True):
+                out = tbl.io.new_output(str(tmp_path / f"m-{len(got)}.avro"))
+                w = kind(meta.spec(), meta.schema(), out, 7, "deflate")
+                if theirs:
+                    w.new_writer = lambda w=w: ManifestWriterV2.new_writer(w)  # pyiceberg's Avro file
+                with w:
+                    for f in entries[w.content()]:
+                        w.add(ManifestEntry.from_args(status=ManifestEntryStatus.ADDED, snapshot_id=7,
+                                                      sequence_number=None, file_sequence_number=None, data_file=f))
+                got.append((tmp_path / f"m-{len(got)}.avro").read_bytes())
+            assert got[0] == got[1] and len(got[0]) > 100
 
 
 def counted_read(path: str, io) -> list:

@@ -12,16 +12,22 @@ commits up to every table of a database per batch, one after another in its driv
   another writer's commit is seen as before, and a commit is still refused by the catalog when the row moved
   since (our fencing, ``commit.py``).
 
+- :func:`manifest_output`: a manifest's Avro file whose schemas (the entry schema with the table's partition type,
+  its Avro JSON, the resolved record writer: the same for every manifest of one table schema and partition spec)
+  are built once per schema and spec, not at each manifest written.
 - :func:`manifests`: a snapshot's manifest list read once in this process, and never read at all for a snapshot
   this process committed (:func:`listed`: the commit tells what it wrote).
 
 All build on pyiceberg's private API (``Transaction._updates``, ``_apply_table_update``, the SQL catalog's
-``_convert_orm_to_iceberg``, ``_update_and_stage_table`` and ``_load_file_io``), pinned by
+``_convert_orm_to_iceberg``, ``_update_and_stage_table`` and ``_load_file_io``, ``ManifestWriter._with_partition``,
+``AvroOutputFile._write_header``), pinned by
 ``pyiceberg>=0.12,<0.13`` as ``commit.py``'s is.
 """
 
 from __future__ import annotations
 
+import json
+import os
 import threading
 from collections import OrderedDict
 from datetime import datetime
@@ -214,3 +220,60 @@ def listed(path: str, manifests_written: tuple) -> None:
         _lists.move_to_end(path)
         while len(_lists) > LISTS_KEPT:
             _lists.popitem(last=False)
+
+
+SCHEMAS_KEPT = 64  # (table schema, partition spec) pairs whose manifest schemas are kept built
+_schemas: OrderedDict[tuple, tuple] = OrderedDict()
+
+
+def manifest_output(writer) -> Any:
+    """The Avro file of pyiceberg manifest writer ``writer`` (its ``new_writer``), its schemas built once per
+    (format version, table schema, partition spec): the manifest entry schemas (the file's and the records'),
+    the file schema's Avro JSON and the records' writer, none of which holds per-file state."""
+    from pyiceberg.avro.resolver import resolve_writer
+    from pyiceberg.manifest import DEFAULT_READ_VERSION
+    from pyiceberg.utils.schema_conversion import AvroSchemaConversion
+
+    meta = writer._meta
+    key = (writer.version, meta["schema"], meta["partition-spec"])
+    with _lists_lock:
+        got = _schemas.get(key)
+    if got is None:
+        file_schema = writer._with_partition(writer.version)
+        record_schema = writer._with_partition(DEFAULT_READ_VERSION)
+        avro = json.dumps(AvroSchemaConversion().iceberg_to_avro(file_schema, schema_name="manifest_entry"))
+        got = (file_schema, resolve_writer(record_schema=record_schema, file_schema=file_schema), avro)
+        with _lists_lock:
+            _schemas[key] = got
+            while len(_schemas) > SCHEMAS_KEPT:
+                _schemas.popitem(last=False)
+    return _output_type()(writer._output_file, got, meta)
+
+
+def _output_type() -> type:
+    if "output" in _TYPES:
+        return _TYPES["output"]
+    from pyiceberg.avro.codecs import AVRO_CODEC_KEY, CODEC_MAPPING_ICEBERG_TO_AVRO
+    from pyiceberg.avro.file import _SCHEMA_KEY, MAGIC, META_SCHEMA, SYNC_SIZE, AvroFileHeader, AvroOutputFile
+    from pyiceberg.avro.resolver import construct_writer
+    from pyiceberg.table import TableProperties
+
+    header_writer = construct_writer(META_SCHEMA)
+
+    class KnownSchemaOutput(AvroOutputFile):
+        """pyiceberg's Avro output file, given its schema's parts built (``manifest_output``)."""
+
+        def __init__(self, output_file, built: tuple, metadata: dict[str, str]) -> None:
+            self.output_file, self.schema_name, self.metadata = output_file, "manifest_entry", metadata
+            self.file_schema, self.writer, self._avro = built
+            self.sync_bytes = os.urandom(SYNC_SIZE)
+
+        def _write_header(self) -> None:
+            """The header pyiceberg writes (the metadata, the schema's Avro JSON, the codec's Avro name)."""
+            codec = self.metadata.get(AVRO_CODEC_KEY, TableProperties.WRITE_AVRO_COMPRESSION_DEFAULT)
+            codec = CODEC_MAPPING_ICEBERG_TO_AVRO.get(codec) or codec
+            meta = {**self.metadata, _SCHEMA_KEY: self._avro, AVRO_CODEC_KEY: codec}
+            header_writer.write(self.encoder, AvroFileHeader(MAGIC, meta, self.sync_bytes))
+
+    _TYPES["output"] = KnownSchemaOutput
+    return KnownSchemaOutput

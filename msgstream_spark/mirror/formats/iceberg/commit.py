@@ -19,7 +19,7 @@ from contextlib import contextmanager
 from msgstream_spark.errors import MirrorError
 from msgstream_spark.mirror.common import PROP_WRITER_EPOCH, check_epoch
 from msgstream_spark.mirror.formats.base import NO_SNAPSHOT, fence_message
-from msgstream_spark.mirror.formats.iceberg.cached import listed, manifests, transaction
+from msgstream_spark.mirror.formats.iceberg.cached import listed, manifest_output, manifests, transaction
 
 EPOCH_TRIES = 10  # commits a writer epoch's publication tries, each refused for another writer's commit
 
@@ -142,9 +142,9 @@ class _Manifests:
         from pyiceberg.manifest import ManifestContent, write_manifest
 
         meta = self._meta()
-        if content == ManifestContent.DELETES:
-            return _delete_writer_type()(meta.spec(), meta.schema(), self.new_manifest_output(), self._snapshot_id,
-                                         self._compression)
+        if content == ManifestContent.DELETES or meta.format_version == 2:  # (a v1 table: pyiceberg's own writer)
+            kind = _delete_writer_type() if content == ManifestContent.DELETES else _data_writer_type()
+            return kind(meta.spec(), meta.schema(), self.new_manifest_output(), self._snapshot_id, self._compression)
         return write_manifest(format_version=meta.format_version, spec=meta.spec(), schema=meta.schema(),
                               output_file=self.new_manifest_output(), snapshot_id=self._snapshot_id,
                               avro_compression=self._compression)
@@ -216,13 +216,28 @@ def _producer_type() -> type:
     return Producer
 
 
+def _data_writer_type() -> type:
+    """pyiceberg's v2 manifest writer, its Avro schemas built once per table schema and spec
+    (``cached.manifest_output``)."""
+    if "data" in _TYPES:
+        return _TYPES["data"]
+    from pyiceberg.manifest import ManifestWriterV2
+
+    class DataManifestWriter(ManifestWriterV2):
+        def new_writer(self):
+            return manifest_output(self)
+
+    _TYPES["data"] = DataManifestWriter
+    return DataManifestWriter
+
+
 def _delete_writer_type() -> type:
     """A manifest writer of ``content = deletes`` (pyiceberg writes data manifests only)."""
     if "deletes" in _TYPES:
         return _TYPES["deletes"]
-    from pyiceberg.manifest import ManifestContent, ManifestWriterV2
+    from pyiceberg.manifest import ManifestContent
 
-    class DeleteManifestWriter(ManifestWriterV2):
+    class DeleteManifestWriter(_data_writer_type()):
         def content(self) -> ManifestContent:
             return ManifestContent.DELETES
 
