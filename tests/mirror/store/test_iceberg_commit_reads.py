@@ -142,10 +142,11 @@ def test_a_batch_reads_back_no_metadata_and_no_manifest_it_wrote(tmp_path, count
 def test_a_commits_manifest_list_is_kept_as_its_file_reads(tmp_path, counted):
     """What the commits' manifest lists are taken to hold (never read back) is what their files hold: the manifests
     with the sequence numbers their writer assigned (new ones the snapshot's, carried ones their own), data and
-    delete manifests; a compaction's (manifests rewritten) too."""
+    delete manifests; a compaction's (manifests rewritten) and a manifest merge's too."""
     from pyiceberg.manifest import ManifestContent
 
     from msgstream_spark.mirror.formats.iceberg.cached import manifests
+    from msgstream_spark.mirror.formats.iceberg.upkeep import merge_manifests
 
     loc = tmp_path / "t"
     t = _open(loc)
@@ -153,6 +154,8 @@ def test_a_commits_manifest_list_is_kept_as_its_file_reads(tmp_path, counted):
         assert apply_batch(t, to_arrow(_batch(i)), "pk", "q", i)
     t.swap_files(list(t.live_files())[:1], [], None)  # a replace snapshot: the first data file removed
     assert apply_batch(t, to_arrow(_batch(4)), "pk", "q", 4)
+    assert merge_manifests(t, None) >= 2  # a replace snapshot of the manifests merged
+    assert apply_batch(t, to_arrow(_batch(5)), "pk", "q", 5)
     tbl = t._table()
     snaps = tbl.snapshots()
     assert counted["manifest lists read"] == 1, counted  # the compaction's plan_files (pyiceberg's own read)

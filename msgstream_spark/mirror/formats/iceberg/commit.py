@@ -198,6 +198,11 @@ def _producer_type() -> type:
             return []
 
         def _manifests(self) -> list:
+            """The new snapshot's manifests (``_made``), kept for the manifest list's cache (``_commit``)."""
+            self.listed = self._made()
+            return self.listed
+
+        def _made(self) -> list:
             out, self.fresh = [], {}
             for content in (ManifestContent.DATA, ManifestContent.DELETES):
                 new = [f for f in self.adds if (f.content == 0) == (content == ManifestContent.DATA)]
@@ -209,8 +214,7 @@ def _producer_type() -> type:
                                 sequence_number=None, file_sequence_number=None, data_file=f))
                     out.append(w.to_manifest_file())
                     self.fresh[out[-1].manifest_path] = new
-            self.listed = out + _carried(self, self.removes)
-            return self.listed
+            return out + _carried(self, self.removes)
 
     _TYPES["producer"] = Producer
     return Producer
