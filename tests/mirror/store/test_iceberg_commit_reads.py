@@ -90,6 +90,15 @@ def counted(monkeypatch) -> Counter:
     monkeypatch.setattr(pm, "read_manifest_list", read_manifest_list)
     monkeypatch.setattr(SqlCatalog, "load_table", load_table)
     monkeypatch.setattr(AvroSchemaConversion, "iceberg_to_avro", iceberg_to_avro)
+    import pyiceberg.io.pyarrow as pa_io
+
+    to_arrow_schema = pa_io.schema_to_pyarrow
+
+    def schema_to_pyarrow(*a, **kw):
+        n["Arrow schemas converted"] += 1
+        return to_arrow_schema(*a, **kw)
+
+    monkeypatch.setattr(pa_io, "schema_to_pyarrow", schema_to_pyarrow)
     return n
 
 
@@ -125,6 +134,8 @@ def test_a_batch_reads_back_no_metadata_and_no_manifest_it_wrote(tmp_path, count
     # a commit writes a data manifest, a delete manifest and the manifest list: the manifests' Avro schemas are
     # built once per table schema and spec (the list's: pyiceberg's, each commit)
     assert counted["Avro schemas converted"] == batches, counted
+    # the table's schema as Arrow (its ``schema``, each write spec): converted once per schema, not ~5 times a batch
+    assert counted["Arrow schemas converted"] == 0, counted
     assert t.last_batch("q") == 2 + batches
     now = time.time()
     kept = t.retained_files(3600, now)  # what an expiry keeps: from the manifests the live files read

@@ -15,6 +15,8 @@ commits up to every table of a database per batch, one after another in its driv
 - :func:`manifest_output`: a manifest's Avro file whose schemas (the entry schema with the table's partition type,
   its Avro JSON, the resolved record writer: the same for every manifest of one table schema and partition spec)
   are built once per schema and spec, not at each manifest written.
+- :func:`arrow_schema`: a table schema as Arrow, converted once per schema (the table's ``schema``, each write spec:
+  ~9 conversions a batch of the database job).
 - :func:`manifests`: a snapshot's manifest list read once in this process, and never read at all for a snapshot
   this process committed (:func:`listed`: the commit tells what it wrote).
 
@@ -277,3 +279,24 @@ def _output_type() -> type:
 
     _TYPES["output"] = KnownSchemaOutput
     return KnownSchemaOutput
+
+
+ARROW_KEPT = 64  # table schemas kept converted to Arrow
+_arrow: OrderedDict[int, tuple] = OrderedDict()  # id of a pyiceberg schema -> (the schema, its Arrow schema)
+
+
+def arrow_schema(schema) -> Any:
+    """pyiceberg ``schema`` as an Arrow schema with field ids (pyiceberg's ``schema_to_pyarrow``), converted once
+    per schema object (a pyiceberg schema is frozen; one kept here is kept alive, so its id is not reused)."""
+    from pyiceberg.io.pyarrow import schema_to_pyarrow
+
+    with _lists_lock:
+        got = _arrow.get(id(schema))
+    if got is not None and got[0] is schema:
+        return got[1]
+    out = schema_to_pyarrow(schema, include_field_ids=True)
+    with _lists_lock:
+        _arrow[id(schema)] = (schema, out)
+        while len(_arrow) > ARROW_KEPT:
+            _arrow.popitem(last=False)
+    return out
