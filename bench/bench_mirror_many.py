@@ -142,9 +142,10 @@ def _job(spark, argv: list[str]) -> tuple[float, dict]:
 
     args = mirror.build_parser().parse_args(argv)
     LINES.steps()  # forget earlier jobs' lines
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), time.process_time()
     res = mirror.run(args, spark)
     secs = time.perf_counter() - t0
+    res["driver_cpu_s"] = round(time.process_time() - c0, 2)  # the driver process's (every thread; not the JVM's)
     res["table_batch_medians"] = LINES.steps()
     return secs, res
 
@@ -189,6 +190,7 @@ def _phase(spark, s: _Setup, phase: str) -> dict:
     out = {"database_s": round(db_s, 2), "separate_s": round(sep_total, 2), "separate_run": len(ran),
            "separate_each_s": [round(x, 2) for x in seps], "one_s": round(one_s, 2),
            "database_batches": res.get("batches"), "database_table_batches": res["table_batch_medians"],
+           "database_driver_cpu_s": res["driver_cpu_s"], "one_driver_cpu_s": one_res["driver_cpu_s"],
            "one_table_batches": one_res["table_batch_medians"],
            "separate_vs_database": figure([sep_total], [db_s], goal=5.0),
            "one_vs_database": figure([one_s], [db_s], goal=round(1 / 1.3, 3))}
