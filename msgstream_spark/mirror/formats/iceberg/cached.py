@@ -109,9 +109,6 @@ def cache_metadata(catalog) -> Any:
                 parsed.popitem(last=False)
 
     def convert_orm(orm_table):
-        from pyiceberg.catalog import Catalog
-        from pyiceberg.table import Table
-
         location = orm_table.metadata_location
         with lock:
             got = parsed.get(location) if location else None
@@ -119,9 +116,8 @@ def cache_metadata(catalog) -> Any:
             tbl = convert(orm_table)
             keep(tbl.metadata_location, tbl.metadata)
             return tbl
-        return Table(identifier=Catalog.identifier_to_tuple(orm_table.table_namespace) + (orm_table.table_name,),
-                     metadata=got, metadata_location=location, io=catalog._load_file_io(got.properties, location),
-                     catalog=catalog)
+        return _parsed_table(catalog, Catalog.identifier_to_tuple(orm_table.table_namespace) +
+                             (orm_table.table_name,), got, location)
 
     def commit_table(table, requirements, updates):
         response = commit(table, requirements, updates)
@@ -139,11 +135,9 @@ def cache_metadata(catalog) -> Any:
             got = parsed.get(location) if location else None
         if got is None:  # another writer's metadata file (or none, or no such table): pyiceberg's load
             return load(identifier)
-        return Table(identifier=Catalog.identifier_to_tuple(identifier), metadata=got, metadata_location=location,
-                     io=catalog._load_file_io(got.properties, location), catalog=catalog)
+        return _parsed_table(catalog, Catalog.identifier_to_tuple(identifier), got, location)
 
     from pyiceberg.catalog import Catalog
-    from pyiceberg.table import Table
 
     stage, load = catalog._update_and_stage_table, catalog.load_table
     catalog._convert_orm_to_iceberg = convert_orm
@@ -151,6 +145,14 @@ def cache_metadata(catalog) -> Any:
     catalog._update_and_stage_table = update_and_stage
     catalog.load_table = load_table
     return catalog
+
+
+def _parsed_table(catalog, identifier: tuple, metadata, location: str) -> Any:
+    """A pyiceberg table of ``catalog`` at metadata file ``location``, its ``metadata`` already parsed."""
+    from pyiceberg.table import Table
+
+    return Table(identifier=identifier, metadata=metadata, metadata_location=location,
+                 io=catalog._load_file_io(metadata.properties, location), catalog=catalog)
 
 
 def row_location(catalog, identifier) -> str | None:

@@ -131,6 +131,24 @@ class _Manifests:
             self._cached = self._transaction.table_metadata
         return self._cached
 
+    def _manifests(self) -> list:
+        """The new snapshot's manifests (the producer's ``_made``), kept for the manifest list's cache."""
+        self.listed = self._made()
+        return self.listed
+
+    def _commit(self):
+        """pyiceberg's (the manifest list written, the snapshot's updates made); the list's manifests kept as its
+        writer wrote them (``cached.listed``): the new snapshot's live files need not read it back."""
+        from pyiceberg.manifest import write_manifest_list
+
+        updates, requirements = super()._commit()
+        snap = updates[0].snapshot
+        made = write_manifest_list(format_version=self._meta().format_version, output_file=None,
+                                   snapshot_id=snap.snapshot_id, parent_snapshot_id=snap.parent_snapshot_id,
+                                   sequence_number=snap.sequence_number, avro_compression=self._compression)
+        listed(snap.manifest_list, tuple(made.prepare_manifest(m) for m in self.listed))
+        return updates, requirements
+
     def _refresh_for_retry(self) -> None:
         super()._refresh_for_retry()
         self._cached = None
@@ -178,29 +196,11 @@ def _producer_type() -> type:
                 self._operation = Operation.REPLACE
             return Summary(Operation.REPLACE, **s.additional_properties)
 
-        def _commit(self):
-            """pyiceberg's (the manifest list written, the snapshot's updates made); the list's manifests kept as
-            its writer wrote them (``cached.listed``): the new snapshot's live files need not read it back."""
-            from pyiceberg.manifest import write_manifest_list
-
-            updates, requirements = super()._commit()
-            snap = updates[0].snapshot
-            made = write_manifest_list(format_version=self._meta().format_version, output_file=None,
-                                       snapshot_id=snap.snapshot_id, parent_snapshot_id=snap.parent_snapshot_id,
-                                       sequence_number=snap.sequence_number, avro_compression=self._compression)
-            listed(snap.manifest_list, tuple(made.prepare_manifest(m) for m in self.listed))
-            return updates, requirements
-
         def _deleted_entries(self) -> list:
             return []
 
         def _existing_manifests(self) -> list:
             return []
-
-        def _manifests(self) -> list:
-            """The new snapshot's manifests (``_made``), kept for the manifest list's cache (``_commit``)."""
-            self.listed = self._made()
-            return self.listed
 
         def _made(self) -> list:
             out, self.fresh = [], {}
