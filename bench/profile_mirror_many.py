@@ -1,8 +1,9 @@
 """Where the CPU of the database job's load goes (issue #44), next to one job over one collection of the same rows:
 CPU seconds per stage, the driver's and the Python tasks' (not wall seconds: on a shared machine those are noise).
 
-``python -m bench.profile_mirror_many [--collections N] [--rows N] [--out DIR]``: the logs of
-``bench.bench_mirror_many`` (Delta only, load phase only); an untimed warm-up; then the database job and the
+``python -m bench.profile_mirror_many [--collections N] [--rows N] [--format delta|iceberg] [--changes N]
+[--out DIR]``: the logs of ``bench.bench_mirror_many`` (the load; with ``--changes``, then the changes phase
+profiled the same way, each job resumed from its checkpoint); an untimed warm-up; then the database job and the
 one-collection job, each profiled with cProfile timing by ``time.process_time`` (CPU, not wall): the driver
 in this process (``--table-concurrency 1``: every table's steps in this thread), the Python tasks through
 Spark's UDF and data source profilers (``spark.sql.pyspark.*.profiler=perf``) with the same CPU timer and a
@@ -40,8 +41,16 @@ TASK_STAGES = [
 DRIVER_STAGES = [
     ("begin (lease, batch begun, spec)", [("spark/mirror_many_write.py", "_begin"), ("spark/mirror.py", "begin"),
                                          ("mirror/write/batch.py", "begin_write")]),
-    ("live files (plan's fence)", [("formats/delta/table.py", "live_files")]),
-    ("commit (Delta version)", [("formats/delta/table.py", "commit")]),
+    ("live files (plan's fence)", [("formats/delta/table.py", "live_files"),
+                                   ("formats/iceberg/table.py", "live_files")]),
+    ("commit (Delta version / Iceberg snapshot)", [("formats/delta/table.py", "commit"),
+                                                   ("formats/iceberg/table.py", "commit")]),
+    ("  Iceberg: the catalog's table loads (refresh)", [("pyiceberg/table/__init__.py", "refresh")]),
+    ("  Iceberg: data files' footers read (statistics)", [("formats/iceberg/files.py", "data_file")]),
+    ("  Iceberg: position-delete files written", [("formats/iceberg/files.py", "write_position_deletes")]),
+    ("  Iceberg: the catalog commit (transaction)", [("pyiceberg/table/__init__.py", "commit_transaction")]),
+    ("write spec (begin, end)", [("formats/iceberg/table.py", "write_spec"),
+                                 ("formats/delta/table.py", "write_spec")]),
     ("log refresh (next version looked for)", [("formats/delta/log.py", "refresh")]),
     ("delta-rs handle (update_incremental / open)", [("formats/delta/handle.py", "table_at"),
                                                       ("~", "<method 'update_incremental' of 'deltalake._internal"
@@ -49,6 +58,7 @@ DRIVER_STAGES = [
     ("Spark jobs waited for (py4j)", [("py4j/java_gateway.py", "__call__")]),
     ("after the commit (observers, maintenance, metrics)", [("spark/mirror.py", "account"),
                                                             ("spark/mirror.py", "observe")]),
+    ("  of which: the maintenance check", [("mirror/upkeep.py", "after_batch")]),
 ]
 
 # the job's own thread (its start; the batches run in Spark's callback thread): a one-collection job's table
@@ -177,6 +187,8 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="profile_mirror_many", description=__doc__.splitlines()[0])
     ap.add_argument("--collections", type=int, default=20)
     ap.add_argument("--rows", type=int, default=5_000, help="rows per collection")
+    ap.add_argument("--format", default="delta", choices=["delta", "iceberg"], help="the tables' format")
+    ap.add_argument("--changes", type=int, default=0, help="changes (upserts and deletes) profiled after the load")
     ap.add_argument("--out", default="", help="where the .pstats files go (default: a temporary directory)")
     a = ap.parse_args(argv)
     site = Path(tempfile.mkdtemp(prefix="profile-site-"))
@@ -198,14 +210,21 @@ def main(argv: list[str] | None = None) -> int:
     BATCHES = _Batches()
     spark.conf.set("spark.sql.pyspark.udf.profiler", "perf")
     spark.conf.set("spark.sql.pyspark.dataSource.profiler", "perf")
-    b._warm(spark, work)
-    (work / "delta").mkdir()
-    s = b._Setup(work / "delta", a.collections, "delta", 1)
+    b._warm(spark, work, (a.format,))
+    (work / a.format).mkdir()
+    s = b._Setup(work / a.format, a.collections, a.format, 1)
     b.write_load(s.log, s.names, s.many_ch, a.rows)
     b.write_load(s.log, ["big"], s.one_ch, a.rows * a.collections)
-    result = {"collections": a.collections, "rows_per_collection": a.rows, "load_start": load_average(),
-              "database": profile_job(spark, s.database(), out, "database"),
-              "one": profile_job(spark, s.one(), out, "one"), "load_end": load_average(), "pstats": str(out)}
+    result = {"format": a.format, "collections": a.collections, "rows_per_collection": a.rows,
+              "load_start": load_average(), "database": profile_job(spark, s.database(), out, "database"),
+              "one": profile_job(spark, s.one(), out, "one")}
+    if a.changes:
+        b.write_changes(s.log, s.names, s.many_ch, a.rows, a.changes)
+        b.write_changes(s.log, ["big"], s.one_ch, a.rows * a.collections, a.changes)
+        result["changes"] = a.changes
+        result["changes_database"] = profile_job(spark, s.database(), out, "changes_database")
+        result["changes_one"] = profile_job(spark, s.one(), out, "changes_one")
+    result.update({"load_end": load_average(), "pstats": str(out)})
     print(json.dumps(result, indent=1), flush=True)
     spark.stop()
     shutil.rmtree(work, ignore_errors=True)  # the logs and tables (the profiles stay in ``out``)

@@ -37,10 +37,11 @@ def counted(monkeypatch) -> Counter:
     """Metadata files read and parsed, a commit's metadata built (the transaction's, the catalog's), manifests
     read: counted."""
     import pyiceberg.catalog as pc
+    import pyiceberg.manifest as pm
     import pyiceberg.table as pt
+    from pyiceberg.catalog.sql import SqlCatalog
     from pyiceberg.manifest import ManifestFile
     from pyiceberg.serializers import FromInputFile
-
 
     n: Counter = Counter()
     read_meta, build, read_manifest = FromInputFile.table_metadata, pt.update_table_metadata, \
@@ -64,12 +65,40 @@ def counted(monkeypatch) -> Counter:
         n["manifests read"] += 1
         return read_manifest(self, *a, **kw)
 
+    from pyiceberg.utils.schema_conversion import AvroSchemaConversion
+
+    read_list, load, to_avro = pm.read_manifest_list, SqlCatalog.load_table, AvroSchemaConversion.iceberg_to_avro
+
+    def iceberg_to_avro(self, *a, **kw):  # an Avro file's schema converted (each manifest's and list's, before)
+        n["Avro schemas converted"] += 1
+        return to_avro(self, *a, **kw)
+
+    def read_manifest_list(*a, **kw):
+        n["manifest lists read"] += 1
+        return read_list(*a, **kw)
+
+    def load_table(self, *a, **kw):  # pyiceberg's load: an ORM session and a statement built per call
+        n["pyiceberg catalog loads"] += 1
+        return load(self, *a, **kw)
+
     monkeypatch.setattr(FromInputFile, "table_metadata", staticmethod(table_metadata))
     monkeypatch.setattr(pt, "update_table_metadata", update_table_metadata)  # the transaction's
     monkeypatch.setattr(pc, "update_table_metadata", update_table_metadata)  # the catalog's commit
     if ours is not None:
         monkeypatch.setattr(cached, "applied", applied)
     monkeypatch.setattr(ManifestFile, "fetch_manifest_entry", fetch_manifest_entry)
+    monkeypatch.setattr(pm, "read_manifest_list", read_manifest_list)
+    monkeypatch.setattr(SqlCatalog, "load_table", load_table)
+    monkeypatch.setattr(AvroSchemaConversion, "iceberg_to_avro", iceberg_to_avro)
+    import pyiceberg.io.pyarrow as pa_io
+
+    to_arrow_schema = pa_io.schema_to_pyarrow
+
+    def schema_to_pyarrow(*a, **kw):
+        n["Arrow schemas converted"] += 1
+        return to_arrow_schema(*a, **kw)
+
+    monkeypatch.setattr(pa_io, "schema_to_pyarrow", schema_to_pyarrow)
     return n
 
 
@@ -97,6 +126,16 @@ def test_a_batch_reads_back_no_metadata_and_no_manifest_it_wrote(tmp_path, count
     assert counted["metadata files read"] == 0, counted
     assert counted["manifests read"] == 0, counted
     assert counted["metadata built"] <= 3 * batches, counted
+    # the snapshots' manifest lists: each one this process committed is known as written (was read once a batch)
+    assert counted["manifest lists read"] == 0, counted
+    # each catalog load (~9 a batch) reads the table's row with one prepared statement: pyiceberg's ORM load
+    # (a session and a statement built per call) runs only for a metadata file this process does not know
+    assert counted["pyiceberg catalog loads"] == 0, counted
+    # a commit writes a data manifest, a delete manifest and the manifest list: the manifests' Avro schemas are
+    # built once per table schema and spec (the list's: pyiceberg's, each commit)
+    assert counted["Avro schemas converted"] == batches, counted
+    # the table's schema as Arrow (its ``schema``, each write spec): converted once per schema, not ~5 times a batch
+    assert counted["Arrow schemas converted"] == 0, counted
     assert t.last_batch("q") == 2 + batches
     now = time.time()
     kept = t.retained_files(3600, now)  # what an expiry keeps: from the manifests the live files read
@@ -109,6 +148,75 @@ def test_a_batch_reads_back_no_metadata_and_no_manifest_it_wrote(tmp_path, count
     assert fresh.retained_files(3600, now) == kept and any("/data/delete-" in f for f in kept)
     assert table_state(_plain(loc).scan().to_arrow()) == want
     assert table_state(_duckdb(_plain(loc).metadata_location)) == want
+
+
+def test_a_commits_manifest_list_is_kept_as_its_file_reads(tmp_path, counted):
+    """What the commits' manifest lists are taken to hold (never read back) is what their files hold: the manifests
+    with the sequence numbers their writer assigned (new ones the snapshot's, carried ones their own), data and
+    delete manifests; a compaction's (manifests rewritten) and a manifest merge's too."""
+    from pyiceberg.manifest import ManifestContent
+
+    from msgstream_spark.mirror.formats.iceberg.cached import manifests
+    from msgstream_spark.mirror.formats.iceberg.upkeep import merge_manifests
+
+    loc = tmp_path / "t"
+    t = _open(loc)
+    for i in range(1, 4):
+        assert apply_batch(t, to_arrow(_batch(i)), "pk", "q", i)
+    t.swap_files(list(t.live_files())[:1], [], None)  # a replace snapshot: the first data file removed
+    assert apply_batch(t, to_arrow(_batch(4)), "pk", "q", 4)
+    assert merge_manifests(t, None) >= 2  # a replace snapshot of the manifests merged
+    assert apply_batch(t, to_arrow(_batch(5)), "pk", "q", 5)
+    tbl = t._table()
+    snaps = tbl.snapshots()
+    assert counted["manifest lists read"] == 1, counted  # the compaction's plan_files (pyiceberg's own read)
+    seqs = set()
+    for snap in snaps:
+        kept = manifests(snap, tbl.io)
+        on_file = list(counted_read(snap.manifest_list, tbl.io))
+        assert list(kept) == on_file
+        seqs |= {m.sequence_number for m in on_file}
+    assert {m.content for m in kept} == {ManifestContent.DATA, ManifestContent.DELETES}
+    assert seqs == {s.sequence_number for s in snaps}  # the carried manifests keep their snapshots' numbers
+    assert table_state(_plain(loc).scan().to_arrow()) == table_state(t.to_arrow())
+
+
+def test_a_manifest_is_written_as_pyiceberg_writes_it(tmp_path, monkeypatch):
+    """A data and a delete manifest written with their Avro schemas built once (``cached.manifest_output``) are
+    byte for byte what pyiceberg's own writer (its ``new_writer``) writes with the same entries and sync marker."""
+    from pyiceberg.manifest import ManifestEntry, ManifestEntryStatus, ManifestWriterV2
+
+    from msgstream_spark.mirror.formats.iceberg.commit import _data_writer_type, _delete_writer_type
+
+    loc = tmp_path / "t"
+    t = _open(loc)
+    for i in range(1, 3):
+        assert apply_batch(t, to_arrow(_batch(i)), "pk", "q", i)
+    tbl = t._table()
+    meta = tbl.metadata
+    entries = {m.content: [e.data_file for e in m.fetch_manifest_entry(tbl.io)]
+               for m in tbl.current_snapshot().manifests(tbl.io)}
+    monkeypatch.setattr("os.urandom", lambda n: b"s" * n)  # the files' sync markers
+    for kind in (_data_writer_type(), _delete_writer_type()):
+        for _ in range(2):  # the second: the schemas built by the first reused
+            got = []
+            for theirs in (False, True):
+                out = tbl.io.new_output(str(tmp_path / f"m-{len(got)}.avro"))
+                w = kind(meta.spec(), meta.schema(), out, 7, "deflate")
+                if theirs:
+                    w.new_writer = lambda w=w: ManifestWriterV2.new_writer(w)  # pyiceberg's Avro file
+                with w:
+                    for f in entries[w.content()]:
+                        w.add(ManifestEntry.from_args(status=ManifestEntryStatus.ADDED, snapshot_id=7,
+                                                      sequence_number=None, file_sequence_number=None, data_file=f))
+                got.append((tmp_path / f"m-{len(got)}.avro").read_bytes())
+            assert got[0] == got[1] and len(got[0]) > 100
+
+
+def counted_read(path: str, io) -> list:
+    from pyiceberg.manifest import read_manifest_list
+
+    return list(read_manifest_list(io.new_input(path)))
 
 
 def test_another_writers_commit_is_seen_and_still_fences(tmp_path, counted):

@@ -8,18 +8,28 @@ commits up to every table of a database per batch, one after another in its driv
 - :func:`cache_metadata`: a SQL catalog that keeps the metadata it read or wrote per metadata file (a metadata file
   never changes: a new one is written at each commit), so loading a table whose catalog row still names the same
   file (``Table.refresh``, and the catalog's own load at each commit) reads one row, not the file. What the
-  catalog row names is read every time: another writer's commit is seen as before, and a commit is still
-  refused by the catalog when the row moved since (our fencing, ``commit.py``).
+  catalog row names is read every time (one prepared SQL statement, not pyiceberg's ORM query: :func:`row_location`):
+  another writer's commit is seen as before, and a commit is still refused by the catalog when the row moved
+  since (our fencing, ``commit.py``).
 
-- :func:`manifests`: a snapshot's manifest list read once in this process.
+- :func:`manifest_output`: a manifest's Avro file whose schemas (the entry schema with the table's partition type,
+  its Avro JSON, the resolved record writer: the same for every manifest of one table schema and partition spec)
+  are built once per schema and spec, not at each manifest written.
+- :func:`arrow_schema`: a table schema as Arrow, converted once per schema (the table's ``schema``, each write spec:
+  ~9 conversions a batch of the database job).
+- :func:`manifests`: a snapshot's manifest list read once in this process, and never read at all for a snapshot
+  this process committed (:func:`listed`: the commit tells what it wrote).
 
 All build on pyiceberg's private API (``Transaction._updates``, ``_apply_table_update``, the SQL catalog's
-``_convert_orm_to_iceberg``, ``_update_and_stage_table`` and ``_load_file_io``), pinned by
+``_convert_orm_to_iceberg``, ``_update_and_stage_table`` and ``_load_file_io``, ``ManifestWriter._with_partition``,
+``AvroOutputFile._write_header``), pinned by
 ``pyiceberg>=0.12,<0.13`` as ``commit.py``'s is.
 """
 
 from __future__ import annotations
 
+import json
+import os
 import threading
 from collections import OrderedDict
 from datetime import datetime
@@ -99,9 +109,6 @@ def cache_metadata(catalog) -> Any:
                 parsed.popitem(last=False)
 
     def convert_orm(orm_table):
-        from pyiceberg.catalog import Catalog
-        from pyiceberg.table import Table
-
         location = orm_table.metadata_location
         with lock:
             got = parsed.get(location) if location else None
@@ -109,9 +116,8 @@ def cache_metadata(catalog) -> Any:
             tbl = convert(orm_table)
             keep(tbl.metadata_location, tbl.metadata)
             return tbl
-        return Table(identifier=Catalog.identifier_to_tuple(orm_table.table_namespace) + (orm_table.table_name,),
-                     metadata=got, metadata_location=location, io=catalog._load_file_io(got.properties, location),
-                     catalog=catalog)
+        return _parsed_table(catalog, Catalog.identifier_to_tuple(orm_table.table_namespace) +
+                             (orm_table.table_name,), got, location)
 
     def commit_table(table, requirements, updates):
         response = commit(table, requirements, updates)
@@ -123,11 +129,54 @@ def cache_metadata(catalog) -> Any:
             return stage(current_table, table_identifier, requirements, updates)
         return staged(catalog, current_table, table_identifier, requirements, updates)
 
-    stage = catalog._update_and_stage_table
+    def load_table(identifier):
+        location = row_location(catalog, identifier)
+        with lock:
+            got = parsed.get(location) if location else None
+        if got is None:  # another writer's metadata file (or none, or no such table): pyiceberg's load
+            return load(identifier)
+        return _parsed_table(catalog, Catalog.identifier_to_tuple(identifier), got, location)
+
+    from pyiceberg.catalog import Catalog
+
+    stage, load = catalog._update_and_stage_table, catalog.load_table
     catalog._convert_orm_to_iceberg = convert_orm
     catalog.commit_table = commit_table
     catalog._update_and_stage_table = update_and_stage
+    catalog.load_table = load_table
     return catalog
+
+
+def _parsed_table(catalog, identifier: tuple, metadata, location: str) -> Any:
+    """A pyiceberg table of ``catalog`` at metadata file ``location``, its ``metadata`` already parsed."""
+    from pyiceberg.table import Table
+
+    return Table(identifier=identifier, metadata=metadata, metadata_location=location,
+                 io=catalog._load_file_io(metadata.properties, location), catalog=catalog)
+
+
+def row_location(catalog, identifier) -> str | None:
+    """The metadata file table ``identifier``'s row in SQL catalog ``catalog`` names now (None: no row), read with
+    one SQL statement built once per catalog: the row pyiceberg's ``load_table`` reads (a table's, not a view's),
+    without its ORM session and statement built at each call (~0.4 ms of CPU a load; a batch of the database job
+    loads each table ~10 times)."""
+    from pyiceberg.catalog import Catalog
+
+    stmt = getattr(catalog, "_msgstream_row", None)
+    if stmt is None:
+        from pyiceberg.catalog.sql import IcebergTables
+        from sqlalchemy import bindparam, select
+
+        stmt = select(IcebergTables.metadata_location).where(
+            IcebergTables.catalog_name == bindparam("catalog"), IcebergTables.table_namespace == bindparam("ns"),
+            IcebergTables.table_name == bindparam("name"))
+        if (only_tables := catalog._iceberg_type_filter()) is not None:
+            stmt = stmt.where(only_tables)
+        catalog._msgstream_row = stmt
+    ns = Catalog.namespace_to_string(Catalog.namespace_from(identifier))
+    with catalog.engine.connect() as conn:
+        return conn.execute(stmt, {"catalog": catalog.name, "ns": ns,
+                                   "name": Catalog.table_name_from(identifier)}).scalar()
 
 
 def staged(catalog, current, identifier, requirements, updates):
@@ -165,3 +214,91 @@ def manifests(snap, io) -> tuple:
         while len(_lists) > LISTS_KEPT:
             _lists.popitem(last=False)
     return got
+
+
+def listed(path: str, manifests_written: tuple) -> None:
+    """Manifest list ``path`` (one this process just wrote) holds ``manifests_written``, as the list's writer
+    prepared them (sequence numbers assigned): :func:`manifests` of its snapshot reads no file."""
+    with _lists_lock:
+        _lists[path] = manifests_written
+        _lists.move_to_end(path)
+        while len(_lists) > LISTS_KEPT:
+            _lists.popitem(last=False)
+
+
+SCHEMAS_KEPT = 64  # (table schema, partition spec) pairs whose manifest schemas are kept built
+_schemas: OrderedDict[tuple, tuple] = OrderedDict()
+
+
+def manifest_output(writer) -> Any:
+    """The Avro file of pyiceberg manifest writer ``writer`` (its ``new_writer``), its schemas built once per
+    (format version, table schema, partition spec): the manifest entry schemas (the file's and the records'),
+    the file schema's Avro JSON and the records' writer, none of which holds per-file state."""
+    from pyiceberg.avro.resolver import resolve_writer
+    from pyiceberg.manifest import DEFAULT_READ_VERSION
+    from pyiceberg.utils.schema_conversion import AvroSchemaConversion
+
+    meta = writer._meta
+    key = (writer.version, meta["schema"], meta["partition-spec"])
+    with _lists_lock:
+        got = _schemas.get(key)
+    if got is None:
+        file_schema = writer._with_partition(writer.version)
+        record_schema = writer._with_partition(DEFAULT_READ_VERSION)
+        avro = json.dumps(AvroSchemaConversion().iceberg_to_avro(file_schema, schema_name="manifest_entry"))
+        got = (file_schema, resolve_writer(record_schema=record_schema, file_schema=file_schema), avro)
+        with _lists_lock:
+            _schemas[key] = got
+            while len(_schemas) > SCHEMAS_KEPT:
+                _schemas.popitem(last=False)
+    return _output_type()(writer._output_file, got, meta)
+
+
+def _output_type() -> type:
+    if "output" in _TYPES:
+        return _TYPES["output"]
+    from pyiceberg.avro.codecs import AVRO_CODEC_KEY, CODEC_MAPPING_ICEBERG_TO_AVRO
+    from pyiceberg.avro.file import _SCHEMA_KEY, MAGIC, META_SCHEMA, SYNC_SIZE, AvroFileHeader, AvroOutputFile
+    from pyiceberg.avro.resolver import construct_writer
+    from pyiceberg.table import TableProperties
+
+    header_writer = construct_writer(META_SCHEMA)
+
+    class KnownSchemaOutput(AvroOutputFile):
+        """pyiceberg's Avro output file, given its schema's parts built (``manifest_output``)."""
+
+        def __init__(self, output_file, built: tuple, metadata: dict[str, str]) -> None:
+            self.output_file, self.schema_name, self.metadata = output_file, "manifest_entry", metadata
+            self.file_schema, self.writer, self._avro = built
+            self.sync_bytes = os.urandom(SYNC_SIZE)
+
+        def _write_header(self) -> None:
+            """The header pyiceberg writes (the metadata, the schema's Avro JSON, the codec's Avro name)."""
+            codec = self.metadata.get(AVRO_CODEC_KEY, TableProperties.WRITE_AVRO_COMPRESSION_DEFAULT)
+            codec = CODEC_MAPPING_ICEBERG_TO_AVRO.get(codec) or codec
+            meta = {**self.metadata, _SCHEMA_KEY: self._avro, AVRO_CODEC_KEY: codec}
+            header_writer.write(self.encoder, AvroFileHeader(MAGIC, meta, self.sync_bytes))
+
+    _TYPES["output"] = KnownSchemaOutput
+    return KnownSchemaOutput
+
+
+ARROW_KEPT = 64  # table schemas kept converted to Arrow
+_arrow: OrderedDict[int, tuple] = OrderedDict()  # id of a pyiceberg schema -> (the schema, its Arrow schema)
+
+
+def arrow_schema(schema) -> Any:
+    """pyiceberg ``schema`` as an Arrow schema with field ids (pyiceberg's ``schema_to_pyarrow``), converted once
+    per schema object (a pyiceberg schema is frozen; one kept here is kept alive, so its id is not reused)."""
+    from pyiceberg.io.pyarrow import schema_to_pyarrow
+
+    with _lists_lock:
+        got = _arrow.get(id(schema))
+    if got is not None and got[0] is schema:
+        return got[1]
+    out = schema_to_pyarrow(schema, include_field_ids=True)
+    with _lists_lock:
+        _arrow[id(schema)] = (schema, out)
+        while len(_arrow) > ARROW_KEPT:
+            _arrow.popitem(last=False)
+    return out

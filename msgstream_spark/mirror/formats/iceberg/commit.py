@@ -19,7 +19,7 @@ from contextlib import contextmanager
 from msgstream_spark.errors import MirrorError
 from msgstream_spark.mirror.common import PROP_WRITER_EPOCH, check_epoch
 from msgstream_spark.mirror.formats.base import NO_SNAPSHOT, fence_message
-from msgstream_spark.mirror.formats.iceberg.cached import manifests, transaction
+from msgstream_spark.mirror.formats.iceberg.cached import listed, manifest_output, manifests, transaction
 
 EPOCH_TRIES = 10  # commits a writer epoch's publication tries, each refused for another writer's commit
 
@@ -131,6 +131,24 @@ class _Manifests:
             self._cached = self._transaction.table_metadata
         return self._cached
 
+    def _manifests(self) -> list:
+        """The new snapshot's manifests (the producer's ``_made``), kept for the manifest list's cache."""
+        self.listed = self._made()
+        return self.listed
+
+    def _commit(self):
+        """pyiceberg's (the manifest list written, the snapshot's updates made); the list's manifests kept as its
+        writer wrote them (``cached.listed``): the new snapshot's live files need not read it back."""
+        from pyiceberg.manifest import write_manifest_list
+
+        updates, requirements = super()._commit()
+        snap = updates[0].snapshot
+        made = write_manifest_list(format_version=self._meta().format_version, output_file=None,
+                                   snapshot_id=snap.snapshot_id, parent_snapshot_id=snap.parent_snapshot_id,
+                                   sequence_number=snap.sequence_number, avro_compression=self._compression)
+        listed(snap.manifest_list, tuple(made.prepare_manifest(m) for m in self.listed))
+        return updates, requirements
+
     def _refresh_for_retry(self) -> None:
         super()._refresh_for_retry()
         self._cached = None
@@ -142,9 +160,9 @@ class _Manifests:
         from pyiceberg.manifest import ManifestContent, write_manifest
 
         meta = self._meta()
-        if content == ManifestContent.DELETES:
-            return _delete_writer_type()(meta.spec(), meta.schema(), self.new_manifest_output(), self._snapshot_id,
-                                         self._compression)
+        if content == ManifestContent.DELETES or meta.format_version == 2:  # (a v1 table: pyiceberg's own writer)
+            kind = _delete_writer_type() if content == ManifestContent.DELETES else _data_writer_type()
+            return kind(meta.spec(), meta.schema(), self.new_manifest_output(), self._snapshot_id, self._compression)
         return write_manifest(format_version=meta.format_version, spec=meta.spec(), schema=meta.schema(),
                               output_file=self.new_manifest_output(), snapshot_id=self._snapshot_id,
                               avro_compression=self._compression)
@@ -184,7 +202,7 @@ def _producer_type() -> type:
         def _existing_manifests(self) -> list:
             return []
 
-        def _manifests(self) -> list:
+        def _made(self) -> list:
             out, self.fresh = [], {}
             for content in (ManifestContent.DATA, ManifestContent.DELETES):
                 new = [f for f in self.adds if (f.content == 0) == (content == ManifestContent.DATA)]
@@ -202,13 +220,28 @@ def _producer_type() -> type:
     return Producer
 
 
+def _data_writer_type() -> type:
+    """pyiceberg's v2 manifest writer, its Avro schemas built once per table schema and spec
+    (``cached.manifest_output``)."""
+    if "data" in _TYPES:
+        return _TYPES["data"]
+    from pyiceberg.manifest import ManifestWriterV2
+
+    class DataManifestWriter(ManifestWriterV2):
+        def new_writer(self):
+            return manifest_output(self)
+
+    _TYPES["data"] = DataManifestWriter
+    return DataManifestWriter
+
+
 def _delete_writer_type() -> type:
     """A manifest writer of ``content = deletes`` (pyiceberg writes data manifests only)."""
     if "deletes" in _TYPES:
         return _TYPES["deletes"]
-    from pyiceberg.manifest import ManifestContent, ManifestWriterV2
+    from pyiceberg.manifest import ManifestContent
 
-    class DeleteManifestWriter(ManifestWriterV2):
+    class DeleteManifestWriter(_data_writer_type()):
         def content(self) -> ManifestContent:
             return ManifestContent.DELETES
 

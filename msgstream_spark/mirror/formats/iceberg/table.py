@@ -44,7 +44,7 @@ from msgstream_spark.mirror.formats.base import (
     WriteSpec,
     fence_message,
 )
-from msgstream_spark.mirror.formats.iceberg.cached import manifests, transaction
+from msgstream_spark.mirror.formats.iceberg.cached import arrow_schema, manifests, transaction
 from msgstream_spark.mirror.formats.iceberg.catalog import _identifier, locate, manifest_uri
 from msgstream_spark.mirror.formats.iceberg.commit import (
     assert_head,
@@ -123,7 +123,7 @@ class IcebergMirrorTable(CatalogTable):
 
     @property
     def schema(self) -> pa.Schema:
-        return self._table().schema().as_arrow()
+        return arrow_schema(self._table().schema())
 
     def properties(self) -> dict[str, str]:
         tbl = self._table()
@@ -150,12 +150,10 @@ class IcebergMirrorTable(CatalogTable):
             self._add_columns(extra)
 
     def write_spec(self) -> WriteSpec:
-        from pyiceberg.io.pyarrow import schema_to_pyarrow
-
         tbl = self._table()
         tbl.refresh()
         snap = tbl.properties.get(PROP_SNAPSHOT_TS)
-        schema = schema_to_pyarrow(tbl.schema(), include_field_ids=True)
+        schema = arrow_schema(tbl.schema())
         split = [tbl.schema().find_column_name(f.source_id) for f in tbl.spec().fields]
         if any(str(f.transform) != "identity" for f in tbl.spec().fields):
             raise MirrorError(f"table {self.location} is partitioned by {tbl.spec()}: the mirror writes tables "

@@ -137,7 +137,7 @@ def _merger_type() -> type:
     from pyiceberg.manifest import ManifestContent, ManifestEntry, ManifestEntryStatus
 
     class Merger(_producer_type()):
-        def _manifests(self) -> list:
+        def _made(self) -> list:
             parent = self._meta().snapshot_by_id(self._parent_snapshot_id)
             out, groups = [], {ManifestContent.DATA: [], ManifestContent.DELETES: []}
             for m in manifest_files(parent, self._io):
