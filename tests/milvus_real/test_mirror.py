@@ -233,7 +233,9 @@ def verify_on_s3(capsys, cfg: str, collection: str, on: OnS3) -> dict:
 
 
 class Writer:
-    """Keeps inserting new keys, deleting and upserting existing ones, until stopped."""
+    """Keeps inserting new keys, deleting and upserting existing ones, until stopped (or ROUNDS rounds)."""
+
+    PACE_S, ROUNDS = 0.5, 120
 
     def __init__(self, workloads: list[Workload], first_new: int) -> None:
         self.workloads, self.next = workloads, first_new
@@ -244,11 +246,12 @@ class Writer:
 
     def _loop(self) -> None:
         i = 0
-        # Bounded: at most 300 rounds, one every 0.2 s, so that it spans a job's run. What the tests need is a
-        # write after the snapshot's S and writes while the stream catches up; more rounds only add rows to stream
-        # (a 0.05 s pace wrote ~4x as many, for the same assertions).
+        # Bounded: at most ROUNDS rounds, one every PACE_S, so that it spans a job's run (60 s). What the tests need
+        # is a write after the snapshot's S and writes while the stream catches up; more rounds only add rows to
+        # stream and calls for Milvus to serve (a 0.05 s pace wrote ~4x as many as 0.2 s, 0.2 s 2.5x as many as
+        # 0.5 s, for the same assertions).
         try:
-            while i < 300 and not self.stop_event.wait(0.2):
+            while i < self.ROUNDS and not self.stop_event.wait(self.PACE_S):
                 for w in self.workloads:
                     w.insert(range(self.next, self.next + 10))
                     if i % 2 == 0:
