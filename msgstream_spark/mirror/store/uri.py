@@ -108,3 +108,20 @@ def resolve(root: str, path: str) -> str:
     if os.path.isabs(path):
         return path
     return join(root, path)
+
+
+def resolver(root: str) -> Callable[[str], str]:
+    """:func:`resolve` with ``root`` parsed once, for the many paths of a table's metadata."""
+    loc = parse(root)
+    file_style = os.fspath(root).startswith("file:")
+
+    def res(path: str) -> str:
+        if "://" in path or os.path.isabs(path):
+            return resolve(root, path)
+        part = path.strip("/")
+        if loc.kind == "local":
+            out = os.path.join(loc.key, part) if part else loc.key
+            return "file://" + out if file_style else out
+        return loc.uri("/".join([loc.key, part] if part else [loc.key]).strip("/"))
+
+    return res

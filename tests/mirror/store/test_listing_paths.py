@@ -1,7 +1,9 @@
 """A table's listing names each file as before, with its root parsed once (issue #44: a database job's expiry
 listed 20 tables, and each listed path parsed the root again: ``uri.relative`` per file was a fifth of a vacuum's
-CPU). ``uri.relative_to(root)`` answers what ``uri.relative(root, path)`` answers, for the paths a listing gives
-and for any other; the local store's listing names the same files in the same style as ``uri.join`` does."""
+CPU; a Delta table's live files, read at each batch's plan and maintenance check, resolved each path the same
+way). ``uri.relative_to(root)`` answers what ``uri.relative(root, path)`` answers and ``uri.resolver(root)`` what
+``uri.resolve(root, path)`` does, for the paths a listing or a log gives and for any other; the local store's
+listing names the same files in the same style as ``uri.join`` does."""
 
 from __future__ import annotations
 
@@ -37,3 +39,14 @@ def test_the_local_listing_names_files_in_the_prefix_style(tmp_path):
         want = sorted(uri.join(prefix, os.path.relpath(os.path.join(d, f), tmp_path / "t"))
                       for d, _, fs in os.walk(tmp_path / "t") for f in fs)
         assert got == want and len(got) == 4, prefix
+
+
+def test_resolver_answers_as_resolve(tmp_path):
+    roots = [str(tmp_path / "t"), str(tmp_path / "t") + "/", f"file://{tmp_path}/t", "s3://bucket/lake/t",
+             "s3://bucket/lake/t/", "s3://bucket", "gs://b/x"]
+    paths = ["data/a.parquet", "/data/a.parquet/", "part=1/b%20c.parquet", "", "/", "s3://other/x.parquet",
+             "file:///abs/x.parquet", "/abs/y.parquet", "deletion_vector_x.bin"]
+    for root in roots:
+        res = uri.resolver(root)
+        for path in paths:
+            assert res(path) == uri.resolve(root, path), (root, path)
