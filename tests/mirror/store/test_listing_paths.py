@@ -1,6 +1,6 @@
 """A table's listing names each file as before, with its root parsed once (issue #44: a database job's expiry
-listed 20 tables, and each listed path parsed the root again: ``uri.relative`` per file was a fifth of a vacuum's
-CPU; a Delta table's live files, read at each batch's plan and maintenance check, resolved each path the same
+listed 20 tables, and each listed path parsed the root again: ``uri.relative`` per file was a quarter of a
+vacuum's CPU; a Delta table's live files, read at each batch's plan and maintenance check, resolved each path the same
 way). ``uri.relative_to(root)`` answers what ``uri.relative(root, path)`` answers and ``uri.resolver(root)`` what
 ``uri.resolve(root, path)`` does, for the paths a listing or a log gives and for any other; the local store's
 listing names the same files in the same style as ``uri.join`` does."""
