@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import functools
 import os
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -36,15 +35,6 @@ class Location:
 def parse(uri: str) -> Location:
     """Split ``uri``; ConfigError naming it if the scheme is not one the store knows."""
     text = os.fspath(uri)
-    if "://" not in text and not os.path.isabs(text):
-        return Location("local", "", "", os.path.abspath(text))  # the working directory's: not kept
-    return _parsed(text)
-
-
-@functools.lru_cache(maxsize=8192)
-def _parsed(text: str) -> Location:
-    """:func:`parse` of a URI or an absolute path (which no working directory changes): kept, as a table's
-    paths are parsed again at each batch (its root at every file it lists or names)."""
     if "://" not in text:
         return Location("local", "", "", os.path.abspath(text))
     parts = urlsplit(text)
