@@ -65,7 +65,7 @@ DRIVER_STAGES = [
 START_STAGES = [("schema inferred from the channels", [("source/schema.py", "infer_collection")]),
                 ("table opened", [("mirror/table.py", "open_table")])]
 DRIVER_STAGES.insert(0, ("tables opened (schema inferred from the channels, table opened)",
-                         [("spark/mirror_many.py", "_mirrored")]))
+                         [("spark/mirror_many.py", "_mirrored"), ("spark/mirror_many.py", "_prepare")]))
 
 _SITE = textwrap.dedent('''
     import cProfile, sys, time

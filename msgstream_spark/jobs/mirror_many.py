@@ -31,6 +31,7 @@ from msgstream_spark.jobs._common import parse_kv, source_options, spark_error_l
 from msgstream_spark.jobs.mirror_many_milvus import Locate, described_schema, milvus_collections
 from msgstream_spark.jobs.mirror_many_names import catalog_holder, check_namespace_args, stored_name
 from msgstream_spark.jobs.mirror_many_pending import Pending
+from msgstream_spark.jobs.mirror_many_schema import Schemas
 from msgstream_spark.mirror.common import PROP_COLLECTION_ID, PROP_SNAPSHOT_TS
 from msgstream_spark.mirror.many import DEFAULT_DB, Known, ManyState, parse_selection, table_identifier, table_location
 
@@ -133,6 +134,7 @@ class Tables:
         self.args, self.cfg, self.checkpoint = args, cfg, checkpoint
         self.policy, self.hub = policy, hub  # each table's maintenance policy; the job's metrics endpoint
         self.upkeeps: dict[str, Any] = {}  # table location -> its Upkeep
+        self.schemas = Schemas(args, channels_option(args, cfg))
 
     def observers(self, table) -> list:
         """The table's maintenance (the job's policy, under the batch's lease) and its series on the job's
@@ -153,25 +155,14 @@ class Tables:
         return int(cid) if cid else -1
 
     def schema(self, k: Known, schema_bytes: bytes | None):
-        """The collection's schema: its CreateCollection's, else inferred from the channels (by id)."""
-        from msgstream_spark.msg.pb import schema_pb2
+        """The collection's schema: its CreateCollection's, else inferred from the channels (by id;
+        ``jobs.mirror_many_schema``)."""
+        return self.schemas(k.cid, schema_bytes)
 
-        if schema_bytes:
-            s = schema_pb2.CollectionSchema()
-            s.ParseFromString(schema_bytes)
-            return s
-        from msgstream_spark.source.options import parse_read_options
-        from msgstream_spark.source.read import list_channels
-        from msgstream_spark.source.schema import infer_collection
-
-        named = channels_option(self.args, self.cfg)
-        opts = parse_read_options(source_options(self.args, collection=str(k.cid), **named), streaming=False)
-        client = opts.client()
-        try:
-            channels = list_channels(opts, client)
-        finally:
-            client.close()
-        return infer_collection(opts, channels)[0]
+    def prepare(self, cids: list[int]) -> None:
+        """The collections ``cids``, whose tables are about to be made without a schema from the stream: their
+        schemas inferred by one scan of the channels."""
+        self.schemas.prepare(cids)
 
     def place(self, k: Known, coll) -> tuple[str, str, Any]:
         """(the table's location by the naming rule, the primary key, the ``rows`` schema)."""

@@ -162,60 +162,76 @@ class JobMetrics:
         self._seen_errors: dict[str, int] = {}
         self.new_runs: list = []  # the maintenance runs since the last batch's line
         self.watermark_ms: int | None = None
-        self.m["lag"].labels(**self.labels).set_function(self._lag)
+        self._series: dict[tuple, Any] = {}  # (metric, its other labels' values) -> this table's series
+        self._s("lag").set_function(self._lag)
         if upkeep is not None:
             self._maintenance()
+
+    def _s(self, name: str, **more: str) -> Any:
+        """This table's series of metric ``name`` (``more``: its other labels), looked up once: a batch of a
+        database job tells 20 tables' series, and ``labels()`` checks and locks at each call."""
+        key = (name, *more.values())
+        got = self._series.get(key)
+        if got is None:
+            got = self._series[key] = self.m[name].labels(**self.labels, **more)
+        return got
+
+    def _channel(self, ch: str) -> Any:
+        key = ("channel", ch)  # a per-channel series (no table label): the job's, shared by its tables
+        got = self._series.get(key)
+        if got is None:
+            got = self._series[key] = self.m["channel"].labels(channel=ch)
+        return got
 
     def _lag(self) -> float:
         return float("nan") if self.watermark_ms is None else max(0.0, time.time() - self.watermark_ms / 1000)
 
     def after_batch(self, report, hold=None) -> None:
-        lb = self.labels
-        self.m["batches"].labels(**lb, outcome="committed" if report.committed else "skipped").inc()
+        self._s("batches", outcome="committed" if report.committed else "skipped").inc()
         if report.committed:
             for op, n in report.ops.items():
-                self.m["rows"].labels(**lb, op=op).inc(n)
-            self.m["batch_s"].labels(**lb).observe(report.seconds)
-            self.m["commit_s"].labels(**lb).observe(report.step_seconds.get("commit", 0.0))
+                self._s("rows", op=op).inc(n)
+            self._s("batch_s").observe(report.seconds)
+            self._s("commit_s").observe(report.step_seconds.get("commit", 0.0))
             if report.freshness_ms is not None:
-                self.m["freshness"].labels(**lb).set(report.freshness_ms / 1000)
+                self._s("freshness").set(report.freshness_ms / 1000)
         times = [int(e.get("ts", 0)) for e in (report.watermark or {}).values() if int(e.get("ts", 0)) > 0]
         if times:
             self.watermark_ms = physical_ms(min(times))
-            self.m["watermark"].labels(**lb).set(self.watermark_ms / 1000)
+            self._s("watermark").set(self.watermark_ms / 1000)
         for ch, e in (report.watermark or {}).items():
             if int(e.get("ts", 0)) > 0:
-                self.m["channel"].labels(channel=ch).set(physical_ms(int(e["ts"])) / 1000)
+                self._channel(ch).set(physical_ms(int(e["ts"])) / 1000)
         version = self.upkeep.version() if self.upkeep is not None else None
         if version is not None:
-            self.m["version"].labels(**lb).set(version)
+            self._s("version").set(version)
         self._maintenance()
         log.info(json.dumps(self.line(report, version), sort_keys=True))
 
     def batch_failed(self, batch_id: int, error: BaseException) -> None:
-        self.m["errors"].labels(**self.labels, kind="batch").inc()
+        self._s("errors", kind="batch").inc()
         log.info(json.dumps({"table": self.labels["table"], "batch": batch_id, "error": f"{type(error).__name__}: "
                              f"{error}"[:500]}, sort_keys=True))
 
     def _maintenance(self) -> None:
-        lb, up = self.labels, self.upkeep
+        up = self.upkeep
         if up is None:
             return
         fresh = sum(up.runs.values()) - sum(self._seen_runs.values())
         self.new_runs = up.history[-fresh:] if fresh > 0 else []
         for task, n in up.runs.items():
-            self.m["runs"].labels(**lb, task=task).inc(n - self._seen_runs.get(task, 0))
+            self._s("runs", task=task).inc(n - self._seen_runs.get(task, 0))
             self._seen_runs[task] = n
         for task, n in up.errors.items():
-            self.m["m_errors"].labels(**lb, task=task).inc(n - self._seen_errors.get(task, 0))
-            self.m["errors"].labels(**lb, kind="maintenance").inc(n - self._seen_errors.get(task, 0))
+            self._s("m_errors", task=task).inc(n - self._seen_errors.get(task, 0))
+            self._s("errors", kind="maintenance").inc(n - self._seen_errors.get(task, 0))
             self._seen_errors[task] = n
         for task, at in up.last.items():
-            self.m["m_last"].labels(**lb, task=task).set(at)
+            self._s("m_last", task=task).set(at)
         figs = up.table_figures
         if figs:
-            self.m["versions"].labels(**lb).set(figs.get("versions", 0))
-            self.m["meta_bytes"].labels(**lb).set(figs.get("metadata_bytes", 0))
+            self._s("versions").set(figs.get("versions", 0))
+            self._s("meta_bytes").set(figs.get("metadata_bytes", 0))
 
     def line(self, report, version: int | None) -> dict[str, Any]:
         """The batch's JSON log line: the same figures as the metrics."""

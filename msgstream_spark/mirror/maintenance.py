@@ -151,8 +151,9 @@ def _candidates(store: Store, root: str, suffixes: tuple[str, ...] = ()) -> tupl
     Delta's ``_delta_log/.N.json.*.tmp``), and under data/ those ending in ``suffixes`` (the format's own:
     ``Format.file_suffixes``); listed with their modification times."""
     out, tmps = [], []
+    rel_of = uri.relative_to(root)  # the root parsed once: a table's listing is thousands of paths
     for m in store.list(root):
-        rel = uri.relative(root, m.uri) or ""
+        rel = rel_of(m.uri) or ""
         top, _, rest = rel.partition("/")
         name = rel.rsplit("/", 1)[-1]
         if not rest and top.startswith("deletion_vector_") and top.endswith(".bin"):

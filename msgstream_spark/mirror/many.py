@@ -90,6 +90,7 @@ class ManyState:
 
     path: str
     known: dict[int, Known] = field(default_factory=dict)
+    _saved: dict | None = field(default=None, repr=False, compare=False)  # what the last save wrote
 
     @classmethod
     def load(cls, checkpoint: str) -> ManyState:
@@ -105,11 +106,17 @@ class ManyState:
         return st
 
     def save(self) -> None:
+        """Write the list (atomically), unless it is what this object's last save wrote: a batch of collections
+        the job knows tells nothing new (the database job saves before each batch's writes)."""
+        data = {str(k): asdict(v) for k, v in sorted(self.known.items())}
+        if data == self._saved:
+            return
         os.makedirs(os.path.dirname(self.path), exist_ok=True)
         tmp = f"{self.path}.tmp"
         with open(tmp, "w") as f:
-            json.dump({str(k): asdict(v) for k, v in sorted(self.known.items())}, f, indent=1)
+            f.write(json.dumps(data, indent=1))
         os.replace(tmp, self.path)
+        self._saved = data
 
     def get(self, cid: int) -> Known:
         return self.known.setdefault(cid, Known(cid))

@@ -17,10 +17,8 @@ from typing import Any
 
 import pyarrow as pa
 
-from msgstream_spark.config import Config
-from msgstream_spark.errors import DecodeError, MsgStreamError, SchemaError, UnknownMessageTypeError
+from msgstream_spark.errors import DecodeError, SchemaError, UnknownMessageTypeError
 from msgstream_spark.msg import codec
-from msgstream_spark.msg.pb import schema_pb2
 from msgstream_spark.msg.schema import collection_arrow_schema, infer_collection_schema
 from msgstream_spark.msg.types import MsgType
 from msgstream_spark.msg.wal26 import WalMessageType, decode_message, is_wal_message
@@ -30,7 +28,8 @@ from msgstream_spark.source.multi import collections_arrow_schema
 from msgstream_spark.source.offsets import b64
 from msgstream_spark.source.options import ReadOptions
 from msgstream_spark.source.rows import METADATA, OP, messages_arrow_schema, rows_arrow_schema
-from msgstream_spark.stream.describe import milvus_schema
+from msgstream_spark.source.schema_ask import described as _described
+from msgstream_spark.source.schema_ask import not_found as _not_found
 
 log = logging.getLogger(__name__)
 
@@ -42,8 +41,17 @@ _WAL_SCHEMA_TYPES = frozenset((WalMessageType.CreateCollection, WalMessageType.A
 
 
 def _matches(opts: ReadOptions, cid: int, name: str) -> bool:
+    if getattr(opts, "wanted", None) is not None:  # several collections by id (``source.schema_many``)
+        return cid in opts.wanted
     want = opts.collection
     return want is None or want == str(cid) or want == name
+
+
+def _all_found(opts: ReadOptions, found: dict) -> bool:
+    """Whether ``found`` holds every collection the scan wants (one by id, or each of ``wanted``'s ids)."""
+    if getattr(opts, "wanted", None) is not None:
+        return opts.wanted <= found.keys()
+    return bool(found) and opts.collection is not None and opts.collection.isdigit()
 
 
 def _scan_schemas(opts: ReadOptions, channels: list[str], shared: Any = None,
@@ -107,7 +115,9 @@ def _scan_bounded(opts: ReadOptions, client: Any, ch: str, last: Any, state: sca
         return False
     feed = lambda c, b, n: _feed(opts, c, b, n)  # noqa: E731
     limit = opts.schema_lookback
-    if bounded:
+    if bounded and getattr(opts, "wanted", None) is not None:  # each wanted collection's newest window
+        notes, fetched = tailscan.look_back_each(client, ch, bounded, budget, limit, feed, deadline, opts.wanted)
+    elif bounded:
         notes, fetched = tailscan.look_back(client, ch, bounded, budget, limit, feed, deadline)
     else:
         notes, fetched, outgrown = tailscan.look_back_from(client, ch, start, last, budget, limit, feed, deadline)
@@ -115,8 +125,8 @@ def _scan_bounded(opts: ReadOptions, client: Any, ch: str, last: Any, state: sca
             return False  # older messages lie in an earlier Pulsar ledger: read the channel from its first one
     _merge_tail(ch, state, notes, fetched)
     looked[ch] = f"the newest {fetched} messages" + ("" if bounded else " (inside the last message's Pulsar ledger)")
-    if notes[0]:  # found: a later scan reads only what is appended (nothing found: it looks back again)
-        state.upto[ch] = last.serialize()
+    if notes[0] and (getattr(opts, "wanted", None) is None or _all_found(opts, notes[0])):
+        state.upto[ch] = last.serialize()  # found: a later scan reads only what is appended (else: looks back)
     return True
 
 
@@ -140,7 +150,7 @@ def _scan_channel(opts: ReadOptions, ch: str, cons: Any, last: Any, deadline: fl
             stop = batch[-1].id
         if at_end:
             return stop  # no wait for more at the end
-        if found and not wal and opts.collection is not None and opts.collection.isdigit():
+        if not wal and _all_found(opts, found):
             # 2.5 messages cannot change an id's schema (its CreateCollection precedes its inserts): when the
             # channel's last message is a 2.5 one too, the scan counts as done up to it (a later plan reads only
             # what comes after); else (2.6 messages after, an AlterCollection maybe) later plans read on from here
@@ -297,51 +307,6 @@ def _note_wal_schema(opts: ReadOptions, ch: str, m: Any, state: tuple[dict, dict
     elif cid not in found:
         found[cid] = (infer_collection_schema(msg.proto, name), "Insert")
         created.setdefault(cid, msg.wal.time_tick)
-
-
-def _described(opts: ReadOptions, client: Any, failures: list[str]) -> tuple[Any, int] | None:
-    """(CollectionSchema, collection id) as Milvus describes the collection now, else ``None`` (the channels
-    decide): the ``milvus`` backend's ``DescribeCollection`` of a collection in ``milvus.collections``, else,
-    with config key ``milvus.address`` given, ``DescribeCollection`` at that address (whatever the backend).
-    What failed is logged and added to ``failures`` (for the error when the channels tell nothing either)."""
-    try:
-        got = client.collection_schema(opts.collection)
-    except MsgStreamError as exc:
-        log.warning("schema inference reads the channels: describing collection %s failed: %s",
-                    opts.collection or "(the configured one)", exc)
-        got = None
-    if got is not None:
-        schema = schema_pb2.CollectionSchema()
-        schema.ParseFromString(got[0])
-        return schema, got[1]
-    if not opts.milvus_named or opts.collection is None:
-        return None
-    try:
-        described = milvus_schema(Config(dict(opts.config), source="<spark options>"), opts.collection)
-    except MsgStreamError as exc:
-        log.warning("schema inference reads the channels: DescribeCollection(%s) at milvus.address failed: %s",
-                    opts.collection, exc)
-        failures.append(f"DescribeCollection at milvus.address failed: {exc}")
-        return None
-    if described is None:
-        failures.append("DescribeCollection at milvus.address answered without a schema")
-    return described
-
-
-def _not_found(opts: ReadOptions, channels: list[str], looked: dict[str, str], failures: list[str]) -> SchemaError:
-    """The error when no schema was found: the collection, what was read of each channel, and what to do."""
-    what = f"collection {opts.collection!r}" if opts.collection else "any collection"
-    read = "; ".join(f"{ch}: {looked.get(ch, 'not read')}" for ch in channels)
-    lookback = opts.schema_lookback or "no bound"
-    hints = [] if opts.milvus_named or not opts.collection else [
-        "set config key milvus.address (the Milvus proxy, e.g. --option milvus.address=host:19530) so that "
-        "the schema is asked of Milvus"]
-    hints += [f"raise option schemaLookback (now {lookback}; 0: read each channel from its first message)",
-              "give the schema with .schema(...) or option schema (Spark DDL)", "or use output=messages"]
-    return SchemaError(
-        f"cannot infer a schema: no CreateCollection or Insert message of {what} found in channel(s) "
-        f"{', '.join(channels)} (messages read per channel: {read}; schemaScanMessages={opts.schema_scan_messages}, "
-        f"schemaLookback={lookback})" + "".join(f"; {f}" for f in failures) + ". To read it: " + "; ".join(hints))
 
 
 def infer_collection(opts: ReadOptions, channels: list[str]) -> tuple[Any, int]:

@@ -165,3 +165,63 @@ def ends_in_25(cons: Any, last: Any) -> bool:
     cons.seek(last, inclusive=True)
     got = cons.receive_batch(1, 1.0)
     return bool(got) and got[0].id == last and not is_wal_message(got[0].properties)
+
+
+def _take(acc: Notes, got: Notes, cids) -> None:
+    """``got``'s notes of the collections ``cids`` into ``acc`` (replacing what ``acc`` noted of them)."""
+    for cid in cids:
+        acc[0][cid] = got[0][cid]
+        for part in (acc[1], acc[3]):
+            part.pop(cid, None)
+        for part, theirs in ((acc[1], got[1]), (acc[3], got[3])):
+            if cid in theirs:
+                part[cid] = theirs[cid]
+    acc[2].update(got[2])
+
+
+def scan_tail_each(client: Any, ch: str, span: tuple[int, int], budget: int, feed: Feed, deadline: float,
+                   wanted: frozenset) -> tuple[Notes, int]:
+    """:func:`scan_tail` of several collections (ids ``wanted``) at once, over the same windows: per collection
+    the notes of the newest window holding a schema message of it, else of the newest holding its inserts; the
+    windows are read until each has its schema message or the budget is spent."""
+    first, last = span
+    told: Notes = ({}, {}, set(), {})
+    inserts: Notes = ({}, {}, set(), {})
+    fetched, top = 0, last
+    cons = client.reader(ch)
+    try:
+        while fetched < budget and top >= first and time.monotonic() < deadline:
+            bottom = max(first, top - min(TAIL_WINDOW, budget - fetched) + 1)
+            notes: Notes = ({}, {}, set(), {})
+            fetched += _read_window(cons, ch, client.message_id_from_offset(bottom), client.message_id_from_offset(top),
+                                    top - bottom + 1, feed, notes, deadline)
+            _take(told, notes, [c for c, (_, src) in notes[0].items() if src != "Insert" and c not in told[0]])
+            _take(inserts, notes, [c for c in notes[0] if c not in inserts[0]])
+            if wanted <= told[0].keys():
+                break
+            top = bottom - 1
+    finally:
+        cons.unsubscribe()  # a throwaway inference subscription
+    _take(inserts, told, list(told[0]))  # a schema message's notes over the inserts'
+    return inserts, fetched
+
+
+def look_back_each(client: Any, ch: str, span: tuple[int, int], budget: int, limit: int, feed: Feed,
+                   deadline: float, wanted: frozenset) -> tuple[Notes, int]:
+    """:func:`look_back` of several collections (ids ``wanted``) at once, over the same windows: per collection
+    the notes of the first step that told anything of it (what its own :func:`look_back` returns), the steps
+    going on while one of them is still untold, up to ``limit`` messages."""
+    first, top = span
+    step = budget
+    acc: Notes = ({}, {}, set(), {})
+    got, total = scan_tail_each(client, ch, (first, top), step, feed, deadline, wanted)
+    _take(acc, got, list(got[0]))
+    covered = step
+    while (not wanted <= acc[0].keys() and top - step >= first and (limit <= 0 or covered < limit)
+           and time.monotonic() < deadline):
+        top -= step
+        step = _next_step(covered, limit)
+        got, fetched = scan_tail_each(client, ch, (first, top), step, feed, deadline, wanted)
+        _take(acc, got, [c for c in got[0] if c not in acc[0]])
+        total, covered = total + fetched, covered + step
+    return acc, total

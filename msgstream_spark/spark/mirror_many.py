@@ -91,6 +91,7 @@ class ManyBatch:
         # handovers at a batch's start, their rows staged instead of merged; None: no collection is ever pending
         self.pending: Any = None
         self.shared = ManyWrite()  # the write step: one Spark job writing, one planning, every touched table
+        self._unsaved = False  # a table made whose location collections.json does not hold yet
 
     def __call__(self, df: DataFrame, batch_id: int) -> None:
         df = df.persist()
@@ -119,10 +120,16 @@ class ManyBatch:
         if self.pending is not None:  # a pending collection's rows and removals go to its staging, not its table
             self.pending.stage(df, batch_id, batch_rows, removals)
         ids = sorted({r["_collection"] for r in touched} | {c for c in removals if c in self.mirrored})
-        todo = [m for m in (self._mirrored(cid) for cid in ids) if m is not None]
-        for r in ddl:  # a collection created in this batch with no rows yet gets its (empty) table now
-            if r["kind"] == KIND_CREATE:
-                self._mirrored(r["_collection"])
+        made = [r["_collection"] for r in ddl if r["kind"] == KIND_CREATE]
+        self._prepare([*ids, *made])
+        try:
+            todo = [m for m in (self._mirrored(cid) for cid in ids) if m is not None]
+            for cid in made:  # a collection created in this batch with no rows yet gets its (empty) table now
+                self._mirrored(cid)
+        finally:
+            if self._unsaved:  # the new tables' locations, once for the batch, before anything is written
+                self.state.save()
+                self._unsaved = False
         self._write(df, batch_id, todo, removals, batch_rows)
         for r in ddl:
             if r["kind"] == KIND_DROP:
@@ -147,6 +154,21 @@ class ManyBatch:
             m.rows_schema = rows_schema_of(schema)
             log.info("collection id %d: schema changed at %d; its table takes the new fields", cid, ts)
 
+    def _new(self, cid: int) -> bool:
+        """Whether collection ``cid``'s table is to be made now (selected, known by name, not open, not pending)."""
+        if cid in self.mirrored or (self.pending is not None and cid in self.pending.cids):
+            return False
+        k = self.state.known.get(cid)
+        return k is not None and bool(k.name and k.db) and self.selection.matches(k.db, k.name)
+
+    def _prepare(self, cids: list[int]) -> None:
+        """The opener told the collections whose tables this batch makes with no schema from the stream (their
+        schemas inferred by one scan of the channels, ``jobs.mirror_many_schema``)."""
+        prepare = getattr(self.opener, "prepare", None)
+        new = sorted({c for c in cids if self._new(c) and not self.state.schema_bytes(c)})
+        if prepare is not None and new:
+            prepare(new)
+
     def _mirrored(self, cid: int) -> Mirrored | None:
         """The collection's table (made from the schema its CreateCollection carried), or None when it is not
         selected (or its database or name is not known yet: 2.3-2.5 tell the database in its inserts)."""
@@ -160,7 +182,7 @@ class ManyBatch:
         self.mirrored[cid] = got
         if not k.location:  # the opener's name of it (an identifier for a table in a catalog's namespace)
             k.location = getattr(got, "where", None) or got.table.location
-            self.state.save()
+            self._unsaved = True  # saved once the batch's new tables are open
         self.created.append(cid)
         log.info("collection %s.%s (id %d): table %s", k.db, k.name, cid, got.table.location)
         return got

@@ -133,11 +133,13 @@ class LocalStore(Store):
     def list(self, prefix: str) -> Iterator[ObjectMeta]:
         base = self._path(prefix)
         COUNTS.add()
+        head = uri.join(prefix, "x")[:-1]  # ``prefix`` in its style (a path or a file:// URI) and a separator
         for dirpath, _dirs, files in os.walk(base):
+            under = os.path.relpath(dirpath, base)  # once a directory, not once a file
             for name in files:
                 path = os.path.join(dirpath, name)
                 with contextlib.suppress(FileNotFoundError):  # removed while we listed
-                    yield self._meta(uri.join(prefix, os.path.relpath(path, base)), os.stat(path))
+                    yield self._meta(head + (name if under == "." else os.path.join(under, name)), os.stat(path))
 
     def delete(self, target: str) -> None:
         COUNTS.add()

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from dataclasses import dataclass
 from urllib.parse import unquote, urlsplit
 
@@ -77,6 +78,27 @@ def relative(root: str, target: str) -> str | None:
     return b.key[len(base) + 1:] if base else b.key
 
 
+def relative_to(root: str) -> Callable[[str], str | None]:
+    """:func:`relative` with ``root`` parsed once, for the many paths of a listing under it: a plain path under
+    its prefix (a normalized local path; a URI with no query, fragment or slash at either end of what is cut:
+    what a store's listing gives) is cut there, any other goes through :func:`relative`."""
+    a = parse(root)
+    base = a.key.rstrip("/")
+    local = a.kind == "local"
+    prefix = base.rstrip(os.sep) + os.sep if local else (f"{a.root}/{base}/" if base else f"{a.root}/")
+
+    def rel(target: str) -> str | None:
+        if target.startswith(prefix) and len(target) > len(prefix):
+            cut = target[len(prefix):]
+            if local and "://" not in target and os.path.normpath(target) == target:
+                return cut.replace(os.sep, "/")
+            if not local and cut[0] != "/" and cut[-1] != "/" and "?" not in cut and "#" not in cut:
+                return cut
+        return relative(root, target)
+
+    return rel
+
+
 def resolve(root: str, path: str) -> str:
     """A path a table's metadata names (relative to ``root``, or absolute: a URI or an absolute local path) as
     a full URI (a local path for a local root)."""
@@ -86,3 +108,20 @@ def resolve(root: str, path: str) -> str:
     if os.path.isabs(path):
         return path
     return join(root, path)
+
+
+def resolver(root: str) -> Callable[[str], str]:
+    """:func:`resolve` with ``root`` parsed once, for the many paths of a table's metadata."""
+    loc = parse(root)
+    file_style = os.fspath(root).startswith("file:")
+
+    def res(path: str) -> str:
+        if "://" in path or os.path.isabs(path):
+            return resolve(root, path)
+        part = path.strip("/")
+        if loc.kind == "local":
+            out = os.path.join(loc.key, part) if part else loc.key
+            return "file://" + out if file_style else out
+        return loc.uri("/".join([loc.key, part] if part else [loc.key]).strip("/"))
+
+    return res

@@ -178,11 +178,12 @@ class DeltaMirrorTable:
         long-running job's memory stays that."""
         out, dvs, stats = [], {}, {}
         state = self._state() if state is None else state
+        resolve = uri.resolver(self.root)  # the root parsed once, not once a file
         for rel, add in state.files.items():
             raw = add.get("stats") or "{}"
             got = stats[raw] = self._stats.get(raw) or key_bounds(raw, self.pk)
             dv = add.get("deletionVector")
-            path = uri.resolve(self.root, rel)
+            path = resolve(rel)
             deleted = self._deleted(dv, path)
             if dv:
                 dvs[dv_id(dv)] = deleted
