@@ -9,8 +9,12 @@ import os
 import subprocess
 import sys
 
+import pytest
+
 from tests.fixtures import runner_fork
 from tests.fixtures.waits import wait_until
+
+pytestmark = pytest.mark.slow  # a process SIGKILLed; pyspark's modules imported by a server (make test, not test-fast)
 
 
 def _start(script: str, cwd) -> subprocess.CompletedProcess:
