@@ -58,31 +58,53 @@ def conform_pieces(parts: list[pa.Table], schema: pa.Schema, pk: str, min_ts: in
 _NO_ID = -(2 ** 63)  # a row without a collection id (none is in a writing task's tables)
 
 
-def split_fn(tables: dict[int, tuple[pa.Schema, str, int | None]]):
-    """A writing task's ``split``: its packed rows (``_collection``, ``payload``) by collection id, each
-    collection's conformed with its table's (rows schema, primary key, snapshot time); a collection not in
-    ``tables`` left out."""
-    def split(b: pa.RecordBatch) -> Iterator[tuple[int, pa.Table]]:
+# the tasks' functions are instances of these classes, not closures: pickled at every batch, an instance is its
+# fields and a reference to its class (a closure: its code and globals, the driver's modules scanned for each)
+
+
+class _Split:
+    """A writing task's ``split`` (:func:`split_fn`)."""
+
+    def __init__(self, tables: dict[int, tuple[pa.Schema, str, int | None]]) -> None:
+        self.tables = tables
+
+    def split(self, b: pa.RecordBatch) -> Iterator[tuple[int, pa.Table]]:
         # each collection's rows by position (no filtered copy of the payload column): its pieces in batch order
         cids = pc.fill_null(b.column(0), _NO_ID).to_numpy(zero_copy_only=False)
         order = np.argsort(cids, kind="stable")
         ids, starts = np.unique(cids[order], return_index=True)
         for cid, lo, hi in zip(ids.tolist(), starts.tolist(), [*starts[1:].tolist(), len(order)]):
-            if cid not in tables:
+            if cid not in self.tables:
                 continue
-            schema, pk, min_ts = tables[cid]
+            schema, pk, min_ts = self.tables[cid]
             got = conform_pieces(pieces(b.column(1), order[lo:hi]), schema, pk, min_ts)
             if got.num_rows:
                 yield cid, got
 
-    return split
+    __call__ = split
 
 
-def unpack_fn(schema: pa.Schema, pk: str, min_ts: int | None):
-    """A task's packed rows (``payload``, one column) of one collection as its ``rows`` Arrow batches."""
-    def rows(batches):
+def split_fn(tables: dict[int, tuple[pa.Schema, str, int | None]]) -> _Split:
+    """A writing task's ``split``: its packed rows (``_collection``, ``payload``) by collection id, each
+    collection's conformed with its table's (rows schema, primary key, snapshot time); a collection not in
+    ``tables`` left out."""
+    return _Split(tables)
+
+
+class _Unpack:
+    """A task's packed rows of one collection as its rows (:func:`unpack_fn`)."""
+
+    def __init__(self, schema: pa.Schema, pk: str, min_ts: int | None) -> None:
+        self.schema, self.pk, self.min_ts = schema, pk, min_ts
+
+    def rows(self, batches):
         for b in batches:
             if b.num_rows:
-                yield from conform_pieces(pieces(b.column(0)), schema, pk, min_ts).to_batches()
+                yield from conform_pieces(pieces(b.column(0)), self.schema, self.pk, self.min_ts).to_batches()
 
-    return rows
+    __call__ = rows
+
+
+def unpack_fn(schema: pa.Schema, pk: str, min_ts: int | None) -> _Unpack:
+    """A task's packed rows (``payload``, one column) of one collection as its ``rows`` Arrow batches."""
+    return _Unpack(schema, pk, min_ts)

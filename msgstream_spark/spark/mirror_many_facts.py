@@ -15,8 +15,15 @@ from pyspark.sql.pandas.types import to_arrow_schema
 from msgstream_spark.source.multi import KIND_ROWS
 
 
-def _facts_fn(schema: pa.Schema):
-    def facts(batches):
+class _Facts:
+    """A facts task's function (an instance of an importable class, not a closure: Spark pickles it at every batch,
+    and a closure goes by value, its code and globals, the driver's modules scanned for each it refers to)."""
+
+    def __init__(self, schema: pa.Schema) -> None:
+        self.schema = schema
+
+    def facts(self, batches):
+        schema = self.schema
         sums: dict[int, list] = {}  # collection id -> [name, db, rows]
         for b in batches:
             if not b.num_rows:
@@ -39,7 +46,11 @@ def _facts_fn(schema: pa.Schema):
             yield pa.RecordBatch.from_arrays([pa.array(given.get(f.name, [None] * len(ids)), f.type) for f in schema],
                                              schema=schema)
 
-    return facts
+    __call__ = facts
+
+
+def _facts_fn(schema: pa.Schema) -> _Facts:
+    return _Facts(schema)
 
 
 def batch_facts(df) -> tuple[list[Any], list[dict[str, Any]]]:

@@ -59,12 +59,27 @@ def tagged_written_schema() -> pa.Schema:
     return pa.schema([*written_schema(), pa.field(TARGET, pa.int64())])
 
 
-def whole(tag: int):
-    """The ``split`` of a one-table writing task: every row is table ``tag``'s."""
-    def split(b: pa.RecordBatch):
-        yield tag, pa.Table.from_batches([b])
+# The tasks' functions are instances of this module's classes, not closures: Spark pickles each ``mapInArrow``'s
+# function at every batch, and cloudpickle pickles a closure by value, its code and globals, scanning every module
+# the process imported for each module the closure refers to (~3-9 ms a closure in a driver with Spark, Arrow and a
+# table format loaded); an instance of an importable class is pickled by reference to its class, its fields only.
 
-    return split
+
+class _Whole:
+    """The ``split`` of a one-table writing task: every row is table ``tag``'s."""
+
+    def __init__(self, tag: int) -> None:
+        self.tag = tag
+
+    def split(self, b: pa.RecordBatch):
+        yield self.tag, pa.Table.from_batches([b])
+
+    __call__ = split
+
+
+def whole(tag: int) -> _Whole:
+    """The ``split`` of a one-table writing task: every row is table ``tag``'s."""
+    return _Whole(tag)
 
 
 # a writing task's extra rows when asked (``aside``): its input row count, and each row it set aside unwritten
@@ -97,30 +112,40 @@ def _writer_fn(targets: dict[int, tuple[WriteSpec, str]], split, kill: str | Non
     files and a changes file of its own; the task returns a row per file, tagged with its table. ``aside`` (one
     target only): the task also reports its input rows and leaves the rows whose ``op`` is one of ``aside``
     unwritten (see ``write_in_tasks``)."""
-    def write(batches):
+    return _Writer(targets, split, kill, traffic, aside)
+
+
+class _Writer:
+    """A writing task's function (:func:`_writer_fn`)."""
+
+    def __init__(self, targets: dict[int, tuple[WriteSpec, str]], split, kill: str | None, traffic: Traffic,
+                 aside: tuple[str, ...] | None) -> None:
+        self.targets, self.split, self.kill, self.traffic, self.aside = targets, split, kill, traffic, aside
+
+    def write(self, batches):
         before = io_totals()
-        tables = _TaskTables(targets, kill)
+        tables = _TaskTables(self.targets, self.kill)
         seen, kept = 0, []
         try:
             for b in batches:  # one Arrow batch at a time (spark.sql.execution.arrow.maxRecordsPerBatch rows)
                 seen += b.num_rows
-                if aside and b.num_rows:
-                    b = _set_aside(b, aside, kept)
+                if self.aside and b.num_rows:
+                    b = _set_aside(b, self.aside, kept)
                 if b.num_rows:
-                    tables.add(list(split(b)))
+                    tables.add(list(self.split(b)))
             outs = tables.close()  # before the task ends: the driver commits only files of finished tasks
         except BaseException:
             tables.abort()
             raise
         finally:
             tables.shutdown()
-        traffic.add(io_since(before))
-        if aside is not None:
-            outs.append((next(iter(targets)), _report(seen, kept)))
+        self.traffic.add(io_since(before))
+        if self.aside is not None:
+            outs.append((next(iter(self.targets)), _report(seen, kept)))
         for tag, out in outs:
             yield from out.append_column(TARGET, pa.array([tag] * out.num_rows, pa.int64())).to_batches()
 
-    return write
+    __call__ = write
 
 
 def input_rows(written: pa.Table) -> int:
@@ -259,47 +284,61 @@ def _tagged(out: pa.Table, t: PlanTarget, existed: bool) -> pa.Table:
     return out.append_column(TARGET, pa.array([t.tag] * out.num_rows, pa.int64()))
 
 
-def _plan_fn(t: PlanTarget, files_bc, existed: bool, traffic: Traffic):
-    def plan_task(batches):
+class _PlanShare:
+    """Tasks over table ``t``'s changes shuffled by key: each plans its share."""
+
+    def __init__(self, t: PlanTarget, files_bc, existed: bool, traffic: Traffic) -> None:
+        self.t, self.files_bc, self.existed, self.traffic = t, files_bc, existed, traffic
+
+    def plan_task(self, batches):
+        t = self.t
         got = [b for b in batches if b.num_rows]
         if not got:  # no key of the batch hashed here
             return
         before = io_totals()
         share = pa.Table.from_batches(got)  # every change of this task's keys (narrow rows)
-        out = plan_share(share, files_bc.value[t.files], t.pk, t.key_type, existed, t.store)
-        traffic.add(io_since(before))
-        yield from _tagged(out, t, existed).to_batches()
+        out = plan_share(share, self.files_bc.value[t.files], t.pk, t.key_type, self.existed, t.store)
+        self.traffic.add(io_since(before))
+        yield from _tagged(out, t, self.existed).to_batches()
 
-    return plan_task
+    __call__ = plan_task
 
 
-def _plan_all_fn(targets: list[PlanTarget], files_bc, existed: bool, traffic: Traffic):
+class _PlanAll:
     """Tasks over ``spark.range(len(targets))``: the task of row i plans table ``targets[i]`` whole (every changes
     file of it read)."""
-    def plan_task(batches):
+
+    def __init__(self, targets: list[PlanTarget], files_bc, existed: bool, traffic: Traffic) -> None:
+        self.targets, self.files_bc, self.existed, self.traffic = targets, files_bc, existed, traffic
+
+    def plan_task(self, batches):
         for b in batches:
             for i in b.column(0).to_pylist():
-                t = targets[i]
+                t = self.targets[i]
                 before = io_totals()
                 share = pa.concat_tables([read_parquet(t.store, p) for p in t.paths])
-                out = plan_share(share, files_bc.value[t.files], t.pk, t.key_type, existed, t.store)
-                traffic.add(io_since(before))
-                yield from _tagged(out, t, existed).to_batches()
+                out = plan_share(share, self.files_bc.value[t.files], t.pk, t.key_type, self.existed, t.store)
+                self.traffic.add(io_since(before))
+                yield from _tagged(out, t, self.existed).to_batches()
 
-    return plan_task
+    __call__ = plan_task
 
 
-def _changes_fn(paths: list[str], store, traffic: Traffic):
+class _ReadChanges:
     """Tasks reading the changes files (one each, through the store): the narrow rows to shuffle by key."""
-    def read(batches):
+
+    def __init__(self, paths: list[str], store, traffic: Traffic) -> None:
+        self.paths, self.store, self.traffic = paths, store, traffic
+
+    def read(self, batches):
         for b in batches:
             for i in b.column(0).to_pylist():
                 before = io_totals()
-                got = read_parquet(store, paths[i])
-                traffic.add(io_since(before))
+                got = read_parquet(self.store, self.paths[i])
+                self.traffic.add(io_since(before))
                 yield from got.to_batches()
 
-    return read
+    __call__ = read
 
 
 def plan_targets(spark, targets: list[PlanTarget], files: list[Any], existed: bool = False,
@@ -321,13 +360,13 @@ def plan_targets(spark, targets: list[PlanTarget], files: list[Any], existed: bo
     try:
         if small:  # the tables side by side in a task per core
             ids = spark.range(0, len(small), 1, numPartitions=min(len(small), spark.sparkContext.defaultParallelism))
-            frames.append(ids.mapInArrow(_plan_all_fn(small, files_bc, existed, traffic), out))
+            frames.append(ids.mapInArrow(_PlanAll(small, files_bc, existed, traffic), out))
         for t in (t for t in targets if t.changes > ONE_TASK_PLAN_ROWS):
             ids = spark.range(0, len(t.paths), 1, numPartitions=len(t.paths))
             narrow_out = from_arrow_schema(narrow_schema(t.key_type))
-            narrow = ids.mapInArrow(_changes_fn(t.paths, t.store, traffic), narrow_out)
+            narrow = ids.mapInArrow(_ReadChanges(t.paths, t.store, traffic), narrow_out)
             shares = narrow.repartition(spark.sparkContext.defaultParallelism, "key")
-            frames.append(shares.mapInArrow(_plan_fn(t, files_bc, existed, traffic), out))
+            frames.append(shares.mapInArrow(_PlanShare(t, files_bc, existed, traffic), out))
         return reduce(lambda a, b: a.unionByName(b), frames).toArrow().cast(schema)
     finally:
         files_bc.unpersist()

@@ -27,6 +27,7 @@ from msgstream_spark.mirror.write.taskplan import (
     attempt_epochs,
     changes_dir,
     drop_lost_files,
+    list_batch,
     remove_changes,
 )
 
@@ -50,25 +51,30 @@ def begin_batch(table: Any, hold: Hold, query_id: str, batch_id: int) -> str | N
     done = table.last_batch(query_id)  # after the fence: a commit that landed before it is seen
     if done is not None and done >= batch_id:
         if found:
-            end_batch(table, hold, attempt_dir(batch, hold.epoch), None)
+            end_batch(table, hold, attempt_dir(batch, hold.epoch), None)  # listed anew: after the batch landed
         return None
     if found:
         first = 0 if hold.published else hold.epoch  # unfenced: this holder's own earlier attempt's only
-        drop_lost_files(table.store, batch, data_dir, epochs=(first, hold.epoch), finish=spec.finish)
-        remove_changes(table.store, batch, (first, hold.epoch))
+        listed = list_batch(table.store, batch)  # after the fence: an earlier holder's last claims are in it
+        drop_lost_files(table.store, batch, data_dir, epochs=(first, hold.epoch), finish=spec.finish, listed=listed)
+        remove_changes(table.store, batch, (first, hold.epoch), listed)
     return attempt_dir(batch, hold.epoch)
 
 
 def end_batch(table: Any, hold: Hold, attempt: str, written: pa.Table | None) -> None:
     """After the batch is in the table: the files every attempt up to this one claimed that no version reads
     deleted, the attempts' directories removed. ``written``: this attempt's tasks' rows, when its commit put the
-    batch in the table (None: another's did; the claimed files the table's versions read within ``KEEP_S`` stay)."""
+    batch in the table (None: another's did; the claimed files the table's versions read within ``KEEP_S`` stay).
+    The batch's directory is listed once, after the batch is in the table, and that listing serves both the
+    claimed files' deletion and the attempts' removal: an object put after it (a deposed writer's stalled task's)
+    stays, for ``msgstream mirror orphans``, with the claim naming its file."""
     batch = attempt.rsplit("/", 1)[0]
     spec = table.write_spec()
     data_dir = spec.data_dir
+    listed = list_batch(table.store, batch)
     referenced = None
-    if written is None and attempt_epochs(table.store, batch):
+    if written is None and listed:
         referenced = table.retained_files(KEEP_S, time.time())
     drop_lost_files(table.store, batch, data_dir, written, epochs=(0, hold.epoch), referenced=referenced,
-                    finish=spec.finish)
-    remove_changes(table.store, batch, (0, hold.epoch))
+                    finish=spec.finish, listed=listed)
+    remove_changes(table.store, batch, (0, hold.epoch), listed)

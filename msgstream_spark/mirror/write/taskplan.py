@@ -79,25 +79,32 @@ def _in_batch(directory: str, target: str) -> tuple[int, list[str]]:
     return 0, parts  # an earlier release's attempt, straight in the batch's directory
 
 
-def attempt_epochs(store: Store, directory: str) -> set[int]:
-    """The epochs of the attempts that left files in the batch's ``directory``."""
-    return {_in_batch(directory, m.uri)[0] for m in store.list(directory)}
+def attempt_epochs(store: Store, directory: str, listed: list | None = None) -> set[int]:
+    """The epochs of the attempts that left files in the batch's ``directory`` (``listed``: its listing, if read)."""
+    return {_in_batch(directory, m.uri)[0] for m in (store.list(directory) if listed is None else listed)}
+
+
+def list_batch(store: Store, directory: str) -> list:
+    """The objects under a batch's ``directory``: one listing, which :func:`drop_lost_files` and
+    :func:`remove_changes` can share (``listed``)."""
+    return list(store.list(directory))
 
 
 def drop_lost_files(store: Store, directory: str, data_dir: str, kept: pa.Table | None = None, *,
                     epochs: tuple[int, int] | None = None, referenced: set[str] | None = None,
-                    finish: Any = None) -> list[str]:
+                    finish: Any = None, listed: list | None = None) -> list[str]:
     """Delete the data files (and their key indexes) claimed in the batch's ``directory`` by its writing tasks
     that are not among ``kept`` (the writing tasks' output rows the driver used) nor ``referenced`` (paths the
     table's versions read); none of both: every claimed file. ``epochs``: only the claims of attempts of these
     epochs (first, last; default: all). A task that finished its files on an executor that died before its result
     reached the driver is run again and writes new files; its own are in no commit. ``finish``: the table's
     ``WriteSpec.finish``, whose ``discard(store, path, referenced)`` (if it has one) deletes what it made of a
-    lost file. The deleted files' paths."""
+    lost file. ``listed``: the directory's listing (:func:`list_batch`), if already read. The deleted files'
+    paths."""
     keep = {p.rsplit("/", 1)[-1] for p in data_files(kept)} if kept is not None else set()
     keep |= {p.rsplit("/", 1)[-1] for p in referenced or ()}
     lost = []
-    for m in store.list(directory):
+    for m in store.list(directory) if listed is None else listed:
         epoch, parts = _in_batch(directory, m.uri)
         if len(parts) == 2 and parts[0] == CLAIMS_DIR and (epochs is None or epochs[0] <= epoch <= epochs[1]):
             lost.append(parts[1])
@@ -118,13 +125,15 @@ def drop_lost_files(store: Store, directory: str, data_dir: str, kept: pa.Table 
     return gone
 
 
-def remove_changes(store: Store, directory: str, epochs: tuple[int, int] | None = None) -> None:
+def remove_changes(store: Store, directory: str, epochs: tuple[int, int] | None = None,
+                   listed: list | None = None) -> None:
     """Drop a batch's changes files and claims (committed, skipped, or left by a killed attempt of the batch);
-    ``epochs``: only those of attempts of these epochs (first, last; default: all)."""
+    ``epochs``: only those of attempts of these epochs (first, last; default: all); ``listed``: the directory's
+    listing (:func:`list_batch`), if already read (with ``epochs``)."""
     if epochs is None:
         remove_tree(store, directory)
         return
-    for m in list(store.list(directory)):
+    for m in list(store.list(directory)) if listed is None else listed:
         if epochs[0] <= _in_batch(directory, m.uri)[0] <= epochs[1]:
             store.delete(m.uri)
     local = uri.parse(directory)
