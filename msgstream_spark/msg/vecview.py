@@ -116,5 +116,14 @@ def split_float_vectors(payload: bytes) -> tuple[bytes, dict[int, tuple[int, int
 
 
 def float_views(payload: bytes, spans: dict[int, tuple[int, int]]) -> dict[int, np.ndarray]:
-    """The float32 views of ``payload`` at :func:`split_float_vectors`'s ``spans`` (no copy)."""
-    return {k: np.frombuffer(payload, dtype="<f4", count=n // 4, offset=off) for k, (off, n) in spans.items()}
+    """The float32 views of ``payload`` at :func:`split_float_vectors`'s ``spans`` (no copy), each on a 4-byte
+    boundary: data that the payload's varints put elsewhere is copied (:func:`_aligned`)."""
+    return {k: _aligned(np.frombuffer(payload, dtype="<f4", count=n // 4, offset=off)) for k, (off, n) in spans.items()}
+
+
+def _aligned(view: np.ndarray) -> np.ndarray:
+    """``view`` where its floats start on a 4-byte boundary, else a copy. Where the data lies in the payload depends
+    on the lengths before it (names, ids, timestamps' varints): any byte. Arrow's Rust readers of a column over the
+    C data interface (Lance's writer) refuse a float buffer off its type's alignment, and NumPy and Arrow kernels
+    run slower on one."""
+    return view if view.ctypes.data % view.dtype.alignment == 0 else view.copy()

@@ -232,3 +232,25 @@ def test_a_fragment_lance_cannot_write_fails_the_task_naming_it(tmp_path):
         out.close()
     assert got.value.__cause__ is not None
     assert not [th for th in threading.enumerate() if th.name.startswith("lance-fragment-")]
+
+
+def test_rows_in_memory_off_an_8_byte_boundary_are_written_to_a_fragment(tmp_path):
+    """Rows passed on without a copy can lie in foreign memory at any byte (an IPC stream read in place, a vector
+    viewed in a message's payload); Lance reads them through the C data interface, whose Rust side panicked on such a
+    buffer ("Memory pointer from external source ... is not aligned"): the fragment writer copies those columns."""
+    from msgstream_spark.mirror.formats.lance.direct import FragmentOut
+
+    t = _open((str(tmp_path / "t"), None))
+    assert apply_batch(t, to_arrow([insert(10, *[(p, f"n{p}") for p in range(50)])]), "pk", "q", 0)
+    rows = t.to_arrow().combine_chunks()
+    pk = rows.column("pk").chunk(0)
+    raw = pa.py_buffer(b"\0" + pk.to_numpy().tobytes()).slice(1)  # the same keys, one byte past a boundary
+    odd = pa.Array.from_buffers(pk.type, len(pk), [None, raw])
+    assert odd.buffers()[1].address % 8 and odd.to_pylist() == pk.to_pylist()
+    rows = rows.set_column(rows.schema.get_field_index("pk"), rows.schema.field("pk"), odd)
+    spec = t.write_spec()
+    out = FragmentOut(t.store, t.root, str(tmp_path / "ds"), {}, spec.schema, spec.pk, t.root + "/data/x.parquet")
+    out.write_table(rows)
+    written = out.close()
+    assert written.rows == 50 and written.size > 0
+    assert json.loads(written.stats)["lance.direct"]["physical_rows"] == 50

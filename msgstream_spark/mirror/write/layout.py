@@ -94,7 +94,7 @@ class TaskWriter:
             return self.out_schema.empty_table()
         changes = collapse(changes, spec.pk, f"table {spec.data_dir.rstrip('/').rsplit('/', 1)[0]}")
         ins = pc.is_in(changes.column(OP), value_set=pa.array(WRITES, changes.schema.field(OP).type))
-        rows = changes if pc.all(ins).as_py() else changes.filter(ins)  # a load's chunk: no copy of its rows
+        rows = changes.filter(ins)
         n = changes.num_rows
         file_arr = np.full(n, None, dtype=object)
         pos_arr = np.full(n, -1, dtype=np.int64)
@@ -106,8 +106,7 @@ class TaskWriter:
                 groups = {tuple(r.values()): pc.indices_nonzero(_row_match(rows, spec.split_by, r)).to_numpy()
                           for r in codes.to_pylist()}
             for key, g in groups.items():
-                part = rows if len(g) == rows.num_rows else rows.take(pa.array(g))  # one file: every row, no copy
-                path, done = self._append(key, conform(part, spec.schema))
+                path, done = self._append(key, conform(rows.take(pa.array(g)), spec.schema))
                 file_arr[ins_idx[g]] = path
                 pos_arr[ins_idx[g]] = np.arange(done, done + len(g))
         coll = (changes.column(COLLECTION).cast(pa.int64()) if COLLECTION in changes.column_names

@@ -89,7 +89,7 @@ class FragmentOut:
 
     def write_table(self, t: pa.Table, row_group_size: int | None = None) -> None:
         """``t`` (the table's schema) appended to the fragment (``row_group_size``: Lance groups rows its way)."""
-        t = conform(t, self.schema)
+        t = aligned(conform(t, self.schema))
         self._put(t)
         self._keys.append(t.select([self.pk, SEQ]))
         self.rows += t.num_rows
@@ -156,3 +156,16 @@ def rewrite(store: Store, root: str, ds_uri: str, opts: dict[str, str], schema: 
 def _local(target: str) -> str:
     loc = uri.parse(target)
     return loc.key if loc.kind == "local" else loc.uri()
+
+
+def aligned(t: pa.Table) -> pa.Table:
+    """``t`` with each column whose buffers do not all start on an 8-byte boundary copied (a ``take``: fresh,
+    aligned buffers); the others as they are. Lance reads a table through the C data interface, and Arrow's Rust
+    side panics on a buffer off its type's alignment: rows passed on without a copy can lie in foreign memory at any
+    byte (an IPC stream read in place, a float vector viewed in a message's payload)."""
+    cols, copied = list(t.columns), False
+    for i, col in enumerate(cols):
+        if any(b is not None and b.address % 8 for c in col.chunks for b in c.buffers()):
+            cols[i], copied = col.take(pa.array(np.arange(len(col), dtype=np.int64))), True
+    return pa.Table.from_arrays(cols, schema=t.schema) if copied else t
+
