@@ -52,9 +52,9 @@ def dbs(milvus_stack, pymilvus_orm):
         connections.disconnect(alias)
 
 
-def db_of(dbs: dict, col) -> str:
-    """The database of a collection handle connected through one of ``dbs``' aliases."""
-    return next(db for db, alias in dbs.items() if alias == col._using)
+def chans_of(dbs: dict, col) -> list[str]:
+    """The physical channels of a collection handle connected through one of ``dbs``' aliases."""
+    return pchannels(col._using, col.name, next(db for db, alias in dbs.items() if alias == col._using))
 
 
 def _schema():
@@ -144,7 +144,7 @@ def test_a_database_job_follows_collections_created_dropped_and_created_again(sp
 
     def step(tables: dict[str, str], *more: str) -> dict:
         live = [c for n, c in cols.items() if not (n == "b" and b_dropped)]
-        await_ticks(milvus_stack, last_ts, sorted({ch for c in live for ch in pchannels(c._using, c.name, db_of(dbs, c))}))
+        await_ticks(milvus_stack, last_ts, sorted({ch for c in live for ch in chans_of(dbs, c)}))
         out = mirror.run(mirror.build_parser().parse_args([
             "--config", cfg, "--database", "mm1", "--table-root", str(root), "--table-format", "delta",
             "--progress-interval", "1", *more]), spark)
@@ -300,7 +300,7 @@ def test_a_database_job_snapshots_its_collections_from_storage(spark, milvus_sta
         last = max(last, int(r.timestamp))
 
     def run() -> dict:
-        await_ticks(milvus_stack, last, sorted({ch for c in cols.values() for ch in pchannels(c._using, c.name, db_of(dbs, c))}))
+        await_ticks(milvus_stack, last, sorted({ch for c in cols.values() for ch in chans_of(dbs, c)}))
         return mirror.run(mirror.build_parser().parse_args([
             "--config", str(cfg), "--database", "mm2", "--table-root", str(root), "--table-format", "delta",
             "--snapshot-source", "storage", "--progress-interval", "1"]), spark)
