@@ -42,7 +42,7 @@ print("RESULT " + json.dumps(out, default=str))
 """
 
 
-def test_the_spark_bench_scripts_run_and_report_their_ratios(tmp_path):
+def test_the_spark_bench_scripts_run_and_report_their_ratios(tmp_path, python_forks):
     proc = subprocess.run([sys.executable, "-c", SCRIPT, str(tmp_path)], cwd=REPO, env=login_env(),
                           capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-5000:]
@@ -78,7 +78,7 @@ print("RESULT " + json.dumps(bench_mirror_scale.run(small=2000, batch=200, reps=
 """
 
 
-def test_the_scale_bench_runs_on_a_local_path_and_on_the_s3_server():
+def test_the_scale_bench_runs_on_a_local_path_and_on_the_s3_server(python_forks):
     proc = subprocess.run([sys.executable, "-c", SCALE], cwd=REPO, env=login_env(), capture_output=True, text=True,
                           timeout=300)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-5000:]

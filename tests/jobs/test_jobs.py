@@ -82,7 +82,7 @@ def test_ingest_then_replay_from_a_saved_position(spark, backend, tmp_path):
     assert sorted(table(rout).column("pk").to_pylist()) == list(range(300, 400))
 
 
-def test_demo_runs_green_with_small_sizes(tmp_path):
+def test_demo_runs_green_with_small_sizes(tmp_path, python_forks):
     msgstream = Path(sys.executable).parent / "msgstream"  # the installed command (make demo: its python -m form)
     proc = subprocess.run([str(msgstream), "demo", "--num-rows", "3000", "--num-more-rows", "1000", "--dim", "16",
                            "--workdir", str(tmp_path / "demo")], capture_output=True, text=True, timeout=540,

@@ -57,13 +57,16 @@ class MilvusStack:
             return sorted(ch for ch in c.list_channels() if ch.startswith("by-dev-rootcoord-dml_"))
 
 
-def pchannels(alias: str, name: str) -> list[str]:
-    """The physical channels Milvus gave collection ``name`` (DescribeCollection's raw answer)."""
+def pchannels(alias: str, name: str, db: str = "") -> list[str]:
+    """The physical channels Milvus gave collection ``name`` of database ``db`` (DescribeCollection's raw answer).
+    An error answer (no such collection there) raises: an empty list would make every wait on the channels pass."""
     from pymilvus import connections
     from pymilvus.grpc_gen import milvus_pb2
 
     stub = connections._fetch_handler(alias)._stub
-    resp = stub.DescribeCollection(milvus_pb2.DescribeCollectionRequest(collection_name=name), timeout=30)
+    resp = stub.DescribeCollection(milvus_pb2.DescribeCollectionRequest(db_name=db, collection_name=name), timeout=30)
+    if resp.status.error_code or resp.status.code or not resp.physical_channel_names:
+        raise AssertionError(f"DescribeCollection of {db or 'default'}.{name}: {resp.status.reason or 'no channels'}")
     return sorted(resp.physical_channel_names)
 
 

@@ -52,6 +52,11 @@ def dbs(milvus_stack, pymilvus_orm):
         connections.disconnect(alias)
 
 
+def chans_of(dbs: dict, col) -> list[str]:
+    """The physical channels of a collection handle connected through one of ``dbs``' aliases."""
+    return pchannels(col._using, col.name, next(db for db, alias in dbs.items() if alias == col._using))
+
+
 def _schema():
     from pymilvus import CollectionSchema, DataType, FieldSchema
 
@@ -139,7 +144,7 @@ def test_a_database_job_follows_collections_created_dropped_and_created_again(sp
 
     def step(tables: dict[str, str], *more: str) -> dict:
         live = [c for n, c in cols.items() if not (n == "b" and b_dropped)]
-        await_ticks(milvus_stack, last_ts, sorted({ch for c in live for ch in pchannels(c._using, c.name)}))
+        await_ticks(milvus_stack, last_ts, sorted({ch for c in live for ch in chans_of(dbs, c)}))
         out = mirror.run(mirror.build_parser().parse_args([
             "--config", cfg, "--database", "mm1", "--table-root", str(root), "--table-format", "delta",
             "--progress-interval", "1", *more]), spark)
@@ -169,7 +174,7 @@ def test_a_database_job_follows_collections_created_dropped_and_created_again(sp
 
     # b dropped: its table keeps its last state and is marked
     b_last = queried(cols["b"])
-    b_chans = pchannels(dbs["mm1"], "b")
+    b_chans = pchannels(dbs["mm1"], "b", "mm1")
     with milvus_stack.env.client() as c:
         before = {ch: c.latest_message_id(ch) for ch in b_chans}
     utility.drop_collection("b", using=dbs["mm1"])
@@ -205,7 +210,7 @@ def test_a_dropped_partition_s_rows_leave_the_table(spark, milvus_stack, dbs, cf
     col.create_partition("pa")
     col.insert(_rows(range(0, 5)))
     last = int(col.insert(_rows(range(10, 15)), partition_name="pa").timestamp)
-    chans = pchannels(dbs["mm1"], "p")
+    chans = pchannels(dbs["mm1"], "p", "mm1")
     argv = ["--config", cfg, "--database", "mm1", "--table-root", str(root), "--table-format", "delta",
             "--progress-interval", "1"]
 
@@ -295,7 +300,7 @@ def test_a_database_job_snapshots_its_collections_from_storage(spark, milvus_sta
         last = max(last, int(r.timestamp))
 
     def run() -> dict:
-        await_ticks(milvus_stack, last, sorted({ch for c in cols.values() for ch in pchannels(c._using, c.name)}))
+        await_ticks(milvus_stack, last, sorted({ch for c in cols.values() for ch in chans_of(dbs, c)}))
         return mirror.run(mirror.build_parser().parse_args([
             "--config", str(cfg), "--database", "mm2", "--table-root", str(root), "--table-format", "delta",
             "--snapshot-source", "storage", "--progress-interval", "1"]), spark)

@@ -57,7 +57,7 @@ def _orphans(capfd, table: Path, fmt: str = "delta", kind: str = "orphans") -> l
     return [p for p in json.loads(out)[kind] if p.endswith(".parquet")]
 
 
-def test_a_python_worker_killed_while_writing_a_batch_is_retried_once(local_env, tmp_path, capfd):
+def test_a_python_worker_killed_while_writing_a_batch_is_retried_once(local_env, tmp_path, capfd, python_forks):
     from msgstream_spark.spark.mirror import FAILPOINT_ENV
 
     cfg, chans = _published(local_env, tmp_path, "mkw")
