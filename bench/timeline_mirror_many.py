@@ -150,8 +150,10 @@ def per_batch(jobs: dict, events: list) -> list[dict]:
                                "tasks": len(j["tasks"]), "stages": len(j["stages"]),
                                "first_launch": (min(t["launch"] for t in j["tasks"]) - j["start"]) if j["tasks"] else 0,
                                "task_run": sum(t["run"] for t in j["tasks"]),
+                               "task_jvm_cpu": sum(t["cpu"] for t in j["tasks"]),
                                "task_deser": sum(t["deser"] for t in j["tasks"]),
-                               "after_last_task": (j["end"] - max(t["finish"] for t in j["tasks"])) if j["tasks"] else 0}
+                               "after_last_task": (j["end"] - max(t["finish"] for t in j["tasks"]))
+                               if j["tasks"] else 0}
                               for j in sorted(js, key=lambda j: j["start"])]}
         row["spark_job_wall"] = _union([(j["start"], j["end"]) for j in js])
         out.append(row)
@@ -180,7 +182,8 @@ def _show(rows: list[dict], i: int) -> None:
     print(f"  batch #{i}: {r['wall']:.3f} s, {len(r['spark_jobs'])} Spark jobs ({r['spark_job_wall']:.3f} s)")
     for j in r["spark_jobs"]:
         print(f"    +{j['at']:.3f} job {j['call'][:40]:40} {j['wall']:.3f} s, {j['stages']} stages, {j['tasks']} tasks "
-              f"(first launch +{j['first_launch']:.3f}, run {j['task_run']:.3f}, deser {j['task_deser']:.3f}, "
+              f"(first launch +{j['first_launch']:.3f}, run {j['task_run']:.3f}, "
+              f"JVM CPU {j['task_jvm_cpu']:.3f}, deser {j['task_deser']:.3f}, "
               f"end after last task {j['after_last_task']:.3f})")
     for k, v in sorted(r["phases"].items(), key=lambda kv: kv[1]["from"]):
         print(f"    +{v['from']:.3f}..+{v['to']:.3f} {k:34} wall {v['wall']:.3f} cpu {v['cpu']:.3f} x{v['n']}")
