@@ -52,6 +52,8 @@ PHASES = [
     ("msgstream_spark.spark.mirror_many_write", "ManyWrite._begin", "begin (per table)"),
     ("msgstream_spark.spark.mirror_many_write", "ManyWrite._write", "write step"),
     ("msgstream_spark.spark.mirror_many_write", "collect_written", "write job"),
+    ("msgstream_spark.spark.mirror_many_write", "collect_planned", "write job"),
+    ("msgstream_spark.spark.mirror_many_write", "ManyWrite._files", "live files (per table)"),
     ("msgstream_spark.spark.mirror_many_write", "ManyWrite._plan", "plan step"),
     ("msgstream_spark.spark.mirror_many_write", "plan_targets", "plan job"),
     ("msgstream_spark.spark.mirror_many_write", "ManyWrite._commit", "commit step"),

@@ -1,5 +1,6 @@
-"""A database job's batch written into every table it touches by one Spark job, planned by one more, committed by
-the driver table by table (``spark.mirror_many.ManyBatch``'s write step).
+"""A database job's batch written into every table it touches by one Spark job (whose tasks plan the small
+shares' tables too; one more job plans the others, if any), committed by the driver table by table
+(``spark.mirror_many.ManyBatch``'s write step).
 
 The steps, for the tables ``todo`` the batch touches (each a ``spark.mirror_many.Mirrored`` with its table's
 ``MirrorBatch``):
@@ -16,8 +17,10 @@ The steps, for the tables ``todo`` the batch touches (each a ``spark.mirror_many
    data file), a table with a DropPartition or a Truncate in the batch takes its rows and the deletes they amount
    to (``spark.removals``) in tasks of its own, all in the same job; the driver receives per table the narrow
    rows a one-collection batch's tasks return;
-3. one Spark job planning every table (a task per table: its keys looked up in its live files, read at the
-   version its commit is fenced at);
+3. the tables' plans: a table whose small share one writing task took whole is planned in that task
+   (``spark.mirror_many_plan``: its keys looked up in its live files, which the driver read after its begin, at
+   the version its commit is fenced at); the others (a large share, a DropPartition / Truncate) by one Spark job
+   planning them (a task per table);
 4. the driver commits each table (``table_concurrency`` at once; 1: in collection id order), fenced, exactly once,
    with its own batch record, ends its batch (the attempt's leftovers deleted) and tells its observers (its
    maintenance between batches, its metrics).

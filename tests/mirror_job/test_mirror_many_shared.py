@@ -61,7 +61,8 @@ def rows_of(fmt: str, location: Path) -> dict[int, dict]:
 
 
 @pytest.mark.parametrize("fmt", ["delta", "lance"])  # lance: each table's files by its own writer (WriteSpec.finish)
-def test_one_batch_over_n_tables_runs_one_writing_job_planning_the_small_shares(spark, local_env, tmp_path, monkeypatch, fmt):
+def test_one_batch_over_n_tables_runs_one_job_writing_and_planning_small_shares(spark, local_env, tmp_path,
+                                                                                  monkeypatch, fmt):
     from msgstream_spark.jobs import mirror
 
     cfg = config_file(local_env, tmp_path)
