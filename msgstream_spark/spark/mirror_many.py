@@ -9,7 +9,8 @@ its DDL rows and the ids of the collections it touches, notes them in the job's 
 collection created on the stream from the schema its CreateCollection carries, and then writes the batch into
 every touched table at once (``spark.mirror_many_write``): the driver begins each table's batch, one Spark job's
 tasks split the batch's rows by collection id and write each table's files (``source.multi.unpack`` in tasks),
-one more plans every table, and the driver commits each table (``concurrency`` at once) through its
+planning each small share's table in the task that wrote it (one more job plans the others, if any), and the
+driver commits each table (``concurrency`` at once) through its
 :class:`~msgstream_spark.spark.mirror.MirrorBatch`, fenced at its planned version, once, with its own batch record
 (query id, batch id, the batch's offsets). Each table's writer lease is taken at its first batch and held until
 :meth:`ManyBatch.close` (the job's end) or its collection's drop. A table the batch does not touch commits
@@ -90,7 +91,7 @@ class ManyBatch:
         # the job's pending collections (snapshots beside the stream, jobs/mirror_many_pending.py): their
         # handovers at a batch's start, their rows staged instead of merged; None: no collection is ever pending
         self.pending: Any = None
-        self.shared = ManyWrite()  # the write step: one Spark job writing, one planning, every touched table
+        self.shared = ManyWrite()  # the write step: one Spark job writing (planning small shares) every table
         self._unsaved = False  # a table made whose location collections.json does not hold yet
 
     def __call__(self, df: DataFrame, batch_id: int) -> None:

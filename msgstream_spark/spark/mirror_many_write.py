@@ -1,5 +1,6 @@
-"""A database job's batch written into every table it touches by one Spark job, planned by one more, committed by
-the driver table by table (``spark.mirror_many.ManyBatch``'s write step).
+"""A database job's batch written into every table it touches by one Spark job (whose tasks plan the small
+shares' tables too; one more job plans the others, if any), committed by the driver table by table
+(``spark.mirror_many.ManyBatch``'s write step).
 
 The steps, for the tables ``todo`` the batch touches (each a ``spark.mirror_many.Mirrored`` with its table's
 ``MirrorBatch``):
@@ -16,8 +17,10 @@ The steps, for the tables ``todo`` the batch touches (each a ``spark.mirror_many
    data file), a table with a DropPartition or a Truncate in the batch takes its rows and the deletes they amount
    to (``spark.removals``) in tasks of its own, all in the same job; the driver receives per table the narrow
    rows a one-collection batch's tasks return;
-3. one Spark job planning every table (a task per table: its keys looked up in its live files, read at the
-   version its commit is fenced at);
+3. the tables' plans: a table whose small share one writing task took whole is planned in that task
+   (``spark.mirror_many_plan``: its keys looked up in its live files, which the driver read after its begin, at
+   the version its commit is fenced at); the others (a large share, a DropPartition / Truncate) by one Spark job
+   planning them (a task per table);
 4. the driver commits each table (``table_concurrency`` at once; 1: in collection id order), fenced, exactly once,
    with its own batch record, ends its batch (the attempt's leftovers deleted) and tells its observers (its
    maintenance between batches, its metrics).
@@ -28,6 +31,7 @@ Spark job fails every table it wrote for).
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
 import time
@@ -44,11 +48,11 @@ from msgstream_spark.mirror.write.taskplan import changes_count, changes_files, 
 from msgstream_spark.source.multi import KIND_ROWS
 from msgstream_spark.source.pieces import split_fn, unpack_fn
 from msgstream_spark.spark.mirror import SparkRunner
+from msgstream_spark.spark.mirror_many_plan import collect_planned, plan_target, writing_planned
 from msgstream_spark.spark.mirror_tasks import (
     PlanTarget,
     Traffic,
     as_planned,
-    collect_written,
     of_target,
     plan_targets,
     whole,
@@ -71,6 +75,8 @@ class Turn:
         self.offset: dict | None = None
         self.info: dict[str, str] | None = None
         self.written: pa.Table = written_schema().empty_table()
+        self.files: Any = None  # its live files, read after its begin (the version its commit is fenced at)
+        self.planned: pa.Table | None = None  # its plan, when its writing task planned it
         self.error: BaseException | None = None
         self.t0 = time.perf_counter()
 
@@ -123,6 +129,9 @@ class ManyWrite:
     def _steps(self, df, batch_id: int, turns: list[Turn], one_task: dict[int, int], concurrency: int) -> None:
         _pool(concurrency, [lambda t=t: _guarded(t, batch_id, lambda: self._begin(t, batch_id)) for t in turns])
         live = [t for t in turns if t.error is None and t.spec is not None]
+        if live:  # each table's live files, at the version its begin pinned (its commit's fence)
+            _pool(concurrency, [lambda t=t: _guarded(t, batch_id, lambda: self._files(t)) for t in live])
+            live = [t for t in live if t.error is None]
         if live:
             self._marks(live, df.sparkSession.sparkContext)
             _all(live, batch_id, lambda: self._write(df, batch_id, live, one_task))
@@ -171,6 +180,11 @@ class ManyWrite:
             t.run = SharedRunner(s, batch_id, t.m.rows_schema)
             t.spec = begin_write(s.table, t.run, query_id=s.query_id, batch_id=batch_id, hold=t.hold)
 
+    def _files(self, t: Turn) -> None:
+        """The table's live files, read once its batch began (the log pinned then: the version its commit is fenced
+        at): the writing tasks planning it take them, or the planning job."""
+        t.files = t.sink.table.live_files()
+
     def _marks(self, live: list[Turn], sc) -> None:
         if not self._accs:
             self._accs = {"write": Traffic(sc), "plan": Traffic(sc)}
@@ -185,14 +199,21 @@ class ManyWrite:
         packed = df.where(F.col("kind") == KIND_ROWS).select("_collection", "payload")
         traffic = self._accs["write"]
         frames = []
+        sc = df.sparkSession.sparkContext
         plain = [t for t in live if not t.removals]
-        ones = _bins([t for t in plain if t.cid in one_task], one_task, df.sparkSession.sparkContext.defaultParallelism)
+        ones = _bins([t for t in plain if t.cid in one_task], one_task, sc.defaultParallelism)
+        files_bc = sc.broadcast({t.cid: t.files for group in ones for t in group}) if ones else None
         for group in [*ones, [t for t in plain if t.cid not in one_task]]:
             if group:  # a bin of small shares: one task, a data file per table; the large ones: a task per partition
                 part = packed.where(F.col("_collection").isin([t.cid for t in group]))
-                part = part.coalesce(1) if group[0].cid in one_task else part
                 split = split_fn({t.cid: (t.m.rows_schema, t.m.pk, t.m.min_ts) for t in group})
-                frames.append(writing(part, {t.cid: (t.spec, t.run.attempt) for t in group}, split, kill, traffic))
+                targets = {t.cid: (t.spec, t.run.attempt) for t in group}
+                if group[0].cid in one_task:  # the bin's task holds each table's whole share: it plans them too
+                    plans = {t.cid: plan_target(t.cid, t.m.pk, _key_type(t), t.sink.table.store) for t in group}
+                    frames.append(writing_planned(part.coalesce(1), targets, split, kill, traffic, plans, files_bc,
+                                                  self._accs["plan"]))
+                else:
+                    frames.append(writing(part, targets, split, kill, traffic))
         for t in (t for t in live if t.removals):  # DropPartition / Truncate: their deletes with the rows
             m = t.m
             part = packed.where(F.col("_collection") == t.cid).select("payload")
@@ -201,33 +222,34 @@ class ManyWrite:
             rows = with_removals(Target(m.table, m.pk, m.rows_schema, t.cid, m.min_ts), rows, t.removals)
             frames.append(writing(rows, {t.cid: (t.spec, t.run.attempt)}, whole(t.cid), kill, traffic))
         marks = _mark(live)
-        got = collect_written(frames)  # the one Spark job writing every table's files
+        try:
+            with _side_by_side(df.sparkSession):
+                got, planned = collect_planned(frames)  # the one Spark job writing every table's files
+        finally:
+            if files_bc is not None:
+                files_bc.unpersist()
         self.jobs["write"] += 1
         _mark(live, marks)
         for t in live:
             t.written = of_target(got, t.cid).cast(written_schema())
+            t.planned = planned.get(t.cid)
             _guarded(t, batch_id, lambda t=t: t.run.took(t.written, kill))
 
     def _plan(self, spark, batch_id: int, live: list[Turn], concurrency: int) -> None:
         marks = _mark(live)
-        files: dict[int, Any] = {}  # each table's live files, read by the driver (their version: the fence)
-
-        def read(t: Turn) -> None:
-            files[t.cid] = t.sink.table.live_files()
-
-        todo = [t for t in live if changes_files(t.written)]
-        _pool(concurrency, [lambda t=t: _guarded(t, batch_id, lambda: read(t)) for t in todo])
-        todo = [t for t in todo if t.error is None]
+        todo = [t for t in live if changes_files(t.written) and t.planned is None]  # not planned in its writing task
         targets = [PlanTarget(t.cid, changes_files(t.written), t.m.pk, _key_type(t), t.sink.table.store, i,
                               changes_count(t.written)) for i, t in enumerate(todo)]
         got = None
-        if targets:  # the one Spark job planning every table
-            got = plan_targets(spark, targets, [files[t.cid] for t in todo], False, self._accs["plan"])
+        if targets:  # the one Spark job planning every table left
+            got = plan_targets(spark, targets, [t.files for t in todo], False, self._accs["plan"])
             self.jobs["plan"] += 1
         _mark(live, marks)
         for t in live:
-            if t.cid in files and got is not None:
-                t.run.got = (as_planned(of_target(got, t.cid), _key_type(t)), files[t.cid].version)
+            if t.planned is not None:
+                t.run.got = (as_planned(t.planned, _key_type(t)), t.files.version)
+            elif changes_files(t.written) and got is not None:
+                t.run.got = (as_planned(of_target(got, t.cid), _key_type(t)), t.files.version)
             else:  # nothing written: nothing to plan (an empty commit, as a one-collection batch's)
                 t.run.got = (as_planned(pa.table({}), _key_type(t)), None)
 
@@ -258,6 +280,31 @@ def _bins(turns: list[Turn], rows: dict[int, int], n: int) -> list[list[Turn]]:
         bins[i].append(t)
         held[i] += rows.get(t.cid, 0) + 1
     return bins
+
+
+# Spark 4.1+: a union of frames of the same output partitioning is planned partition by partition (its children's
+# partitions i concatenated into the union's partition i): the bins, each coalesced to one partition, would all go
+# into ONE task, written one after the other instead of a task per core (issue #44's database job: one task of ~3 s
+# where two of ~1.6 s fit). Off for the writing job's union only: the bins' tasks side by side, as before 4.1.
+UNION_PARTITIONING = "spark.sql.unionOutputPartitioning"
+_CONF = threading.Lock()
+
+
+@contextlib.contextmanager
+def _side_by_side(spark):
+    """The writing job's union of bins planned as a task per bin (``UNION_PARTITIONING`` off while it is planned;
+    the session's own value, if any, back afterwards)."""
+    with _CONF:
+        was = spark.conf.get(UNION_PARTITIONING, None)
+        spark.conf.set(UNION_PARTITIONING, "false")
+    try:
+        yield
+    finally:
+        with _CONF:
+            if was is None:
+                spark.conf.unset(UNION_PARTITIONING)
+            else:
+                spark.conf.set(UNION_PARTITIONING, was)
 
 
 def _key_type(t: Turn) -> pa.DataType:

@@ -83,3 +83,60 @@ def test_a_batch_is_read_once_for_what_the_driver_learns(spark, tmp_path):
     assert [(r["_collection"], r["n"]) for r in batch_facts(df)[1]] == [(7, 9), (8, 3)]
     got = {cid: (k.name, k.db) for cid, k in state.known.items()}
     assert got[7] == ("a", "db1") and got[8] == ("b", "db2") and state.known[7].schema  # the create's schema kept
+
+
+def test_the_small_shares_bins_are_written_by_a_task_each(spark, local_env, tmp_path, monkeypatch):
+    """Four small tables on local[2]: two bins of small shares, written side by side by two tasks of the one
+    writing job (Spark 4.1+ plans a union of frames of one partitioning partition by partition: the bins, each
+    one partition, went into ONE task, written one after the other)."""
+    from msgstream_spark.jobs import mirror
+    from msgstream_spark.spark import mirror_many_write
+
+    seen = tmp_path / "seen"
+    seen.mkdir()
+    real = mirror_many_write.split_fn
+
+    def recorded(tables):
+        class Recorded:  # defined here: pickled by value, the task records which collections it split
+            def __init__(self, inner, where):
+                self.inner, self.where = inner, where
+
+            def __call__(self, b):
+                from pyspark import TaskContext
+
+                ctx = TaskContext.get()
+                for cid, part in self.inner(b):
+                    name = f"{ctx.stageId()}-{ctx.partitionId()}-{ctx.taskAttemptId()}-{cid}"
+                    (self.where / name).touch()
+                    yield cid, part
+
+        return Recorded(real(tables), seen)
+
+    monkeypatch.setattr(mirror_many_write, "split_fn", recorded)
+    cfg = config_file(local_env, tmp_path)
+    chans = [local_env.new_channel("mbins") for _ in range(2)]
+    root = tmp_path / "lake"
+    ids = {51: "a", 52: "b", 53: "c", 54: "d"}
+    with local_env.client() as c:
+        log = ManyLog(c, chans)
+        try:
+            for cid, name in ids.items():
+                log.create("db1", name, cid)
+                log.insert(cid, range(cid * 100, cid * 100 + 10))
+            log.tick()
+        finally:
+            log.close()
+    argv = ["--config", cfg, "--database", "db1", "--table-root", str(root), "--table-format", "delta",
+            "--snapshot", "never", "--channels", ",".join(chans), "--progress-interval", "60"]
+    out = mirror.run(mirror.build_parser().parse_args(argv), spark)
+    assert out["batches"] == 1, out
+    assert spark.conf.get(mirror_many_write.UNION_PARTITIONING, None) is None  # the session's conf left as it was
+    for cid, name in ids.items():
+        assert sorted(table_rows(root / "db1" / name)) == list(range(cid * 100, cid * 100 + 10))
+        assert data_files_per_batch(root / "db1" / name) == {0: 1}, name  # each share in one task
+    tasks: dict[str, set[int]] = {}
+    for f in seen.iterdir():
+        stage, part, attempt, cid = f.name.split("-")
+        tasks.setdefault(f"{stage}-{part}-{attempt}", set()).add(int(cid))
+    assert len({t.split("-")[0] for t in tasks}) == 1, tasks  # one writing job's stage
+    assert len(tasks) == 2 and all(len(c) == 2 for c in tasks.values()), tasks  # two bins, a task each
