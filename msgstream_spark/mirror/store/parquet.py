@@ -121,11 +121,13 @@ def _float_list(t: pa.DataType) -> bool:
 
 class ParquetOut:
     """One Parquet file streamed into the store (``ParquetWriter`` keyword arguments as given). ``close`` returns
-    the :class:`Written`; ``abort`` (or an exception in a ``with`` block) publishes nothing."""
+    the :class:`Written`; ``abort`` (or an exception in a ``with`` block) publishes nothing. ``transient``: a file
+    whose loss in a crash is harmless (``Store.open_transient``: a local one is not fsync'd)."""
 
-    def __init__(self, store: Store, target: str, schema: pa.Schema, key: str | None = None, **kw: Any) -> None:
+    def __init__(self, store: Store, target: str, schema: pa.Schema, key: str | None = None,
+                 transient: bool = False, **kw: Any) -> None:
         self.store, self.path, self.key = store, target, key
-        self._out = store.open_output(target)
+        self._out = store.open_transient(target) if transient else store.open_output(target)
         self._meta: list = []
         try:
             self._writer = pq.ParquetWriter(self._out, schema, metadata_collector=self._meta, **kw)

@@ -168,7 +168,9 @@ class ChangesFile:
             return
         if self._out is None:
             self.path = uri.join(self.directory, f"{uuid.uuid4().hex}.parquet")
-            self._out = ParquetOut(self.store, self.path, self.schema, compression="zstd")
+            # transient: the batch's state between its writing and planning stages; a crash re-runs the batch
+            # (its begin clears an earlier attempt's files), so no fsync waits for it
+            self._out = ParquetOut(self.store, self.path, self.schema, transient=True, compression="zstd")
         self._out.write_table(narrow.cast(self.schema))
         self.rows += narrow.num_rows
         self.collections.update(pc.unique(narrow.column(COLLECTION).drop_null()).to_pylist())
