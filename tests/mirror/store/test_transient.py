@@ -6,6 +6,7 @@ contract on every store (whole or nothing to readers)."""
 
 from __future__ import annotations
 
+import json
 import os
 
 import numpy as np
@@ -15,7 +16,7 @@ import pytest
 
 from msgstream_spark.mirror import open_table
 from msgstream_spark.mirror.store import open_store
-from msgstream_spark.mirror.store.parquet import ParquetOut, read_parquet
+from msgstream_spark.mirror.store.parquet import ParquetOut, key_stats, read_parquet
 from msgstream_spark.mirror.write.keyindex import KeyIndex, side_path
 from msgstream_spark.mirror.write.layout import TaskWriter
 from msgstream_spark.mirror.write.taskplan import ChangesFile, changes_dir, changes_files, claims_dir, data_files
@@ -112,3 +113,33 @@ def test_transient_puts_keep_the_contract(store):
         out.write_table(data)
         got = out.close()
     assert got.rows == 1000 and read_parquet(store, target).equals(data)
+
+
+def test_a_files_key_bounds_are_its_key_columns_behind_a_struct(tmp_path):
+    """The bounds a commit records (and the plan prunes by) are the key column's, also when a struct column comes
+    before it (a Milvus 2.6 struct array: one Parquet leaf per member, so the key's Arrow field index named the
+    struct's second member before)."""
+    store = open_store(str(tmp_path / "s"))
+    member = pa.struct([("a", pa.int64()), ("b", pa.int64())])
+    t = pa.table({"op": ["insert"] * 3, "s": pa.array([[{"a": 100, "b": 200}]] * 3, pa.list_(member)),
+                  "pk": [7, 3, 5]})
+    with ParquetOut(store, store.join("f.parquet"), t.schema, "pk") as out:
+        out.write_table(t, row_group_size=2)
+        got = json.loads(out.close().stats)
+    assert got == {"numRecords": 3, "minValues": {"pk": 3}, "maxValues": {"pk": 7}, "nullCount": {"pk": 0}}
+    assert key_stats(pq.ParquetFile(tmp_path / "s" / "f.parquet").metadata, "s") == {"numRecords": 3}
+
+
+def test_a_whole_file_read_is_the_file(tmp_path):
+    """``read_parquet`` (whole: ``ParquetFile.read``, not ``pq.read_table``) returns the table written: several row
+    groups, nulls, a dictionary column, the schema's metadata."""
+    store = open_store(str(tmp_path / "s"))
+    t = pa.table({"k": pa.array([1, None, 3, 4]), "s": pa.array(["a", "b", None, "a"]).dictionary_encode(),
+                  "v": pa.array([[1.0], None, [2.0, 3.0], []], pa.list_(pa.float32()))}).replace_schema_metadata(
+        {"x": "y"})
+    with ParquetOut(store, store.join("f.parquet"), t.schema) as out:
+        out.write_table(t, row_group_size=3)
+        out.close()
+    got = read_parquet(store, store.join("f.parquet"))
+    assert got.equals(pq.read_table(tmp_path / "s" / "f.parquet")) and got.num_rows == 4
+    assert got.schema.metadata[b"x"] == b"y" and got.column("k").to_pylist() == [1, None, 3, 4]
