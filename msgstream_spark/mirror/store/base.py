@@ -137,6 +137,16 @@ class Store(ABC):
         """A binary stream to write the object through (what ``pyarrow.parquet.ParquetWriter`` takes); the
         object appears whole when the stream is closed, and not at all if the ``with`` block raised."""
 
+    def put_transient(self, target: str, data: bytes) -> ObjectMeta:
+        """:meth:`put` of an object whose loss in a crash is harmless (a cache its readers check and rebuild, a
+        batch's state between its stages, which a crash re-runs): whole or not at all to readers, as ``put``, but
+        with no wait for the disk (a local path: no fsync). Other stores: ``put``."""
+        return self.put(target, data)
+
+    def open_transient(self, target: str) -> IO[bytes]:
+        """:meth:`open_output` of an object whose loss in a crash is harmless (see :meth:`put_transient`)."""
+        return self.open_output(target)
+
     @abstractmethod
     def open_input(self, target: str) -> Any:
         """A seekable binary stream over the object, reading by range (for ``pyarrow.parquet.ParquetFile``)."""

@@ -1,8 +1,10 @@
 """The local file system as a store: a plain path or a ``file://`` URI. A put is a temporary file, fsync'd and
-moved into place, then the directory fsync'd; put-if-absent publishes it by hard link (which fails if the name
-exists: the atomic create-if-absent of a POSIX file system); put-if-match holds an exclusive ``flock`` on the
-current file while it compares and replaces it. An etag is the file's inode, modification time and size, which
-every put changes (each put makes a new inode)."""
+moved into place, then the directory fsync'd (an empty object not there yet, a writing task's claim, is created in
+place and its directory fsync'd: empty, it is whole once it exists); ``put_transient`` and ``open_transient`` (a
+cache its readers check, a batch's state a crash re-runs) move the file into place without an fsync; put-if-absent
+publishes it by hard link (which fails if the name exists: the atomic create-if-absent of a POSIX file system);
+put-if-match holds an exclusive ``flock`` on the current file while it compares and replaces it. An etag is the
+file's inode, modification time and size, which every put changes (each put makes a new inode)."""
 
 from __future__ import annotations
 
@@ -25,6 +27,16 @@ def fsync_path(path: str) -> None:
         os.fsync(fd)
     finally:
         os.close(fd)
+
+
+def _created(path: str, mode: str):
+    """``open(path, mode)`` for writing, its directory made if missing (only then: a makedirs at every file costs
+    a failed mkdir and its exception)."""
+    try:
+        return open(path, mode)
+    except FileNotFoundError:
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        return open(path, mode)
 
 
 def _etag(st: os.stat_result) -> str:
@@ -75,21 +87,40 @@ class LocalStore(Store):
             return None
         return self._meta(target, st)
 
-    def _temp(self, path: str, data: bytes) -> str:
+    def _temp(self, path: str, data: bytes, sync: bool = True) -> str:
         COUNTS.add(written=len(data))
-        os.makedirs(os.path.dirname(path), exist_ok=True)
         tmp = os.path.join(os.path.dirname(path), f".{os.path.basename(path)}.{uuid.uuid4().hex}.tmp")
-        with open(tmp, "wb") as f:
+        with _created(tmp, "wb") as f:
             f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
+            if sync:
+                f.flush()
+                os.fsync(f.fileno())
         return tmp
 
     def put(self, target: str, data: bytes) -> ObjectMeta:
         path = self._path(target)
+        if not data and self._create_empty(path):
+            return self._meta(target, os.stat(path))
         os.replace(self._temp(path, data), path)
         fsync_path(os.path.dirname(path))
         return self._meta(target, os.stat(path))
+
+    def put_transient(self, target: str, data: bytes) -> ObjectMeta:
+        path = self._path(target)
+        os.replace(self._temp(path, data, sync=False), path)
+        return self._meta(target, os.stat(path))
+
+    def _create_empty(self, path: str) -> bool:
+        """An empty object that is not there yet: created in place (empty, it is whole as soon as it exists; no
+        temporary file, nothing to fsync but its directory). False if the name exists (``put`` replaces it)."""
+        try:
+            with _created(path, "xb"):
+                pass
+        except FileExistsError:
+            return False
+        COUNTS.add()
+        fsync_path(os.path.dirname(path))
+        return True
 
     def put_if_absent(self, target: str, data: bytes) -> ObjectMeta:
         path = self._path(target)
@@ -147,9 +178,10 @@ class LocalStore(Store):
             os.unlink(self._path(target))
 
     def open_output(self, target: str) -> _AtomicFile:
-        path = self._path(target)
-        os.makedirs(os.path.dirname(path), exist_ok=True)
-        return _AtomicFile(path)
+        return _AtomicFile(self._path(target))
+
+    def open_transient(self, target: str) -> _AtomicFile:
+        return _AtomicFile(self._path(target), sync=False)
 
     def open_input(self, target: str) -> _Input:
         try:
@@ -183,10 +215,14 @@ class _AtomicFile(io.FileIO):
     """A file written under a temporary name and moved to its own when closed (after fsync), so no reader sees
     a part of it; leaving a ``with`` block by an exception removes it instead."""
 
-    def __init__(self, path: str) -> None:
-        self.final = path
+    def __init__(self, path: str, sync: bool = True) -> None:
+        self.final, self.sync = path, sync
         self.tmp = os.path.join(os.path.dirname(path), f".{os.path.basename(path)}.{uuid.uuid4().hex}.tmp")
-        super().__init__(self.tmp, "wb")
+        try:
+            super().__init__(self.tmp, "wb")
+        except FileNotFoundError:  # its directory is made at its first file (not asked for at every file)
+            os.makedirs(os.path.dirname(path), exist_ok=True)
+            super().__init__(self.tmp, "wb")
         COUNTS.add()
 
     def write(self, data) -> int:
@@ -198,10 +234,12 @@ class _AtomicFile(io.FileIO):
         if self.closed:
             return
         self.flush()
-        os.fsync(self.fileno())
+        if self.sync:
+            os.fsync(self.fileno())
         super().close()
         os.replace(self.tmp, self.final)
-        fsync_path(os.path.dirname(self.final))
+        if self.sync:
+            fsync_path(os.path.dirname(self.final))
 
     def abort(self) -> None:
         if not self.closed:

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import logging
 import os
+import threading
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -40,6 +41,27 @@ def _obstore() -> Any:
     except ImportError as e:
         raise MirrorError("a table in object storage needs obstore: pip install 'msgstream-spark[mirror]'") from e
     return obstore
+
+
+# shipped stores' clients, per process: a Spark task builds a store per table it writes or plans (``store_for``,
+# an unpickled ``PlanTarget``), each made its own client and connections (~4 ms of CPU and a new connection a
+# table on the S3 server); one client per bucket and settings serves them all (obstore's clients are thread-safe)
+_CLIENTS: dict[tuple, Any] = {}
+_CLIENTS_MAX = 64
+_CLIENTS_LOCK = threading.Lock()
+
+
+def _shared(key: tuple, make) -> Any:
+    """The client of ``key`` in this process (the process id in the key: a forked child makes its own, never using
+    its parent's runtime), made by ``make()`` the first time."""
+    key = (os.getpid(), *key)
+    with _CLIENTS_LOCK:
+        got = _CLIENTS.get(key)
+        if got is None:
+            got = _CLIENTS[key] = make()
+            while len(_CLIENTS) > _CLIENTS_MAX:
+                _CLIENTS.pop(next(iter(_CLIENTS)))
+        return got
 
 
 def _racing(e: BaseException) -> bool:
@@ -68,29 +90,37 @@ class ObjectStore(Store):
         self._client = None
 
     def client(self) -> Any:
-        """This process's obstore client for the bucket (made on first use)."""
+        """This process's obstore client for the bucket (made on first use; a shipped store's is shared by every
+        shipped store of this process with the same bucket and settings: :func:`_shared`)."""
         if self._client is None:
             _obstore()
-            from obstore.store import from_url
-
             config, client = settings.for_obstore(self.options)
-            more: dict[str, Any] = {}
+            creds = None
             if self.shipped:  # undo what obstore would take from this process's environment (shipped.py)
                 pins, creds = shipped.pins(self.kind, self.options, self.bucket_root, os.environ)
                 config.update(pins)
-                if creds is not None:
-                    more["credential_provider"] = lambda: {**creds, "expires_at": None}
-            try:  # client options always given: they replace the environment's (AWS_ALLOW_HTTP, AWS_PROXY_URL...)
-                if "aws_endpoint_url_s3" in config:  # obstore 0.12's from_url loses this key (drops its aws_)
-                    from obstore.store import S3Store
-
-                    name = () if "aws_bucket" in config else (self.bucket_root.split("://", 1)[1],)
-                    self._client = S3Store(*name, config=config, client_options=client, **more)
-                else:
-                    self._client = from_url(self.bucket_root, config=config, client_options=client, **more)
-            except Exception as e:  # noqa: BLE001 - obstore raises several kinds for a bad setting
-                raise StoreError(self._error("opening the store for", self.bucket_root, e)) from e
+                self._client = _shared((self.bucket_root, repr(sorted(config.items())), repr(sorted(client.items())),
+                                        repr(sorted((creds or {}).items()))),
+                                       lambda: self._make(config, client, creds))
+            else:
+                self._client = self._make(config, client, creds)
         return self._client
+
+    def _make(self, config: dict, client: dict, creds: dict | None) -> Any:
+        from obstore.store import from_url
+
+        more: dict[str, Any] = {}
+        if creds is not None:
+            more["credential_provider"] = lambda: {**creds, "expires_at": None}
+        try:  # client options always given: they replace the environment's (AWS_ALLOW_HTTP, AWS_PROXY_URL...)
+            if "aws_endpoint_url_s3" in config:  # obstore 0.12's from_url loses this key (drops its aws_)
+                from obstore.store import S3Store
+
+                name = () if "aws_bucket" in config else (self.bucket_root.split("://", 1)[1],)
+                return S3Store(*name, config=config, client_options=client, **more)
+            return from_url(self.bucket_root, config=config, client_options=client, **more)
+        except Exception as e:  # noqa: BLE001 - obstore raises several kinds for a bad setting
+            raise StoreError(self._error("opening the store for", self.bucket_root, e)) from e
 
     def _key(self, target: str) -> str:
         loc = uri.parse(target)

@@ -24,9 +24,11 @@ first time this process reads it (:class:`.keycache.BlockedIndex`: a key's block
 keys and searched within, so a lookup reads, and checks, the blocks its keys touch and never the whole
 file: a new executor's first batch costs what its keys cost, not what the table's indexes hold). Anything
 that does not match is logged at warning level naming the file and the index is rebuilt, never answered
-from. It is written whole to a temporary file, fsync'd, renamed into place, and the directory fsync'd: a
-crash leaves the old state or the whole new file, and a file that came back with stale pages (a crash
-before an fsync of an earlier release's side file) fails its checksum where a lookup reads it.
+from. It is written whole to a temporary file and renamed into place (``Store.put_transient``: readers see
+none or all of it), with no fsync (a writing task writes one per table and batch: two fsyncs each were a
+quarter of a database job's; an earlier release fsync'd the file and its directory): a crash can leave it
+missing, short or with stale pages, which the header and size checks and each block's checksum find where a
+lookup reads it, and the index is rebuilt from its data file.
 
 Side files live in the table's store beside their data files. A writing task writes one with each data file
 it closes (it has the keys in hand); a data file written by someone else (the snapshot, delta-rs's optimize)
@@ -284,7 +286,7 @@ def save_index(store: Store, data_path: str, data_size: int, index: KeyIndex) ->
     """Write the side file of ``data_path`` (one put: readers see none or all of it); a failure is logged (a
     cache: the lookup is right without it, only slower next time)."""
     try:
-        store.put(side_path(data_path), index.encode(data_path, data_size))
+        store.put_transient(side_path(data_path), index.encode(data_path, data_size))
     except (OSError, StoreError) as e:
         log.warning("could not write the key index of %s (%s): the next lookup reads the file again", data_path, e)
 
