@@ -120,7 +120,9 @@ def cache_metadata(catalog) -> Any:
                              (orm_table.table_name,), got, location)
 
     def commit_table(table, requirements, updates):
-        response = commit(table, requirements, updates)
+        response = committed(catalog, table, requirements, updates, load_table)
+        if response is None:  # a table's creation, or a database without reliable row counts: pyiceberg's
+            response = commit(table, requirements, updates)
         keep(response.metadata_location, response.metadata)
         return response
 
@@ -177,6 +179,54 @@ def row_location(catalog, identifier) -> str | None:
     with catalog.engine.connect() as conn:
         return conn.execute(stmt, {"catalog": catalog.name, "ns": ns,
                                    "name": Catalog.table_name_from(identifier)}).scalar()
+
+
+def committed(catalog, table, requirements, updates, load) -> Any:
+    """pyiceberg's ``SqlCatalog.commit_table`` of an existing table (its current metadata loaded by ``load``,
+    requirements checked, the new metadata file written, the catalog row swapped from the loaded metadata file
+    to the new one: refused with ``CommitFailedException`` when the row moved meanwhile), the row swapped by one
+    SQL statement built once per catalog (:func:`swap_row`), not an ORM session and statement built per commit.
+    None: not done here (no such table: a creation; a database whose updates do not count rows)."""
+    from pyiceberg.exceptions import NoSuchTableError
+    from pyiceberg.table import CommitTableResponse
+
+    if not catalog.engine.dialect.supports_sane_rowcount:
+        return None
+    identifier = table.name()
+    try:
+        current = load(identifier)
+    except NoSuchTableError:
+        return None
+    new = catalog._update_and_stage_table(current, identifier, requirements, updates)
+    if new.metadata == current.metadata:  # no change: nothing written (as pyiceberg)
+        return CommitTableResponse(metadata=current.metadata, metadata_location=current.metadata_location)
+    catalog._write_metadata(metadata=new.metadata, io=new.io, metadata_path=new.metadata_location)
+    swap_row(catalog, identifier, current.metadata_location, new.metadata_location)
+    return CommitTableResponse(metadata=new.metadata, metadata_location=new.metadata_location)
+
+
+def swap_row(catalog, identifier, old: str, new: str) -> None:
+    """Table ``identifier``'s row in SQL catalog ``catalog`` names metadata file ``new`` (and ``old`` as the
+    previous one) if it names ``old`` now, in one transaction; ``CommitFailedException`` if it does not (another
+    writer's commit landed since ``old`` was read): pyiceberg's compare-and-swap, its statement built once."""
+    from pyiceberg.catalog import Catalog
+    from pyiceberg.exceptions import CommitFailedException
+
+    stmt = getattr(catalog, "_msgstream_swap", None)
+    if stmt is None:
+        from pyiceberg.catalog.sql import IcebergTables
+        from sqlalchemy import bindparam, update
+
+        stmt = catalog._msgstream_swap = update(IcebergTables).where(
+            IcebergTables.catalog_name == bindparam("catalog"), IcebergTables.table_namespace == bindparam("ns"),
+            IcebergTables.table_name == bindparam("name"), IcebergTables.metadata_location == bindparam("old"),
+        ).values(metadata_location=bindparam("new"), previous_metadata_location=bindparam("old"))
+    ns = Catalog.namespace_to_string(Catalog.namespace_from(identifier))
+    name = Catalog.table_name_from(identifier)
+    with catalog.engine.begin() as conn:
+        n = conn.execute(stmt, {"catalog": catalog.name, "ns": ns, "name": name, "old": old, "new": new}).rowcount
+    if n < 1:
+        raise CommitFailedException(f"Table has been updated by another process: {ns}.{name}")
 
 
 def staged(catalog, current, identifier, requirements, updates):

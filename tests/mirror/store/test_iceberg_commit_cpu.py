@@ -1,0 +1,100 @@
+"""The CPU an Iceberg table's commit costs the database job's driver (issue #44, ``formats/iceberg/cached.py``):
+the SQL catalog's row swapped by one prepared statement (no ORM session a commit), still a compare-and-swap
+(another writer's commit landing between our load and our swap refuses ours), the row naming the new metadata
+file and the previous one as pyiceberg's commit leaves it. Counted and read on real tables."""
+
+from __future__ import annotations
+
+import sqlite3
+from pathlib import Path
+
+import pytest
+
+from msgstream_spark.errors import MirrorError
+from msgstream_spark.mirror import apply_batch, open_table
+from msgstream_spark.mirror.write.batch import commit_plan
+from tests.mirror.changes import FIELDS, delete, insert, model, table_state, to_arrow, upsert
+from tests.mirror.writers import planned
+
+
+def _open(loc: Path):
+    return open_table("iceberg", str(loc), collection="coll", pk="pk", arrow_schema=FIELDS)
+
+
+def _batch(i: int) -> list:
+    ts = 10 * i
+    return [insert(ts, *[(p, f"n{p}") for p in range(10 * i, 10 * i + 10)]),
+            *upsert(ts + 1, (i, f"u{i}")), delete(ts + 2, 10 * i - 5)]
+
+
+def _row(loc: Path) -> tuple[str, str]:
+    with sqlite3.connect(f"{loc}_catalog.sqlite") as con:
+        return con.execute("SELECT metadata_location, previous_metadata_location FROM iceberg_tables").fetchone()
+
+
+def _plain(loc: Path):
+    from pyiceberg.catalog.sql import SqlCatalog
+
+    return SqlCatalog("msgstream", uri=f"sqlite:///{loc}_catalog.sqlite",
+                      warehouse=f"file://{loc}").load_table(("msgstream", "coll"))
+
+
+def test_a_commit_swaps_the_catalog_row_without_an_orm_session(tmp_path, monkeypatch):
+    """A batch's commit (and the maintenance check's reads) opens no ORM session (pyiceberg's commit built one and
+    its statement at each commit); the row names the new metadata file and the one before, as pyiceberg's does."""
+    from sqlalchemy.orm import Session
+
+    loc = tmp_path / "t"
+    t = _open(loc)
+    seen = []
+    assert apply_batch(t, to_arrow(_batch(1)), "pk", "q", 1)
+    seen += _batch(1)
+    sessions = []
+    init = Session.__init__
+
+    def counted(self, *a, **kw):
+        sessions.append(1)
+        init(self, *a, **kw)
+
+    monkeypatch.setattr(Session, "__init__", counted)
+    for i in range(2, 5):
+        before = t._table().metadata_location
+        assert apply_batch(t, to_arrow(_batch(i)), "pk", "q", i)
+        seen += _batch(i)
+        assert _row(loc) == (t._table().metadata_location, before) and before != t._table().metadata_location
+    assert sessions == []
+    monkeypatch.setattr(Session, "__init__", init)
+    plain = _plain(loc)  # pyiceberg's own catalog reads what the row names
+    assert plain.metadata_location == t._table().metadata_location and plain.metadata == t._table().metadata
+    assert table_state(plain.scan().to_arrow()) == model(seen) and t.last_batch("q") == 4
+
+
+def test_another_writers_commit_between_our_load_and_swap_refuses_ours(tmp_path, monkeypatch, caplog):
+    """The catalog's compare-and-swap: another writer's commit landing after our commit loaded the table's row
+    (our requirements checked, our metadata file being written) makes the row swap fail (pyiceberg's retry then
+    finds the table moved from the planned snapshot: refused): nothing of ours in the table, theirs kept, our
+    batch not recorded."""
+    loc = tmp_path / "t"
+    mine, theirs = _open(loc), _open(loc)
+    seen = []
+    assert apply_batch(mine, to_arrow(_batch(1)), "pk", "q", 1)
+    seen += _batch(1)
+    theirs._table().refresh()
+    cat = mine._table().catalog
+    write = cat._write_metadata
+    landed = []
+
+    def write_then_theirs(metadata, io, metadata_path):
+        write(metadata=metadata, io=io, metadata_path=metadata_path)
+        if not landed:  # their commit lands now, once
+            landed.append(1)
+            assert apply_batch(theirs, to_arrow([*upsert(100, (3, "theirs"))]), "pk", "other", 0)
+
+    monkeypatch.setattr(cat, "_write_metadata", write_then_theirs)
+    p = planned(mine, _batch(2))
+    with pytest.raises(MirrorError, match=rf"moved from snapshot {p.base}, which batch 2 of query q was planned on"):
+        commit_plan(mine, p, set(), query_id="q", batch_id=2)
+    assert landed and "Commit failed due to a concurrent update" in caplog.text  # the row swap refused
+    seen += [*upsert(100, (3, "theirs"))]
+    assert table_state(_plain(loc).scan().to_arrow()) == model(seen)
+    assert mine.last_batch("q") == 1 and mine.last_batch("other") == 0
