@@ -98,3 +98,50 @@ def test_another_writers_commit_between_our_load_and_swap_refuses_ours(tmp_path,
     seen += [*upsert(100, (3, "theirs"))]
     assert table_state(_plain(loc).scan().to_arrow()) == model(seen)
     assert mine.last_batch("q") == 1 and mine.last_batch("other") == 0
+
+
+def test_a_data_files_schema_work_is_done_once_per_table_schema(tmp_path, monkeypatch):
+    """A data file's manifest entry: the table schema's statistics plan and column mapping built, and a file's
+    Arrow schema checked against it, once (not at each file); a file of another schema is still checked (and
+    refused when incompatible), and a change of the metrics modes still changes the entries' statistics."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    import pyiceberg.io.pyarrow as pa_io
+
+    from msgstream_spark.mirror.formats.iceberg.files import data_file
+
+    loc = tmp_path / "t"
+    t = _open(loc)
+    assert apply_batch(t, to_arrow(_batch(1)), "pk", "q", 1)
+    n = {"checked": 0, "planned": 0}
+    check, plan = pa_io._check_pyarrow_schema_compatible, pa_io.compute_statistics_plan
+
+    def checked(*a, **kw):
+        n["checked"] += 1
+        return check(*a, **kw)
+
+    def planned_stats(*a, **kw):
+        n["planned"] += 1
+        return plan(*a, **kw)
+
+    monkeypatch.setattr(pa_io, "_check_pyarrow_schema_compatible", checked)
+    monkeypatch.setattr(pa_io, "compute_statistics_plan", planned_stats)
+    for i in range(2, 5):
+        assert apply_batch(t, to_arrow(_batch(i)), "pk", "q", i)
+    assert n == {"checked": 0, "planned": 0}  # done at the first batch's file (pyiceberg's: once a file)
+    tbl = t._table()
+    field = tbl.schema().find_field("pk").field_id
+    path = planned(t, _batch(5)).adds[0]
+    assert field in data_file(t.store, tbl.metadata, path).lower_bounds
+    assert n == {"checked": 0, "planned": 0}
+
+    bad = loc / "data" / "bad.parquet"  # the key as a string: not the table's schema
+    pq.write_table(pa.table({"pk": pa.array(["x"])}), bad)
+    with pytest.raises(ValueError, match="pk"):
+        data_file(t.store, tbl.metadata, str(bad))
+    assert n["checked"] == 1
+
+    with tbl.transaction() as tx:  # statistics: counts only (no bounds)
+        tx.set_properties({"write.metadata.metrics.default": "counts"})
+    assert field not in data_file(t.store, t._table().metadata, path).lower_bounds
+    assert n["planned"] == 1
