@@ -301,7 +301,13 @@ def manifest_output(writer) -> Any:
             _schemas[key] = got
             while len(_schemas) > SCHEMAS_KEPT:
                 _schemas.popitem(last=False)
-    return _output_type()(writer._output_file, got, meta)
+    return known_schema_output(writer._output_file, got, meta)
+
+
+def known_schema_output(output_file, built: tuple, metadata: dict[str, str]) -> Any:
+    """pyiceberg's Avro output file (an ``AvroOutputFile``, not yet entered) of ``output_file``, given its schema's
+    parts built: (file schema, record writer, the file schema's Avro JSON); ``metadata``: the header's."""
+    return _output_type()(output_file, built, metadata)
 
 
 def _output_type() -> type:
