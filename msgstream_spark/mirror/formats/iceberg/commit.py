@@ -20,6 +20,7 @@ from msgstream_spark.errors import MirrorError
 from msgstream_spark.mirror.common import PROP_WRITER_EPOCH, check_epoch
 from msgstream_spark.mirror.formats.base import NO_SNAPSHOT, fence_message
 from msgstream_spark.mirror.formats.iceberg.cached import listed, manifest_output, manifests, transaction
+from msgstream_spark.mirror.formats.iceberg.manifest_list import write_list
 
 EPOCH_TRIES = 10  # commits a writer epoch's publication tries, each refused for another writer's commit
 
@@ -179,8 +180,6 @@ class _Manifests:
     def _write_list(self, manifests: list, seq: int) -> str:
         """The new snapshot's manifest list (a v2 table's) written where pyiceberg names it; its path."""
         from pyiceberg.table.update.snapshot import _new_manifest_list_file_name
-
-        from msgstream_spark.mirror.formats.iceberg.manifest_list import write_list
 
         name = _new_manifest_list_file_name(snapshot_id=self._snapshot_id, attempt=0, commit_uuid=self.commit_uuid)
         path = self._transaction._table.location_provider().new_metadata_location(name)

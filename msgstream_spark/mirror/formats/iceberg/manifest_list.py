@@ -10,9 +10,12 @@ byte for byte (``tests/mirror/store/test_iceberg_commit_cpu.py``): its header, t
 from __future__ import annotations
 
 import io
+import json
 import threading
 from collections import OrderedDict
 from typing import Any
+
+from msgstream_spark.mirror.formats.iceberg.cached import known_schema_output
 
 RECORDS_KEPT = 8192  # manifests' encoded records kept (a database job's tables' live manifests)
 _records: OrderedDict[tuple, bytes] = OrderedDict()
@@ -24,8 +27,6 @@ def _schemas() -> tuple:
     """(file schema, record writer, the file schema's Avro JSON) of a v2 manifest list, built once."""
     got = _built.get("v2")
     if got is None:
-        import json
-
         from pyiceberg.avro.resolver import resolve_writer
         from pyiceberg.manifest import DEFAULT_READ_VERSION, MANIFEST_LIST_FILE_SCHEMAS
         from pyiceberg.utils.schema_conversion import AvroSchemaConversion
@@ -59,8 +60,6 @@ def write_list(output_file, meta: dict[str, str], prepared: tuple) -> None:
     """Manifest list ``output_file`` (a pyiceberg ``OutputFile``) of a v2 table: header metadata ``meta`` (the
     snapshot's ids, sequence number, format version, codec), the ``prepared`` manifests (sequence numbers
     assigned: ``ManifestListWriterV2.prepare_manifest``) in one block."""
-    from msgstream_spark.mirror.formats.iceberg.cached import known_schema_output
-
     built = _schemas()
     with known_schema_output(output_file, built, meta) as f:
         content = b"".join(_encoded(built[1], m) for m in prepared)
