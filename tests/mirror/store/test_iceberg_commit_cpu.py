@@ -187,3 +187,33 @@ def test_a_manifest_list_is_written_as_pyiceberg_writes_it(tmp_path, monkeypatch
     assert got[0] == got[1] == got[2] == got[3] and len(got[0]) > 100
     assert table_state(_plain(loc).scan().to_arrow()) == model(seen)
     assert table_state(_duckdb(_plain(loc).metadata_location)) == model(seen)
+
+
+def test_a_table_load_of_a_known_metadata_file_reuses_its_file_io(tmp_path, monkeypatch):
+    """The catalog's loads of a metadata file it knows (~10 a batch: each refresh) build no new FileIO: one a
+    metadata file (its first load), one for the commit's staged table; the tables still read and write."""
+    from pyiceberg.catalog import Catalog
+
+    from msgstream_spark.mirror.upkeep import Upkeep
+
+    loc = tmp_path / "t"
+    t = _open(loc)
+    up = Upkeep(t)
+    seen = []
+    assert apply_batch(t, to_arrow(_batch(1)), "pk", "q", 1)
+    seen += _batch(1)
+    loads = []
+    load = Catalog._load_file_io
+
+    def counted(self, *a, **kw):
+        loads.append(1)
+        return load(self, *a, **kw)
+
+    monkeypatch.setattr(Catalog, "_load_file_io", counted)
+    for i in range(2, 5):
+        assert apply_batch(t, to_arrow(_batch(i)), "pk", "q", i)
+        seen += _batch(i)
+        up.after_batch()
+        t.write_spec()
+    assert len(loads) <= 2 * 3 + 1, len(loads)  # (+1: batch 1's metadata file, first loaded here; pyiceberg: 33)
+    assert table_state(t.to_arrow()) == model(seen) and table_state(_plain(loc).scan().to_arrow()) == model(seen)

@@ -96,14 +96,14 @@ def cache_metadata(catalog) -> Any:
 
     if not isinstance(catalog, SqlCatalog) or getattr(catalog, "_msgstream_parsed", None) is not None:
         return catalog
-    parsed: OrderedDict[str, Any] = OrderedDict()  # metadata file -> its metadata
+    parsed: OrderedDict[str, list] = OrderedDict()  # metadata file -> [its metadata, its FileIO or None]
     lock = threading.Lock()
     catalog._msgstream_parsed = parsed
     convert, commit = catalog._convert_orm_to_iceberg, catalog.commit_table
 
     def keep(location: str, metadata) -> None:
         with lock:
-            parsed[location] = metadata
+            parsed[location] = [metadata, None]
             parsed.move_to_end(location)
             while len(parsed) > KEPT:
                 parsed.popitem(last=False)
@@ -149,12 +149,16 @@ def cache_metadata(catalog) -> Any:
     return catalog
 
 
-def _parsed_table(catalog, identifier: tuple, metadata, location: str) -> Any:
-    """A pyiceberg table of ``catalog`` at metadata file ``location``, its ``metadata`` already parsed."""
+def _parsed_table(catalog, identifier: tuple, kept: list, location: str) -> Any:
+    """A pyiceberg table of ``catalog`` at metadata file ``location``, its metadata already parsed and its FileIO
+    loaded once (``kept``: [metadata, FileIO or None], the FileIO set here when first needed; pyiceberg loads one
+    at each table load, ~10 a batch of the database job)."""
     from pyiceberg.table import Table
 
-    return Table(identifier=identifier, metadata=metadata, metadata_location=location,
-                 io=catalog._load_file_io(metadata.properties, location), catalog=catalog)
+    metadata, io = kept
+    if io is None:
+        io = kept[1] = catalog._load_file_io(metadata.properties, location)
+    return Table(identifier=identifier, metadata=metadata, metadata_location=location, io=io, catalog=catalog)
 
 
 def row_location(catalog, identifier) -> str | None:
