@@ -10,7 +10,9 @@ commits up to every table of a database per batch, one after another in its driv
   file (``Table.refresh``, and the catalog's own load at each commit) reads one row, not the file. What the
   catalog row names is read every time (one prepared SQL statement, not pyiceberg's ORM query: :func:`row_location`):
   another writer's commit is seen as before, and a commit is still refused by the catalog when the row moved
-  since (our fencing, ``commit.py``).
+  since (our fencing, ``commit.py``). A kept metadata file's FileIO is loaded once (pyiceberg: at each load), and
+  a commit swaps the row with one prepared compare-and-swap statement (:func:`committed`, :func:`swap_row`; pyiceberg
+  built an ORM session and its statement at each commit).
 
 - :func:`manifest_output`: a manifest's Avro file whose schemas (the entry schema with the table's partition type,
   its Avro JSON, the resolved record writer: the same for every manifest of one table schema and partition spec)
