@@ -10,7 +10,9 @@ commits up to every table of a database per batch, one after another in its driv
   file (``Table.refresh``, and the catalog's own load at each commit) reads one row, not the file. What the
   catalog row names is read every time (one prepared SQL statement, not pyiceberg's ORM query: :func:`row_location`):
   another writer's commit is seen as before, and a commit is still refused by the catalog when the row moved
-  since (our fencing, ``commit.py``).
+  since (our fencing, ``commit.py``). A kept metadata file's FileIO is loaded once (pyiceberg: at each load), and
+  a commit swaps the row with one prepared compare-and-swap statement (:func:`committed`, :func:`swap_row`; pyiceberg
+  built an ORM session and its statement at each commit).
 
 - :func:`manifest_output`: a manifest's Avro file whose schemas (the entry schema with the table's partition type,
   its Avro JSON, the resolved record writer: the same for every manifest of one table schema and partition spec)
@@ -96,14 +98,14 @@ def cache_metadata(catalog) -> Any:
 
     if not isinstance(catalog, SqlCatalog) or getattr(catalog, "_msgstream_parsed", None) is not None:
         return catalog
-    parsed: OrderedDict[str, Any] = OrderedDict()  # metadata file -> its metadata
+    parsed: OrderedDict[str, list] = OrderedDict()  # metadata file -> [its metadata, its FileIO or None]
     lock = threading.Lock()
     catalog._msgstream_parsed = parsed
     convert, commit = catalog._convert_orm_to_iceberg, catalog.commit_table
 
     def keep(location: str, metadata) -> None:
         with lock:
-            parsed[location] = metadata
+            parsed[location] = [metadata, None]
             parsed.move_to_end(location)
             while len(parsed) > KEPT:
                 parsed.popitem(last=False)
@@ -120,7 +122,9 @@ def cache_metadata(catalog) -> Any:
                              (orm_table.table_name,), got, location)
 
     def commit_table(table, requirements, updates):
-        response = commit(table, requirements, updates)
+        response = committed(catalog, table, requirements, updates, load_table)
+        if response is None:  # a table's creation, or a database without reliable row counts: pyiceberg's
+            response = commit(table, requirements, updates)
         keep(response.metadata_location, response.metadata)
         return response
 
@@ -147,12 +151,16 @@ def cache_metadata(catalog) -> Any:
     return catalog
 
 
-def _parsed_table(catalog, identifier: tuple, metadata, location: str) -> Any:
-    """A pyiceberg table of ``catalog`` at metadata file ``location``, its ``metadata`` already parsed."""
+def _parsed_table(catalog, identifier: tuple, kept: list, location: str) -> Any:
+    """A pyiceberg table of ``catalog`` at metadata file ``location``, its metadata already parsed and its FileIO
+    loaded once (``kept``: [metadata, FileIO or None], the FileIO set here when first needed; pyiceberg loads one
+    at each table load, ~10 a batch of the database job)."""
     from pyiceberg.table import Table
 
-    return Table(identifier=identifier, metadata=metadata, metadata_location=location,
-                 io=catalog._load_file_io(metadata.properties, location), catalog=catalog)
+    metadata, io = kept
+    if io is None:
+        io = kept[1] = catalog._load_file_io(metadata.properties, location)
+    return Table(identifier=identifier, metadata=metadata, metadata_location=location, io=io, catalog=catalog)
 
 
 def row_location(catalog, identifier) -> str | None:
@@ -177,6 +185,54 @@ def row_location(catalog, identifier) -> str | None:
     with catalog.engine.connect() as conn:
         return conn.execute(stmt, {"catalog": catalog.name, "ns": ns,
                                    "name": Catalog.table_name_from(identifier)}).scalar()
+
+
+def committed(catalog, table, requirements, updates, load) -> Any:
+    """pyiceberg's ``SqlCatalog.commit_table`` of an existing table (its current metadata loaded by ``load``,
+    requirements checked, the new metadata file written, the catalog row swapped from the loaded metadata file
+    to the new one: refused with ``CommitFailedException`` when the row moved meanwhile), the row swapped by one
+    SQL statement built once per catalog (:func:`swap_row`), not an ORM session and statement built per commit.
+    None: not done here (no such table: a creation; a database whose updates do not count rows)."""
+    from pyiceberg.exceptions import NoSuchTableError
+    from pyiceberg.table import CommitTableResponse
+
+    if not catalog.engine.dialect.supports_sane_rowcount:
+        return None
+    identifier = table.name()
+    try:
+        current = load(identifier)
+    except NoSuchTableError:
+        return None
+    new = catalog._update_and_stage_table(current, identifier, requirements, updates)
+    if new.metadata == current.metadata:  # no change: nothing written (as pyiceberg)
+        return CommitTableResponse(metadata=current.metadata, metadata_location=current.metadata_location)
+    catalog._write_metadata(metadata=new.metadata, io=new.io, metadata_path=new.metadata_location)
+    swap_row(catalog, identifier, current.metadata_location, new.metadata_location)
+    return CommitTableResponse(metadata=new.metadata, metadata_location=new.metadata_location)
+
+
+def swap_row(catalog, identifier, old: str, new: str) -> None:
+    """Table ``identifier``'s row in SQL catalog ``catalog`` names metadata file ``new`` (and ``old`` as the
+    previous one) if it names ``old`` now, in one transaction; ``CommitFailedException`` if it does not (another
+    writer's commit landed since ``old`` was read): pyiceberg's compare-and-swap, its statement built once."""
+    from pyiceberg.catalog import Catalog
+    from pyiceberg.exceptions import CommitFailedException
+
+    stmt = getattr(catalog, "_msgstream_swap", None)
+    if stmt is None:
+        from pyiceberg.catalog.sql import IcebergTables
+        from sqlalchemy import bindparam, update
+
+        stmt = catalog._msgstream_swap = update(IcebergTables).where(
+            IcebergTables.catalog_name == bindparam("catalog"), IcebergTables.table_namespace == bindparam("ns"),
+            IcebergTables.table_name == bindparam("name"), IcebergTables.metadata_location == bindparam("old"),
+        ).values(metadata_location=bindparam("new"), previous_metadata_location=bindparam("old"))
+    ns = Catalog.namespace_to_string(Catalog.namespace_from(identifier))
+    name = Catalog.table_name_from(identifier)
+    with catalog.engine.begin() as conn:
+        n = conn.execute(stmt, {"catalog": catalog.name, "ns": ns, "name": name, "old": old, "new": new}).rowcount
+    if n < 1:
+        raise CommitFailedException(f"Table has been updated by another process: {ns}.{name}")
 
 
 def staged(catalog, current, identifier, requirements, updates):
@@ -251,7 +307,13 @@ def manifest_output(writer) -> Any:
             _schemas[key] = got
             while len(_schemas) > SCHEMAS_KEPT:
                 _schemas.popitem(last=False)
-    return _output_type()(writer._output_file, got, meta)
+    return known_schema_output(writer._output_file, got, meta)
+
+
+def known_schema_output(output_file, built: tuple, metadata: dict[str, str]) -> Any:
+    """pyiceberg's Avro output file (an ``AvroOutputFile``, not yet entered) of ``output_file``, given its schema's
+    parts built: (file schema, record writer, the file schema's Avro JSON); ``metadata``: the header's."""
+    return _output_type()(output_file, built, metadata)
 
 
 def _output_type() -> type:

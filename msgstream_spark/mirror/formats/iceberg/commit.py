@@ -20,6 +20,7 @@ from msgstream_spark.errors import MirrorError
 from msgstream_spark.mirror.common import PROP_WRITER_EPOCH, check_epoch
 from msgstream_spark.mirror.formats.base import NO_SNAPSHOT, fence_message
 from msgstream_spark.mirror.formats.iceberg.cached import listed, manifest_output, manifests, transaction
+from msgstream_spark.mirror.formats.iceberg.manifest_list import write_list
 
 EPOCH_TRIES = 10  # commits a writer epoch's publication tries, each refused for another writer's commit
 
@@ -137,17 +138,56 @@ class _Manifests:
         return self.listed
 
     def _commit(self):
-        """pyiceberg's (the manifest list written, the snapshot's updates made); the list's manifests kept as its
-        writer wrote them (``cached.listed``): the new snapshot's live files need not read it back."""
+        """The new snapshot's manifest list written and its updates made, as pyiceberg's ``_commit`` does; the
+        list's manifests kept as its writer wrote them (``cached.listed``): the new snapshot's live files need not
+        read it back. A v2 table's list is written by ``manifest_list.write_list`` (its schemas built once, a
+        carried manifest's record encoded once); a v1 table's by pyiceberg."""
+        from pyiceberg.table.snapshots import Snapshot
+        from pyiceberg.table.update import AddSnapshotUpdate, AssertRefSnapshotId, SetSnapshotRefUpdate
+
+        meta = self._meta()
+        if meta.format_version != 2:
+            updates, requirements = super()._commit()
+            snap = updates[0].snapshot
+            listed(snap.manifest_list, self._prepared(snap.sequence_number, self.listed))
+            return updates, requirements
+        new, seq = self._manifests(), meta.next_sequence_number()
+        summary = self._summary(self.snapshot_properties)
+        path = self._write_list(new, seq)
+        add = AddSnapshotUpdate(snapshot=Snapshot(
+            snapshot_id=self._snapshot_id, parent_snapshot_id=self._parent_snapshot_id, manifest_list=path,
+            sequence_number=seq, summary=summary, schema_id=meta.current_schema_id))
+        branch = self._target_branch
+        if branch is None:
+            return (add,), ()
+        from pyiceberg.table.refs import SnapshotRefType
+
+        at = meta.refs[branch].snapshot_id if branch in meta.refs else None
+        return ((add, SetSnapshotRefUpdate(snapshot_id=self._snapshot_id, parent_snapshot_id=self._parent_snapshot_id,
+                                           ref_name=branch, type=SnapshotRefType.BRANCH)),
+                (AssertRefSnapshotId(snapshot_id=at, ref=branch),))
+
+    def _prepared(self, seq: int, manifests: list) -> tuple:
+        """``manifests`` as the new snapshot's list holds them (sequence numbers assigned: ``seq``)."""
         from pyiceberg.manifest import write_manifest_list
 
-        updates, requirements = super()._commit()
-        snap = updates[0].snapshot
         made = write_manifest_list(format_version=self._meta().format_version, output_file=None,
-                                   snapshot_id=snap.snapshot_id, parent_snapshot_id=snap.parent_snapshot_id,
-                                   sequence_number=snap.sequence_number, avro_compression=self._compression)
-        listed(snap.manifest_list, tuple(made.prepare_manifest(m) for m in self.listed))
-        return updates, requirements
+                                   snapshot_id=self._snapshot_id, parent_snapshot_id=self._parent_snapshot_id,
+                                   sequence_number=seq, avro_compression=self._compression)
+        self._list_meta = made._meta
+        return tuple(made.prepare_manifest(m) for m in manifests)
+
+    def _write_list(self, manifests: list, seq: int) -> str:
+        """The new snapshot's manifest list (a v2 table's) written where pyiceberg names it; its path."""
+        from pyiceberg.table.update.snapshot import _new_manifest_list_file_name
+
+        name = _new_manifest_list_file_name(snapshot_id=self._snapshot_id, attempt=0, commit_uuid=self.commit_uuid)
+        path = self._transaction._table.location_provider().new_metadata_location(name)
+        self._written_manifest_lists.append(path)
+        prepared = self._prepared(seq, manifests)
+        write_list(self._io.new_output(path), self._list_meta, prepared)
+        listed(path, prepared)
+        return path
 
     def _refresh_for_retry(self) -> None:
         super()._refresh_for_retry()
