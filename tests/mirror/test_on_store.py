@@ -305,14 +305,16 @@ def test_a_warm_lookup_reads_the_cached_blocks_in_place(s3, tmp_path, monkeypatc
     first = lookup_file(f, "pk", want, pa.int64(), t.store)  # the blocks fetched into the cache
     _forget()  # a new process on the executor: the blocks memory-mapped from the cache
     lookup_file(f, "pk", want, pa.int64(), t.store)
-    tracemalloc.start()
-    try:
-        got = lookup_file(f, "pk", want, pa.int64(), t.store)
-        peak = tracemalloc.get_traced_memory()[1]
-    finally:
-        tracemalloc.stop()
-    assert got.num_rows == 100 and got.equals(first)
-    assert peak < 128 * 1024, peak  # joining the touched blocks allocated ~300 KiB
+    peaks = []
+    for _ in range(3):  # tracemalloc counts every thread's allocations: another thread's (left in this process by
+        tracemalloc.start()  # an earlier test of the worker) can add to one window, a copy made by the lookup to all
+        try:
+            got = lookup_file(f, "pk", want, pa.int64(), t.store)
+            peaks.append(tracemalloc.get_traced_memory()[1])
+        finally:
+            tracemalloc.stop()
+        assert got.num_rows == 100 and got.equals(first)
+    assert min(peaks) < 128 * 1024, peaks  # joining the touched blocks allocated ~300 KiB
 
 
 def test_a_damaged_block_on_s3_is_rebuilt_and_the_lookup_right(s3, tmp_path, monkeypatch, caplog):
