@@ -19,10 +19,16 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from msgstream_spark.mirror.store import io_since, io_totals
-from msgstream_spark.mirror.store.parquet import read_parquet
-from msgstream_spark.mirror.write.taskplan import changes_files, plan_share
-from msgstream_spark.spark.mirror_tasks import PLANNED, TARGET, PlanTarget, Traffic, _writer_fn, tagged_written_schema
+from msgstream_spark.mirror.write.taskplan import changes_files
+from msgstream_spark.spark.mirror_tasks import (
+    PLANNED,
+    TARGET,
+    PlanTarget,
+    Traffic,
+    _writer_fn,
+    plan_whole,
+    tagged_written_schema,
+)
 
 PLAN_KIND = "plan"  # a fused output row carrying a table's plan, not a file
 PLAN_COLUMN = "plan"
@@ -53,10 +59,7 @@ class _WriteAndPlan:
             paths = changes_files(mine)
             if not paths:  # nothing of the table here (or no changes): nothing to plan
                 continue
-            before = io_totals()
-            share = pa.concat_tables([read_parquet(t.store, p) for p in paths])
-            planned = plan_share(share, self.files_bc.value[t.files], t.pk, t.key_type, False, t.store)
-            self.traffic.add(io_since(before))
+            planned = plan_whole(t, paths, self.files_bc.value[t.files], False, self.traffic)
             yield _plan_row(schema, tag, planned.select(list(PLANNED)))
 
     __call__ = write

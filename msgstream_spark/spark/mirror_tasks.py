@@ -304,9 +304,17 @@ class _PlanShare:
     __call__ = plan_task
 
 
+def plan_whole(t: PlanTarget, paths: list[str], files: Any, existed: bool, traffic: Traffic) -> pa.Table:
+    """In a task: table ``t`` planned whole from its changes files ``paths`` (its store traffic in ``traffic``)."""
+    before = io_totals()
+    share = pa.concat_tables([read_parquet(t.store, p) for p in paths])
+    out = plan_share(share, files, t.pk, t.key_type, existed, t.store)
+    traffic.add(io_since(before))
+    return out
+
+
 class _PlanAll:
-    """Tasks over ``spark.range(len(targets))``: the task of row i plans table ``targets[i]`` whole (every changes
-    file of it read)."""
+    """Tasks over ``spark.range(len(targets))``: row i's task plans table ``targets[i]`` whole (:func:`plan_whole`)."""
 
     def __init__(self, targets: list[PlanTarget], files_bc, existed: bool, traffic: Traffic) -> None:
         self.targets, self.files_bc, self.existed, self.traffic = targets, files_bc, existed, traffic
@@ -315,10 +323,7 @@ class _PlanAll:
         for b in batches:
             for i in b.column(0).to_pylist():
                 t = self.targets[i]
-                before = io_totals()
-                share = pa.concat_tables([read_parquet(t.store, p) for p in t.paths])
-                out = plan_share(share, self.files_bc.value[t.files], t.pk, t.key_type, self.existed, t.store)
-                self.traffic.add(io_since(before))
+                out = plan_whole(t, t.paths, self.files_bc.value[t.files], self.existed, self.traffic)
                 yield from _tagged(out, t, self.existed).to_batches()
 
     __call__ = plan_task
