@@ -29,14 +29,19 @@ def fsync_path(path: str) -> None:
         os.close(fd)
 
 
-def _created(path: str, mode: str):
-    """``open(path, mode)`` for writing, its directory made if missing (only then: a makedirs at every file costs
+def _in_dir(path: str, create):
+    """``create()`` of a file at ``path``, its directory made if missing (only then: a makedirs at every file costs
     a failed mkdir and its exception)."""
     try:
-        return open(path, mode)
+        return create()
     except FileNotFoundError:
         os.makedirs(os.path.dirname(path), exist_ok=True)
-        return open(path, mode)
+        return create()
+
+
+def _created(path: str, mode: str):
+    """``open(path, mode)`` for writing, its directory made if missing."""
+    return _in_dir(path, lambda: open(path, mode))
 
 
 def _etag(st: os.stat_result) -> str:
@@ -218,11 +223,7 @@ class _AtomicFile(io.FileIO):
     def __init__(self, path: str, sync: bool = True) -> None:
         self.final, self.sync = path, sync
         self.tmp = os.path.join(os.path.dirname(path), f".{os.path.basename(path)}.{uuid.uuid4().hex}.tmp")
-        try:
-            super().__init__(self.tmp, "wb")
-        except FileNotFoundError:  # its directory is made at its first file (not asked for at every file)
-            os.makedirs(os.path.dirname(path), exist_ok=True)
-            super().__init__(self.tmp, "wb")
+        _in_dir(self.tmp, lambda: io.FileIO.__init__(self, self.tmp, "wb"))
         COUNTS.add()
 
     def write(self, data) -> int:
