@@ -149,7 +149,7 @@ class _Manifests:
         if meta.format_version != 2:
             updates, requirements = super()._commit()
             snap = updates[0].snapshot
-            listed(snap.manifest_list, self._prepared(snap.sequence_number, self.listed))
+            listed(snap.manifest_list, self._prepared(snap.sequence_number, self.listed)[1])
             return updates, requirements
         new, seq = self._manifests(), meta.next_sequence_number()
         summary = self._summary(self.snapshot_properties)
@@ -167,15 +167,15 @@ class _Manifests:
                                            ref_name=branch, type=SnapshotRefType.BRANCH)),
                 (AssertRefSnapshotId(snapshot_id=at, ref=branch),))
 
-    def _prepared(self, seq: int, manifests: list) -> tuple:
-        """``manifests`` as the new snapshot's list holds them (sequence numbers assigned: ``seq``)."""
+    def _prepared(self, seq: int, manifests: list) -> tuple[dict, tuple]:
+        """(the list's header metadata, ``manifests`` as the new snapshot's list holds them: sequence numbers
+        assigned, ``seq``)."""
         from pyiceberg.manifest import write_manifest_list
 
         made = write_manifest_list(format_version=self._meta().format_version, output_file=None,
                                    snapshot_id=self._snapshot_id, parent_snapshot_id=self._parent_snapshot_id,
                                    sequence_number=seq, avro_compression=self._compression)
-        self._list_meta = made._meta
-        return tuple(made.prepare_manifest(m) for m in manifests)
+        return made._meta, tuple(made.prepare_manifest(m) for m in manifests)
 
     def _write_list(self, manifests: list, seq: int) -> str:
         """The new snapshot's manifest list (a v2 table's) written where pyiceberg names it; its path."""
@@ -184,8 +184,8 @@ class _Manifests:
         name = _new_manifest_list_file_name(snapshot_id=self._snapshot_id, attempt=0, commit_uuid=self.commit_uuid)
         path = self._transaction._table.location_provider().new_metadata_location(name)
         self._written_manifest_lists.append(path)
-        prepared = self._prepared(seq, manifests)
-        write_list(self._io.new_output(path), self._list_meta, prepared)
+        meta, prepared = self._prepared(seq, manifests)
+        write_list(self._io.new_output(path), meta, prepared)
         listed(path, prepared)
         return path
 
