@@ -46,6 +46,8 @@ PHASES = [
     ("msgstream_spark.spark.mirror_many", "ManyBatch.__call__", "batch"),
     ("msgstream_spark.spark.mirror", "MirrorBatch.__call__", "batch"),
     ("msgstream_spark.spark.mirror_many", "batch_facts", "facts job"),
+    ("msgstream_spark.spark.mirror_many", "direct_facts", "facts job"),
+    ("msgstream_spark.spark.mirror_many_write", "write_units", "write job"),
     ("msgstream_spark.spark.mirror_many", "ManyBatch._prepare", "tables prepared"),
     ("msgstream_spark.spark.mirror_many", "ManyBatch._mirrored", "tables looked up/opened"),
     ("msgstream_spark.mirror.many", "ManyState.save", "collections.json saved"),
@@ -177,6 +179,19 @@ def summary(rows: list[dict]) -> dict:
             "phases": med}
 
 
+def _ends(rows: list[dict], span: tuple[float, float]) -> dict:
+    """Where a job's wall went outside its batches: its start before the first batch, the batches (summed), the
+    gaps between them (Spark's per-trigger work), its end after the last."""
+    if not rows:
+        return {}
+    last = rows[-1]["start"] + rows[-1]["wall"]
+    return {"before_first_batch": round(rows[0]["start"] - span[0], 3),
+            "first_batch": round(rows[0]["wall"], 3),
+            "batches_summed": round(sum(r["wall"] for r in rows), 3),
+            "gaps_summed": round(sum(r["gap_before"] or 0 for r in rows), 3),
+            "after_last_batch": round(span[1] - last, 3)}
+
+
 def _show(rows: list[dict], i: int) -> None:
     if i >= len(rows):
         return
@@ -224,9 +239,10 @@ def main(argv: list[str] | None = None) -> int:
     load0 = load_average()
     res = {}
     for name, argv_ in (("database", s.database()), ("one", s.one())):
-        n0 = len(EVENTS)
+        n0, t0 = len(EVENTS), time.time()
         wall, r = b._job(spark, argv_)
-        res[name] = {"wall": round(wall, 2), "driver_cpu_s": r["driver_cpu_s"], "events": EVENTS[n0:]}
+        res[name] = {"wall": round(wall, 2), "driver_cpu_s": r["driver_cpu_s"], "events": EVENTS[n0:],
+                     "span": (t0, time.time())}
     spark.stop()
     jobs = spark_events(logs)
     out = {"load_start": load0, "load_end": load_average()}
@@ -234,7 +250,7 @@ def main(argv: list[str] | None = None) -> int:
         rows = per_batch(jobs, r["events"])
         print(f"{name}: {r['wall']} s, driver CPU {r['driver_cpu_s']} s, {len(rows)} batches")
         _show(rows, a.show)
-        out[name] = {"wall_s": r["wall"], "driver_cpu_s": r["driver_cpu_s"], **summary(rows)}
+        out[name] = {"wall_s": r["wall"], "driver_cpu_s": r["driver_cpu_s"], **_ends(rows, r["span"]), **summary(rows)}
     print(json.dumps(out, indent=1), flush=True)
     shutil.rmtree(work, ignore_errors=True)
     return 0

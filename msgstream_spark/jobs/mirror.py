@@ -56,6 +56,11 @@ def _add_many_args(p: argparse.ArgumentParser) -> None:
                    "(required with --namespace on a cluster)")
     p.add_argument("--table-concurrency", type=int, default=4, help="with --table-root: tables written and committed "
                                                                     "at once per batch (default 4)")
+    p.add_argument("--batch-read", choices=["tasks", "stream"], default="tasks",
+                   help="with --table-root/--namespace: how a batch's messages reach its writing tasks: 'tasks' "
+                        "(default) each task reads the batch's channel ranges itself, decoding only its tables' "
+                        "rows (a range is read once for the batch's facts and once by each writing task); 'stream' "
+                        "the stream's DataFrame, cached in Spark, read once")
 
 
 def build_parser() -> argparse.ArgumentParser:

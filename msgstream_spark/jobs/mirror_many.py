@@ -204,10 +204,27 @@ class Tables:
         return got
 
 
-def _stream(spark, args, cfg, starting: str | None, sub: str):
-    opts = source_options(args, output="collections", subscription=sub, startingPositions=starting,
+def _options(args, cfg, starting: str | None, sub: str) -> dict[str, str]:
+    return source_options(args, output="collections", subscription=sub, startingPositions=starting,
                           maxRowsPerTrigger=args.max_rows_per_trigger, **channels_option(args, cfg))
-    return spark.readStream.format("msgstream").options(**opts).load()
+
+
+def _stream(spark, args, cfg, starting: str | None, sub: str):
+    return spark.readStream.format("msgstream").options(**_options(args, cfg, starting, sub)).load()
+
+
+def _subscription(args) -> str:
+    return args.subscription or (f"mirror-{args.namespace}" if args.namespace else
+                                 f"mirror-{os.path.basename(args.table_root.rstrip('/'))}")
+
+
+def direct_read(args, cfg, starting: str | None, checkpoint: str):
+    """The job's own read of each batch's channel ranges (``--batch-read tasks``), or None (``stream``)."""
+    from msgstream_spark.source.options import parse_read_options
+    from msgstream_spark.spark.mirror_many_direct import DirectRead
+
+    opts = parse_read_options(_options(args, cfg, starting, _subscription(args)), streaming=True)
+    return DirectRead(opts, checkpoint) if getattr(args, "batch_read", "tasks") == "tasks" else None
 
 
 def run_into(df, sink, checkpoint: str, trig: dict, args, name: str, started=None) -> tuple[str | None, int, int]:
@@ -231,13 +248,12 @@ def run_into(df, sink, checkpoint: str, trig: dict, args, name: str, started=Non
 
 
 def _run_query(spark, args, cfg, starting, sink, checkpoint: str) -> int:
-    sub = args.subscription or (f"mirror-{args.namespace}" if args.namespace else
-                                f"mirror-{os.path.basename(args.table_root.rstrip('/'))}")
-    err, rows, _ = run_into(_stream(spark, args, cfg, starting, sub), sink, checkpoint, trigger_kwargs(args.trigger),
-                            args, "mirror-many")
+    sink.direct = direct_read(args, cfg, starting, checkpoint)
+    err, rows, _ = run_into(_stream(spark, args, cfg, starting, _subscription(args)), sink, checkpoint,
+                            trigger_kwargs(args.trigger), args, "mirror-many")
     if err is not None:
         raise MirrorError(f"mirror query failed: {err}")
-    return rows
+    return rows + (sink.direct.pieces if sink.direct is not None else 0)
 
 
 def _run_beside(spark, args, cfg, starting, sink, checkpoint: str, pending) -> int:

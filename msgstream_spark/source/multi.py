@@ -104,11 +104,15 @@ def removal(msg: Any) -> tuple[str, int | None, int] | None:
 class CollectionsBuilder:
     """Per read task: a :class:`RowsBuilder` per (collection, piece shape), flushed as ``collections`` rows."""
 
-    def __init__(self, group: str = "") -> None:
+    def __init__(self, group: str = "", keep: frozenset[int] | None = None) -> None:
         self.group = group
         self.builders: dict[tuple, tuple[RowsBuilder, int, str, str]] = {}
         self.out: list[dict[str, Any]] = []  # DDL rows and flushed pieces, in order
         self.rows = 0
+        # ``keep``: the collection ids whose rows are decoded (None: every one); another collection's rows are
+        # only counted, flushed as a ``rows`` row with no payload (its name, database and row count)
+        self.keep = keep
+        self.counted: dict[int, list] = {}  # collection id -> [name, database, rows] of rows not decoded
 
     def _builder(self, msg: Any, values: dict[str, pa.Array] | None) -> RowsBuilder:
         cid = msg.collection_id
@@ -133,11 +137,23 @@ class CollectionsBuilder:
         """The rows of one insert or delete (``RowsBuilder.add``), into its collection's builder."""
         if not isinstance(msg, (InsertMsg, DeleteMsg)):
             return
+        if self.keep is not None and msg.collection_id not in self.keep:
+            return self._count(msg)
         values = msg.field_arrays() if isinstance(msg, InsertMsg) else None
         b = self._builder(msg, values)
         before = b.rows
         b.add(msg, channel, msg_id, position, values)
         self.rows += b.rows - before
+
+    def _count(self, msg: Any) -> None:
+        """The rows of an insert or delete of a collection not kept: counted, not decoded."""
+        n = msg.num_rows if isinstance(msg, InsertMsg) else len(msg.primary_keys)
+        if n:
+            p = msg.proto
+            c = self.counted.setdefault(msg.collection_id, ["", "", 0])
+            c[0] = c[0] or p.collection_name or ""
+            c[1] = max(c[1], p.db_name or "")
+            c[2] += n
 
     def ddl(self, msg: Any) -> None:
         """A CreateCollection (its schema), a 2.6 AlterCollection / SchemaChange with a schema (the new one) or a
@@ -171,6 +187,9 @@ class CollectionsBuilder:
         for b, cid, name, db in self.builders.values():
             for batch in b.flush():  # the batch itself: written as an IPC stream into the output's buffer
                 self.out.append((KIND_ROWS, cid, name, db, None, batch.num_rows, batch, None, None))
+        for cid, (name, db, n) in self.counted.items():  # rows not kept: their count, no payload
+            self.out.append((KIND_ROWS, cid, name, db, None, n, None, None, None))
+        self.counted = {}
 
     def flush(self) -> list[pa.RecordBatch]:
         self._pieces()

@@ -94,10 +94,12 @@ def plan_tasks(client: Any, ranges: list[ReadRange], opts: ReadOptions) -> list[
     return [[ranges[i] for i in g] for g in groups]
 
 
-def read_range(part: ReadRange, schema: pa.Schema, client: Any = None) -> Iterator[pa.RecordBatch]:
+def read_range(part: ReadRange, schema: pa.Schema, client: Any = None,
+               keep: frozenset[int] | None = None) -> Iterator[pa.RecordBatch]:
     """Read one range and yield RecordBatches of ``schema`` (the output's Arrow schema). ``client``: a backend
     client of the range's config that the caller keeps open (a task reading several ranges opens it once);
-    without it the read opens and closes one of its own."""
+    without it the read opens and closes one of its own. ``keep`` (``collections`` output): the collection ids
+    whose rows are decoded; the others' rows only counted (``multi.CollectionsBuilder``)."""
     opts = part.opts
     group = opts.subscription
     dedupe = ReplayFilter() if opts.dedupe else None
@@ -116,7 +118,7 @@ def read_range(part: ReadRange, schema: pa.Schema, client: Any = None) -> Iterat
             seek = SeekFilter(seek_ts)
             rows_handler = None
         else:
-            builder = CollectionsBuilder(group) if opts.output == "collections" else RowsBuilder(schema, group,
+            builder = CollectionsBuilder(group, keep) if opts.output == "collections" else RowsBuilder(schema, group,
                                                                                                  part.pk_name)
             # the WAL whose ids the backend's are: a broker's type, or the milvus backend's milvus.wal
             wal = getattr(client, "wal_name", None)

@@ -33,6 +33,7 @@ from msgstream_spark.source import multi
 from msgstream_spark.source.multi import KIND_ALTER, KIND_CREATE, KIND_DROP
 from msgstream_spark.source.rows import rows_arrow_schema
 from msgstream_spark.spark.mirror import MirrorBatch
+from msgstream_spark.spark.mirror_many_direct import DirectRead, direct_facts
 from msgstream_spark.spark.mirror_many_facts import batch_facts
 from msgstream_spark.spark.mirror_many_write import ManyWrite
 from msgstream_spark.spark.removals import removals_of
@@ -92,19 +93,29 @@ class ManyBatch:
         # handovers at a batch's start, their rows staged instead of merged; None: no collection is ever pending
         self.pending: Any = None
         self.shared = ManyWrite()  # the write step: one Spark job writing (planning small shares) every table
+        # the job's own read of each batch's channel ranges (``spark.mirror_many_direct``); None: the DataFrame's
+        self.direct: DirectRead | None = None
         self._unsaved = False  # a table made whose location collections.json does not hold yet
 
     def __call__(self, df: DataFrame, batch_id: int) -> None:
-        df = df.persist()
+        if self.pending is not None:  # collections whose snapshot committed: their staged batches applied first
+            self.pending.before_batch(self, batch_id)
+        tasks = None
+        if self.direct is not None and (self.pending is None or not self.pending.cids):
+            tasks = self.direct.tasks(batch_id, df.schema.json())  # None: its offsets not known here
+        df = df.persist()  # read once by the jobs reading it (none when its tasks read the channels themselves)
         try:
-            self._batch(df, batch_id)
+            self._batch(df, batch_id, tasks)
         finally:
             df.unpersist()
 
-    def _batch(self, df: DataFrame, batch_id: int) -> None:
-        if self.pending is not None:  # collections whose snapshot committed: their staged batches applied first
-            self.pending.before_batch(self, batch_id)
-        ddl, touched = batch_facts(df)  # one Spark job, no shuffle
+    def _batch(self, df: DataFrame, batch_id: int, tasks: list | None = None) -> None:
+        if tasks is None:
+            ddl, touched = batch_facts(df)  # one Spark job, no shuffle
+        else:  # one Spark job reading the channels, decoding no row
+            ddl, touched = direct_facts(df.sparkSession, tasks, df.schema)
+            self.direct.batches += 1
+            self.direct.pieces += len(ddl) + len(touched)
         for r in ddl:
             if r["kind"] == KIND_CREATE:
                 cid = r["_collection"]
@@ -131,7 +142,7 @@ class ManyBatch:
             if self._unsaved:  # the new tables' locations, once for the batch, before anything is written
                 self.state.save()
                 self._unsaved = False
-        self._write(df, batch_id, todo, removals, batch_rows)
+        self._write(df, batch_id, todo, removals, batch_rows, tasks)
         for r in ddl:
             if r["kind"] == KIND_DROP:
                 self._drop(r["_collection"], r["_ts"])
@@ -189,11 +200,13 @@ class ManyBatch:
         return got
 
     def _write(self, df: DataFrame, batch_id: int, todo: list[Mirrored], removals: dict | None = None,
-               rows: dict[int, int] | None = None) -> None:
+               rows: dict[int, int] | None = None, tasks: list | None = None) -> None:
         """The batch into every table of ``todo`` (``spark.mirror_many_write``); ``rows``: the batch's rows per
-        collection id (a table of at most ``ONE_TASK_ROWS`` of them takes its share in one task)."""
+        collection id (a table of at most ``ONE_TASK_ROWS`` of them takes its share in one task); ``tasks``: the
+        batch's read tasks, when the writing tasks read the channels themselves."""
         one_task = {cid: n for cid, n in (rows or {}).items() if n <= ONE_TASK_ROWS}
-        self.shared(df, batch_id, todo, removals or {}, one_task, self.concurrency)
+        mine = {c: r for c, r in (removals or {}).items() if c in {m.sink.collection_id for m in todo}}
+        self.shared(df, batch_id, todo, mine, one_task, self.concurrency, tasks)
         self.batches += 1
 
     def _drop(self, cid: int, ts: int) -> None:
@@ -236,4 +249,5 @@ class ManyBatch:
             tables[key] = {
                 "id": cid, "table": m.table.location, "batches": m.sink.batches, "skipped": m.sink.skipped,
                 "changes": m.sink.rows, "dropped_ts": k.dropped_ts if k else None}
-        return {"batches": self.batches, "created": self.created, "dropped": self.dropped, "tables": tables}
+        return {"batches": self.batches, "read_by_tasks": self.direct.batches if self.direct is not None else 0,
+                "created": self.created, "dropped": self.dropped, "tables": tables}

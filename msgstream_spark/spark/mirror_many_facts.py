@@ -60,7 +60,11 @@ def batch_facts(df) -> tuple[list[Any], list[dict[str, Any]]]:
 
     # a piece's payload (the rows themselves) is not needed here: it does not go to the Python tasks
     slim = df.withColumn("payload", F.when(F.col("kind") != KIND_ROWS, F.col("payload")))
-    got = slim.mapInArrow(_facts_fn(to_arrow_schema(slim.schema, timezone="UTC")), slim.schema).collect()
+    return facts_of(slim.mapInArrow(_facts_fn(to_arrow_schema(slim.schema, timezone="UTC")), slim.schema).collect())
+
+
+def facts_of(got: list[Any]) -> tuple[list[Any], list[dict[str, Any]]]:
+    """:func:`batch_facts`'s answer from the facts tasks' rows (in partition order)."""
     ddl = [r for r in got if r["kind"] != KIND_ROWS]
     touched: dict[int, dict[str, Any]] = {}
     for r in got:

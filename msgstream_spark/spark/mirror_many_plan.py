@@ -25,9 +25,9 @@ from msgstream_spark.spark.mirror_tasks import (
     TARGET,
     PlanTarget,
     Traffic,
-    _writer_fn,
     plan_whole,
     tagged_written_schema,
+    writer_fn,
 )
 
 PLAN_KIND = "plan"  # a fused output row carrying a table's plan, not a file
@@ -80,8 +80,14 @@ def writing_planned(df, targets: dict, split, kill: str | None, traffic: Traffic
     the same tasks (lazy: :func:`collect_planned` runs it)."""
     from pyspark.sql.pandas.types import from_arrow_schema
 
-    fn = _WriteAndPlan(_writer_fn(targets, split, kill, traffic), plans, files_bc, plan_traffic)
+    fn = write_and_plan_fn(targets, split, kill, traffic, plans, files_bc, plan_traffic)
     return df.mapInArrow(fn, from_arrow_schema(fused_schema()))
+
+
+def write_and_plan_fn(targets: dict, split, kill: str | None, traffic: Traffic, plans: dict[int, PlanTarget],
+                      files_bc, plan_traffic: Traffic) -> _WriteAndPlan:
+    """The task function of :func:`writing_planned` (over packed rows: ``_collection``, ``payload``)."""
+    return _WriteAndPlan(writer_fn(targets, split, kill, traffic), plans, files_bc, plan_traffic)
 
 
 def collect_planned(frames: list) -> tuple[pa.Table, dict[int, pa.Table]]:
@@ -89,7 +95,11 @@ def collect_planned(frames: list) -> tuple[pa.Table, dict[int, pa.Table]]:
     writing tasks' tagged rows, each table's plan planned in its writing task by tag)."""
     if not frames:
         return tagged_written_schema().empty_table(), {}
-    got = reduce(lambda a, b: a.unionByName(b, allowMissingColumns=True), frames).toArrow()
+    return split_planned(reduce(lambda a, b: a.unionByName(b, allowMissingColumns=True), frames).toArrow())
+
+
+def split_planned(got: pa.Table) -> tuple[pa.Table, dict[int, pa.Table]]:
+    """The fused rows of a writing job: (the files' tagged rows, each table's plan by tag)."""
     if PLAN_COLUMN not in got.column_names:
         return got.cast(tagged_written_schema()), {}
     is_plan = pc.fill_null(pc.equal(got.column("kind"), PLAN_KIND), False)

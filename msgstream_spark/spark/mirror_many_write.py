@@ -48,7 +48,14 @@ from msgstream_spark.mirror.write.taskplan import changes_count, changes_files, 
 from msgstream_spark.source.multi import KIND_ROWS
 from msgstream_spark.source.pieces import split_fn, unpack_fn
 from msgstream_spark.spark.mirror import SparkRunner
-from msgstream_spark.spark.mirror_many_plan import collect_planned, plan_target, writing_planned
+from msgstream_spark.spark.mirror_many_direct import Unit, write_units
+from msgstream_spark.spark.mirror_many_plan import (
+    collect_planned,
+    plan_target,
+    split_planned,
+    write_and_plan_fn,
+    writing_planned,
+)
 from msgstream_spark.spark.mirror_tasks import (
     PlanTarget,
     Traffic,
@@ -56,6 +63,7 @@ from msgstream_spark.spark.mirror_tasks import (
     of_target,
     plan_targets,
     whole,
+    writer_fn,
     writing,
 )
 from msgstream_spark.spark.removals import Target, with_removals
@@ -106,12 +114,16 @@ class ManyWrite:
         self.jobs = {"write": 0, "plan": 0}  # Spark jobs run (each over every table of a batch)
         self.held: dict[int, tuple[Any, Any]] = {}  # collection id -> (its MirrorBatch, its lease's release)
         self._holding = threading.Lock()
+        self.tasks: list | None = None  # this batch's read tasks, when its writing tasks read for themselves
 
     def __call__(self, df, batch_id: int, todo: list, removals: dict, one_task: dict[int, int],
-                 concurrency: int) -> None:
+                 concurrency: int, tasks: list | None = None) -> None:
         """Batch ``batch_id`` (``df``: its rows) into the tables ``todo`` (``removals``: the DropPartition /
-        Truncate of some, by collection id; ``one_task``: the rows of the tables whose share goes to one task)."""
+        Truncate of some, by collection id; ``one_task``: the rows of the tables whose share goes to one task;
+        ``tasks``: the batch's read tasks when its writing tasks read the channels themselves, ``spark.
+        mirror_many_direct``; a batch with removals reads ``df``)."""
         turns = [Turn(m, removals.get(m.sink.collection_id)) for m in todo]
+        self.tasks = None if removals else tasks
         try:
             self._steps(df, batch_id, turns, one_task, concurrency)
         finally:  # a table whose batch failed between its begin and its commit: its log read anew from now on
@@ -198,22 +210,33 @@ class ManyWrite:
         kill = next((k for k in (t.sink._task_failpoint(batch_id) for t in live) if k), None)
         packed = df.where(F.col("kind") == KIND_ROWS).select("_collection", "payload")
         traffic = self._accs["write"]
-        frames = []
+        frames: list = []
+        units: list[Unit] = []
+        direct = self.tasks  # the batch's read tasks: the writing tasks read the channels themselves
         sc = df.sparkSession.sparkContext
         plain = [t for t in live if not t.removals]
         ones = _bins([t for t in plain if t.cid in one_task], one_task, sc.defaultParallelism)
         files_bc = sc.broadcast({t.cid: t.files for group in ones for t in group}) if ones else None
         for group in [*ones, [t for t in plain if t.cid not in one_task]]:
             if group:  # a bin of small shares: one task, a data file per table; the large ones: a task per partition
-                part = packed.where(F.col("_collection").isin([t.cid for t in group]))
+                cids = [t.cid for t in group]
                 split = split_fn({t.cid: (t.m.rows_schema, t.m.pk, t.m.min_ts) for t in group})
                 targets = {t.cid: (t.spec, t.run.attempt) for t in group}
                 if group[0].cid in one_task:  # the bin's task holds each table's whole share: it plans them too
                     plans = {t.cid: plan_target(t.cid, t.m.pk, _key_type(t), t.sink.table.store) for t in group}
-                    frames.append(writing_planned(part.coalesce(1), targets, split, kill, traffic, plans, files_bc,
+                    if direct is not None:  # the bin's task reads every range, decoding its collections only
+                        fn = write_and_plan_fn(targets, split, kill, traffic, plans, files_bc, self._accs["plan"])
+                        units.append(Unit([r for task in direct for r in task], frozenset(cids), fn, True))
+                        continue
+                    part = packed.where(F.col("_collection").isin(cids)).coalesce(1)
+                    frames.append(writing_planned(part, targets, split, kill, traffic, plans, files_bc,
                                                   self._accs["plan"]))
+                elif direct is not None:  # a task per read task of the source, as the stream's own partitions
+                    units += [Unit(task, frozenset(cids), writer_fn(targets, split, kill, traffic), False)
+                              for task in direct]
                 else:
-                    frames.append(writing(part, targets, split, kill, traffic))
+                    frames.append(writing(packed.where(F.col("_collection").isin(cids)), targets, split, kill,
+                                          traffic))
         for t in (t for t in live if t.removals):  # DropPartition / Truncate: their deletes with the rows
             m = t.m
             part = packed.where(F.col("_collection") == t.cid).select("payload")
@@ -223,8 +246,11 @@ class ManyWrite:
             frames.append(writing(rows, {t.cid: (t.spec, t.run.attempt)}, whole(t.cid), kill, traffic))
         marks = _mark(live)
         try:
-            with _side_by_side(df.sparkSession):
-                got, planned = collect_planned(frames)  # the one Spark job writing every table's files
+            if units:  # the one Spark job reading the channels and writing every table's files
+                got, planned = split_planned(write_units(df.sparkSession, units))
+            else:
+                with _side_by_side(df.sparkSession):
+                    got, planned = collect_planned(frames)  # the one Spark job writing every table's files
         finally:
             if files_bc is not None:
                 files_bc.unpersist()

@@ -105,7 +105,7 @@ def _report(seen: int, aside: list[dict]) -> pa.Table:
                                  for f in schema], schema=schema)
 
 
-def _writer_fn(targets: dict[int, tuple[WriteSpec, str]], split, kill: str | None, traffic: Traffic,
+def writer_fn(targets: dict[int, tuple[WriteSpec, str]], split, kill: str | None, traffic: Traffic,
                aside: tuple[str, ...] | None = None):
     """A writing task over several tables: ``targets`` maps each table's tag to (its spec, its attempt's directory);
     ``split(batch)`` yields (tag, that table's rows of the Arrow batch). Each table the task's rows reach gets data
@@ -116,7 +116,7 @@ def _writer_fn(targets: dict[int, tuple[WriteSpec, str]], split, kill: str | Non
 
 
 class _Writer:
-    """A writing task's function (:func:`_writer_fn`)."""
+    """A writing task's function (:func:`writer_fn`)."""
 
     def __init__(self, targets: dict[int, tuple[WriteSpec, str]], split, kill: str | None, traffic: Traffic,
                  aside: tuple[str, ...] | None) -> None:
@@ -216,10 +216,10 @@ class _TaskTables:
 def writing(df, targets: dict[int, tuple[WriteSpec, str]], split, kill: str | None, traffic: Traffic,
             aside: tuple[str, ...] | None = None):
     """``df``'s rows written into ``targets`` by its tasks (lazy: :func:`collect_written` runs it), ``split``
-    choosing each row's table (see ``_writer_fn``)."""
+    choosing each row's table (see ``writer_fn``)."""
     from pyspark.sql.pandas.types import from_arrow_schema
 
-    fn = _writer_fn(targets, split, kill, traffic, aside)
+    fn = writer_fn(targets, split, kill, traffic, aside)
     return df.mapInArrow(fn, from_arrow_schema(tagged_written_schema()))
 
 

@@ -52,7 +52,7 @@ def spark_schema(schema: pa.Schema):
     return from_arrow_schema(schema)
 
 
-def _writer_fn(reader: RangeReader, ranges: list[PkRange], out_dir: str, store: Store, accs):
+def writer_fn(reader: RangeReader, ranges: list[PkRange], out_dir: str, store: Store, accs):
     def write(batches):
         for b in batches:
             for i in b.column(0).to_pylist():
@@ -181,7 +181,7 @@ def write_snapshot(spark: SparkSession, reader: RangeReader, ranges: list[PkRang
     reader = replace(reader, schema=to_arrow_schema(spark_schema(reader.schema), timezone="UTC"))
     accs = tuple(spark.sparkContext.accumulator(0) for _ in range(3))  # rows, answer bytes, Query calls
     ids = spark.range(0, len(ranges), 1, numPartitions=max(1, len(ranges))).toDF("i")
-    df = ids.mapInArrow(_writer_fn(reader, ranges, out_dir, store, accs), FILES_SCHEMA)
+    df = ids.mapInArrow(writer_fn(reader, ranges, out_dir, store, accs), FILES_SCHEMA)
     try:
         with _Progress(accs[0], accs[1], total, progress_interval):
             written = df.toArrow()

@@ -96,9 +96,10 @@ def test_one_batch_over_n_tables_runs_one_job_writing_and_planning_small_shares(
         assert out["batches"] == 1, out  # one stream batch, touching the three tables
         assert sorted(out["tables"]) == ["db1.a", "db1.b", "db1.c"], out
         assert all(t["batches"] == 1 for t in out["tables"].values()), out
-    # the load: one job writing every table's files and planning each table in the task that wrote its whole share;
-    # the changes: c's DropPartition writes its share in tasks of its own, so c is planned by a planning job
-    assert load == ["collect_planned"], load
+    # the load: one job writing every table's files and planning each table in the task that wrote its whole share
+    # (its tasks reading the channels themselves: spark.mirror_many_direct); the changes: c's DropPartition writes
+    # its share in tasks of its own over the stream's DataFrame, so c is planned by a planning job
+    assert load == ["write_units"], load
     assert changes == ["collect_planned", "plan_targets"], changes
     for cid, name in names.items():
         where = root / "db1" / name
