@@ -156,6 +156,7 @@ class _Setup:
     def __init__(self, work: Path, n: int, fmt: str, table_concurrency: int, separate_run: int = 0) -> None:
         self.work, self.fmt, self.table_concurrency = work, fmt, table_concurrency
         self.separate_run = separate_run  # one-collection jobs run (0: all)
+        self.batch_read = "tasks"  # the database job's --batch-read
         self.names = [f"c{i:02d}" for i in range(n)]
         self.many_ch = ",".join(f"bench-many_{i}" for i in range(CHANNELS))
         self.one_ch = ",".join(f"bench-one_{i}" for i in range(CHANNELS))
@@ -167,7 +168,8 @@ class _Setup:
 
     def database(self, *extra: str) -> list[str]:
         return [*self.common("database"), "--channels", self.many_ch, "--database", "default", "--table-root",
-                str(self.work / f"lake-{self.fmt}"), "--table-concurrency", str(self.table_concurrency), *extra]
+                str(self.work / f"lake-{self.fmt}"), "--table-concurrency", str(self.table_concurrency),
+                "--batch-read", self.batch_read, *extra]
 
     def separate(self, name: str) -> list[str]:
         return [*self.common(f"sep-{name}"), "--channels", self.many_ch, "--collection", name, "--table",
@@ -339,7 +341,8 @@ def _spark():
 
 def run(collections: int = 20, rows: int = 50_000, changes: int = 10_000,
         formats: tuple[str, ...] = ("delta", "iceberg"),
-        samples: int = 10, table_concurrency: int = 4, separate_run: int = 0, stop: bool = True) -> dict:
+        samples: int = 10, table_concurrency: int = 4, separate_run: int = 0, stop: bool = True,
+        batch_read: str = "tasks") -> dict:
     """``stop``: stop the Spark session at the end (False: leave it to the caller, e.g. a test's shared one).
     ``separate_run``: how many of the one-collection jobs run (0: all), their time scaled to all."""
     batches = logging.getLogger("msgstream_spark.mirror.batches")
@@ -349,7 +352,8 @@ def run(collections: int = 20, rows: int = 50_000, changes: int = 10_000,
     os.environ["MSGSTREAM_KEY_CACHE_DIR"] = str(work / "key-cache")  # before Spark starts its Python workers
     spark = _spark()
     result: dict = {"collections": collections, "rows_per_collection": rows, "changes": changes, "dim": DIM,
-                    "channels": CHANNELS, "table_concurrency": table_concurrency, "load_average_start": load_average()}
+                    "channels": CHANNELS, "table_concurrency": table_concurrency, "batch_read": batch_read,
+                    "load_average_start": load_average()}
     print(f"many collections in one job: {collections} x {rows:,} rows ({DIM}-d), then {changes:,} changes; "
           f"load {result['load_average_start']}", flush=True)
     try:
@@ -357,6 +361,7 @@ def run(collections: int = 20, rows: int = 50_000, changes: int = 10_000,
         for fmt in formats:  # each format on logs of its own
             (work / fmt).mkdir()
             s = _Setup(work / fmt, collections, fmt, table_concurrency, separate_run)
+            s.batch_read = batch_read
             r: dict = {"write_many_s": round(write_load(s.log, s.names, s.many_ch, rows), 1),
                        "write_one_s": round(write_load(s.log, ["big"], s.one_ch, rows * collections), 1)}
             r.update(throughput(spark, s, rows, changes))
@@ -384,9 +389,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--table-concurrency", type=int, default=4)
     ap.add_argument("--separate-run", type=int, default=0,
                     help="run only the first K one-collection jobs, their time scaled to all (default 0: all)")
+    ap.add_argument("--batch-read", default="tasks", choices=["tasks", "stream"],
+                    help="the database job's --batch-read (default tasks)")
     a = ap.parse_args(argv)
     run(a.collections, a.rows, a.changes, tuple(a.formats.split(",")), a.samples, a.table_concurrency,
-        a.separate_run)
+        a.separate_run, batch_read=a.batch_read)
     return 0
 
 

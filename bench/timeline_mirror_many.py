@@ -214,6 +214,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--table-concurrency", type=int, default=4)
     ap.add_argument("--show", type=int, default=3, help="a batch whose timeline is printed in full")
     ap.add_argument("--py4j", action="store_true", help="each call into the JVM timed too")
+    ap.add_argument("--batch-read", default="tasks", choices=["tasks", "stream"],
+                    help="the database job's --batch-read (default tasks)")
     a = ap.parse_args(argv)
     import bench.bench_mirror_many as b
     from bench._util import load_average
@@ -233,6 +235,7 @@ def main(argv: list[str] | None = None) -> int:
     b._warm(spark, work, (a.format,))
     (work / a.format).mkdir()
     s = b._Setup(work / a.format, a.collections, a.format, a.table_concurrency)
+    s.batch_read = a.batch_read
     b.write_load(s.log, s.names, s.many_ch, a.rows)
     b.write_load(s.log, ["big"], s.one_ch, a.rows * a.collections)
     EVENTS.clear()
