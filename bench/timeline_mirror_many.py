@@ -216,6 +216,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--py4j", action="store_true", help="each call into the JVM timed too")
     ap.add_argument("--batch-read", default="tasks", choices=["tasks", "stream"],
                     help="the database job's --batch-read (default tasks)")
+    ap.add_argument("--changes", type=int, default=0,
+                    help="after the load, this many changes (as bench_mirror_many's) and both jobs again")
     a = ap.parse_args(argv)
     import bench.bench_mirror_many as b
     from bench._util import load_average
@@ -241,7 +243,13 @@ def main(argv: list[str] | None = None) -> int:
     EVENTS.clear()
     load0 = load_average()
     res = {}
-    for name, argv_ in (("database", s.database()), ("one", s.one())):
+    runs = [("database", s.database()), ("one", s.one())]
+    if a.changes:
+        runs += [("database changes", s.database()), ("one changes", s.one())]
+    for name, argv_ in runs:
+        if name == "database changes":
+            b.write_changes(s.log, s.names, s.many_ch, a.rows, a.changes)
+            b.write_changes(s.log, ["big"], s.one_ch, a.rows * a.collections, a.changes)
         n0, t0 = len(EVENTS), time.time()
         wall, r = b._job(spark, argv_)
         res[name] = {"wall": round(wall, 2), "driver_cpu_s": r["driver_cpu_s"], "events": EVENTS[n0:],
@@ -252,7 +260,7 @@ def main(argv: list[str] | None = None) -> int:
     for name, r in res.items():
         rows = per_batch(jobs, r["events"])
         print(f"{name}: {r['wall']} s, driver CPU {r['driver_cpu_s']} s, {len(rows)} batches")
-        _show(rows, a.show)
+        _show(rows, a.show if "changes" not in name else 0)
         out[name] = {"wall_s": r["wall"], "driver_cpu_s": r["driver_cpu_s"], **_ends(rows, r["span"]), **summary(rows)}
     print(json.dumps(out, indent=1), flush=True)
     shutil.rmtree(work, ignore_errors=True)

@@ -88,9 +88,10 @@ def _offset_lag(latest: Any, end: Any) -> dict[str, dict[str, int]]:
 class Progress:
     """Prints rows and lag of a running query every ``interval`` seconds (a daemon thread)."""
 
-    def __init__(self, query, interval: float) -> None:
+    def __init__(self, query, interval: float, more=None) -> None:
         self.query = query
         self.interval = interval
+        self.more = more  # the rows a batch's own tasks read, which Spark's progress does not count (or None)
         self.rows = 0
         self.batches = 0
         self._seen: set[tuple[int, str]] = set()
@@ -128,8 +129,12 @@ class Progress:
             d = last if isinstance(last, dict) else json.loads(last.json)
             for s in d.get("sources", []):
                 lag.update(_offset_lag(s.get("latestOffset"), s.get("endOffset")))
-        log.info("progress: %d rows in %d batch(es); lag %s", self.rows, self.batches,
+        log.info("progress: %d rows in %d batch(es); lag %s", self.total(), self.batches,
                  json.dumps(lag, sort_keys=True) if lag else "unknown")
+
+    def total(self) -> int:
+        """The rows read: Spark's input rows and those the batches' own tasks read."""
+        return self.rows + (self.more() if self.more is not None else 0)
 
     def stop(self) -> None:
         self._stop.set()

@@ -238,13 +238,13 @@ def run_into(df, sink, checkpoint: str, trig: dict, args, name: str, started=Non
     started = started or getattr(sink, "on_query_start", None)
     if started is not None:
         started(query)
-    progress = Progress(query, args.progress_interval).start()
+    progress = Progress(query, args.progress_interval, getattr(sink, "input_rows", None)).start()
     try:
         await_query(query, trig, args.timeout)
     finally:
         progress.stop()
     err = query.exception()
-    return (None if err is None else (spark_error_line(err) or str(err))), progress.rows, progress.batches
+    return (None if err is None else (spark_error_line(err) or str(err))), progress.total(), progress.batches
 
 
 def _run_query(spark, args, cfg, starting, sink, checkpoint: str) -> int:
@@ -253,7 +253,7 @@ def _run_query(spark, args, cfg, starting, sink, checkpoint: str) -> int:
                             trigger_kwargs(args.trigger), args, "mirror-many")
     if err is not None:
         raise MirrorError(f"mirror query failed: {err}")
-    return rows + (sink.direct.pieces if sink.direct is not None else 0)
+    return rows
 
 
 def _run_beside(spark, args, cfg, starting, sink, checkpoint: str, pending) -> int:

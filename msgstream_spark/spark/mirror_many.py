@@ -240,6 +240,10 @@ class ManyBatch:
         """The job's end: every table's writer lease, held across batches, given back."""
         self.shared.close()
 
+    def input_rows(self) -> int:
+        """The rows of the batches its own tasks read (Spark's progress counts none of them): the facts' rows."""
+        return self.direct.pieces if self.direct is not None else 0
+
     def summary(self) -> dict[str, Any]:
         tables = {}
         for cid, m in sorted(self.mirrored.items()):

@@ -121,6 +121,8 @@ def direct_facts(spark, tasks: list[list[ReadRange]], spark_schema) -> tuple[lis
     ``collections`` schema), in one Spark job decoding no row."""
     from pyspark.sql.pandas.types import to_arrow_schema
 
+    if not tasks:  # the offsets moved with no message between them (a position's time only)
+        return [], []
     fn = _FactsRead(tasks, to_arrow_schema(spark_schema, timezone="UTC"))
     return facts_of(_units_frame(spark, len(tasks)).mapInArrow(fn, spark_schema).collect())
 

@@ -38,6 +38,7 @@ def test_a_batch_read_by_its_tasks_mirrors_as_the_stream_read_does(spark, local_
             m.setattr(mirror_many_write, "collect_planned", never)
             out = _run(spark, cfg, chans, tasks_root)
         assert out["batches"] >= 3 and out["read_by_tasks"] == out["batches"], out  # the first batch too
+        assert out["stream_pieces"] > 0, out  # the tasks' reads counted (Spark's progress counts none of them)
         assert sorted(out["tables"]) == ["db1.a", "db1.b", "db2.c", "db2.d"], out
         assert_tables(tasks_root, log)
         streamed = _run(spark, cfg, chans, stream_root, "--batch-read", "stream")

@@ -65,5 +65,6 @@ def test_nothing_kept_counts_every_collection_and_decodes_no_row(local_env):
     rows = none.filter(pc.equal(none.column("kind"), KIND_ROWS))
     assert rows.column("payload").null_count == rows.num_rows
     for cid in (11, 12):
-        assert sum(_rows_of(none, cid).column("rows").to_pylist()) == sum(_rows_of(full, cid).column("rows").to_pylist())
+        counted, decoded = _rows_of(none, cid), _rows_of(full, cid)
+        assert sum(counted.column("rows").to_pylist()) == sum(decoded.column("rows").to_pylist()) > 0
     assert none.nbytes < full.nbytes / 4
