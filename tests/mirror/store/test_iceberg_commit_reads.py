@@ -47,6 +47,7 @@ def counted(monkeypatch) -> Counter:
     read_meta, build, read_manifest = FromInputFile.table_metadata, pt.update_table_metadata, \
         ManifestFile.fetch_manifest_entry
     cached = sys.modules.get("msgstream_spark.mirror.formats.iceberg.cached")  # (none before issue #44's cut)
+    manifest_read = sys.modules.get("msgstream_spark.mirror.formats.iceberg.manifest_read")
     ours = getattr(cached, "applied", None)
 
     def table_metadata(input_file, *a, **kw):
@@ -88,6 +89,14 @@ def counted(monkeypatch) -> Counter:
         monkeypatch.setattr(cached, "applied", applied)
     monkeypatch.setattr(ManifestFile, "fetch_manifest_entry", fetch_manifest_entry)
     monkeypatch.setattr(pm, "read_manifest_list", read_manifest_list)
+    read_ours = getattr(manifest_read, "_read", None)  # our reads of both (formats/iceberg/manifest_read.py)
+
+    def ours_read(path, io, kind):
+        n["manifests read" if kind == "entries" else "manifest lists read"] += 1
+        return read_ours(path, io, kind)
+
+    if read_ours is not None:
+        monkeypatch.setattr(manifest_read, "_read", ours_read)
     monkeypatch.setattr(SqlCatalog, "load_table", load_table)
     monkeypatch.setattr(AvroSchemaConversion, "iceberg_to_avro", iceberg_to_avro)
     import pyiceberg.io.pyarrow as pa_io

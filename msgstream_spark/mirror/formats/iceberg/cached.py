@@ -37,6 +37,8 @@ from collections import OrderedDict
 from datetime import datetime
 from typing import Any
 
+from msgstream_spark.mirror.formats.iceberg.manifest_read import list_manifests
+
 KEPT = 16  # metadata files a catalog object keeps parsed (each table opens its own: two a table are what is reused)
 
 _TYPES: dict[str, type] = {}
@@ -264,7 +266,7 @@ def manifests(snap, io) -> tuple:
         if got is not None:
             _lists.move_to_end(path)
             return got
-    got = tuple(snap.manifests(io=io))
+    got = tuple(list_manifests(snap.manifest_list, io))
     with _lists_lock:
         _lists[path] = got
         while len(_lists) > LISTS_KEPT:

@@ -21,6 +21,7 @@ from msgstream_spark.mirror.common import PROP_WRITER_EPOCH, check_epoch
 from msgstream_spark.mirror.formats.base import NO_SNAPSHOT, fence_message
 from msgstream_spark.mirror.formats.iceberg.cached import listed, manifest_output, manifests, transaction
 from msgstream_spark.mirror.formats.iceberg.manifest_list import write_list
+from msgstream_spark.mirror.formats.iceberg.manifest_read import manifest_entries
 
 EPOCH_TRIES = 10  # commits a writer epoch's publication tries, each refused for another writer's commit
 
@@ -306,7 +307,7 @@ def _carried(producer, removes: set[str]) -> list:
         if not removes:
             out.append(m)
             continue
-        entries = m.fetch_manifest_entry(io=self._io, discard_deleted=True)
+        entries = manifest_entries(m, self._io)
         if not any(e.data_file.file_path in removes for e in entries):
             out.append(m)
             continue

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 from msgstream_spark.mirror.formats.iceberg.cached import manifests
 from msgstream_spark.mirror.formats.iceberg.files import store_path
+from msgstream_spark.mirror.formats.iceberg.manifest_read import manifest_entries
 from msgstream_spark.mirror.store import Store
 
 
@@ -56,7 +57,7 @@ def snapshot_files(store: Store, tbl, snapshots: list, known: dict[str, list] | 
             out.add(store_path(store, m.manifest_path))
             files = (known or {}).get(m.manifest_path)
             if files is None:
-                files = [e.data_file for e in m.fetch_manifest_entry(io=tbl.io, discard_deleted=True)]
+                files = [e.data_file for e in manifest_entries(m, tbl.io)]
             out.update(store_path(store, f.file_path) for f in files)
     return out
 

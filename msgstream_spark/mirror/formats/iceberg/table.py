@@ -68,6 +68,7 @@ from msgstream_spark.mirror.formats.iceberg.files import (
     write_position_deletes,
 )
 from msgstream_spark.mirror.formats.iceberg.handle import CatalogTable
+from msgstream_spark.mirror.formats.iceberg.manifest_read import manifest_entries
 from msgstream_spark.mirror.store import uri
 
 PROP_BATCH_OF = "msgstream.batch."
@@ -179,7 +180,7 @@ class IcebergMirrorTable(CatalogTable):
         data, deletes, entries = [], [], {}
         for m in manifests(snap, tbl.io):
             got = entries[m.manifest_path] = (self._entries.get(m.manifest_path)
-                                              or [e.data_file for e in m.fetch_manifest_entry(tbl.io)])
+                                              or [e.data_file for e in manifest_entries(m, tbl.io)])
             (data if m.content == ManifestContent.DATA else deletes).extend(got)
         self._entries = entries  # manifests of older snapshots: forgotten
         deleted: dict[str, list[np.ndarray]] = {}
@@ -369,7 +370,7 @@ class IcebergMirrorTable(CatalogTable):
         tbl.refresh()
         snap = tbl.current_snapshot()
         old = {e.data_file.file_path for m in (snap.manifests(tbl.io) if snap is not None else [])
-               for e in m.fetch_manifest_entry(tbl.io, discard_deleted=True)}
+               for e in manifest_entries(m, tbl.io)}
         with fenced(self.location, "the snapshot's replace"), transaction(tbl) as tx:
             if old:  # every data file and every position-delete file (which name only the old data files)
                 commit_files(tx, tbl, adds=[], removes=old, operation=Operation.DELETE, what="the snapshot's replace",

@@ -29,6 +29,7 @@ from msgstream_spark.mirror.formats.iceberg.commit import (
 )
 from msgstream_spark.mirror.formats.iceberg.expiry import split_snapshots
 from msgstream_spark.mirror.formats.iceberg.files import store_path
+from msgstream_spark.mirror.formats.iceberg.manifest_read import manifest_entries
 
 PREVIOUS_VERSIONS_KEY = "write.metadata.previous-versions-max"
 METADATA_VERSIONS = 10  # metadata.json files the metadata log keeps (Iceberg's default: 100)
@@ -144,7 +145,7 @@ def _merger_type() -> type:
                 if m.partition_spec_id != self.spec_id:
                     out.append(m)
                     continue
-                groups[m.content] += m.fetch_manifest_entry(io=self._io, discard_deleted=True)
+                groups[m.content] += manifest_entries(m, self._io)
             for content, entries in groups.items():
                 if not entries:
                     continue
