@@ -78,3 +78,37 @@ def test_a_batch_whose_offsets_the_checkpoint_lacks_is_read_through_the_stream(t
     (tmp_path / "chk" / "offsets").mkdir(parents=True)
     (tmp_path / "chk" / "offsets" / "3").write_text('v1\n{}\n{"c_0": {"msgID": "", "ts": 0}}\n')
     assert d.tasks(3, "{}") is None  # its start (batch 2's end) is not there either
+
+
+def test_a_python_worker_killed_while_its_task_reads_and_writes_is_retried(local_env, tmp_path, python_forks):
+    """A writing task of the database job, reading the channels itself, loses its Python worker (SIGKILL) while it
+    writes: Spark retries the task, which reads its ranges again; every table equals its collection, no batch in a
+    table twice."""
+    import json
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from msgstream_spark.spark.mirror import FAILPOINT_ENV
+
+    cfg = config_file(local_env, tmp_path)
+    chans = [local_env.new_channel("mdkill") for _ in range(2)]
+    root = tmp_path / "lake"
+    with local_env.client() as c:
+        log = ManyLog(c, chans)
+        first_steps(log)
+        log.close()
+    argv = [*_argv(cfg, chans, root), "--master", "local[2,4]"]  # local[2,4]: a task retried up to 4 times
+    env = dict(os.environ, **{FAILPOINT_ENV: "kill-worker-in-files:0", "MSGSTREAM_JOBS_QUIET": "0"},
+               PYTHONPATH=str(Path(__file__).resolve().parents[2]))
+    proc = subprocess.run([sys.executable, "-m", "msgstream_spark.jobs.mirror", *argv], cwd=tmp_path, env=env,
+                          timeout=900, capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    assert "Python worker exited unexpectedly (crashed)" in proc.stderr  # Spark saw the SIGKILL, retried the task
+    out = json.loads(proc.stdout[proc.stdout.index("{"):])
+    assert out["read_by_tasks"] == out["batches"] >= 3, out
+    assert_tables(root, log)
+    for t in ("db1/a", "db1/b", "db2/c", "db2/d"):
+        ids = batches_committed(root / t)
+        assert len(ids) == len(set(ids)), (t, ids)
