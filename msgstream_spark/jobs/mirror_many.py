@@ -381,10 +381,10 @@ def run_many(args: argparse.Namespace, spark=None) -> dict[str, Any]:
                 pending.begin_late(selection)
             else:
                 snapshot_all(spark, args, cfg, checkpoint, state, selection, tables, late=True)
-        locate = Locate(cfg) if milvus else None
         sink = ManyBatch(tables, state, selection, mirrored=_opened(state, tables),
-                         concurrency=args.table_concurrency, locate=locate)
+                         concurrency=args.table_concurrency, locate=Locate(cfg) if milvus else None)
         sink.pending = pending  # its rows staged, its handover at a batch's start (jobs/mirror_many_pending.py)
+        sink.warm_up()  # the opened tables' live files read while Spark starts the query
         t0 = time.perf_counter()
         sink.on_query_start = hub.watch  # the backlog metric reads the running query's progress
         rows = _run_beside(spark, args, cfg, starting, sink, checkpoint, pending)

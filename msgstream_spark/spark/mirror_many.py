@@ -21,6 +21,7 @@ last state.
 from __future__ import annotations
 
 import logging
+import threading
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -95,9 +96,33 @@ class ManyBatch:
         self.shared = ManyWrite()  # the write step: one Spark job writing (planning small shares) every table
         # the job's own read of each batch's channel ranges (``spark.mirror_many_direct``); None: the DataFrame's
         self.direct: DirectRead | None = None
+        self._warming: threading.Thread | None = None  # the opened tables' read ahead (warm_up)
+        self._warm_stop = threading.Event()
         self._unsaved = False  # a table made whose location collections.json does not hold yet
 
+    def warm_up(self) -> None:
+        """The opened tables' live files read ahead in a thread of their own (a table whose format has ``warm``:
+        Iceberg's manifests), while Spark starts the query; the first batch waits for the table being read, if
+        any, and reads the others itself."""
+        tables = [m.table for m in self.mirrored.values() if hasattr(m.table, "warm")]
+        if tables:
+            self._warming = threading.Thread(target=self._warm, args=(tables,), name="mirror-warm-up", daemon=True)
+            self._warming.start()
+
+    def _warm(self, tables: list) -> None:
+        for t in tables:
+            if self._warm_stop.is_set():
+                return
+            try:
+                t.warm()
+            except Exception as e:  # noqa: BLE001 - only a read ahead: the batch reads the table itself
+                log.warning("table %s: its live files not read ahead: %s", t.location, e)
+
     def __call__(self, df: DataFrame, batch_id: int) -> None:
+        if self._warming is not None:  # no table read by two threads: the read ahead stops after its current one
+            self._warm_stop.set()
+            self._warming.join()
+            self._warming = None
         if self.pending is not None:  # collections whose snapshot committed: their staged batches applied first
             self.pending.before_batch(self, batch_id)
         tasks = None

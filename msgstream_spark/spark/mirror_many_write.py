@@ -208,11 +208,11 @@ class ManyWrite:
         from pyspark.sql import functions as F
 
         kill = next((k for k in (t.sink._task_failpoint(batch_id) for t in live) if k), None)
-        packed = df.where(F.col("kind") == KIND_ROWS).select("_collection", "payload")
+        direct = self.tasks  # the batch's read tasks: the writing tasks read the channels themselves
+        packed = df.where(F.col("kind") == KIND_ROWS).select("_collection", "payload") if direct is None else None
         traffic = self._accs["write"]
         frames: list = []
         units: list[Unit] = []
-        direct = self.tasks  # the batch's read tasks: the writing tasks read the channels themselves
         sc = df.sparkSession.sparkContext
         plain = [t for t in live if not t.removals]
         ones = _bins([t for t in plain if t.cid in one_task], one_task, sc.defaultParallelism)

@@ -162,6 +162,11 @@ class IcebergMirrorTable(CatalogTable):
         return WriteSpec(schema, self.pk, uri.join(self.root, DATA_DIR), None if snap is None else int(snap),
                          self.schema.field(self.pk).type, split, storage=dict(self.store.options))
 
+    def warm(self) -> None:
+        """Its manifests and position deletes read ahead into this object's caches (a restarted job, while Spark
+        starts its query): its first batch's live files then read only what is new."""
+        self.live_files()
+
     def live_files(self) -> LiveFiles:
         """The live data files with key bounds and deleted positions, from the current snapshot's manifests
         (whose id they carry); each file's location in the store's spelling, with its size.
