@@ -281,3 +281,22 @@ def rounds_log(local_env, chans: list[str], names: dict[int, str], rounds: int,
         finally:
             log.close()
     return log
+
+
+def two_collections(local_env, prefix: str) -> tuple[list[str], int]:
+    """Two channels holding db1.a (id 11) and db2.b (id 12): created, inserts, a tick, a delete of a's and an
+    upsert of b's, b dropped, a tick; (the channels, the drop's timestamp)."""
+    chans = [local_env.new_channel(prefix) for _ in range(2)]
+    with local_env.client() as c:
+        log = ManyLog(c, chans)
+        log.create("db1", "a", 11)
+        log.create("db2", "b", 12)
+        log.insert(11, range(6))
+        log.insert(12, range(3))
+        log.tick()
+        log.delete(11, [1, 4])
+        log.upsert(12, [2], gen=1)
+        drop_ts = log.drop(12)
+        log.tick()
+        log.close()
+    return chans, drop_ts

@@ -10,24 +10,11 @@ import pyarrow.compute as pc
 from msgstream_spark.source.arrow import plan_read, read_options
 from msgstream_spark.source.multi import KIND_ROWS, collections_arrow_schema
 from msgstream_spark.source.read import read_range
-from tests.mirror_job.many_log import ManyLog
+from tests.mirror_job.many_log import two_collections
 
 
 def _log(local_env) -> list[str]:
-    chans = [local_env.new_channel("keep") for _ in range(2)]
-    with local_env.client() as c:
-        log = ManyLog(c, chans)
-        log.create("db1", "a", 11)
-        log.create("db2", "b", 12)
-        log.insert(11, range(6))
-        log.insert(12, range(3))
-        log.tick()
-        log.delete(11, [1, 4])
-        log.upsert(12, [2], gen=1)
-        log.drop(12)
-        log.tick()
-        log.close()
-    return chans
+    return two_collections(local_env, "keep")[0]
 
 
 def _read(local_env, chans, keep):

@@ -11,23 +11,11 @@ from msgstream_spark.msg.schema import collection_arrow_schema
 from msgstream_spark.source.arrow import read_table
 from msgstream_spark.source.multi import unpack
 from msgstream_spark.source.rows import rows_arrow_schema
-from tests.mirror_job.many_log import ManyLog, schema
+from tests.mirror_job.many_log import schema, two_collections
 
 
 def test_one_read_gives_each_collections_rows_and_ddl(local_env):
-    chans = [local_env.new_channel("multi") for _ in range(2)]
-    with local_env.client() as c:
-        log = ManyLog(c, chans)
-        log.create("db1", "a", 11)
-        log.create("db2", "b", 12)
-        log.insert(11, range(6))
-        log.insert(12, range(3))
-        log.tick()
-        log.delete(11, [1, 4])
-        log.upsert(12, [2], gen=1)
-        drop_ts = log.drop(12)
-        log.tick()
-        log.close()
+    chans, drop_ts = two_collections(local_env, "multi")
     t = read_table(local_env.config.to_dict(), chans, output="collections")
     ddl = [r for r in t.drop_columns(["payload"]).to_pylist() if r["kind"] != "rows"]
     # CreateCollection (no database, no name: the schema's) and DropCollection, once per pchannel
