@@ -94,6 +94,26 @@ def plan_tasks(client: Any, ranges: list[ReadRange], opts: ReadOptions) -> list[
     return [[ranges[i] for i in g] for g in groups]
 
 
+def plan_read_tasks(client: Any, start: Offset, end: Offset, opts: ReadOptions, schema_json: str,
+                    pk_name: str | None, collection: tuple[int | None, str | None] = (None, None),
+                    ) -> list[list[ReadRange]]:
+    """The read tasks of ``(start, end]``: :func:`plan_reads`' ranges grouped by :func:`plan_tasks` (a Spark read's
+    partitions, and a database mirror job's own reads of the same batch)."""
+    return plan_tasks(client, plan_reads(client, start, end, opts, schema_json, pk_name, collection), opts)
+
+
+def read_ranges(ranges: list[ReadRange], schema: pa.Schema,
+                keep: frozenset[int] | None = None) -> Iterator[pa.RecordBatch]:
+    """The ranges (of one config) read one after the other through one backend client (its start cost paid once);
+    ``keep``: as :func:`read_range`'s."""
+    client = ranges[0].opts.client()
+    try:
+        for r in ranges:
+            yield from read_range(r, schema, client, keep)
+    finally:
+        client.close()
+
+
 def read_range(part: ReadRange, schema: pa.Schema, client: Any = None,
                keep: frozenset[int] | None = None) -> Iterator[pa.RecordBatch]:
     """Read one range and yield RecordBatches of ``schema`` (the output's Arrow schema). ``client``: a backend

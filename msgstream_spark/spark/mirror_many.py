@@ -34,7 +34,7 @@ from msgstream_spark.source import multi
 from msgstream_spark.source.multi import KIND_ALTER, KIND_CREATE, KIND_DROP
 from msgstream_spark.source.rows import rows_arrow_schema
 from msgstream_spark.spark.mirror import MirrorBatch
-from msgstream_spark.spark.mirror_many_direct import DirectRead, direct_facts
+from msgstream_spark.spark.mirror_many_direct import DirectRead
 from msgstream_spark.spark.mirror_many_facts import batch_facts
 from msgstream_spark.spark.mirror_many_write import ManyWrite
 from msgstream_spark.spark.removals import removals_of
@@ -138,9 +138,7 @@ class ManyBatch:
         if tasks is None:
             ddl, touched = batch_facts(df)  # one Spark job, no shuffle
         else:  # one Spark job reading the channels, decoding no row
-            ddl, touched = direct_facts(df.sparkSession, tasks, df.schema)
-            self.direct.batches += 1
-            self.direct.pieces += len(ddl) + len(touched)
+            ddl, touched = self.direct.facts(df.sparkSession, tasks, df.schema)
         for r in ddl:
             if r["kind"] == KIND_CREATE:
                 cid = r["_collection"]

@@ -3,8 +3,9 @@
 The micro-batch's DataFrame is the source's read of the batch's channel ranges; executing it runs the read in a
 Python worker, hands every row to the JVM, and (the job reads it twice: its facts, then its writing) keeps it in
 Spark's cache, from which each writing task gets it back as Arrow. Here the job plans the very ranges the source
-plans for the batch (``spark.partitions``'s plan over the checkpoint's offsets: ``offsets/<batch>`` the end, the
-batch before it the start, the source's recorded start for the query's first batch) and reads them in its own
+plans for the batch (``source.read.plan_read_tasks``, the source's partitions' plan, over the checkpoint's
+offsets: ``offsets/<batch>`` the end, the batch before it the start, the source's recorded start for the query's
+first batch) and reads them in its own
 tasks with the Spark-free read core, the rows never leaving the Python worker that writes them:
 
 - the facts job: a task per read task of the source, decoding no row (``read_range``'s ``keep`` empty: each
@@ -34,9 +35,9 @@ import pyarrow.compute as pc
 from msgstream_spark.mirror.watermark import checkpoint_offset
 from msgstream_spark.source.multi import KIND_ROWS, collections_arrow_schema
 from msgstream_spark.source.offsets import normalize
-from msgstream_spark.source.read import ReadRange, plan_reads, plan_tasks, read_range
+from msgstream_spark.source.read import ReadRange, plan_read_tasks, read_ranges
 from msgstream_spark.spark.mirror_many_facts import _Facts, facts_of
-from msgstream_spark.spark.mirror_many_plan import PLAN_COLUMN, fused_schema
+from msgstream_spark.spark.mirror_many_plan import fused_schema, without_plan
 from msgstream_spark.spark.stream_reader import start_key
 
 log = logging.getLogger(__name__)
@@ -51,43 +52,33 @@ class DirectRead:
         self.batches = 0  # batches read here, not through the DataFrame
         self.pieces = 0  # the facts' rows: a DDL message or a collection's rows of one read task
 
-    def _start(self, batch_id: int) -> dict | None:
+    def _start(self, batch_id: int, client: Any) -> dict | None:
         if batch_id > 0:
             return checkpoint_offset(self.checkpoint, batch_id - 1)
-        client = self.opts.client()
-        try:  # the query's first batch starts at the start the source recorded (its initialOffset)
-            recorded = client.get_metadata(start_key(self.opts))
-        finally:
-            client.close()
+        recorded = client.get_metadata(start_key(self.opts))  # the query's first batch: the source's start
         return json.loads(recorded) if recorded else None
 
     def tasks(self, batch_id: int, schema_json: str) -> list[list[ReadRange]] | None:
         """The source's read tasks of batch ``batch_id`` (each a list of ranges read one after the other), or None
         when its offsets are not known here (the DataFrame is read instead)."""
         end = checkpoint_offset(self.checkpoint, batch_id)
-        start = self._start(batch_id) if end is not None else None
-        if end is None or start is None:
-            log.info("batch %d: its offsets are not in the checkpoint; read through the stream", batch_id)
-            return None
-        client = self.opts.client()
-        try:
-            ranges = plan_reads(client, normalize(start), normalize(end), self.opts, schema_json, None)
-            return plan_tasks(client, ranges, self.opts)
-        finally:
-            client.close()
+        if end is not None:
+            client = self.opts.client()
+            try:
+                start = self._start(batch_id, client)
+                if start is not None:
+                    return plan_read_tasks(client, normalize(start), normalize(end), self.opts, schema_json, None)
+            finally:
+                client.close()
+        log.info("batch %d: its offsets are not in the checkpoint; read through the stream", batch_id)
+        return None
 
-
-def read_ranges(ranges: list[ReadRange], keep: frozenset[int]):
-    """The ``collections`` batches of ``ranges`` (one backend client), only ``keep``'s rows decoded."""
-    if not ranges:
-        return
-    schema = collections_arrow_schema()
-    client = ranges[0].opts.client()
-    try:
-        for r in ranges:
-            yield from read_range(r, schema, client, keep)
-    finally:
-        client.close()
+    def facts(self, spark, tasks: list[list[ReadRange]], spark_schema) -> tuple[list[Any], list[dict[str, Any]]]:
+        """:func:`direct_facts`, the batch and its rows counted."""
+        ddl, touched = direct_facts(spark, tasks, spark_schema)
+        self.batches += 1
+        self.pieces += len(ddl) + len(touched)
+        return ddl, touched
 
 
 class _FactsRead:
@@ -99,16 +90,10 @@ class _FactsRead:
     def facts(self, batches):
         for b in batches:
             for i in b.column(0).to_pylist():
-                yield from _Facts(self.schema)(_as(read_ranges(self.tasks[i], frozenset()), self.schema))
+                # the read core's collections schema is Spark's (the stream's own read yields it too)
+                yield from _Facts(self.schema)(read_ranges(self.tasks[i], self.schema, frozenset()))
 
     __call__ = facts
-
-
-def _as(batches, schema: pa.Schema):
-    """The read core's ``collections`` batches with Spark's Arrow types of the same columns."""
-    for b in batches:
-        yield b if b.schema.equals(schema) else pa.RecordBatch.from_arrays(
-            [b.column(f.name).cast(f.type) for f in schema], schema=schema)
 
 
 def _units_frame(spark, n: int):
@@ -142,13 +127,12 @@ class _Units:
         self.units = units
 
     def write(self, batches):
-        schema = fused_schema()
+        schema = collections_arrow_schema()
         for b in batches:
             for i in b.column(0).to_pylist():
                 u = self.units[i]
-                for out in u.fn(_packed(read_ranges(u.ranges, u.keep), u.keep)):
-                    yield out if u.fused else pa.RecordBatch.from_arrays(
-                        [*out.columns, pa.nulls(out.num_rows, pa.binary())], schema=schema)
+                for out in u.fn(_packed(read_ranges(u.ranges, schema, u.keep), u.keep)):
+                    yield out if u.fused else without_plan(out)
 
     __call__ = write
 
@@ -169,7 +153,4 @@ def write_units(spark, units: list[Unit]) -> pa.Table:
     every task."""
     from pyspark.sql.pandas.types import from_arrow_schema
 
-    frame = _units_frame(spark, len(units)).mapInArrow(_Units(units), from_arrow_schema(fused_schema()))
-    got = frame.toArrow()
-    return got if PLAN_COLUMN in got.column_names else got.append_column(PLAN_COLUMN, pa.nulls(got.num_rows,
-                                                                                               pa.binary()))
+    return _units_frame(spark, len(units)).mapInArrow(_Units(units), from_arrow_schema(fused_schema())).toArrow()

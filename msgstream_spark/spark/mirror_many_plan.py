@@ -50,7 +50,7 @@ class _WriteAndPlan:
         schema, out = fused_schema(), []
         for b in self.writer(batches):  # the files' rows, as the writer returns them (after its files are closed)
             out.append(b)
-            yield pa.RecordBatch.from_arrays([*b.columns, pa.nulls(b.num_rows, pa.binary())], schema=schema)
+            yield without_plan(b)
         if not out:
             return
         got = pa.Table.from_batches(out)
@@ -63,6 +63,11 @@ class _WriteAndPlan:
             yield _plan_row(schema, tag, planned.select(list(PLANNED)))
 
     __call__ = write
+
+
+def without_plan(b: pa.RecordBatch) -> pa.RecordBatch:
+    """A writing task's tagged rows as fused rows (no plan)."""
+    return pa.RecordBatch.from_arrays([*b.columns, pa.nulls(b.num_rows, pa.binary())], schema=fused_schema())
 
 
 def _plan_row(schema: pa.Schema, tag: int, planned: pa.Table) -> pa.RecordBatch:

@@ -114,7 +114,6 @@ class ManyWrite:
         self.jobs = {"write": 0, "plan": 0}  # Spark jobs run (each over every table of a batch)
         self.held: dict[int, tuple[Any, Any]] = {}  # collection id -> (its MirrorBatch, its lease's release)
         self._holding = threading.Lock()
-        self.tasks: list | None = None  # this batch's read tasks, when its writing tasks read for themselves
 
     def __call__(self, df, batch_id: int, todo: list, removals: dict, one_task: dict[int, int],
                  concurrency: int, tasks: list | None = None) -> None:
@@ -123,9 +122,8 @@ class ManyWrite:
         ``tasks``: the batch's read tasks when its writing tasks read the channels themselves, ``spark.
         mirror_many_direct``; a batch with removals reads ``df``)."""
         turns = [Turn(m, removals.get(m.sink.collection_id)) for m in todo]
-        self.tasks = None if removals else tasks
         try:
-            self._steps(df, batch_id, turns, one_task, concurrency)
+            self._steps(df, batch_id, turns, one_task, concurrency, None if removals else tasks)
         finally:  # a table whose batch failed between its begin and its commit: its log read anew from now on
             for t in turns:
                 pin_log(t.sink.table, False)
@@ -138,7 +136,8 @@ class ManyWrite:
                 log.error("batch %d: table %s failed too: %s", batch_id, t.sink.table.location, t.error)
             raise failed[0].error
 
-    def _steps(self, df, batch_id: int, turns: list[Turn], one_task: dict[int, int], concurrency: int) -> None:
+    def _steps(self, df, batch_id: int, turns: list[Turn], one_task: dict[int, int], concurrency: int,
+               tasks: list | None) -> None:
         _pool(concurrency, [lambda t=t: _guarded(t, batch_id, lambda: self._begin(t, batch_id)) for t in turns])
         live = [t for t in turns if t.error is None and t.spec is not None]
         if live:  # each table's live files, at the version its begin pinned (its commit's fence)
@@ -146,7 +145,7 @@ class ManyWrite:
             live = [t for t in live if t.error is None]
         if live:
             self._marks(live, df.sparkSession.sparkContext)
-            _all(live, batch_id, lambda: self._write(df, batch_id, live, one_task))
+            _all(live, batch_id, lambda: self._write(df, batch_id, live, one_task, tasks))
             live = [t for t in live if t.error is None]
         if live:
             _all(live, batch_id, lambda: self._plan(df.sparkSession, batch_id, live, concurrency))
@@ -204,11 +203,12 @@ class ManyWrite:
         for t in live:
             t.run.moved, t.run.before, t.run.spec = self._accs, before, t.spec
 
-    def _write(self, df, batch_id: int, live: list[Turn], one_task: dict[int, int]) -> None:
+    def _write(self, df, batch_id: int, live: list[Turn], one_task: dict[int, int], direct: list | None) -> None:
+        """The one Spark job writing every table's files (``direct``: the batch's read tasks, when the writing
+        tasks read the channels themselves; else they read ``df``)."""
         from pyspark.sql import functions as F
 
         kill = next((k for k in (t.sink._task_failpoint(batch_id) for t in live) if k), None)
-        direct = self.tasks  # the batch's read tasks: the writing tasks read the channels themselves
         packed = df.where(F.col("kind") == KIND_ROWS).select("_collection", "payload") if direct is None else None
         traffic = self._accs["write"]
         frames: list = []

@@ -16,7 +16,7 @@ from pyspark.sql.datasource import InputPartition
 
 from msgstream_spark.source.offsets import Offset
 from msgstream_spark.source.options import ReadOptions
-from msgstream_spark.source.read import ReadRange, plan_reads, plan_tasks, read_range
+from msgstream_spark.source.read import ReadRange, plan_read_tasks, read_range, read_ranges
 
 
 @dataclass
@@ -46,8 +46,8 @@ def plan_partitions(client: Any, start: Offset, end: Offset, opts: ReadOptions, 
                     ) -> list[ChannelPartition | RangesPartition]:
     """The core's plan (:func:`~msgstream_spark.source.read.plan_reads`) as Spark partitions, small
     ranges sharing a task (:func:`~msgstream_spark.source.read.plan_tasks`)."""
-    ranges = plan_reads(client, start, end, opts, schema_json, pk_name, collection)
-    return [_partition(g[0]) if len(g) == 1 else RangesPartition(g) for g in plan_tasks(client, ranges, opts)]
+    tasks = plan_read_tasks(client, start, end, opts, schema_json, pk_name, collection)
+    return [_partition(g[0]) if len(g) == 1 else RangesPartition(g) for g in tasks]
 
 
 def spark_arrow_schema(schema_json: str) -> pa.Schema:
@@ -61,15 +61,6 @@ def spark_arrow_schema(schema_json: str) -> pa.Schema:
 def read_partition(part: ChannelPartition | RangesPartition) -> Iterator[pa.RecordBatch]:
     """Read one partition and yield RecordBatches of the exact Spark Arrow schema."""
     if isinstance(part, RangesPartition):
-        return _read_all(part.ranges, spark_arrow_schema(part.ranges[0].schema_json))
+        return read_ranges(part.ranges, spark_arrow_schema(part.ranges[0].schema_json))
     return read_range(part, spark_arrow_schema(part.schema_json))
 
-
-def _read_all(ranges: list[ReadRange], schema: pa.Schema) -> Iterator[pa.RecordBatch]:
-    """The ranges one after the other through one backend client (its start cost paid once per task)."""
-    client = ranges[0].opts.client()
-    try:
-        for r in ranges:
-            yield from read_range(r, schema, client)
-    finally:
-        client.close()

@@ -374,7 +374,7 @@ class IcebergMirrorTable(CatalogTable):
         tbl = self._table()
         tbl.refresh()
         snap = tbl.current_snapshot()
-        old = {e.data_file.file_path for m in (snap.manifests(tbl.io) if snap is not None else [])
+        old = {e.data_file.file_path for m in (manifests(snap, tbl.io) if snap is not None else ())
                for e in manifest_entries(m, tbl.io)}
         with fenced(self.location, "the snapshot's replace"), transaction(tbl) as tx:
             if old:  # every data file and every position-delete file (which name only the old data files)
