@@ -249,8 +249,11 @@ def run_into(df, sink, checkpoint: str, trig: dict, args, name: str, started=Non
 
 def _run_query(spark, args, cfg, starting, sink, checkpoint: str) -> int:
     sink.direct = direct_read(args, cfg, starting, checkpoint)
-    err, rows, _ = run_into(_stream(spark, args, cfg, starting, _subscription(args)), sink, checkpoint,
-                            trigger_kwargs(args.trigger), args, "mirror-many")
+    try:
+        err, rows, _ = run_into(_stream(spark, args, cfg, starting, _subscription(args)), sink, checkpoint,
+                                trigger_kwargs(args.trigger), args, "mirror-many")
+    finally:
+        sink.mirrored  # noqa: B018 - a table opened ahead that did not open: its own error, not the query's
     if err is not None:
         raise MirrorError(f"mirror query failed: {err}")
     return rows
@@ -267,15 +270,6 @@ def _run_beside(spark, args, cfg, starting, sink, checkpoint: str, pending) -> i
     finally:
         pending.close()
     return rows
-
-
-def _opened(state: ManyState, tables: Tables) -> dict[int, Any]:
-    """The tables an earlier run made (a restart): each opened by the location it recorded."""
-    out = {}
-    for cid, k in sorted(state.known.items()):
-        if k.location and not k.pending:  # a pending one's table is its snapshot's until the handover
-            out[cid] = tables(k, state.schema_bytes(cid))
-    return out
 
 
 def snapshot_all(spark, args, cfg, checkpoint: str, state: ManyState, selection, tables: Tables, *,
@@ -381,10 +375,12 @@ def run_many(args: argparse.Namespace, spark=None) -> dict[str, Any]:
                 pending.begin_late(selection)
             else:
                 snapshot_all(spark, args, cfg, checkpoint, state, selection, tables, late=True)
-        sink = ManyBatch(tables, state, selection, mirrored=_opened(state, tables),
-                         concurrency=args.table_concurrency, locate=Locate(cfg) if milvus else None)
+        sink = ManyBatch(tables, state, selection, concurrency=args.table_concurrency,
+                         locate=Locate(cfg) if milvus else None)
         sink.pending = pending  # its rows staged, its handover at a batch's start (jobs/mirror_many_pending.py)
-        sink.warm_up()  # the opened tables' live files read while Spark starts the query
+        # an earlier run's tables: opened, then read ahead, while Spark starts the query (pending snapshots, which
+        # run beside the stream from its start: opened first)
+        sink.open_ahead(ahead=pending is None)
         t0 = time.perf_counter()
         sink.on_query_start = hub.watch  # the backlog metric reads the running query's progress
         rows = _run_beside(spark, args, cfg, starting, sink, checkpoint, pending)

@@ -21,7 +21,6 @@ last state.
 from __future__ import annotations
 
 import logging
-import threading
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -34,6 +33,7 @@ from msgstream_spark.source import multi
 from msgstream_spark.source.multi import KIND_ALTER, KIND_CREATE, KIND_DROP
 from msgstream_spark.source.rows import rows_arrow_schema
 from msgstream_spark.spark.mirror import MirrorBatch
+from msgstream_spark.spark.mirror_many_ahead import Ahead
 from msgstream_spark.spark.mirror_many_direct import DirectRead
 from msgstream_spark.spark.mirror_many_facts import batch_facts
 from msgstream_spark.spark.mirror_many_write import ManyWrite
@@ -74,7 +74,8 @@ class ManyBatch:
     """``foreachBatch`` function mirroring every selected collection of a ``collections`` stream.
 
     ``opener``: makes or opens a collection's table (the job's naming rule and table settings). ``mirrored``:
-    the tables the job opened at its start (collections snapshotted or resumed), by collection id.
+    the tables the job opened at its start (collections snapshotted or resumed), by collection id (or, a
+    restart's, opened by :meth:`open_ahead` while the query starts).
     ``concurrency``: tables begun and committed at once (1: one after the other, in collection id order; their
     files are written by one Spark job for all).
     ``locate``: a collection's database from Milvus, for one the stream names no database of (2.3-2.6.5 write
@@ -82,10 +83,12 @@ class ManyBatch:
     pass the database in the connection's header, as pymilvus does, leave it empty).
     """
 
-    def __init__(self, opener: Opener, state: ManyState, selection: Selection, *, mirrored: dict[int, Mirrored],
+    def __init__(self, opener: Opener, state: ManyState, selection: Selection, *,
+                 mirrored: dict[int, Mirrored] | None = None,
                  concurrency: int = 4, locate: Locator | None = None) -> None:
         self.opener, self.state, self.selection, self.locate = opener, state, selection, locate
-        self.mirrored = mirrored
+        self._tables = {} if mirrored is None else mirrored  # (``mirrored``: waits for the tables opened ahead)
+        self._ahead: Ahead | None = None
         self.concurrency = max(1, concurrency)
         self.batches = 0
         self.created: list[int] = []  # collection ids whose table this run made or opened on the stream
@@ -96,33 +99,39 @@ class ManyBatch:
         self.shared = ManyWrite()  # the write step: one Spark job writing (planning small shares) every table
         # the job's own read of each batch's channel ranges (``spark.mirror_many_direct``); None: the DataFrame's
         self.direct: DirectRead | None = None
-        self._warming: threading.Thread | None = None  # the opened tables' read ahead (warm_up)
-        self._warm_stop = threading.Event()
         self._unsaved = False  # a table made whose location collections.json does not hold yet
 
-    def warm_up(self) -> None:
-        """The opened tables' live files read ahead in a thread of their own (a table whose format has ``warm``:
-        Iceberg's manifests), while Spark starts the query; the first batch waits for the table being read, if
-        any, and reads the others itself."""
-        tables = [m.table for m in self.mirrored.values() if hasattr(m.table, "warm")]
-        if tables:
-            self._warming = threading.Thread(target=self._warm, args=(tables,), name="mirror-warm-up", daemon=True)
-            self._warming.start()
+    @property
+    def mirrored(self) -> dict[int, Mirrored]:
+        """The tables open now, by collection id (tables opened ahead: once they all are; an error opening one
+        raised here)."""
+        if self._ahead is not None:
+            self._ahead.wait_opened()
+        return self._tables
 
-    def _warm(self, tables: list) -> None:
-        for t in tables:
-            if self._warm_stop.is_set():
-                return
-            try:
-                t.warm()
-            except Exception as e:  # noqa: BLE001 - only a read ahead: the batch reads the table itself
-                log.warning("table %s: its live files not read ahead: %s", t.location, e)
+    def open_ahead(self, ahead: bool = True) -> None:
+        """The tables an earlier run made (a restart: each by the location it recorded) opened, then read ahead,
+        in a thread of their own while Spark starts the query (``spark.mirror_many_ahead``; the first batch waits
+        for them); ``ahead`` False: opened now, in this thread."""
+        if not ahead:
+            self._tables.update(self._opened())
+            return
+        self._ahead = Ahead(self._opened, self._tables, self._take)
+
+    def _take(self, cid: int, m: Mirrored) -> None:
+        """A table's writer lease taken ahead (a dropped collection's is not: the job writes it no more)."""
+        k = self.state.known.get(cid)
+        if k is not None and k.dropped_ts is None:
+            self.shared.take(cid, m.sink)
+
+    def _opened(self) -> dict[int, Mirrored]:
+        known = sorted(self.state.known.items())  # a pending one's table is its snapshot's until the handover
+        return {cid: self.opener(k, self.state.schema_bytes(cid)) for cid, k in known if k.location and not k.pending}
 
     def __call__(self, df: DataFrame, batch_id: int) -> None:
-        if self._warming is not None:  # no table read by two threads: the read ahead stops after its current one
-            self._warm_stop.set()
-            self._warming.join()
-            self._warming = None
+        if self._ahead is not None:  # no table read by two threads: the read ahead stops after its current one
+            self._ahead.stop()
+            self.mirrored  # noqa: B018 - an error opening a table: raised by the first batch
         if self.pending is not None:  # collections whose snapshot committed: their staged batches applied first
             self.pending.before_batch(self, batch_id)
         tasks = None
@@ -261,6 +270,8 @@ class ManyBatch:
 
     def close(self) -> None:
         """The job's end: every table's writer lease, held across batches, given back."""
+        if self._ahead is not None:  # (a job that ran no batch: the leases it took ahead, given back too)
+            self._ahead.stop()
         self.shared.close()
 
     def input_rows(self) -> int:

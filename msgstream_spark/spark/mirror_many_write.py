@@ -152,15 +152,18 @@ class ManyWrite:
         self._commit(turns, batch_id, concurrency)
 
     def hold(self, t: Turn) -> Any:
-        """The table's lease: taken at its first batch (its ``MirrorBatch``'s ``lock`` from then on, each batch
-        joining it), held until :meth:`release`."""
-        s = t.sink
-        if t.cid in self.held and self.held[t.cid][0] is not s:  # the collection's table opened anew meanwhile
-            self.release(t.cid)
-        if t.cid not in self.held:
+        """The table's lease: taken at its first batch (or ahead, :meth:`take`; its ``MirrorBatch``'s ``lock`` from
+        then on, each batch joining it), held until :meth:`release`."""
+        return self.take(t.cid, t.sink)
+
+    def take(self, cid: int, s: Any) -> Any:
+        """Collection ``cid``'s table's lease (``s``: its ``MirrorBatch``), taken unless this job holds it."""
+        if cid in self.held and self.held[cid][0] is not s:  # the collection's table opened anew meanwhile
+            self.release(cid)
+        if cid not in self.held:
             s.lock, release = hold_lease(s.table.store, s.table.location, "the database mirror job")
             with self._holding:
-                self.held[t.cid] = (s, release)
+                self.held[cid] = (s, release)
         return s.lock
 
     def release(self, cid: int) -> None:

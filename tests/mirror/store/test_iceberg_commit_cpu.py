@@ -147,6 +147,45 @@ def test_a_data_files_schema_work_is_done_once_per_table_schema(tmp_path, monkey
     assert n["planned"] == 1
 
 
+def test_tables_of_one_schema_share_its_statistics_plan_and_checks(tmp_path, monkeypatch):
+    """The plan and the file schema's check are kept by the schema's content, not its object: a second table of
+    the same collection schema (a restarted database job's tables, each loaded anew) builds and checks nothing
+    again, while a table of another schema (a field more) gets its own and its entries its own statistics."""
+    import pyarrow as pa
+    import pyiceberg.io.pyarrow as pa_io
+
+    from msgstream_spark.mirror.formats.iceberg.files import data_file
+
+    first, second = _open(tmp_path / "a"), _open(tmp_path / "b")
+    assert apply_batch(first, to_arrow(_batch(1)), "pk", "q", 1)
+    n = {"checked": 0, "planned": 0}
+    check, plan = pa_io._check_pyarrow_schema_compatible, pa_io.compute_statistics_plan
+
+    def checked(*a, **kw):
+        n["checked"] += 1
+        return check(*a, **kw)
+
+    def planned_stats(*a, **kw):
+        n["planned"] += 1
+        return plan(*a, **kw)
+
+    monkeypatch.setattr(pa_io, "_check_pyarrow_schema_compatible", checked)
+    monkeypatch.setattr(pa_io, "compute_statistics_plan", planned_stats)
+    assert second._table().schema() is not first._table().schema()
+    assert apply_batch(second, to_arrow(_batch(1)), "pk", "q", 1)
+    assert n == {"checked": 0, "planned": 0}
+    assert sorted(r["pk"] for r in second.to_arrow().to_pylist()) == sorted(
+        r["pk"] for r in first.to_arrow().to_pylist())
+
+    wider = open_table("iceberg", str(tmp_path / "c"), collection="coll", pk="pk",
+                       arrow_schema=pa.schema([*FIELDS, pa.field("extra", pa.int64())]))
+    tbl = wider._table()
+    path = planned(wider, _batch(1)).adds[0]
+    entry = data_file(wider.store, tbl.metadata, path)
+    assert n == {"checked": 1, "planned": 1}
+    assert tbl.schema().find_field("extra").field_id in entry.value_counts
+
+
 def test_a_manifest_list_is_written_as_pyiceberg_writes_it(tmp_path, monkeypatch):
     """A v2 manifest list written by ``manifest_list.write_list`` (its schemas built once, each carried manifest's
     record encoded once) is byte for byte what pyiceberg's ``ManifestListWriterV2`` writes with the same manifests

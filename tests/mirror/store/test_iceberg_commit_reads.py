@@ -108,6 +108,13 @@ def counted(monkeypatch) -> Counter:
         return to_arrow_schema(*a, **kw)
 
     monkeypatch.setattr(pa_io, "schema_to_pyarrow", schema_to_pyarrow)
+    row_location = cached.row_location
+
+    def read_row(*a, **kw):  # a read of the table's catalog row (each load: a refresh, the catalog's commit)
+        n["catalog rows read"] += 1
+        return row_location(*a, **kw)
+
+    monkeypatch.setattr(cached, "row_location", read_row)
     return n
 
 
@@ -140,6 +147,10 @@ def test_a_batch_reads_back_no_metadata_and_no_manifest_it_wrote(tmp_path, count
     # each catalog load (~9 a batch) reads the table's row with one prepared statement: pyiceberg's ORM load
     # (a session and a statement built per call) runs only for a metadata file this process does not know
     assert counted["pyiceberg catalog loads"] == 0, counted
+    # the catalog's row read 6 times a batch: ``apply_batch``'s own checks (2), the batch's begin (``pin_log``:
+    # its checks, schema, write spec and live files answer from that read), its commit's checks, the catalog's
+    # own load in the commit, the maintenance check's live files (9 before the batch's reads were pinned)
+    assert counted["catalog rows read"] <= 6 * batches, counted
     # a commit writes a data manifest, a delete manifest and the manifest list: the manifests' Avro schemas are
     # built once per table schema and spec, the list's once (``manifest_list.py``; pyiceberg's: each commit)
     assert counted["Avro schemas converted"] == 0, counted
@@ -260,6 +271,27 @@ def test_another_writers_commit_is_seen_and_still_fences(tmp_path, counted):
     assert mine.last_batch("q") == 2
 
 
+
+def test_a_commit_landing_while_a_batch_is_pinned_still_fences_it(tmp_path):
+    """A batch reads the catalog once at its begin (``pin_log``); another writer's commit landing while its files
+    are written is seen by its commit, which refuses (nothing of it lands); the next batch reads the table anew."""
+    from msgstream_spark.mirror.write.batch import LocalRunner, run_batch
+
+    loc = tmp_path / "t"
+    mine, theirs = _open(loc), _open(loc)
+    assert apply_batch(mine, to_arrow(_batch(1)), "pk", "q", 1)
+    seen = [*_batch(1), *upsert(100, (1, "theirs"))]
+
+    class Meanwhile(LocalRunner):
+        def write(self, spec):
+            assert apply_batch(theirs, to_arrow(seen[-1:]), "pk", "other", 0)
+            return super().write(spec)
+
+    with pytest.raises(MirrorError, match="moved from snapshot"):
+        run_batch(mine, Meanwhile(to_arrow(_batch(2))), query_id="q", batch_id=2)
+    assert table_state(_plain(loc).scan().to_arrow()) == model(seen) and mine.last_batch("q") == 1
+    assert apply_batch(mine, to_arrow(_batch(2)), "pk", "q", 2)
+    assert table_state(_plain(loc).scan().to_arrow()) == model([*seen, *_batch(2)])
 
 def _live(t) -> list:
     files = t.live_files()

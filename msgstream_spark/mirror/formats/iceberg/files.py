@@ -78,8 +78,18 @@ def read_position_deletes(store: Store, path: str) -> dict[str, np.ndarray]:
 
 METRICS_PROPERTIES = "write.metadata.metrics."  # the table properties a statistics plan reads (its modes)
 PLANS_KEPT = 64  # table schemas whose statistics plan, column mapping and checked file schemas are kept
-_PLANS: OrderedDict[int, tuple] = OrderedDict()  # id of a pyiceberg schema -> (it, metrics modes, plan, mapping, ok)
+# (a schema's content, its metrics modes, the format version) -> (plan, mapping, the file schemas found compatible)
+_PLANS: OrderedDict[tuple, tuple] = OrderedDict()
 _PLANS_LOCK = threading.Lock()
+
+
+def _plan_key(metadata, schema) -> tuple:
+    """What a statistics plan, a column mapping and a file schema's check depend on: the schema by its content (two
+    tables of one collection schema share them: the first batch of a restarted database job reads 20 tables'
+    schemas, each its own object; by its JSON, ~15 us: a list type's hash is its object's), the table's metrics
+    modes and its format version."""
+    metrics = frozenset((k, v) for k, v in metadata.properties.items() if k.startswith(METRICS_PROPERTIES))
+    return schema.model_dump_json(), metrics, metadata.format_version
 
 
 def data_file(store: Store, metadata, path: str):
@@ -87,8 +97,8 @@ def data_file(store: Store, metadata, path: str):
     statistics from the footer (kept by this process's writer, else read by range through the store) and its
     size, the table's field
     ids matched by id or (files written without them) by the table's name mapping. The table schema's
-    statistics plan and column mapping are built once per schema (and metrics modes), and a file schema is
-    checked against it once (the next file of the same Arrow schema, metadata included, is not checked again:
+    statistics plan and column mapping are built once per schema content (and metrics modes), and a file schema
+    is checked against it once (the next file of the same Arrow schema, metadata included, is not checked again:
     pyiceberg built and checked them all at each file, ~0.7 ms of CPU a file)."""
     from pyiceberg.io.pyarrow import (
         _check_pyarrow_schema_compatible,
@@ -100,21 +110,20 @@ def data_file(store: Store, metadata, path: str):
 
     size, footer = parquet_footer(store, path)
     schema = metadata.schema()
-    metrics = {k: v for k, v in metadata.properties.items() if k.startswith(METRICS_PROPERTIES)}
-    known = _PLANS.get(id(schema))
-    if known is None or known[0] is not schema or known[1] != metrics:
-        known = (schema, metrics, compute_statistics_plan(schema, metadata.properties),
-                 parquet_path_to_id_mapping(schema), [])
+    key = _plan_key(metadata, schema)
+    known = _PLANS.get(key)
+    if known is None:
+        known = (compute_statistics_plan(schema, metadata.properties), parquet_path_to_id_mapping(schema), [])
         with _PLANS_LOCK:
-            _PLANS[id(schema)] = known
+            _PLANS[key] = known
             while len(_PLANS) > PLANS_KEPT:
                 _PLANS.popitem(last=False)
     arrow = footer.schema.to_arrow_schema()
-    if not any(arrow.equals(ok, check_metadata=True) for ok in known[4]):
+    if not any(arrow.equals(ok, check_metadata=True) for ok in known[2]):
         _check_pyarrow_schema_compatible(schema, arrow, format_version=metadata.format_version)
-        known[4][:] = [*known[4][-3:], arrow]  # a compatible file schema: the same one is not checked again
-    stats = data_file_statistics_from_parquet_metadata(parquet_metadata=footer, stats_columns=known[2],
-                                                       parquet_column_mapping=known[3])
+        known[2][:] = [*known[2][-3:], arrow]  # a compatible file schema: the same one is not checked again
+    stats = data_file_statistics_from_parquet_metadata(parquet_metadata=footer, stats_columns=known[0],
+                                                       parquet_column_mapping=known[1])
     return DataFile.from_args(
         content=DataFileContent.DATA, file_path=manifest_uri(path), file_format=FileFormat.PARQUET,
         partition=stats.partition(metadata.spec(), schema), file_size_in_bytes=size, sort_order_id=None,

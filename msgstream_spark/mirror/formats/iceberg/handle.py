@@ -46,6 +46,7 @@ class CatalogTable:
         self._live: list[LiveFile] = []
         self._names: dict[str, str] = {}  # live data file (the store's spelling) -> as its manifest names it
         self._entries: dict[str, list] = {}  # manifest path -> its live entries' data files (read once)
+        self._pinned = self._looked = False  # a batch's one read of the catalog (pin_log): asked for, made
 
     def _store_for(self, path: str) -> Store:
         """The store a file is read through: the table's, or for a file outside it (the snapshot's files of a
@@ -135,6 +136,21 @@ class CatalogTable:
         if self._where.name == "the SQL":
             return "the SQL catalog of catalog_uri (--catalog-uri)"
         return f"catalog {self._where.name!r}"
+
+    def pin_log(self, pinned: bool = True) -> None:
+        """A batch begins (``pinned``): the catalog's table is read once (at the next read) and every read until
+        its end (False) answers from that read and this writer's own commits (pyiceberg's handle takes the
+        metadata each commit made); outside a batch each read reads the catalog. The batch's commit reads it
+        again for its checks, and the catalog refuses a commit whose table moved since its plan either way."""
+        self._pinned, self._looked = pinned, False
+
+    def _fresh(self):
+        """The catalog's table as it is now (in a pinned batch: as the batch's one read found it)."""
+        tbl = self._table()
+        if not (self._pinned and self._looked):
+            tbl.refresh()
+            self._looked = self._pinned
+        return tbl
 
     def _table(self):
         if self._tbl is None:

@@ -127,8 +127,7 @@ class IcebergMirrorTable(CatalogTable):
         return arrow_schema(self._table().schema())
 
     def properties(self) -> dict[str, str]:
-        tbl = self._table()
-        tbl.refresh()
+        tbl = self._fresh()
         return {k: v for k, v in tbl.properties.items() if k.startswith(PROP_PREFIX)}
 
     def set_properties(self, properties: dict[str, str]) -> None:
@@ -151,8 +150,7 @@ class IcebergMirrorTable(CatalogTable):
             self._add_columns(extra)
 
     def write_spec(self) -> WriteSpec:
-        tbl = self._table()
-        tbl.refresh()
+        tbl = self._fresh()
         snap = tbl.properties.get(PROP_SNAPSHOT_TS)
         schema = arrow_schema(tbl.schema())
         split = [tbl.schema().find_column_name(f.source_id) for f in tbl.spec().fields]
@@ -176,8 +174,7 @@ class IcebergMirrorTable(CatalogTable):
         from pyiceberg.conversions import from_bytes
         from pyiceberg.manifest import DataFileContent, ManifestContent
 
-        tbl = self._table()
-        tbl.refresh()
+        tbl = self._fresh()
         snap = tbl.current_snapshot()
         if snap is None:
             return LiveFiles([], NO_SNAPSHOT)
@@ -225,8 +222,7 @@ class IcebergMirrorTable(CatalogTable):
 
     def writer_epoch(self) -> int:
         """The epoch of the newest writer that published one (``store/writer.py``; 0: none)."""
-        tbl = self._table()
-        tbl.refresh()
+        tbl = self._fresh()
         return table_epoch(tbl.metadata)
 
     def publish_epoch(self, epoch: int) -> None:
@@ -238,6 +234,7 @@ class IcebergMirrorTable(CatalogTable):
         """One Iceberg snapshot: the new data files, one position-delete file, the batch's id in the properties.
         Fenced: based on the snapshot the plan's lookup read (``plan.base``), refused if the table moved, or if
         it holds a writer epoch above ``epoch`` (whose snapshot moved it: the catalog refuses the commit then)."""
+        self._looked = False  # the commit checks the table as the catalog has it now (in a batch too)
         done = self.last_batch(query_id)
         if done is not None and done >= batch_id:
             return False
