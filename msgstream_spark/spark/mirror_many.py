@@ -27,13 +27,13 @@ from typing import TYPE_CHECKING, Any
 import pyarrow as pa
 
 from msgstream_spark.mirror.many import PROP_DROPPED_TS, PROP_NAME, PROP_RENAMED_TS, ManyState, Selection
+from msgstream_spark.mirror.many_ahead import Ahead
 from msgstream_spark.msg.pb import schema_pb2
 from msgstream_spark.msg.schema import collection_arrow_schema
 from msgstream_spark.source import multi
 from msgstream_spark.source.multi import KIND_ALTER, KIND_CREATE, KIND_DROP
 from msgstream_spark.source.rows import rows_arrow_schema
 from msgstream_spark.spark.mirror import MirrorBatch
-from msgstream_spark.spark.mirror_many_ahead import Ahead
 from msgstream_spark.spark.mirror_many_direct import DirectRead
 from msgstream_spark.spark.mirror_many_facts import batch_facts
 from msgstream_spark.spark.mirror_many_write import ManyWrite
@@ -111,7 +111,7 @@ class ManyBatch:
 
     def open_ahead(self, ahead: bool = True) -> None:
         """The tables an earlier run made (a restart: each by the location it recorded) opened, then read ahead,
-        in a thread of their own while Spark starts the query (``spark.mirror_many_ahead``; the first batch waits
+        in a thread of their own while Spark starts the query (``mirror.many_ahead``; the first batch waits
         for them); ``ahead`` False: opened now, in this thread."""
         if not ahead:
             self._tables.update(self._opened())
