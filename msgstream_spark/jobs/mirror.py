@@ -35,7 +35,8 @@ from msgstream_spark.jobs._common import (
 )
 from msgstream_spark.jobs.mirror_many import channels_option as _channels_option
 from msgstream_spark.jobs.mirror_many import config_of as _config
-from msgstream_spark.jobs.mirror_many import run_into, run_many, table_observers
+from msgstream_spark.jobs.mirror_many import run_many, table_observers
+from msgstream_spark.jobs.mirror_query import run_into
 
 log = logging.getLogger("msgstream_spark.jobs.mirror")
 

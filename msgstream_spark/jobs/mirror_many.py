@@ -20,18 +20,18 @@ import json
 import logging
 import os
 import time
-import uuid
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from msgstream_spark.cli.table_args import table_options
 from msgstream_spark.cli.vocab import UsageError, at_file
 from msgstream_spark.errors import MirrorError
-from msgstream_spark.jobs._common import parse_kv, source_options, spark_error_line, spark_session, trigger_kwargs
+from msgstream_spark.jobs._common import parse_kv, source_options, spark_session, trigger_kwargs
 from msgstream_spark.jobs.mirror_many_milvus import Locate, described_schema, milvus_collections
 from msgstream_spark.jobs.mirror_many_names import catalog_holder, check_namespace_args, stored_name
 from msgstream_spark.jobs.mirror_many_pending import Pending
 from msgstream_spark.jobs.mirror_many_schema import Schemas
+from msgstream_spark.jobs.mirror_query import run_into
 from msgstream_spark.mirror.common import PROP_COLLECTION_ID, PROP_SNAPSHOT_TS
 from msgstream_spark.mirror.many import DEFAULT_DB, Known, ManyState, parse_selection, table_identifier, table_location
 
@@ -50,17 +50,6 @@ def channels_option(args, cfg) -> dict[str, str]:
         return {"channels": args.channels}
     prefix = cfg.dml_channel_names(1)[0].rsplit("_", 1)[0]
     return {"channelPattern": f"^{prefix}_[0-9]+$"}
-
-
-def await_query(query, trig: dict, timeout: float | None) -> None:
-    try:
-        if "processingTime" in trig and timeout is not None:
-            if not query.awaitTermination(timeout):
-                query.stop()
-        else:
-            query.awaitTermination()
-    except KeyboardInterrupt:
-        query.stop()
 
 
 # docs/mirror.md "Many collections, one job": why, and what to do when the stream's resume position is lost
@@ -225,26 +214,6 @@ def direct_read(args, cfg, starting: str | None, checkpoint: str):
 
     opts = parse_read_options(_options(args, cfg, starting, _subscription(args)), streaming=True)
     return DirectRead(opts, checkpoint) if getattr(args, "batch_read", "tasks") == "tasks" else None
-
-
-def run_into(df, sink, checkpoint: str, trig: dict, args, name: str, started=None) -> tuple[str | None, int, int]:
-    """Run the stream ``df`` into the ``foreachBatch`` function ``sink`` until it ends, with progress lines; (the
-    query's error line or None, rows, batches). Both mirror jobs' query. ``started`` (else the sink's
-    ``on_query_start``, if it has one): told the query once it runs (the metrics' backlog reads its progress)."""
-    from msgstream_spark.jobs.ingest import Progress
-
-    query = (df.writeStream.foreachBatch(sink).option("checkpointLocation", checkpoint)
-             .trigger(**trig).queryName(f"{name}-{uuid.uuid4().hex[:8]}").start())
-    started = started or getattr(sink, "on_query_start", None)
-    if started is not None:
-        started(query)
-    progress = Progress(query, args.progress_interval, getattr(sink, "input_rows", None)).start()
-    try:
-        await_query(query, trig, args.timeout)
-    finally:
-        progress.stop()
-    err = query.exception()
-    return (None if err is None else (spark_error_line(err) or str(err))), progress.total(), progress.batches
 
 
 def _run_query(spark, args, cfg, starting, sink, checkpoint: str) -> int:

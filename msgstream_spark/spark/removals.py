@@ -155,7 +155,7 @@ class RemovingBatch:
     table's snapshot S (``msgstream.snapshot_ts``): a removal at or before it is in the snapshot already."""
 
     def __init__(self, sink: Any, on_query_start: Any = None) -> None:
-        self.on_query_start = on_query_start  # told the query once it runs (``jobs.mirror_many.run_into``)
+        self.on_query_start = on_query_start  # told the query once it runs (``jobs.mirror_query.run_into``)
         s = sink.table.properties().get(PROP_SNAPSHOT_TS)
         self.sink, self.min_ts = sink, (int(s) if s else None)
         self.removals = 0  # removal copies applied (summed over the batches)

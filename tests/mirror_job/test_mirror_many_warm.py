@@ -80,11 +80,23 @@ def test_a_restarted_job_reads_its_tables_manifests_ahead(spark, local_env, tmp_
             return acquire(self, *a, **kw)
 
         monkeypatch.setattr(lease.Lease, "acquire", taken)
+        import gc
+
+        from msgstream_spark.spark.mirror_many import ManyBatch
+
+        frozen, batch = [], ManyBatch._batch
+
+        def watched(self, *a, **kw):  # the driver's objects of the job's start: set aside from full collections
+            frozen.append(gc.get_freeze_count())
+            return batch(self, *a, **kw)
+
+        monkeypatch.setattr(ManyBatch, "_batch", watched)
         out = mirror.run(mirror.build_parser().parse_args(argv), spark)
         log.close()
     assert out["batches"] == 1, out
     assert sorted(opened) == [("a", "mirror-warm-up"), ("b", "mirror-warm-up")]  # none in the job's own thread
     assert sorted(leased) == [("a", "mirror-warm-up"), ("b", "mirror-warm-up")]  # nor by the first batch
+    assert frozen and all(n > 0 for n in frozen) and gc.get_freeze_count() == 0, frozen
     ahead = read.pop("mirror-warm-up", set())
     assert ahead, dict(read)  # the restart read both tables' manifests ahead
     again = set().union(*read.values()) & ahead
