@@ -67,6 +67,8 @@ PHASES = [
     ("msgstream_spark.spark.mirror", "MirrorBatch.account", "account (per table)"),
     ("msgstream_spark.spark.mirror", "write_in_tasks", "write job"),
     ("msgstream_spark.spark.mirror", "plan_in_tasks", "plan job"),
+    ("msgstream_spark.mirror.many_ahead", "Ahead.stop", "read-ahead joined (its tables opened)"),
+    ("msgstream_spark.mirror.many_ahead", "Ahead._run", "read-ahead thread (tables opened, leases, live files)"),
 ]
 
 
@@ -192,6 +194,20 @@ def _ends(rows: list[dict], span: tuple[float, float]) -> dict:
             "after_last_batch": round(span[1] - last, 3)}
 
 
+def _before(events: list, rows: list[dict], span: tuple[float, float]) -> dict:
+    """The phases that began before the job's first batch (the read-ahead thread's): wall, CPU, and when each ended
+    after the first batch began (negative: before it)."""
+    first = rows[0]["start"] if rows else span[1]
+    out: dict = {}
+    for e in events:
+        if e[0] != "batch" and e[2] < first:
+            got = out.setdefault(e[0], {"wall": 0.0, "cpu": 0.0, "ends_after_first_batch": -1e9})
+            got["wall"] += e[3] - e[2]
+            got["cpu"] += e[4]
+            got["ends_after_first_batch"] = max(got["ends_after_first_batch"], e[3] - first)
+    return {k: {m: round(v, 3) for m, v in d.items()} for k, d in out.items()}
+
+
 def _show(rows: list[dict], i: int) -> None:
     if i >= len(rows):
         return
@@ -261,7 +277,8 @@ def main(argv: list[str] | None = None) -> int:
         rows = per_batch(jobs, r["events"])
         print(f"{name}: {r['wall']} s, driver CPU {r['driver_cpu_s']} s, {len(rows)} batches")
         _show(rows, a.show if "changes" not in name else 0)
-        out[name] = {"wall_s": r["wall"], "driver_cpu_s": r["driver_cpu_s"], **_ends(rows, r["span"]), **summary(rows)}
+        out[name] = {"wall_s": r["wall"], "driver_cpu_s": r["driver_cpu_s"], **_ends(rows, r["span"]), **summary(rows),
+                     "before_first_batch_phases": _before(r["events"], rows, r["span"])}
     print(json.dumps(out, indent=1), flush=True)
     shutil.rmtree(work, ignore_errors=True)
     return 0

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import functools
 import os
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -33,8 +34,17 @@ class Location:
 
 
 def parse(uri: str) -> Location:
-    """Split ``uri``; ConfigError naming it if the scheme is not one the store knows."""
+    """Split ``uri``; ConfigError naming it if the scheme is not one the store knows. A URI or an absolute path
+    is parsed once per process (a database job's batch parses ~50 a table: its files' locations); a relative
+    path each time (it depends on the working directory)."""
     text = os.fspath(uri)
+    if "://" not in text and not os.path.isabs(text):
+        return Location("local", "", "", os.path.abspath(text))
+    return _parse(text)
+
+
+@functools.lru_cache(maxsize=8192)
+def _parse(text: str) -> Location:
     if "://" not in text:
         return Location("local", "", "", os.path.abspath(text))
     parts = urlsplit(text)

@@ -50,3 +50,28 @@ def test_resolver_answers_as_resolve(tmp_path):
         res = uri.resolver(root)
         for path in paths:
             assert res(path) == uri.resolve(root, path), (root, path)
+
+
+def test_a_parse_is_kept_for_uris_and_absolute_paths_never_for_relative_ones(tmp_path, monkeypatch):
+    """``uri.parse`` keeps what a URI or an absolute path parses to (a database job's batch parses ~50 locations a
+    table); a relative path follows the working directory at each call; a bad scheme is refused at each call."""
+    import pytest
+
+    from msgstream_spark.errors import ConfigError
+    from msgstream_spark.mirror.store import uri
+
+    assert uri.parse("s3://bucket/lake/t/") == uri.Location("s3", "s3", "s3://bucket", "lake/t")
+    assert uri.parse(f"file://{tmp_path}/t") == uri.parse(str(tmp_path / "t")) == uri.Location(
+        "local", "", "", str(tmp_path / "t"))
+    hits = uri._parse.cache_info().hits
+    uri.parse("s3://bucket/lake/t/")
+    assert uri._parse.cache_info().hits == hits + 1
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    monkeypatch.chdir(tmp_path / "a")
+    assert uri.parse("t").key == str(tmp_path / "a" / "t")
+    monkeypatch.chdir(tmp_path / "b")
+    assert uri.parse("t").key == str(tmp_path / "b" / "t")
+    for _ in range(2):
+        with pytest.raises(ConfigError, match="unknown scheme 'ftp'"):
+            uri.parse("ftp://host/t")

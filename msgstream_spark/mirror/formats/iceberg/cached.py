@@ -190,10 +190,13 @@ def row_location(catalog, identifier) -> str | None:
 
 
 def committed(catalog, table, requirements, updates, load) -> Any:
-    """pyiceberg's ``SqlCatalog.commit_table`` of an existing table (its current metadata loaded by ``load``,
-    requirements checked, the new metadata file written, the catalog row swapped from the loaded metadata file
-    to the new one: refused with ``CommitFailedException`` when the row moved meanwhile), the row swapped by one
-    SQL statement built once per catalog (:func:`swap_row`), not an ORM session and statement built per commit.
+    """pyiceberg's ``SqlCatalog.commit_table`` of an existing table (requirements checked, the new metadata file
+    written, the catalog row swapped from the current metadata file to the new one: refused with
+    ``CommitFailedException`` when the row moved meanwhile), the row swapped by one SQL statement built once per
+    catalog (:func:`swap_row`), not an ORM session and statement built per commit. The current metadata is the
+    committing table's own, which the transaction's updates were built on (pyiceberg loads the catalog's again:
+    one more read of the row a commit), unless it has none (``load``); the swap compares the row with that
+    metadata file, so a table that moved since it was read is refused all the same.
     None: not done here (no such table: a creation; a database whose updates do not count rows)."""
     from pyiceberg.exceptions import NoSuchTableError
     from pyiceberg.table import CommitTableResponse
@@ -201,8 +204,9 @@ def committed(catalog, table, requirements, updates, load) -> Any:
     if not catalog.engine.dialect.supports_sane_rowcount:
         return None
     identifier = table.name()
+    current = table if getattr(table, "metadata_location", None) else None
     try:
-        current = load(identifier)
+        current = current or load(identifier)
     except NoSuchTableError:
         return None
     new = catalog._update_and_stage_table(current, identifier, requirements, updates)

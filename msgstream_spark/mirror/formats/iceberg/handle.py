@@ -22,8 +22,10 @@ from msgstream_spark.mirror.formats.iceberg.catalog import (
     _identifier,
     ensure_namespace,
     guarded,
+    manifest_uri,
     same_location,
 )
+from msgstream_spark.mirror.formats.iceberg.files import read_position_deletes
 from msgstream_spark.mirror.store import Store, open_store, uri
 
 
@@ -53,6 +55,17 @@ class CatalogTable:
         table the catalog has not placed yet, another bucket) one opened on the file with the table's settings."""
         a, b = uri.parse(path), uri.parse(self.store.root)
         return self.store if (a.kind, a.root) == (b.kind, b.root) else open_store(path, self._storage)
+
+    def _positions(self, delete_file: str) -> dict[str, np.ndarray]:
+        """Data file path -> positions of one position-delete file (cached: delete files never change)."""
+        got = self._deletes.get(delete_file)
+        if got is None:
+            got = self._deletes[delete_file] = read_position_deletes(self._store_for(delete_file), delete_file)
+        return got
+
+    def _named(self, path: str) -> str:
+        """A data file as its manifest names it (a live file's own spelling; a new file: its full URI)."""
+        return self._names.get(path) or manifest_uri(path)
 
     def _bind(self, location: str) -> None:
         """Point the table at ``location`` (as given, or the catalog's): its store and root."""

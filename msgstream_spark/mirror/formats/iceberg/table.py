@@ -45,7 +45,7 @@ from msgstream_spark.mirror.formats.base import (
     fence_message,
 )
 from msgstream_spark.mirror.formats.iceberg.cached import arrow_schema, manifests, transaction
-from msgstream_spark.mirror.formats.iceberg.catalog import _identifier, locate, manifest_uri
+from msgstream_spark.mirror.formats.iceberg.catalog import _identifier, locate
 from msgstream_spark.mirror.formats.iceberg.commit import (
     assert_head,
     commit_epoch,
@@ -63,7 +63,6 @@ from msgstream_spark.mirror.formats.iceberg.expiry import (
 from msgstream_spark.mirror.formats.iceberg.files import (
     data_file,
     file_schema,
-    read_position_deletes,
     store_path,
     write_position_deletes,
 )
@@ -171,10 +170,17 @@ class IcebergMirrorTable(CatalogTable):
         A manifest never changes, so its entries are read once (pyiceberg's ``plan_files`` reads every
         manifest again at each call: a cost growing with the table's commits); position deletes are matched
         to data files by path, which is what a position delete names."""
+        return self._live_of(self._fresh())
+
+    def known_files(self) -> LiveFiles:
+        """The live files as this writer's last read of the catalog and its commits left them (no catalog read:
+        the maintenance check after a batch's commit; the manifests the commit wrote are known, none is read)."""
+        return self._live_of(self._table())
+
+    def _live_of(self, tbl) -> LiveFiles:
         from pyiceberg.conversions import from_bytes
         from pyiceberg.manifest import DataFileContent, ManifestContent
 
-        tbl = self._fresh()
         snap = tbl.current_snapshot()
         if snap is None:
             return LiveFiles([], NO_SNAPSHOT)
@@ -208,17 +214,6 @@ class IcebergMirrorTable(CatalogTable):
         used = {d.file_path for d in deletes}
         self._deletes = {k: v for k, v in self._deletes.items() if k in used}  # expired delete files: forgotten
         return LiveFiles(out, snap.snapshot_id)
-
-    def _positions(self, delete_file: str) -> dict[str, np.ndarray]:
-        """Data file path -> positions of one position-delete file (cached: delete files never change)."""
-        got = self._deletes.get(delete_file)
-        if got is None:
-            got = self._deletes[delete_file] = read_position_deletes(self._store_for(delete_file), delete_file)
-        return got
-
-    def _named(self, path: str) -> str:
-        """A data file as its manifest names it (a live file's own spelling; a new file: its full URI)."""
-        return self._names.get(path) or manifest_uri(path)
 
     def writer_epoch(self) -> int:
         """The epoch of the newest writer that published one (``store/writer.py``; 0: none)."""
