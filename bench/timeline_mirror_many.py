@@ -67,6 +67,8 @@ PHASES = [
     ("msgstream_spark.spark.mirror", "MirrorBatch.account", "account (per table)"),
     ("msgstream_spark.spark.mirror", "write_in_tasks", "write job"),
     ("msgstream_spark.spark.mirror", "plan_in_tasks", "plan job"),
+    ("msgstream_spark.spark.mirror_many_direct", "DirectRead.tasks", "read tasks planned"),
+    ("msgstream_spark.spark.mirror_many_direct", "DirectRead.facts", "facts job (tasks' read)"),
     ("msgstream_spark.mirror.many_ahead", "Ahead.stop", "read-ahead joined (its tables opened)"),
     ("msgstream_spark.mirror.many_ahead", "Ahead._run", "read-ahead thread (tables opened, leases, live files)"),
 ]
