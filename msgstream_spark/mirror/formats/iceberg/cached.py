@@ -199,12 +199,13 @@ def committed(catalog, table, requirements, updates, load) -> Any:
     metadata file, so a table that moved since it was read is refused all the same.
     None: not done here (no such table: a creation; a database whose updates do not count rows)."""
     from pyiceberg.exceptions import NoSuchTableError
-    from pyiceberg.table import CommitTableResponse
+    from pyiceberg.table import CommitTableResponse, StagedTable
 
     if not catalog.engine.dialect.supports_sane_rowcount:
         return None
     identifier = table.name()
-    current = table if getattr(table, "metadata_location", None) else None
+    # a staged table (a creation's transaction) names the metadata file it is to have, not one the catalog has
+    current = table if getattr(table, "metadata_location", None) and not isinstance(table, StagedTable) else None
     try:
         current = current or load(identifier)
     except NoSuchTableError:
