@@ -45,6 +45,7 @@ class WriteSpec:
     # ``open(store, spec, path)`` may return the writer of a task's file itself (``ParquetOut``'s methods; None:
     # a Parquet file), whose ``Written`` then reaches ``finish``
     finish: Callable[..., Any] | None = field(default=None, repr=False)
+    footers: bool = False  # each data file's Parquet footer shipped with it (the commit reads its statistics)
 
     def store(self) -> Store:
         """The store the files go to, built from the shipped settings."""
@@ -98,6 +99,7 @@ class Plan:
     rows: int  # changes applied
     base: int | None = None
     info: dict[str, tuple[int, str]] = field(default_factory=dict)  # added file -> (size, stats) its writer reported
+    footers: dict[str, bytes] = field(default_factory=dict)  # added file -> its footer (``WriteSpec.footers``)
 
     @property
     def empty(self) -> bool:

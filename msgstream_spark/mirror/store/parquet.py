@@ -3,9 +3,11 @@
 A writer (a Spark task, the driver's compaction) streams a file into ``store.open_output`` (a local file moved
 into place when complete; an object store's multipart upload completed on close: a killed writer publishes
 nothing) and keeps the file's footer and size as it closes it: the commit takes rows, size and the key's
-bounds from there (shipped by the task as :class:`Written`), never by reading the file back. A file written by
-someone else is known by its footer, read by range (:func:`footer`). Both are kept per process (a file never
-changes once written), so a driver that wrote a file itself never reads its footer back.
+bounds from there (shipped by the task as :class:`Written`), never by reading the file back; a format whose
+commit reads a file's statistics from its footer (Iceberg) has the task ship the footer itself (``footer=True``;
+the driver keeps it, :func:`keep_footer`). A file written by someone else is known by its footer, read by range
+(:func:`footer`). Both are kept per process (a file never changes once written), so a driver that wrote a file
+itself, or was sent its footer, never reads it back.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ import json
 import logging
 import os
 import shutil
+import threading
 from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Any
@@ -27,13 +30,28 @@ log = logging.getLogger(__name__)
 
 _FOOTERS: OrderedDict[tuple[str, int], Any] = OrderedDict()  # (uri, size) -> FileMetaData, newest last
 _FOOTERS_MAX = 4096
+_FOOTERS_LOCK = threading.Lock()  # (a database job's driver commits several tables at once)
 
 
 def _remember(target: str, size: int, meta: Any) -> None:
-    _FOOTERS[(target, size)] = meta
-    _FOOTERS.move_to_end((target, size))
-    while len(_FOOTERS) > _FOOTERS_MAX:
-        _FOOTERS.popitem(last=False)
+    with _FOOTERS_LOCK:
+        _FOOTERS[(target, size)] = meta
+        _FOOTERS.move_to_end((target, size))
+        while len(_FOOTERS) > _FOOTERS_MAX:
+            _FOOTERS.popitem(last=False)
+
+
+def footer_bytes(meta: Any) -> bytes:
+    """A Parquet ``FileMetaData`` serialized (a metadata-only Parquet file: ~1 KB, ~10 us), as a task ships it."""
+    sink = pa.BufferOutputStream()
+    meta.write_metadata_file(sink)
+    return sink.getvalue().to_pybytes()
+
+
+def keep_footer(target: str, size: int, raw: bytes) -> None:
+    """The footer a task shipped of the file it wrote at ``target`` (``size`` bytes), kept as if read from it:
+    :func:`footer` then reads nothing (on object storage, a HEAD and ranged GETs per file and commit)."""
+    _remember(target, size, pq.read_metadata(pa.BufferReader(raw)))
 
 
 def footer(store: Store, target: str, size: int = 0) -> tuple[int, Any]:
@@ -72,6 +90,7 @@ class Written:
     rows: int
     size: int
     stats: str
+    footer: bytes = b""  # the file's Parquet footer, serialized (a format whose commit reads it asked for it)
 
 
 def key_stats(meta: Any, key: str | None) -> dict:
@@ -131,11 +150,12 @@ def _float_list(t: pa.DataType) -> bool:
 class ParquetOut:
     """One Parquet file streamed into the store (``ParquetWriter`` keyword arguments as given). ``close`` returns
     the :class:`Written`; ``abort`` (or an exception in a ``with`` block) publishes nothing. ``transient``: a file
-    whose loss in a crash is harmless (``Store.open_transient``: a local one is not fsync'd)."""
+    whose loss in a crash is harmless (``Store.open_transient``: a local one is not fsync'd); ``footer``: the
+    ``Written`` carries the file's footer too."""
 
     def __init__(self, store: Store, target: str, schema: pa.Schema, key: str | None = None,
-                 transient: bool = False, **kw: Any) -> None:
-        self.store, self.path, self.key = store, target, key
+                 transient: bool = False, footer: bool = False, **kw: Any) -> None:
+        self.store, self.path, self.key, self.footer = store, target, key, footer
         self._out = store.open_transient(target) if transient else store.open_output(target)
         self._meta: list = []
         try:
@@ -159,7 +179,8 @@ class ParquetOut:
         self._out.close()  # the object appears now, whole
         meta = self._meta[0]
         _remember(self.path, size, meta)
-        return Written(self.path, meta.num_rows, size, json.dumps(key_stats(meta, self.key)))
+        return Written(self.path, meta.num_rows, size, json.dumps(key_stats(meta, self.key)),
+                       footer_bytes(meta) if self.footer else b"")
 
     def abort(self) -> None:
         if getattr(self, "_writer", None) is not None and self._writer.is_open:

@@ -129,7 +129,7 @@ class TaskWriter:
             opener = getattr(self.spec.finish, "open", None)  # a format writing its own file from the rows
             out = opener(self.store, self.spec, path) if opener is not None else None
             if out is None:
-                out = ParquetOut(self.store, path, self.spec.schema, self.spec.pk,
+                out = ParquetOut(self.store, path, self.spec.schema, self.spec.pk, footer=self.spec.footers,
                                  **data_file_options(self.spec.schema))
             f = self._files[key] = [path, out, 0, []]
         f[1].write_table(rows, row_group_size=128 * 1024)

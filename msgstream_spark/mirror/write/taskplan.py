@@ -149,10 +149,10 @@ def remove_changes(store: Store, directory: str, epochs: tuple[int, int] | None 
 
 def written_schema() -> pa.Schema:
     """What a writing task returns: a row per data file and one for its changes file (rows; collection ids;
-    the file's size and stats, which the commit records)."""
+    the file's size and stats, which the commit records; its footer, when the table's format asked for it)."""
     return pa.schema([pa.field("kind", pa.string()), pa.field("path", pa.string()), pa.field("rows", pa.int64()),
                       pa.field("collections", pa.list_(pa.int64())), pa.field("size", pa.int64()),
-                      pa.field("stats", pa.string())])
+                      pa.field("stats", pa.string()), pa.field("footer", pa.binary())])
 
 
 # a changes file's ``ParquetWriter`` options: a dictionary for the columns that repeat (op, the data file, the
@@ -194,7 +194,9 @@ class ChangesFile:
                                      pa.array([f.rows for f in files], pa.int64()),
                                      pa.array(colls, pa.list_(pa.int64())),
                                      pa.array([f.size for f in files], pa.int64()),
-                                     pa.array([f.stats for f in files], pa.string())], schema=written_schema())
+                                     pa.array([f.stats for f in files], pa.string()),
+                                     pa.array([f.footer or None for f in files], pa.binary())],
+                                    schema=written_schema())
 
     def abort(self) -> None:
         if self._out is not None:
@@ -250,6 +252,8 @@ def merge_plans(written: pa.Table, planned: pa.Table, base: int | None = None) -
     info = {p: (int(n), st) for k, p, r, n, st in zip(kinds, paths, rows, written.column("size").to_pylist(),
                                                       written.column("stats").to_pylist())
             if k == DATA and r and n is not None and st}
+    footers = ({p: f for k, p, r, f in zip(kinds, paths, rows, written.column("footer").to_pylist()) if k == DATA and r
+                and f} if "footer" in written.column_names else {})
     deletes: dict[str, list[np.ndarray]] = {}
     dels = planned.filter(pc.equal(planned.column("kind"), DELETE))
     positions = [a for chunk in dels.column("positions").chunks for a in _lists(chunk)]
@@ -258,7 +262,7 @@ def merge_plans(written: pa.Table, planned: pa.Table, base: int | None = None) -
     got = planned.filter(pc.equal(planned.column("kind"), APPLIED)).column("rows")
     applied = int(pc.sum(got).as_py() or 0) if len(got) else 0
     return Plan(adds, {f: np.unique(np.concatenate(v)).astype(np.uint64) for f, v in deletes.items()}, applied,
-                base, info)
+                base, info, footers)
 
 
 def _lists(chunk: pa.ListArray) -> list[np.ndarray]:

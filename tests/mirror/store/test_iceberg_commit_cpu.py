@@ -256,3 +256,73 @@ def test_a_table_load_of_a_known_metadata_file_reuses_its_file_io(tmp_path, monk
         t.write_spec()
     assert len(loads) <= 2 * 3 + 1, len(loads)  # (+1: batch 1's metadata file, first loaded here; pyiceberg: 33)
     assert table_state(t.to_arrow()) == model(seen) and table_state(_plain(loc).scan().to_arrow()) == model(seen)
+
+
+def test_a_tasks_data_file_footer_is_shipped_and_the_commit_reads_no_data_file(tmp_path, monkeypatch):
+    """An Iceberg table's write spec asks the writing tasks for each data file's footer (``WriteSpec.footers``):
+    the task's rows carry it, the plan keeps it, and the commit takes the file's statistics from it; a driver
+    that did not write the file (another process: its kept footers forgotten here) reads nothing of it back,
+    where it read its footer by range (on object storage a HEAD and ranged GETs per file and commit). The
+    entry's statistics are the file's own; a Delta table's spec asks for none."""
+    import pyarrow.parquet as pq
+
+    from msgstream_spark.mirror.formats.iceberg.files import data_file
+    from msgstream_spark.mirror.store import parquet
+    from msgstream_spark.mirror.write.layout import TaskWriter
+    from msgstream_spark.mirror.write.taskplan import ChangesFile, merge_plans, plan_share
+
+    loc = tmp_path / "t"
+    t = _open(loc)
+    assert apply_batch(t, to_arrow(_batch(1)), "pk", "q", 1)
+    spec = t.write_spec()
+    assert spec.footers
+    changes = to_arrow(_batch(2))
+    w = TaskWriter(spec)
+    narrow = w.add(changes)
+    files = w.close()
+    out = ChangesFile(t.store, str(loc / "attempt"), spec.key_type)
+    out.add(narrow)
+    written = out.close(files)
+    live = t.live_files()
+    planned_rows = plan_share(narrow, list(live), "pk", spec.key_type)
+    p = merge_plans(written, planned_rows, live.version)
+    assert p.adds and set(p.footers) == set(p.adds)
+    want = {a: data_file(t.store, t._table().metadata, a) for a in p.adds}  # read from the file itself
+    parquet._FOOTERS.clear()  # the driver is another process than the task that wrote the files
+    opened = []
+    real_open, real_head = type(t.store).open_input, type(t.store).head
+
+    def open_input(store, target, *a, **kw):
+        opened.append(target)
+        return real_open(store, target, *a, **kw)
+
+    def head(store, target, *a, **kw):
+        opened.append(target)
+        return real_head(store, target, *a, **kw)
+
+    monkeypatch.setattr(type(t.store), "open_input", open_input)
+    monkeypatch.setattr(type(t.store), "head", head)
+    assert commit_plan(t, p, set(), query_id="q", batch_id=2)
+    assert not [o for o in opened if str(o).endswith(tuple(p.adds))], opened
+    monkeypatch.undo()
+    got = {e.file_path: e for e in _entries(t)}
+    for a, entry in want.items():
+        mine = got[entry.file_path]
+        assert (mine.record_count, mine.file_size_in_bytes, mine.lower_bounds, mine.upper_bounds,
+                mine.value_counts) == (entry.record_count, entry.file_size_in_bytes, entry.lower_bounds,
+                                       entry.upper_bounds, entry.value_counts)
+        assert pq.read_metadata(a).num_rows == mine.record_count
+    assert table_state(t.to_arrow()) == model([*_batch(1), *_batch(2)])
+    delta = open_table("delta", str(tmp_path / "d"), collection="coll", pk="pk", arrow_schema=FIELDS)
+    assert not delta.write_spec().footers
+
+
+def _entries(t) -> list:
+    from msgstream_spark.mirror.formats.iceberg.manifest_read import manifest_entries
+
+    tbl = t._table()
+    tbl.refresh()
+    from pyiceberg.manifest import ManifestContent
+
+    return [e.data_file for m in tbl.current_snapshot().manifests(tbl.io) if m.content == ManifestContent.DATA
+            for e in manifest_entries(m, tbl.io)]

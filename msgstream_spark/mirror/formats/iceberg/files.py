@@ -92,10 +92,11 @@ def _plan_key(metadata, schema) -> tuple:
     return schema.model_dump_json(), metrics, metadata.format_version
 
 
-def data_file(store: Store, metadata, path: str):
+def data_file(store: Store, metadata, path: str, size: int = 0):
     """The manifest entry of a Parquet data file at ``path`` (a task's, a compaction's, a snapshot's): its
-    statistics from the footer (kept by this process's writer, else read by range through the store) and its
-    size, the table's field
+    statistics from the footer (kept by this process's writer or shipped by the task that wrote it, else read by
+    range through the store) and its size (``size``: as its writer reported it; else asked of the store), the
+    table's field
     ids matched by id or (files written without them) by the table's name mapping. The table schema's
     statistics plan and column mapping are built once per schema content (and metrics modes), and a file schema
     is checked against it once (the next file of the same Arrow schema, metadata included, is not checked again:
@@ -108,7 +109,7 @@ def data_file(store: Store, metadata, path: str):
     )
     from pyiceberg.manifest import DataFile, DataFileContent, FileFormat
 
-    size, footer = parquet_footer(store, path)
+    size, footer = parquet_footer(store, path, size)
     schema = metadata.schema()
     key = _plan_key(metadata, schema)
     known = _PLANS.get(key)

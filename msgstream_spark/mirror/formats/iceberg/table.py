@@ -69,6 +69,7 @@ from msgstream_spark.mirror.formats.iceberg.files import (
 from msgstream_spark.mirror.formats.iceberg.handle import CatalogTable
 from msgstream_spark.mirror.formats.iceberg.manifest_read import manifest_entries
 from msgstream_spark.mirror.store import uri
+from msgstream_spark.mirror.store.parquet import keep_footer
 
 PROP_BATCH_OF = "msgstream.batch."
 
@@ -157,7 +158,7 @@ class IcebergMirrorTable(CatalogTable):
             raise MirrorError(f"table {self.location} is partitioned by {tbl.spec()}: the mirror writes tables "
                               "unpartitioned or with identity partitions only")
         return WriteSpec(schema, self.pk, uri.join(self.root, DATA_DIR), None if snap is None else int(snap),
-                         self.schema.field(self.pk).type, split, storage=dict(self.store.options))
+                         self.schema.field(self.pk).type, split, storage=dict(self.store.options), footers=True)
 
     def warm(self) -> None:
         """Its manifests and position deletes read ahead into this object's caches (a restarted job, while Spark
@@ -238,7 +239,10 @@ class IcebergMirrorTable(CatalogTable):
         check_epoch(self.location, table_epoch(tbl.metadata), epoch, what)
         if plan.base is not None and head_id(tbl.metadata) != plan.base:
             raise MirrorError(fence_message(self.location, "snapshot", plan.base, head_id(tbl.metadata), what))
-        adds = [data_file(self._store_for(p), tbl.metadata, p) for p in plan.adds]
+        for p in plan.adds:  # the footers the writing tasks shipped: no data file is read back for its statistics
+            if plan.footers.get(p) and p in plan.info:
+                keep_footer(p, plan.info[p][0], plan.footers[p])
+        adds = [data_file(self._store_for(p), tbl.metadata, p, plan.info.get(p, (0, ""))[0]) for p in plan.adds]
         if plan.deletes:  # one position-delete file per partition of the data files it names
             part = {f.path: f.partition for f in self._live}
             part.update({p: d.partition for p, d in zip(plan.adds, adds)})
