@@ -100,19 +100,11 @@ def test_another_writers_commit_between_our_load_and_swap_refuses_ours(tmp_path,
     assert mine.last_batch("q") == 1 and mine.last_batch("other") == 0
 
 
-def test_a_data_files_schema_work_is_done_once_per_table_schema(tmp_path, monkeypatch):
-    """A data file's manifest entry: the table schema's statistics plan and column mapping built, and a file's
-    Arrow schema checked against it, once (not at each file); a file of another schema is still checked (and
-    refused when incompatible), and a change of the metrics modes still changes the entries' statistics."""
-    import pyarrow as pa
-    import pyarrow.parquet as pq
+def _schema_work(monkeypatch) -> dict[str, int]:
+    """pyiceberg's per-schema work for a data file's entry, counted from now: a file schema checked against the
+    table's, a statistics plan built."""
     import pyiceberg.io.pyarrow as pa_io
 
-    from msgstream_spark.mirror.formats.iceberg.files import data_file
-
-    loc = tmp_path / "t"
-    t = _open(loc)
-    assert apply_batch(t, to_arrow(_batch(1)), "pk", "q", 1)
     n = {"checked": 0, "planned": 0}
     check, plan = pa_io._check_pyarrow_schema_compatible, pa_io.compute_statistics_plan
 
@@ -126,6 +118,22 @@ def test_a_data_files_schema_work_is_done_once_per_table_schema(tmp_path, monkey
 
     monkeypatch.setattr(pa_io, "_check_pyarrow_schema_compatible", checked)
     monkeypatch.setattr(pa_io, "compute_statistics_plan", planned_stats)
+    return n
+
+
+def test_a_data_files_schema_work_is_done_once_per_table_schema(tmp_path, monkeypatch):
+    """A data file's manifest entry: the table schema's statistics plan and column mapping built, and a file's
+    Arrow schema checked against it, once (not at each file); a file of another schema is still checked (and
+    refused when incompatible), and a change of the metrics modes still changes the entries' statistics."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from msgstream_spark.mirror.formats.iceberg.files import data_file
+
+    loc = tmp_path / "t"
+    t = _open(loc)
+    assert apply_batch(t, to_arrow(_batch(1)), "pk", "q", 1)
+    n = _schema_work(monkeypatch)
     for i in range(2, 5):
         assert apply_batch(t, to_arrow(_batch(i)), "pk", "q", i)
     assert n == {"checked": 0, "planned": 0}  # done at the first batch's file (pyiceberg's: once a file)
@@ -152,25 +160,12 @@ def test_tables_of_one_schema_share_its_statistics_plan_and_checks(tmp_path, mon
     the same collection schema (a restarted database job's tables, each loaded anew) builds and checks nothing
     again, while a table of another schema (a field more) gets its own and its entries its own statistics."""
     import pyarrow as pa
-    import pyiceberg.io.pyarrow as pa_io
 
     from msgstream_spark.mirror.formats.iceberg.files import data_file
 
     first, second = _open(tmp_path / "a"), _open(tmp_path / "b")
     assert apply_batch(first, to_arrow(_batch(1)), "pk", "q", 1)
-    n = {"checked": 0, "planned": 0}
-    check, plan = pa_io._check_pyarrow_schema_compatible, pa_io.compute_statistics_plan
-
-    def checked(*a, **kw):
-        n["checked"] += 1
-        return check(*a, **kw)
-
-    def planned_stats(*a, **kw):
-        n["planned"] += 1
-        return plan(*a, **kw)
-
-    monkeypatch.setattr(pa_io, "_check_pyarrow_schema_compatible", checked)
-    monkeypatch.setattr(pa_io, "compute_statistics_plan", planned_stats)
+    n = _schema_work(monkeypatch)
     assert second._table().schema() is not first._table().schema()
     assert apply_batch(second, to_arrow(_batch(1)), "pk", "q", 1)
     assert n == {"checked": 0, "planned": 0}
